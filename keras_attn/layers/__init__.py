@@ -1,0 +1,22 @@
+"""Keras layers of the attention family.
+
+One concept per module: `attention` (Bahdanau and Luong alignment attention),
+`multi_head_attention` (scaled dot-product and multi-head attention),
+`position` (sinusoidal and learned positions), `embedding` (token + position,
+BERT's input embedding), `add_and_norm`, `feed_forward`, `transformer`
+(encoder and decoder blocks) and `masking` (padding and causal masks).
+"""
+
+from keras_attn.layers.add_and_norm import AddAndNorm
+from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
+from keras_attn.layers.embedding import BertEmbedding, TokenAndPositionEmbedding
+from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.multi_head_attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+from keras_attn.layers.transformer import (
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)

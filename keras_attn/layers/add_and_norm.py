@@ -1,0 +1,67 @@
+"""Add & Norm: the residual connection around every Transformer sublayer."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class AddAndNorm(keras.layers.Layer):
+    """Residual connection and layer normalization (Vaswani et al. 2017, 3.1).
+
+    Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+    Pre-norm (`norm_first=True`, Xiong et al. 2020):
+    x + Dropout(Sublayer(LayerNorm(x))). A block calls `normalize_input(x)`
+    before its sublayer (the identity in post-norm) and the layer itself
+    after it.
+
+    Args:
+        dropout: dropout rate on the sublayer output (the paper's P_drop).
+        norm_first: pre-norm instead of post-norm.
+        epsilon: LayerNorm epsilon.
+
+    Call arguments:
+        residual: `(B, T, d)`, the sublayer's input before any norm.
+        sublayer_output: `(B, T, d)`.
+        training: whether dropout is active.
+
+    Returns:
+        `(B, T, d)`.
+
+    Example:
+
+    >>> add_norm = AddAndNorm(dropout=0.1)
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> add_norm(x, add_norm.normalize_input(x) * 2).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, dropout=0.0, norm_first=False, epsilon=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.epsilon = epsilon
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=epsilon, name="layer_norm"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.supports_masking = True
+
+    def build(self, residual_shape, sublayer_output_shape=None):
+        self.layer_norm.build(residual_shape)
+
+    def normalize_input(self, x):
+        return self.layer_norm(x) if self.norm_first else x
+
+    def call(self, residual, sublayer_output, training=None):
+        x = residual + self.dropout_layer(sublayer_output, training=training)
+        return x if self.norm_first else self.layer_norm(x)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "dropout": self.dropout,
+                "norm_first": self.norm_first,
+                "epsilon": self.epsilon,
+            }
+        )
+        return config

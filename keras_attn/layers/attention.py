@@ -1,0 +1,350 @@
+"""Alignment attention for RNN encoder-decoders: Bahdanau (2015) and Luong (2015).
+
+Both layers compute, for every query (a decoder state), a distribution α over
+the keys (encoder states) and return the context Σ α · value.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers import masking
+
+LUONG_SCORES = ("dot", "scaled_dot", "general", "concat", "cosine")
+LOCAL_ALIGNMENTS = ("monotonic", "predictive")
+
+
+class _AlignmentAttention(keras.layers.Layer):
+    """Shared call of the alignment-attention layers.
+
+    Subclasses define `build_score(query_dim, key_dim)` and
+    `score(query, key)` → `(B, Tq, Tk)` logits, and may override
+    `local_window` to restrict and reweight the keys a query sees.
+    """
+
+    def __init__(self, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+        self.dropout = dropout
+        self.dropout_layer = keras.layers.Dropout(dropout) if dropout else None
+        self.supports_masking = True
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        name = type(self).__name__
+        if len(query_shape) not in (2, 3):
+            raise ValueError(
+                f"{name}: `query` must have rank 2 (batch, features) or 3 "
+                f"(batch, length, features), got shape {tuple(query_shape)}."
+            )
+        for arg, shape in (("value", value_shape), ("key", key_shape)):
+            if len(shape) != 3:
+                raise ValueError(
+                    f"{name}: `{arg}` must have rank 3 (batch, length, "
+                    f"features), got shape {tuple(shape)}."
+                )
+        if key_shape[1] and value_shape[1] and key_shape[1] != value_shape[1]:
+            raise ValueError(
+                f"{name}: `key` and `value` must have the same length, got "
+                f"key {tuple(key_shape)} and value {tuple(value_shape)}."
+            )
+        self.build_score(query_shape[-1], key_shape[-1])
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        value_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        query_mask=None,
+        key_mask=None,
+        query_position=None,
+    ):
+        key = value if key is None else key
+        single_step = len(query.shape) == 2
+        if single_step:  # one decoder step: (B, d) → (B, 1, d)
+            query = ops.expand_dims(query, 1)
+            query_mask = None
+        key_mask = value_mask if key_mask is None else key_mask
+        start = 0 if query_position is None else query_position
+
+        scores = self.score(query, key)  # (B, Tq, Tk)
+        causal = None
+        if use_causal_mask:
+            causal = masking.causal_mask(
+                ops.shape(query)[1], ops.shape(key)[1], query_start=start
+            )
+        window, reweight = self.local_window(query, key, key_mask, start)
+        mask = masking.merge_masks(
+            None if key_mask is None else ops.expand_dims(key_mask, 1),
+            causal,
+            window,
+        )
+        weights = masking.masked_softmax(scores, mask)
+        if reweight is not None:
+            weights = weights * ops.cast(reweight, weights.dtype)
+        dropped = weights
+        if self.dropout_layer is not None:
+            dropped = self.dropout_layer(weights, training=training)
+        output = ops.matmul(dropped, value)  # Σ_s α(t, s) · value_s
+        if query_mask is not None:
+            output = output * ops.cast(
+                ops.expand_dims(query_mask, -1), output.dtype
+            )
+        if single_step:
+            output, weights = output[:, 0], weights[:, 0]
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def local_window(self, query, key, key_mask, start):
+        """`(mask, reweight)` of local attention; `(None, None)` if global."""
+        return None, None
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class AdditiveAttention(_AlignmentAttention):
+    """Additive attention with learned weights (Bahdanau et al. 2015).
+
+    score(q, k) = vᵀ tanh(W_q q + W_k k), α = softmax over the keys, and the
+    output is the context vector Σ α · value. Unlike
+    `keras.layers.AdditiveAttention`, W_q, W_k and v are learned.
+
+    Args:
+        units: size of the hidden alignment layer (the length of v).
+        use_bias: whether W_q q has a bias.
+        dropout: dropout rate on the attention weights.
+
+    Call arguments:
+        query: `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
+        value: `(B, Tk, dv)`, the encoder outputs.
+        key: optional `(B, Tk, dk)`; defaults to `value`.
+        value_mask: optional `(B, Tk)` booleans, `True` for real keys.
+            Filled by Keras from `value`'s mask.
+        use_causal_mask: query `i` may only attend to keys `<= i`.
+        return_attention_scores: also return the weights.
+        training: whether dropout is active.
+
+    Returns:
+        The context `(B, dv)` or `(B, Tq, dv)`, and with
+        `return_attention_scores` the weights `(B, Tk)` or `(B, Tq, Tk)`.
+
+    Example:
+
+    >>> attention = AdditiveAttention(units=16)
+    >>> state = np.random.rand(2, 8).astype("float32")         # decoder step
+    >>> encoded = np.random.rand(2, 5, 12).astype("float32")   # encoder outputs
+    >>> context, weights = attention(state, encoded, return_attention_scores=True)
+    >>> context.shape, weights.shape
+    (TensorShape([2, 12]), TensorShape([2, 5]))
+    """
+
+    def __init__(self, units, use_bias=True, dropout=0.0, **kwargs):
+        super().__init__(dropout=dropout, **kwargs)
+        if not isinstance(units, int) or units < 1:
+            raise ValueError(f"`units` must be a positive integer, got {units!r}.")
+        self.units = units
+        self.use_bias = use_bias
+
+    def build_score(self, query_dim, key_dim):
+        self.query_projection = keras.layers.Dense(
+            self.units, use_bias=self.use_bias, name="query_projection"
+        )
+        self.key_projection = keras.layers.Dense(
+            self.units, use_bias=False, name="key_projection"
+        )
+        self.query_projection.build((None, query_dim))
+        self.key_projection.build((None, key_dim))
+        self.v = self.add_weight(
+            name="v", shape=(self.units,), initializer="glorot_uniform"
+        )
+
+    def score(self, query, key):
+        return additive_score(
+            self.query_projection(query), self.key_projection(key), self.v
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"units": self.units, "use_bias": self.use_bias, "dropout": self.dropout}
+        )
+        return config
+
+
+def additive_score(projected_query, projected_key, v):
+    """vᵀ tanh(q' + k') for every (query, key) pair: `(B, Tq, Tk)`."""
+    hidden = ops.tanh(
+        ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
+    )  # (B, Tq, Tk, units)
+    return ops.einsum("bqku,u->bqk", hidden, ops.cast(v, hidden.dtype))
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class DotProductAttention(_AlignmentAttention):
+    """Multiplicative attention of Luong et al. (2015), global or local.
+
+    Scores (section 3.1):
+    - `"dot"`: qᵀk
+    - `"scaled_dot"`: qᵀk / √d (Vaswani et al. 2017)
+    - `"general"`: qᵀ W k
+    - `"concat"`: vᵀ tanh(W [q; k])
+    - `"cosine"`: qᵀk / (|q| |k|)
+
+    With `window=D`, attention is local (section 3.2): each query attends
+    to the keys in [p - D, p + D] only. With `alignment="monotonic"`
+    (local-m) p is the query's own position; with `"predictive"` (local-p)
+    p = S · sigmoid(v_pᵀ tanh(W_p q)) is predicted from the query (S the
+    index of the last real key) and the weights are multiplied by a
+    Gaussian exp(-(s - p)² / (2σ²)) with σ = D / 2.
+
+    Args:
+        score: one of `"dot"`, `"scaled_dot"`, `"general"`, `"concat"`,
+            `"cosine"`.
+        units: hidden size of `"concat"` and of the local-p position
+            network; defaults to the query's feature size.
+        window: `None` for global attention, or the half-width D.
+        alignment: `"monotonic"` (local-m) or `"predictive"` (local-p).
+        dropout: dropout rate on the attention weights.
+
+    Call arguments:
+        query: `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
+        value: `(B, Tk, dv)`, the encoder outputs.
+        key: optional `(B, Tk, dk)`; defaults to `value`.
+        value_mask: optional `(B, Tk)` booleans, `True` for real keys.
+        use_causal_mask: query `i` may only attend to keys `<= i`.
+        return_attention_scores: also return the weights.
+        training: whether dropout is active.
+        query_position: position of the first query (local-m and causal
+            masks), e.g. the decoder step of a rank-2 query. Defaults to 0.
+
+    Returns:
+        The context `(B, dv)` or `(B, Tq, dv)`, and with
+        `return_attention_scores` the weights `(B, Tk)` or `(B, Tq, Tk)`.
+
+    Example:
+
+    >>> attention = DotProductAttention(score="general")
+    >>> state = np.random.rand(2, 8).astype("float32")
+    >>> encoded = np.random.rand(2, 5, 8).astype("float32")
+    >>> attention(state, encoded).shape
+    TensorShape([2, 8])
+    """
+
+    def __init__(
+        self,
+        score="dot",
+        units=None,
+        window=None,
+        alignment="monotonic",
+        dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(dropout=dropout, **kwargs)
+        if score not in LUONG_SCORES:
+            raise ValueError(
+                f"`score` must be one of {LUONG_SCORES}, got {score!r}."
+            )
+        if alignment not in LOCAL_ALIGNMENTS:
+            raise ValueError(
+                f"`alignment` must be one of {LOCAL_ALIGNMENTS}, got "
+                f"{alignment!r}."
+            )
+        if window is not None and (not isinstance(window, int) or window < 0):
+            raise ValueError(
+                f"`window` must be None or an integer >= 0, got {window!r}."
+            )
+        self.score_mode = score
+        self.units = units
+        self.window = window
+        self.alignment = alignment
+
+    def build_score(self, query_dim, key_dim):
+        if self.score_mode in ("dot", "scaled_dot", "cosine") and query_dim != key_dim:
+            raise ValueError(
+                f"DotProductAttention(score={self.score_mode!r}) needs query "
+                f"and key of the same feature size, got query {query_dim} and "
+                f"key {key_dim}; use score='general' or 'concat' otherwise."
+            )
+        units = self.units or query_dim
+        if self.score_mode == "general":
+            self.kernel = self.add_weight(
+                name="kernel", shape=(query_dim, key_dim), initializer="glorot_uniform"
+            )
+        if self.score_mode == "concat":
+            # W [q; k] = W_q q + W_k k, with W = [W_q, W_k].
+            self.query_projection = keras.layers.Dense(units, name="query_projection")
+            self.key_projection = keras.layers.Dense(
+                units, use_bias=False, name="key_projection"
+            )
+            self.query_projection.build((None, query_dim))
+            self.key_projection.build((None, key_dim))
+            self.v = self.add_weight(name="v", shape=(units,), initializer="glorot_uniform")
+        if self.window is not None and self.alignment == "predictive":
+            self.position_hidden = keras.layers.Dense(
+                units, activation="tanh", name="position_hidden"
+            )
+            self.position_output = keras.layers.Dense(
+                1, activation="sigmoid", use_bias=False, name="position_output"
+            )
+            self.position_hidden.build((None, query_dim))
+            self.position_output.build((None, units))
+
+    def score(self, query, key):
+        mode = self.score_mode
+        if mode == "concat":
+            return additive_score(
+                self.query_projection(query), self.key_projection(key), self.v
+            )
+        if mode == "general":
+            query = ops.matmul(query, self.kernel)
+        elif mode == "cosine":
+            query = _l2_normalize(query)
+            key = _l2_normalize(key)
+        scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
+        if mode == "scaled_dot":
+            scores = scores / math.sqrt(query.shape[-1])
+        return scores
+
+    def local_window(self, query, key, key_mask, start):
+        if self.window is None:
+            return None, None
+        key_positions = ops.cast(ops.arange(ops.shape(key)[1]), query.dtype)
+        if self.alignment == "monotonic":  # local-m: p_t = t
+            centres = ops.arange(ops.shape(query)[1]) + start
+            centres = ops.cast(centres, query.dtype)[None, :, None]
+        else:  # local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t))
+            if key_mask is None:
+                last = ops.cast(ops.shape(key)[1] - 1, query.dtype)
+            else:
+                last = ops.sum(ops.cast(key_mask, query.dtype), axis=-1) - 1
+            last = ops.reshape(ops.maximum(last, 0), (-1, 1, 1))
+            centres = last * self.position_output(self.position_hidden(query))
+        distance = key_positions[None, None, :] - centres  # (B, Tq, Tk)
+        mask = ops.less_equal(ops.abs(distance), self.window)
+        if self.alignment == "monotonic":
+            return mask, None
+        sigma = max(self.window / 2.0, 0.5)
+        return mask, ops.exp(-ops.square(distance) / (2.0 * sigma**2))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "score": self.score_mode,
+                "units": self.units,
+                "window": self.window,
+                "alignment": self.alignment,
+                "dropout": self.dropout,
+            }
+        )
+        return config
+
+
+def _l2_normalize(x):
+    return x / ops.sqrt(ops.maximum(ops.sum(ops.square(x), -1, keepdims=True), 1e-12))

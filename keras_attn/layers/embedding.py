@@ -1,0 +1,233 @@
+"""Input embeddings: tokens plus positions (Transformer), plus segments (BERT)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+
+POSITION_KINDS = ("sinusoidal", "learned")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding plus positional encoding (Vaswani et al. 2017, 3.4-3.5).
+
+    output = Dropout(E[token] · √d + PE[position]). With `reverse=True` the
+    layer maps hidden states back to vocabulary logits with the transposed
+    token table, the paper's weight sharing between the embedding and the
+    pre-softmax projection.
+
+    Args:
+        vocab_size: number of token ids.
+        max_length: the longest sequence accepted.
+        embedding_dim: the model width d.
+        scale_by_sqrt_dim: multiply token embeddings by √d, as in the paper.
+        mask_zero: token id 0 is padding; the output carries a Keras mask.
+        position: `"sinusoidal"` (the paper) or `"learned"`.
+        dropout: dropout rate on the sum.
+
+    Call arguments:
+        token_ids: `(B, T)` integer ids, or `(B, T, d)` hidden states when
+            `reverse=True`.
+        start_index: position of `token_ids[:, 0]` (incremental decoding).
+        reverse: return `(B, T, vocab_size)` logits from hidden states.
+        training: whether dropout is active.
+
+    Returns:
+        `(B, T, embedding_dim)` embeddings, or logits when `reverse=True`.
+
+    Example:
+
+    >>> embed = TokenAndPositionEmbedding(100, max_length=32, embedding_dim=16)
+    >>> embed(np.array([[5, 7, 0]])).shape
+    TensorShape([1, 3, 16])
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        max_length,
+        embedding_dim,
+        scale_by_sqrt_dim=True,
+        mask_zero=True,
+        position="sinusoidal",
+        dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if position not in POSITION_KINDS:
+            raise ValueError(
+                f"`position` must be one of {POSITION_KINDS}, got {position!r}."
+            )
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.embedding_dim = embedding_dim
+        self.scale_by_sqrt_dim = scale_by_sqrt_dim
+        self.mask_zero = mask_zero
+        self.position = position
+        self.dropout = dropout
+        self.token_embedding = keras.layers.Embedding(
+            vocab_size,
+            embedding_dim,
+            embeddings_initializer=keras.initializers.RandomNormal(
+                stddev=embedding_dim**-0.5
+            ),
+            name="token_embedding",
+        )
+        position_class = (
+            SinusoidalPositionEncoding if position == "sinusoidal" else PositionEmbedding
+        )
+        self.position_embedding = position_class(max_length, name="position_embedding")
+        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.supports_masking = mask_zero
+
+    def build(self, token_ids_shape):
+        if len(token_ids_shape) != 2:
+            raise ValueError(
+                "TokenAndPositionEmbedding: `token_ids` must have rank 2 "
+                f"(batch, length), got shape {tuple(token_ids_shape)}."
+            )
+        self.token_embedding.build(token_ids_shape)
+        self.position_embedding.build(tuple(token_ids_shape) + (self.embedding_dim,))
+
+    def call(self, token_ids, start_index=0, reverse=False, training=None):
+        if reverse:
+            table = ops.cast(self.token_embedding.embeddings, token_ids.dtype)
+            return ops.matmul(token_ids, ops.transpose(table))
+        x = self.token_embedding(token_ids)
+        if self.scale_by_sqrt_dim:
+            x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
+        x = x + self.position_embedding(x, start_index=start_index)
+        return self.dropout_layer(x, training=training)
+
+    def compute_mask(self, token_ids, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(token_ids, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "max_length": self.max_length,
+                "embedding_dim": self.embedding_dim,
+                "scale_by_sqrt_dim": self.scale_by_sqrt_dim,
+                "mask_zero": self.mask_zero,
+                "position": self.position,
+                "dropout": self.dropout,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertEmbedding(keras.layers.Layer):
+    """BERT's input representation (Devlin et al. 2019, section 3, figure 2).
+
+    output = Dropout(LayerNorm(E_token + E_segment + E_position)), all three
+    learned. Token id 0 is padding and the output carries its Keras mask.
+
+    Args:
+        vocab_size: number of token ids.
+        max_length: number of learned positions.
+        num_segments: number of segment ids (2 for sentence A / B).
+        hidden_dim: the model width.
+        dropout: dropout rate after the LayerNorm.
+        layer_norm_epsilon: epsilon of the LayerNorm.
+
+    Call arguments:
+        token_ids: `(B, T)` integer ids.
+        segment_ids: `(B, T)` integer segment ids; zeros when omitted.
+        training: whether dropout is active.
+
+    Returns:
+        `(B, T, hidden_dim)`.
+
+    Example:
+
+    >>> embed = BertEmbedding(100, max_length=32, num_segments=2, hidden_dim=16)
+    >>> embed(np.array([[2, 7, 3]]), np.array([[0, 0, 1]])).shape
+    TensorShape([1, 3, 16])
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        max_length,
+        num_segments,
+        hidden_dim,
+        dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.num_segments = num_segments
+        self.hidden_dim = hidden_dim
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        self.token_embedding = keras.layers.Embedding(
+            vocab_size, hidden_dim, embeddings_initializer=initializer,
+            name="token_embedding",
+        )
+        self.segment_embedding = keras.layers.Embedding(
+            num_segments, hidden_dim, embeddings_initializer=initializer,
+            name="segment_embedding",
+        )
+        self.position_embedding = PositionEmbedding(
+            max_length, initializer=initializer, name="position_embedding"
+        )
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="layer_norm"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.supports_masking = True
+
+    def build(self, token_ids_shape, segment_ids_shape=None):
+        if len(token_ids_shape) != 2:
+            raise ValueError(
+                "BertEmbedding: `token_ids` must have rank 2 (batch, length), "
+                f"got shape {tuple(token_ids_shape)}."
+            )
+        if segment_ids_shape is not None and tuple(segment_ids_shape) != tuple(
+            token_ids_shape
+        ):
+            raise ValueError(
+                "BertEmbedding: `segment_ids` must have the shape of "
+                f"`token_ids`, got {tuple(segment_ids_shape)} and "
+                f"{tuple(token_ids_shape)}."
+            )
+        hidden_shape = tuple(token_ids_shape) + (self.hidden_dim,)
+        self.token_embedding.build(token_ids_shape)
+        self.segment_embedding.build(token_ids_shape)
+        self.position_embedding.build(hidden_shape)
+        self.layer_norm.build(hidden_shape)
+
+    def call(self, token_ids, segment_ids=None, training=None):
+        if segment_ids is None:
+            segment_ids = ops.zeros_like(token_ids)
+        x = self.token_embedding(token_ids) + self.segment_embedding(segment_ids)
+        x = x + self.position_embedding(x)
+        return self.dropout_layer(self.layer_norm(x), training=training)
+
+    def compute_mask(self, token_ids, mask=None):
+        return ops.not_equal(token_ids, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "max_length": self.max_length,
+                "num_segments": self.num_segments,
+                "hidden_dim": self.hidden_dim,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

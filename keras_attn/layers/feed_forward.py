@@ -1,0 +1,59 @@
+"""The position-wise feed-forward network of the Transformer."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = activation(x W1 + b1) W2 + b2 (Vaswani et al. 2017, 3.3).
+
+    Applied to every position separately and identically.
+
+    Args:
+        intermediate_dim: the inner width d_ff (2048 in the base model).
+        activation: the inner activation, `"relu"` in the paper.
+        dropout: dropout rate on the inner activations.
+
+    Call arguments:
+        x: `(B, T, d)`.
+        training: whether dropout is active.
+
+    Returns:
+        `(B, T, d)`.
+
+    Example:
+
+    >>> FeedForward(32)(np.random.rand(2, 5, 8).astype("float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, intermediate_dim, activation="relu", dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.activation = keras.activations.get(activation)
+        self.dropout = dropout
+        self.inner = keras.layers.Dense(
+            intermediate_dim, activation=self.activation, name="inner"
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.supports_masking = True
+
+    def build(self, x_shape):
+        self.inner.build(x_shape)
+        self.outer = keras.layers.Dense(x_shape[-1], name="outer")
+        self.outer.build(tuple(x_shape[:-1]) + (self.intermediate_dim,))
+
+    def call(self, x, training=None):
+        hidden = self.dropout_layer(self.inner(x), training=training)
+        return self.outer(hidden)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": keras.activations.serialize(self.activation),
+                "dropout": self.dropout,
+            }
+        )
+        return config

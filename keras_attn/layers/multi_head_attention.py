@@ -1,0 +1,330 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al. 2017, 3.2)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers import masking
+
+
+def scaled_dot_product_attention(
+    query, key, value, mask=None, dropout=None, training=None
+):
+    """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, for every head at once.
+
+    Args:
+        query: `(B, Tq, H, D)`.
+        key: `(B, Tk, H, D)`.
+        value: `(B, Tk, H, Dv)`.
+        mask: booleans broadcastable to `(B, Tq, Tk)`, `True` = may attend.
+        dropout: an optional `keras.layers.Dropout` applied to the weights.
+
+    Returns:
+        `(output, weights)`: output `(B, Tq, H, Dv)` and the attention
+        weights `(B, H, Tq, Tk)` (before dropout).
+    """
+    scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    scores = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
+    if mask is not None:
+        mask = ops.expand_dims(mask, 1)  # add the head axis
+    weights = masking.masked_softmax(scores, mask)
+    dropped = weights if dropout is None else dropout(weights, training=training)
+    output = ops.einsum("bhqk,bkhv->bqhv", dropped, value)
+    return output, weights
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (Vaswani et al. 2017, section 3.2.2).
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, where
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) is scaled dot-product
+    attention. The weights have the shapes and order of
+    `keras.layers.MultiHeadAttention` (query, key, value, output; kernel
+    then bias), so weights copy across with `set_weights`.
+
+    Self-attention (`value is query` and no `key`) runs the three input
+    projections as one fused matmul. With a key/value `cache`, new steps
+    are projected once and written into the cache, so incremental decoding
+    never recomputes the keys and values of earlier steps.
+
+    Args:
+        num_heads: number of attention heads `h`.
+        key_dim: size of each head for query and key, `d_k`.
+        value_dim: size of each head for value, `d_v`; defaults to `key_dim`.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        output_dim: size of the output; defaults to the query's feature size.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+
+    Call arguments:
+        query: `(B, Tq, dim)`.
+        value: `(B, Tk, dim)`.
+        key: optional `(B, Tk, dim)`; defaults to `value`.
+        attention_mask: optional booleans `(B, Tq, Tk)`, `True` = may attend.
+        use_causal_mask: whether query `i` may only attend to keys `<= i`.
+        return_attention_scores: also return the weights `(B, h, Tq, Tk)`.
+        training: whether dropout is active.
+        cache: optional `(B, 2, S, h, d_k)` projected keys and values. With
+            `cache_index`, the projections of `key`/`value` are written into
+            it at that step index and the updated cache is returned; without
+            it, the cache is used as is (precomputed cross-attention keys).
+        cache_index: int or scalar tensor, the step index of `query[:, 0]`.
+        query_mask, value_mask, key_mask: optional `(B, T)` padding masks;
+            Keras fills them from the inputs' masks (e.g. from
+            `Embedding(mask_zero=True)`).
+
+    Returns:
+        `output` `(B, Tq, output_dim)`; then the attention weights if
+        `return_attention_scores`; then the updated cache if `cache`
+        and `cache_index` were given. A query whose keys are all masked gets
+        all-zero weights.
+
+    Example:
+
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = np.random.rand(3, 5, 8).astype("float32")
+    >>> out, weights = mha(x, x, return_attention_scores=True)
+    >>> out.shape, weights.shape
+    (TensorShape([3, 5, 8]), TensorShape([3, 2, 5, 5]))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_positive_int("num_heads", num_heads)
+        _check_positive_int("key_dim", key_dim)
+        if value_dim is not None:
+            _check_positive_int("value_dim", value_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.dropout_layer = keras.layers.Dropout(dropout) if dropout else None
+        self.supports_masking = True
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (
+            ("query", query_shape),
+            ("value", value_shape),
+            ("key", key_shape),
+        ):
+            if len(shape) != 3:
+                raise ValueError(
+                    f"MultiHeadAttention: `{name}` must have rank 3 "
+                    f"(batch, length, features), got shape {tuple(shape)}."
+                )
+        if (
+            key_shape[1] is not None
+            and value_shape[1] is not None
+            and key_shape[1] != value_shape[1]
+        ):
+            raise ValueError(
+                "MultiHeadAttention: `key` and `value` must have the same "
+                f"length, got key {tuple(key_shape)} and value "
+                f"{tuple(value_shape)}."
+            )
+        h, dk, dv = self.num_heads, self.key_dim, self.value_dim
+        out_dim = self.output_dim or query_shape[-1]
+        self.query_kernel, self.query_bias = self._projection(
+            "query", (query_shape[-1], h, dk), (h, dk)
+        )
+        self.key_kernel, self.key_bias = self._projection(
+            "key", (key_shape[-1], h, dk), (h, dk)
+        )
+        self.value_kernel, self.value_bias = self._projection(
+            "value", (value_shape[-1], h, dv), (h, dv)
+        )
+        self.output_kernel, self.output_bias = self._projection(
+            "output", (h, dv, out_dim), (out_dim,)
+        )
+
+    def _projection(self, name, kernel_shape, bias_shape):
+        kernel = self.add_weight(
+            name=f"{name}_kernel",
+            shape=kernel_shape,
+            initializer=self.kernel_initializer,
+        )
+        bias = None
+        if self.use_bias:
+            bias = self.add_weight(
+                name=f"{name}_bias",
+                shape=bias_shape,
+                initializer=self.bias_initializer,
+            )
+        return kernel, bias
+
+    def project(self, x, kernel, bias):
+        """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → `(B, T, h, d)`."""
+        dim, h, d = kernel.shape
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, h * d)))
+        if bias is not None:
+            y = y + ops.reshape(bias, (h * d,))
+        return ops.reshape(y, (batch, length, h, d))
+
+    def project_key_value(self, key, value=None):
+        """Projects encoder outputs once into a `(B, 2, Tk, h, d)` cache.
+
+        Decoders pass the result as `cache` (without `cache_index`) at every
+        step, so cross-attention keys and values are computed only once.
+        """
+        value = key if value is None else value
+        return ops.stack(
+            [
+                self.project(key, self.key_kernel, self.key_bias),
+                self.project(value, self.value_kernel, self.value_bias),
+            ],
+            axis=1,
+        )
+
+    def _project_self(self, x):
+        """Q, K, V of self-attention as one fused `(dim, 3·h·d)` matmul."""
+        h, d = self.num_heads, self.key_dim
+        kernel = ops.concatenate(
+            [
+                ops.reshape(k, (k.shape[0], h * d))
+                for k in (self.query_kernel, self.key_kernel, self.value_kernel)
+            ],
+            axis=1,
+        )
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        y = ops.matmul(ops.reshape(x, (-1, kernel.shape[0])), kernel)
+        if self.use_bias:
+            y = y + ops.concatenate(
+                [
+                    ops.reshape(b, (h * d,))
+                    for b in (self.query_bias, self.key_bias, self.value_bias)
+                ],
+                axis=0,
+            )
+        y = ops.reshape(y, (batch, length, 3, h, d))
+        return y[:, :, 0], y[:, :, 1], y[:, :, 2]
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_index=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+    ):
+        if cache is not None and cache_index is not None:
+            if self.key_dim != self.value_dim:
+                raise ValueError(
+                    "MultiHeadAttention: a key/value cache needs "
+                    f"key_dim == value_dim, got {self.key_dim} and "
+                    f"{self.value_dim}."
+                )
+        fuse = (
+            key is None
+            and value is query
+            and cache is None
+            and self.key_dim == self.value_dim
+        )
+        if key is None:
+            key = value
+            key_mask = value_mask if key_mask is None else key_mask
+
+        if fuse:
+            q, k, v = self._project_self(query)
+        else:
+            q = self.project(query, self.query_kernel, self.query_bias)
+            if cache is not None and cache_index is None:
+                k, v = cache[:, 0], cache[:, 1]
+            else:
+                k = self.project(key, self.key_kernel, self.key_bias)
+                v = self.project(value, self.value_kernel, self.value_bias)
+            if cache is not None and cache_index is not None:
+                start = [0, cache_index, 0, 0]
+                k = ops.slice_update(cache[:, 0], start, k)
+                v = ops.slice_update(cache[:, 1], start, v)
+                cache = ops.stack([k, v], axis=1)
+                # Keys past the newest step are empty cache slots.
+                use_causal_mask = True
+
+        causal = None
+        if use_causal_mask:
+            causal = masking.causal_mask(
+                ops.shape(q)[1],
+                ops.shape(k)[1],
+                query_start=0 if cache_index is None else cache_index,
+            )
+        if cache is not None:
+            key_mask = None  # a cache's length differs from the inputs'
+        mask = masking.merge_masks(
+            masking.attention_mask(query_mask, key_mask),
+            attention_mask,
+            causal,
+        )
+        output, weights = scaled_dot_product_attention(
+            q, k, v, mask, self.dropout_layer, training
+        )
+        # Concat(head_1, ..., head_h) W^O as one contraction over (h, d_v).
+        h, dv, out_dim = self.output_kernel.shape
+        batch, length = ops.shape(output)[0], ops.shape(output)[1]
+        output = ops.matmul(
+            ops.reshape(output, (-1, h * dv)),
+            ops.reshape(self.output_kernel, (h * dv, out_dim)),
+        )
+        if self.use_bias:
+            output = output + self.output_bias
+        output = ops.reshape(output, (batch, length, out_dim))
+
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None and cache_index is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config
+
+
+def _check_positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")

@@ -1,0 +1,138 @@
+"""Position information: the paper's sinusoidal encoding and learned embeddings."""
+
+import keras
+from keras import ops
+
+
+def _check_rank3(layer, shape):
+    if len(shape) != 3:
+        raise ValueError(
+            f"{type(layer).__name__}: inputs must have rank 3 (batch, length, "
+            f"features), got shape {tuple(shape)}."
+        )
+
+
+def _check_length(layer, length, start_index):
+    if isinstance(length, int) and isinstance(start_index, int):
+        if start_index + length > layer.max_length:
+            raise ValueError(
+                f"{type(layer).__name__}: positions {start_index}.."
+                f"{start_index + length - 1} exceed max_length="
+                f"{layer.max_length}."
+            )
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """Sinusoidal positional encoding (Vaswani et al. 2017, section 3.5).
+
+    PE(pos, 2i) = sin(pos / 10000^(2i/d)) and
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), interleaved as in the paper.
+    Nothing is learned; the encodings are computed on the fly, so any
+    `start_index` (the step of incremental decoding) costs the same.
+
+    Args:
+        max_length: the longest sequence the model accepts.
+        max_wavelength: the base, 10000 in the paper.
+
+    Call arguments:
+        inputs: `(B, T, d)`; only its length and width are used.
+        start_index: position of `inputs[:, 0]` (int or scalar tensor).
+
+    Returns:
+        `(1, T, d)` encodings, broadcastable to `inputs`.
+
+    Example:
+
+    >>> x = np.zeros((2, 10, 16), "float32")
+    >>> (x + SinusoidalPositionEncoding(max_length=64)(x)).shape
+    TensorShape([2, 10, 16])
+    """
+
+    def __init__(self, max_length, max_wavelength=10000.0, **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+        self.max_wavelength = max_wavelength
+
+    def build(self, inputs_shape):
+        _check_rank3(self, inputs_shape)
+
+    def call(self, inputs, start_index=0):
+        length, dim = ops.shape(inputs)[1], inputs.shape[-1]
+        _check_length(self, length, start_index)
+        positions = ops.cast(ops.arange(length) + start_index, "float32")
+        channel = ops.arange(dim)
+        # 2i / d for both channel 2i (sin) and channel 2i + 1 (cos).
+        exponent = ops.cast(channel // 2 * 2, "float32") / float(dim)
+        inverse_wavelength = ops.power(float(self.max_wavelength), -exponent)
+        angles = positions[:, None] * inverse_wavelength[None, :]  # (T, d)
+        is_even = ops.equal(channel % 2, 0)[None, :]
+        encoding = ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        return ops.cast(encoding[None], self.compute_dtype)
+
+    def compute_output_shape(self, inputs_shape):
+        return (1,) + tuple(inputs_shape[1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"max_length": self.max_length, "max_wavelength": self.max_wavelength}
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class PositionEmbedding(keras.layers.Layer):
+    """Learned position embeddings (as in BERT): one vector per position.
+
+    Args:
+        max_length: number of positions, the longest sequence accepted.
+        initializer: initializer of the `(max_length, d)` table.
+
+    Call arguments:
+        inputs: `(B, T, d)`; only its length and width are used.
+        start_index: position of `inputs[:, 0]` (int or scalar tensor).
+
+    Returns:
+        `(1, T, d)` embeddings, broadcastable to `inputs`.
+
+    Example:
+
+    >>> x = np.zeros((2, 10, 16), "float32")
+    >>> PositionEmbedding(max_length=64)(x).shape
+    TensorShape([1, 10, 16])
+    """
+
+    def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, inputs_shape):
+        _check_rank3(self, inputs_shape)
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.max_length, inputs_shape[-1]),
+            initializer=self.initializer,
+        )
+
+    def call(self, inputs, start_index=0):
+        length = ops.shape(inputs)[1]
+        _check_length(self, length, start_index)
+        table = ops.slice(
+            self.embeddings, (start_index, 0), (length, self.embeddings.shape[-1])
+        )
+        return ops.cast(table[None], self.compute_dtype)
+
+    def compute_output_shape(self, inputs_shape):
+        return (1,) + tuple(inputs_shape[1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "max_length": self.max_length,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

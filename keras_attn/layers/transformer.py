@@ -1,0 +1,318 @@
+"""The Transformer's encoder and decoder blocks (Vaswani et al. 2017, 3.1)."""
+
+import keras
+from keras import ops
+
+from keras_attn.layers import masking
+from keras_attn.layers.add_and_norm import AddAndNorm
+from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+
+
+class _TransformerBlock(keras.layers.Layer):
+    """Configuration and sublayer factory shared by both blocks."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.0,
+        activation="relu",
+        norm_first=False,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.activation = activation
+        self.norm_first = norm_first
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.supports_masking = True
+
+    def _check_width(self, x_shape):
+        name = type(self).__name__
+        if len(x_shape) != 3:
+            raise ValueError(
+                f"{name}: `x` must have rank 3 (batch, length, features), got "
+                f"shape {tuple(x_shape)}."
+            )
+        width = x_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(
+                f"{name}: num_heads={self.num_heads} does not divide the "
+                f"feature size {width} of `x` (shape {tuple(x_shape)})."
+            )
+        return width
+
+    def _attention(self, width, name):
+        return MultiHeadAttention(
+            self.num_heads,
+            width // self.num_heads,
+            dropout=self.attention_dropout,
+            name=name,
+        )
+
+    def _add_and_norm(self, name):
+        return AddAndNorm(
+            self.dropout, self.norm_first, self.layer_norm_epsilon, name=name
+        )
+
+    def _feed_forward(self):
+        return FeedForward(
+            self.intermediate_dim, self.activation, name="feed_forward"
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "activation": self.activation,
+                "norm_first": self.norm_first,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoderBlock(_TransformerBlock):
+    """One encoder layer: self-attention and a feed-forward network.
+
+    x = AddAndNorm(x, MultiHeadAttention(x, x))
+    x = AddAndNorm(x, FeedForward(x))
+
+    Args:
+        num_heads: attention heads; must divide the width of `x`.
+        intermediate_dim: inner width of the feed-forward network.
+        dropout: residual dropout (P_drop).
+        activation: feed-forward activation.
+        norm_first: pre-norm instead of the paper's post-norm.
+        attention_dropout: dropout on the attention weights.
+        layer_norm_epsilon: LayerNorm epsilon.
+
+    Call arguments:
+        x: `(B, T, d)`.
+        padding_mask: optional `(B, T)`, `True` for real tokens. Defaults to
+            the Keras mask of `x`.
+        training: whether dropout is active.
+        return_attention_scores: also return the `(B, h, T, T)` weights.
+
+    Returns:
+        `(B, T, d)`, and the attention weights when asked.
+
+    Example:
+
+    >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
+    >>> block(np.random.rand(2, 5, 8).astype("float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def build(self, x_shape):
+        width = self._check_width(x_shape)
+        self.self_attention = self._attention(width, "self_attention")
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm = self._add_and_norm("self_attention_norm")
+        self.self_attention_norm.build(x_shape)
+        self.feed_forward = self._feed_forward()
+        self.feed_forward.build(x_shape)
+        self.feed_forward_norm = self._add_and_norm("feed_forward_norm")
+        self.feed_forward_norm.build(x_shape)
+
+    def call(
+        self,
+        x,
+        padding_mask=None,
+        training=None,
+        return_attention_scores=False,
+        mask=None,
+    ):
+        padding_mask = mask if padding_mask is None else padding_mask
+        attention_mask = masking.attention_mask(padding_mask, padding_mask)
+
+        residual = x
+        x = self.self_attention_norm.normalize_input(x)
+        x, scores = self.self_attention(
+            x, x, attention_mask=attention_mask,
+            return_attention_scores=True, training=training,
+        )
+        x = self.self_attention_norm(residual, x, training=training)
+
+        residual = x
+        x = self.feed_forward(self.feed_forward_norm.normalize_input(x))
+        x = self.feed_forward_norm(residual, x, training=training)
+        return (x, scores) if return_attention_scores else x
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerDecoderBlock(_TransformerBlock):
+    """One decoder layer: masked self-attention, cross-attention, feed-forward.
+
+    x = AddAndNorm(x, MultiHeadAttention(x, x, causal))
+    x = AddAndNorm(x, MultiHeadAttention(x, encoder_outputs))  # if given
+    x = AddAndNorm(x, FeedForward(x))
+
+    The causal mask stops position i from attending to positions after i,
+    so predictions for i depend only on the known outputs before it
+    (section 3.2.3). Without `encoder_outputs` at build time the block has
+    no cross-attention (a decoder-only language model).
+
+    Incremental decoding: pass the self-attention `cache` (from
+    `empty_cache`) and the step's `cache_index` with `x` holding the new
+    step(s) only; pass the encoder's keys and values once projected
+    (`cross_attention.project_key_value(encoder_outputs)`) as
+    `cross_attention_cache`. The output equals the full causal pass.
+
+    Args:
+        num_heads: attention heads; must divide the width of `x`.
+        intermediate_dim: inner width of the feed-forward network.
+        dropout: residual dropout (P_drop).
+        activation: feed-forward activation.
+        norm_first: pre-norm instead of the paper's post-norm.
+        attention_dropout: dropout on the attention weights.
+        layer_norm_epsilon: LayerNorm epsilon.
+
+    Call arguments:
+        x: `(B, T, d)` decoder inputs (embedded, shifted right).
+        encoder_outputs: `(B, S, d_enc)`.
+        decoder_padding_mask: optional `(B, T)`, `True` for real tokens.
+        encoder_padding_mask: optional `(B, S)`, `True` for real tokens.
+        training: whether dropout is active.
+        cache: optional `(B, 2, max_length, h, d/h)` self-attention cache.
+        cache_index: step index of `x[:, 0]` in the cache.
+        cross_attention_cache: optional `(B, 2, S, h, d/h)` projected
+            encoder keys and values; replaces `encoder_outputs`.
+        return_attention_scores: also return the weights.
+        mask, x_mask, encoder_outputs_mask: filled by Keras from the inputs'
+            masks when the padding masks are not given.
+
+    Returns:
+        `x` `(B, T, d)`; then the updated cache if `cache` was given; then,
+        when asked, the self-attention weights `(B, h, T, T)` and the
+        cross-attention weights `(B, h, T, S)` (if there is cross-attention).
+
+    Example:
+
+    >>> block = TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> encoded = np.random.rand(2, 7, 8).astype("float32")
+    >>> out, self_w, cross_w = block(x, encoded, return_attention_scores=True)
+    >>> out.shape, self_w.shape, cross_w.shape
+    (TensorShape([2, 5, 8]), TensorShape([2, 2, 5, 5]), TensorShape([2, 2, 5, 7]))
+    """
+
+    def build(self, x_shape, encoder_outputs_shape=None):
+        width = self._check_width(x_shape)
+        self.self_attention = self._attention(width, "self_attention")
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm = self._add_and_norm("self_attention_norm")
+        self.self_attention_norm.build(x_shape)
+        self.has_cross_attention = encoder_outputs_shape is not None
+        if self.has_cross_attention:
+            if len(encoder_outputs_shape) != 3:
+                raise ValueError(
+                    "TransformerDecoderBlock: `encoder_outputs` must have rank 3 "
+                    "(batch, length, features), got shape "
+                    f"{tuple(encoder_outputs_shape)}."
+                )
+            self.cross_attention = self._attention(width, "cross_attention")
+            self.cross_attention.build(x_shape, encoder_outputs_shape)
+            self.cross_attention_norm = self._add_and_norm("cross_attention_norm")
+            self.cross_attention_norm.build(x_shape)
+        self.feed_forward = self._feed_forward()
+        self.feed_forward.build(x_shape)
+        self.feed_forward_norm = self._add_and_norm("feed_forward_norm")
+        self.feed_forward_norm.build(x_shape)
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """Zeros of shape `(B, 2, max_length, h, d/h)` for `cache`."""
+        attention = self.self_attention
+        return ops.zeros(
+            (batch_size, 2, max_length, attention.num_heads, attention.key_dim),
+            dtype=dtype or self.compute_dtype,
+        )
+
+    def call(
+        self,
+        x,
+        encoder_outputs=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        training=None,
+        cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
+        return_attention_scores=False,
+        mask=None,
+        x_mask=None,
+        encoder_outputs_mask=None,
+    ):
+        if decoder_padding_mask is None:
+            decoder_padding_mask = mask if x_mask is None else x_mask
+        if encoder_padding_mask is None:
+            encoder_padding_mask = encoder_outputs_mask
+        if cache is not None:
+            decoder_padding_mask = None  # decoding steps are never padding
+        has_encoder = encoder_outputs is not None or cross_attention_cache is not None
+        if has_encoder and not self.has_cross_attention:
+            raise ValueError(
+                "TransformerDecoderBlock: `encoder_outputs` given to a block "
+                "built without cross-attention."
+            )
+
+        # Masked multi-head self-attention.
+        residual = x
+        x = self.self_attention_norm.normalize_input(x)
+        attended = self.self_attention(
+            x, x,
+            attention_mask=masking.attention_mask(
+                decoder_padding_mask, decoder_padding_mask
+            ),
+            use_causal_mask=True,
+            return_attention_scores=True,
+            training=training,
+            cache=cache,
+            cache_index=cache_index,
+        )
+        if cache is not None:
+            x, self_scores, cache = attended
+        else:
+            x, self_scores = attended
+        x = self.self_attention_norm(residual, x, training=training)
+
+        # Multi-head attention over the encoder outputs.
+        cross_scores = None
+        if has_encoder:
+            residual = x
+            x = self.cross_attention_norm.normalize_input(x)
+            memory = encoder_outputs if cross_attention_cache is None else x
+            x, cross_scores = self.cross_attention(
+                x, memory,
+                attention_mask=masking.attention_mask(
+                    decoder_padding_mask, encoder_padding_mask
+                ),
+                return_attention_scores=True,
+                training=training,
+                cache=cross_attention_cache,
+            )
+            x = self.cross_attention_norm(residual, x, training=training)
+
+        residual = x
+        x = self.feed_forward(self.feed_forward_norm.normalize_input(x))
+        x = self.feed_forward_norm(residual, x, training=training)
+
+        results = (x,)
+        if cache is not None:
+            results += (cache,)
+        if return_attention_scores:
+            results += (self_scores,)
+            if cross_scores is not None:
+                results += (cross_scores,)
+        return results[0] if len(results) == 1 else results

@@ -1,0 +1,30 @@
+"""Test setup: two logical CPU devices, so MirroredStrategy runs with 2 replicas.
+
+The split must happen before TensorFlow initializes its devices, so it is
+done here, at import time, before any test module imports Keras layers.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _cpu,
+    [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()],
+)
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    """Every test starts from float32, a fixed seed and a clean Keras session."""
+    keras.mixed_precision.set_global_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.mixed_precision.set_global_policy("float32")

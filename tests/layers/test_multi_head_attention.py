@@ -1,0 +1,160 @@
+import numpy as np
+import keras
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from keras_attn.layers import MultiHeadAttention
+from tests.layers.layer_checks import check_layer
+
+RNG = np.random.default_rng(0)
+
+
+def _pair(num_heads=4, key_dim=8, query_dim=16, value_dim=12, self_attention=False):
+    """Our layer and keras.layers.MultiHeadAttention with the same weights."""
+    query = RNG.normal(size=(3, 6, query_dim)).astype("float32")
+    value = query if self_attention else RNG.normal(size=(3, 9, value_dim)).astype("float32")
+    reference = keras.layers.MultiHeadAttention(num_heads, key_dim)
+    reference(query, value)
+    ours = MultiHeadAttention(num_heads, key_dim)
+    ours(query, value)
+    ours.set_weights(reference.get_weights())
+    return ours, reference, query, value
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_matches_keras_multi_head_attention(self_attention):
+    ours, reference, query, value = _pair(self_attention=self_attention)
+    expected, expected_scores = reference(query, value, return_attention_scores=True)
+    output, scores = ours(query, value, return_attention_scores=True)
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_matches_keras_with_padding_mask():
+    ours, reference, query, value = _pair()
+    keep = np.ones((3, 9), bool)
+    keep[0, 5:] = False
+    keep[2, 1:] = False
+    mask = np.broadcast_to(keep[:, None, :], (3, 6, 9))
+    expected, expected_scores = reference(
+        query, value, attention_mask=mask, return_attention_scores=True
+    )
+    output, scores = ours(query, value, attention_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_matches_keras_with_causal_and_keras_masks():
+    ours, reference, query, _ = _pair(self_attention=True)
+    ids = np.array([[1, 2, 3, 4, 5, 6], [1, 2, 3, 0, 0, 0], [4, 4, 0, 0, 0, 0]])
+    embed = keras.layers.Embedding(10, 16, mask_zero=True)
+    x = embed(ids)  # keras.layers.MultiHeadAttention deletes its inputs' masks
+    expected, expected_scores = reference(x, x, use_causal_mask=True, return_attention_scores=True)
+    x = embed(ids)
+    output, scores = ours(x, x, use_causal_mask=True, return_attention_scores=True)
+    real = ids != 0  # Keras gives padded queries uniform weights, we give zeros
+    np.testing.assert_allclose(np.asarray(output)[real], np.asarray(expected)[real], atol=1e-5)
+    scores, expected_scores = np.asarray(scores), np.asarray(expected_scores)
+    for b, h in np.ndindex(3, 4):
+        np.testing.assert_allclose(scores[b, h][real[b]], expected_scores[b, h][real[b]], atol=1e-5)
+    assert np.all(scores[~real.astype(bool)[:, None, :].repeat(4, 1)] == 0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(position=st.integers(0, 6), causal=st.booleans())
+def test_causality_changing_a_later_token_never_changes_earlier_outputs(position, causal):
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(2, 7, 8)).astype("float32")
+    changed = x.copy()
+    changed[:, position] += 5.0
+    before = np.asarray(layer(x, x, use_causal_mask=True))
+    after = np.asarray(layer(changed, changed, use_causal_mask=True))
+    np.testing.assert_allclose(after[:, :position], before[:, :position], atol=1e-5)
+    assert not np.allclose(after[:, position], before[:, position])
+
+
+def test_padded_keys_get_zero_weight_and_changing_them_changes_nothing():
+    layer = MultiHeadAttention(2, 4)
+    query = RNG.normal(size=(2, 5, 8)).astype("float32")
+    value = RNG.normal(size=(2, 6, 8)).astype("float32")
+    keep = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
+    output, scores = layer(query, value, value_mask=keep, return_attention_scores=True)
+    assert np.all(np.asarray(scores)[~keep[:, None, None, :].repeat(2, 1).repeat(5, 2)] == 0)
+    np.testing.assert_allclose(np.asarray(scores).sum(-1), 1.0, atol=1e-5)
+    garbage = value.copy()
+    garbage[~keep] = RNG.normal(size=garbage[~keep].shape) * 100
+    np.testing.assert_allclose(layer(query, garbage, value_mask=keep), output, atol=1e-5)
+
+
+def test_all_masked_rows_give_zero_weights_not_nan():
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(2, 4, 8)).astype("float32")
+    keep = np.zeros((2, 4), bool)
+    keep[0, 0] = True
+    output, scores = layer(x, x, value_mask=keep, return_attention_scores=True)
+    assert np.all(np.isfinite(output)) and np.all(np.isfinite(scores))
+    assert np.all(np.asarray(scores)[1] == 0)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    half = MultiHeadAttention(2, 4)
+    output, scores = half(x, x, value_mask=keep, use_causal_mask=True, return_attention_scores=True)
+    assert np.all(np.isfinite(keras.ops.cast(output, "float32")))
+    assert np.all(np.asarray(keras.ops.cast(scores, "float32"))[1] == 0)
+
+
+def test_cached_steps_equal_the_full_causal_pass():
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(2, 6, 8)).astype("float32")
+    full = np.asarray(layer(x, x, use_causal_mask=True))
+    cache = np.zeros((2, 2, 6, 2, 4), "float32")
+    steps = []
+    for t in range(6):
+        out, cache = layer(x[:, t : t + 1], x[:, t : t + 1], cache=cache, cache_index=t)
+        steps.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_precomputed_cross_attention_cache_equals_plain_call():
+    layer = MultiHeadAttention(2, 4)
+    query = RNG.normal(size=(2, 3, 8)).astype("float32")
+    memory = RNG.normal(size=(2, 5, 8)).astype("float32")
+    expected = layer(query, memory)
+    cache = layer.project_key_value(memory)
+    np.testing.assert_allclose(layer(query, memory, cache=cache), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"num_heads": 0, "key_dim": 4}, "num_heads"), ({"num_heads": 2, "key_dim": 2.5}, "key_dim")],
+)
+def test_bad_configuration_names_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+def test_bad_shapes_name_the_argument_and_shapes():
+    layer = MultiHeadAttention(2, 4)
+    with pytest.raises(ValueError, match=r"`query` must have rank 3.*\(2, 8\)"):
+        layer(np.zeros((2, 8), "float32"), np.zeros((2, 5, 8), "float32"))
+    with pytest.raises(ValueError, match=r"`key` and `value` must have the same length"):
+        MultiHeadAttention(2, 4)(
+            np.zeros((2, 3, 8), "float32"),
+            np.zeros((2, 5, 8), "float32"),
+            key=np.zeros((2, 4, 8), "float32"),
+        )
+
+
+def test_standard_layer_checks(tmp_path):
+    x = RNG.normal(size=(4, 5, 8)).astype("float32")
+    m = RNG.normal(size=(4, 7, 6)).astype("float32")
+    check_layer(
+        lambda: MultiHeadAttention(2, 4, dropout=0.1),
+        [x, m],
+        call=lambda layer, q, v: layer(q, v),
+        tmp_path=tmp_path,
+    )
+    check_layer(
+        lambda: MultiHeadAttention(2, 4),
+        [x],
+        call=lambda layer, q: layer(q, q, use_causal_mask=True),
+        tmp_path=tmp_path,
+    )
