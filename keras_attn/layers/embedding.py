@@ -103,8 +103,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return self.dropout_layer(x, training=training)
 
     def compute_mask(self, token_ids, mask=None):
-        if not self.mask_zero:
-            return None
+        if not self.mask_zero or "float" in str(token_ids.dtype):
+            return None  # no padding ids, or hidden states (`reverse=True`)
         return ops.not_equal(token_ids, 0)
 
     def get_config(self):

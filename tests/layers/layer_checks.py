@@ -10,22 +10,11 @@ layer and checks that:
 - `tf.function(jit_compile=True)` gives the same outputs as eager.
 """
 
-import functools
-
 import numpy as np
 import keras
 import tensorflow as tf
 
-
-@functools.cache
-def two_replica_strategy():
-    """One MirroredStrategy over the two logical CPUs for the whole session.
-
-    Separate MirroredStrategy objects in one process hand out the same
-    collective instance keys, so models of different shapes trained under
-    two of them collide; sharing one strategy avoids that.
-    """
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+from keras_attn.training import get_strategy
 
 
 def _model(make_layer, inputs, call):
@@ -65,7 +54,7 @@ def check_layer(make_layer, inputs, call=lambda layer, *xs: layer(*xs), tmp_path
     compiled = tf.function(model, jit_compile=True)
     np.testing.assert_allclose(np.asarray(compiled(inputs)), expected, atol=1e-4)
 
-    strategy = two_replica_strategy()
+    strategy = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         distributed = _model(make_layer, inputs, call)

@@ -1,0 +1,4 @@
+"""Functional models built from `keras_attn.layers`, with named presets."""
+
+from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
+from keras_attn.models.transformer import TransformerStepper, transformer

@@ -1,0 +1,6 @@
+"""Training: losses, metrics, schedules, strategies and the runner every job uses."""
+
+from keras_attn.training.losses import MaskedSparseCrossEntropy, token_cross_entropy
+from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
+from keras_attn.training.schedules import TransformerSchedule
+from keras_attn.training.strategy import get_strategy

@@ -1,0 +1,41 @@
+"""The Transformer's learning-rate schedule (Vaswani et al. 2017, 5.3)."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up, then inverse-square-root decay.
+
+    lrate = scale · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5),
+    counting steps from 1. The peak, at `warmup_steps`, is
+    scale · (d_model · warmup_steps)^-0.5.
+
+    Args:
+        d_model: the model width.
+        warmup_steps: steps of linear warm-up (4000 in the paper).
+        scale: a multiplier on the paper's rate (1.0 in the paper).
+
+    Example:
+
+    >>> schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    >>> optimizer = keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9)
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        rate = ops.minimum(ops.rsqrt(step), step * float(self.warmup_steps) ** -1.5)
+        return self.scale * float(self.d_model) ** -0.5 * rate
+
+    def get_config(self):
+        return {
+            "d_model": self.d_model,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+        }

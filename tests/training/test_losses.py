@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.training import (
+    MaskedPerplexity,
+    MaskedSparseCrossEntropy,
+    MaskedTokenAccuracy,
+    TransformerSchedule,
+    get_strategy,
+)
+
+RNG = np.random.default_rng(0)
+TARGETS = np.array([[5, 2, 7, 0, 0], [1, 3, 3, 3, 0]])
+LOGITS = RNG.normal(size=(2, 5, 9)).astype("float32") * 3
+
+
+def _numpy_loss(targets, logits, smoothing):
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    vocab = logits.shape[-1]
+    smoothed = np.full(logits.shape, smoothing / vocab)
+    smoothed += (1 - smoothing) * np.eye(vocab)[targets]
+    per_token = -(smoothed * log_p).sum(-1)
+    mask = targets != 0
+    return per_token[mask].mean()
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_equals_numpy_reference(smoothing):
+    loss = MaskedSparseCrossEntropy(label_smoothing=smoothing)
+    np.testing.assert_allclose(
+        float(loss(TARGETS, LOGITS)), _numpy_loss(TARGETS, LOGITS, smoothing), rtol=1e-5
+    )
+
+
+def test_padding_targets_do_not_count():
+    loss = MaskedSparseCrossEntropy()
+    changed = LOGITS.copy()
+    changed[TARGETS == 0] += RNG.normal(size=changed[TARGETS == 0].shape) * 10
+    np.testing.assert_allclose(float(loss(TARGETS, changed)), float(loss(TARGETS, LOGITS)), rtol=1e-6)
+
+
+def test_replicas_with_different_padding_sum_to_the_global_token_mean():
+    strategy = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda context: (TARGETS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1],
+                         LOGITS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1])
+    )
+    losses = strategy.run(tf.function(lambda pair: loss(*pair)), args=(per_replica,))
+    total = strategy.reduce("SUM", losses, axis=None)
+    np.testing.assert_allclose(float(total), _numpy_loss(TARGETS, LOGITS, 0.1), rtol=1e-5)
+
+
+def test_token_accuracy_and_perplexity_ignore_padding():
+    accuracy = MaskedTokenAccuracy()
+    logits = np.full((2, 5, 9), -5.0, "float32")
+    logits[0, 0, 5] = logits[0, 1, 2] = 5  # right
+    logits[0, 2, 1] = 5  # wrong
+    logits[1, :, 3] = 5  # 3 of the 4 real tokens right, the padding "right" too
+    accuracy.update_state(TARGETS, logits)
+    assert float(accuracy.result()) == pytest.approx(5 / 7)
+    perplexity = MaskedPerplexity()
+    perplexity.update_state(TARGETS, LOGITS)
+    np.testing.assert_allclose(
+        float(perplexity.result()), np.exp(_numpy_loss(TARGETS, LOGITS, 0.0)), rtol=1e-5
+    )
+
+
+def test_transformer_schedule_warms_up_then_decays():
+    schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    rates = np.array([float(schedule(step - 1)) for step in (1, 2000, 4000, 16000)])
+    np.testing.assert_allclose(rates[2], 512**-0.5 * 4000**-0.5, rtol=1e-5)
+    np.testing.assert_allclose(rates[1], rates[2] / 2, rtol=1e-3)
+    np.testing.assert_allclose(rates[3], rates[2] / 2, rtol=1e-3)

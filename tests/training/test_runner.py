@@ -1,0 +1,75 @@
+import numpy as np
+import keras
+import pytest
+import tensorflow as tf
+
+from keras_attn.models import transformer
+from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
+from keras_attn.training.runner import RunConfig, train
+
+RNG = np.random.default_rng(0)
+
+
+def _data(count=16, length=7, vocab=20):
+    lengths = RNG.integers(2, length + 1, size=count)
+    source = np.zeros((count, length), "int32")
+    target = np.zeros((count, length + 1), "int32")
+    for row, n in enumerate(lengths):
+        source[row, :n] = RNG.integers(7, vocab, size=n)
+        target[row, 0] = 2
+        target[row, 1 : n + 1] = source[row, :n][::-1]
+        target[row, n] = 3 if n < length else target[row, n]
+    return {"source": source, "target_in": target[:, :-1]}, target[:, 1:]
+
+
+INPUTS, TARGETS = _data()
+
+
+def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=()):
+    def make_datasets(global_batch):
+        data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).batch(global_batch)
+        return data, data
+
+    return train(
+        RunConfig(run_dir=str(run_dir), epochs=epochs, batch_size=16 // (2 if strategy == "mirrored" else 1),
+                  strategy=strategy, devices=devices, verbose=0),
+        build_model=lambda: transformer(20, 20, max_length=8, num_layers=1, hidden_dim=16,
+                                        num_heads=2, intermediate_dim=32, dropout=0.0),
+        make_datasets=make_datasets,
+        make_optimizer=lambda: keras.optimizers.Adam(1e-2),
+        make_loss=lambda: MaskedSparseCrossEntropy(label_smoothing=0.1),
+        make_metrics=lambda: [MaskedTokenAccuracy()],
+        callbacks=callbacks,
+    )
+
+
+def test_two_replicas_give_the_losses_of_one_device(tmp_path):
+    one = _job(tmp_path / "one", epochs=4)
+    two = _job(tmp_path / "two", epochs=4, strategy="mirrored", devices=["/cpu:0", "/cpu:1"])
+    assert two.strategy.num_replicas_in_sync == 2 and two.global_batch_size == 16
+    np.testing.assert_allclose(two.history["loss"], one.history["loss"], atol=1e-4)
+    np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
+    for a, b in zip(one.model.get_weights(), two.model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+
+def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path):
+    uninterrupted = _job(tmp_path / "straight", epochs=4)
+    with pytest.raises(KeyboardInterrupt):
+        _job(tmp_path / "resumed", epochs=4, callbacks=[_Interrupt()])
+    resumed = _job(tmp_path / "resumed", epochs=4)
+    assert resumed.initial_epoch == 2
+    assert len(resumed.history["loss"]) == 2
+    np.testing.assert_allclose(resumed.history["loss"], uninterrupted.history["loss"][2:], rtol=1e-5)
+    assert int(resumed.model.optimizer.iterations) == int(uninterrupted.model.optimizer.iterations)
+    # A finished run resumed again trains no more and keeps the best weights.
+    again = _job(tmp_path / "resumed", epochs=4)
+    assert again.history == {} and again.best_val_loss == pytest.approx(min(uninterrupted.history["val_loss"]))
+    assert (tmp_path / "resumed" / "best.weights.h5").exists()
+    assert not list((tmp_path / "resumed").glob("*.tmp*"))
