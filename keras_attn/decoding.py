@@ -1,0 +1,474 @@
+"""Autoregressive decoding: greedy search and beam search over a stepper.
+
+The search code knows nothing about the model. It drives a *stepper*, an
+object with two methods (`keras_attn.models.TransformerStepper` is one; an
+RNN decoder that carries its state is another):
+
+- `initial_state(source)` → `state`: a nested structure (dicts, lists) of
+  tensors whose first axis is the batch. Their shapes stay the same at every
+  step (caches are preallocated), so the state is a `tf.while_loop`
+  variable.
+- `step(token_ids, state, index, return_attention_scores=False)` →
+  `(logits, new_state)`, or `(logits, new_state, attention)` when asked:
+  `token_ids` `(B,)` are the previous outputs ([BOS] first), `index` is the
+  int32 step (the position of `token_ids` in the output), `logits` `(B, V)`
+  score the next token and `attention` is a list, one per decoder layer, of
+  `(B, heads, S)` cross-attention weights. A tensor of the state that a step
+  does not change should come back as the same object (`dict(state,
+  cache=...)`): beam search then knows it needs no reordering.
+
+Every search is one `tf.while_loop`: it runs eagerly and inside
+`tf.function` (so it can be exported in a SavedModel signature), and
+`max_length` and `beam_width` may be Python ints or scalar int32 tensors.
+
+Conventions: [PAD] (id 0) is never emitted before [EOS]; outputs exclude
+[BOS], include [EOS] and are padded with [PAD] after it; a log-probability
+or length counts the tokens up to and including [EOS].
+"""
+
+import math
+
+import tensorflow as tf
+from keras import ops
+
+# The project's shared special tokens: [PAD] [UNK] [BOS] [EOS] [CLS] [SEP] [MASK].
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+_INF = math.inf
+
+
+def greedy_search(
+    stepper, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID, return_attention=False
+):
+    """Decodes by taking the most likely token at every step.
+
+    The loop stops as soon as every sequence has emitted [EOS], or after
+    `max_length` steps; sequences that have finished emit [PAD] meanwhile.
+
+    Args:
+        stepper: a decoder with `initial_state(source)` and
+            `step(token_ids, state, index)` (see the module docstring).
+        source: `(B, S)` int token ids, 0 as padding.
+        max_length: the most tokens to emit; int or scalar int32 tensor, at
+            most what the stepper's caches hold.
+        bos_id: the token fed at the first step.
+        eos_id: the token that ends a sequence.
+        return_attention: also return the cross-attention weights.
+
+    Returns:
+        A dict with `tokens` `(B, L)` int32, `scores` `(B,)` float32 (sums
+        of log-probabilities), `lengths` `(B,)` int32 and, if asked,
+        `attention` `(B, L, layers, heads, S)`: the weights that produced
+        each token (zeros after [EOS]). `L <= max_length` is the number of
+        steps run.
+
+    Example:
+
+    >>> model = transformer(1000, 1000, preset="tiny")
+    >>> stepper = TransformerStepper(model, max_length=20)
+    >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+    >>> outputs = greedy_search(stepper, source, max_length=20)
+    >>> sorted(outputs), outputs["tokens"].shape[0]
+    (['lengths', 'scores', 'tokens'], 2)
+    """
+    source = tf.convert_to_tensor(source)
+    batch = tf.shape(source)[0]
+
+    def body(index, state, sequences):
+        if return_attention:
+            logits, state, attention = stepper.step(
+                sequences["last"], state, index, return_attention_scores=True
+            )
+        else:
+            logits, state = stepper.step(sequences["last"], state, index)[:2]
+        updated = _greedy_step(logits, sequences, eos_id)
+        updated["tokens"] = sequences["tokens"].write(index, updated["last"])
+        if return_attention:
+            attention = tf.cast(tf.stack(attention, axis=1), tf.float32)
+            attention = tf.where(  # (B, layers, heads, S)
+                sequences["done"][:, None, None, None], 0.0, attention
+            )
+            updated["attention"] = sequences["attention"].write(index, attention)
+        return index + 1, state, updated
+
+    sequences = _start_sequences(batch, bos_id)
+    sequences["tokens"] = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
+    if return_attention:
+        sequences["attention"] = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+    sequences = _decode_loop(body, stepper.initial_state(source), sequences, max_length)
+    outputs = {
+        "tokens": _batch_major(sequences["tokens"], tf.zeros([batch, 0], tf.int32)),
+        "scores": sequences["scores"],
+        "lengths": sequences["lengths"],
+    }
+    if return_attention:
+        outputs["attention"] = _batch_major(
+            sequences["attention"], tf.zeros([batch, 0, 0, 0, 0])
+        )
+    return outputs
+
+
+def beam_search(
+    stepper,
+    source,
+    max_length,
+    beam_width=4,
+    length_penalty=0.6,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    return_all_beams=False,
+):
+    """Beam search with the GNMT length penalty (Wu et al. 2016, section 7).
+
+    Each source keeps `beam_width` hypotheses. At every step the alive
+    hypotheses are extended by every token and the best extensions by
+    log-probability fill the beam. A hypothesis that emits [EOS] is
+    finished: it is frozen with its score and keeps its place in the beam
+    (extended by [PAD] at no cost, never expanded again), so the beam
+    narrows as hypotheses finish and a beam of width 1 is greedy search.
+    The decoder state is tiled to `B · beam_width` rows and, after every
+    step, reordered by the hypotheses' parents with one gather.
+
+    Finished hypotheses are ranked by log P(Y) / lp(Y), with
+    lp(Y) = ((5 + |Y|) / 6)^α. A source stops early once none of its alive
+    hypotheses can beat its best finished one even in the best case (no
+    more log-probability lost, the largest penalty divisor); the loop ends
+    when every source has stopped or after `max_length` steps.
+
+    Args:
+        stepper: a decoder with `initial_state(source)` and
+            `step(token_ids, state, index)` (see the module docstring).
+        source: `(B, S)` int token ids, 0 as padding.
+        max_length: the most tokens to emit; int or scalar int32 tensor, at
+            most what the stepper's caches hold.
+        beam_width: hypotheses kept per source; int or scalar int32 tensor.
+        length_penalty: α; 0 ranks by log-probability alone, larger values
+            favour longer outputs.
+        bos_id: the token fed at the first step.
+        eos_id: the token that ends a hypothesis.
+        return_all_beams: also return every hypothesis, best first.
+
+    Returns:
+        A dict with the best hypothesis of each source: `tokens` `(B, L)`
+        int32, `scores` `(B,)` (log-probability / lp), `log_probs` `(B,)`
+        and `lengths` `(B,)`; with `return_all_beams`, also `beam_tokens`
+        `(B, W, L)` and `beam_scores`, `beam_log_probs`, `beam_lengths`
+        `(B, W)`. Finished hypotheses rank before unfinished ones (cut off
+        by `max_length` or by early stopping), each group by score; a place
+        the search never filled (fewer tokens than places) scores -inf.
+        `L <= max_length` is the number of steps run.
+
+    Example:
+
+    >>> model = transformer(1000, 1000, preset="tiny")
+    >>> stepper = TransformerStepper(model, max_length=20)
+    >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+    >>> outputs = beam_search(stepper, source, max_length=20, beam_width=4,
+    ...                       return_all_beams=True)
+    >>> outputs["beam_tokens"].shape[:2]
+    TensorShape([2, 4])
+    """
+    source = tf.convert_to_tensor(source)
+    batch = tf.shape(source)[0]
+    width = tf.convert_to_tensor(beam_width, tf.int32)
+    alpha = tf.cast(length_penalty, tf.float32)
+    longest_penalty = gnmt_length_penalty(max_length, alpha)
+
+    def body(index, state, beams):
+        tokens = tf.reshape(beams["last"], [-1])
+        logits, new_state = stepper.step(tokens, state, index)[:2]
+        log_probs = _log_probs(logits)
+        vocab_size = tf.shape(log_probs)[-1]
+        log_probs = tf.reshape(log_probs, [batch, width, vocab_size])  # (B, W, V)
+        scores = beams["scores"]  # (B, W)
+        # Finished hypotheses, and all those of a source that has stopped.
+        frozen = beams["finished"] | beams["done"][:, None]
+
+        # The best `width` extensions of the alive hypotheses by one token.
+        extensions = scores[..., None] + tf.where(frozen[..., None], -_INF, log_probs)
+        extension_scores, best = _top_k(tf.reshape(extensions, [batch, -1]), width)
+        # Frozen hypotheses keep their place (extended by [PAD] at no cost);
+        # the best extensions take the other places.
+        _, pick = tf.math.top_k(
+            tf.concat([tf.where(frozen, _INF, -_INF), extension_scores], axis=1),
+            k=width,
+        )
+        candidates = (  # `width` frozen ones, then `width` extensions
+            (tf.broadcast_to(tf.range(width), [batch, width]), best // vocab_size),
+            (tf.fill([batch, width], PAD_ID), best % vocab_size),
+            (tf.where(frozen, scores, -_INF), extension_scores),
+            (tf.zeros_like(frozen), extension_scores > -_INF),
+        )
+        parent, token, scores, grows = [
+            tf.gather(tf.concat(pair, axis=1), pick, batch_dims=1)
+            for pair in candidates
+        ]
+        token = tf.where(grows, token, PAD_ID)  # (B, W)
+
+        def from_parent(x):
+            return tf.gather(x, parent, batch_dims=1)
+
+        finished = from_parent(beams["finished"]) | tf.equal(token, eos_id)
+        lengths = from_parent(beams["lengths"]) + tf.cast(grows, tf.int32)
+        history = tf.where(  # (B, W, max_length), the token written at `index`
+            tf.range(tf.shape(beams["history"])[-1]) == index,
+            token[..., None],
+            from_parent(beams["history"]),
+        )
+        rows = tf.reshape(parent + width * tf.range(batch)[:, None], [-1])
+        new_state = _reorder(new_state, state, rows)
+
+        # A source stops when no alive hypothesis can beat its best finished
+        # one: log-probabilities only fall, and lp is largest at one end.
+        normalized = scores / gnmt_length_penalty(lengths, alpha)
+        best_finished = tf.reduce_max(tf.where(finished, normalized, -_INF), axis=1)
+        bound = scores / tf.maximum(
+            gnmt_length_penalty(lengths + 1, alpha), longest_penalty
+        )
+        alive = (scores > -_INF) & ~finished
+        can_improve = alive & (bound > best_finished[:, None])
+        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1)
+        beams = dict(
+            last=token, scores=scores, finished=finished, lengths=lengths,
+            history=history, done=done,
+        )
+        return index + 1, new_state, beams
+
+    state = tf.nest.map_structure(
+        lambda x: tf.repeat(x, width, axis=0), stepper.initial_state(source)
+    )
+    # Only beam 0 is alive at first, so the first extensions all differ.
+    first_scores = tf.where(tf.range(width) == 0, 0.0, -_INF)
+    beams = {
+        "last": tf.fill([batch, width], tf.cast(bos_id, tf.int32)),
+        "scores": tf.tile(first_scores[None], [batch, 1]),  # sums of log-probs
+        "finished": tf.zeros([batch, width], tf.bool),  # emitted [EOS]
+        "lengths": tf.zeros([batch, width], tf.int32),
+        "history": tf.zeros([batch, width, max_length], tf.int32),
+        "done": tf.zeros([batch], tf.bool),  # the source has stopped
+    }
+    beams = _decode_loop(body, state, beams, max_length)
+    log_probs, lengths = beams["scores"], beams["lengths"]
+    scores = log_probs / gnmt_length_penalty(lengths, alpha)
+    # The steps run: while a source has not stopped, its best hypotheses grow.
+    steps = tf.reduce_max(tf.concat([tf.reshape(lengths, [-1]), [0]], 0))
+    ranked = {
+        "tokens": beams["history"][:, :, :steps],
+        "scores": scores,
+        "log_probs": log_probs,
+        "lengths": lengths,
+    }
+    order = _best_first(scores, beams["finished"])
+    ranked = {name: tf.gather(x, order, batch_dims=1) for name, x in ranked.items()}
+    outputs = {name: x[:, 0] for name, x in ranked.items()}
+    if return_all_beams:
+        outputs.update({f"beam_{name}": x for name, x in ranked.items()})
+    return outputs
+
+
+def gnmt_length_penalty(length, alpha):
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, eq. 14), as float32."""
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def max_decode_length(source, ratio=1.5, extra=10, cap=None):
+    """A step budget for a batch: `min(cap, ceil(ratio · S) + extra)`.
+
+    Args:
+        source: `(B, S)` int token ids, 0 as padding.
+        ratio: output tokens allowed per source token.
+        extra: tokens added to the budget (room for short sources and [EOS]).
+        cap: optional upper bound, e.g. what the decoder's caches hold.
+
+    Returns:
+        A scalar int32 tensor; `S` is the longest unpadded source in the batch.
+
+    Example:
+
+    >>> max_decode_length(np.array([[5, 6, 7, 3], [8, 9, 3, 0]]))
+    <tf.Tensor: shape=(), dtype=int32, numpy=16>
+    """
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "int32"), axis=1)
+    longest = ops.cast(ops.max(source_lengths, initial=0), "float32")
+    length = ops.cast(ops.ceil(ratio * longest), "int32") + extra
+    if cap is not None:
+        length = ops.minimum(length, ops.cast(cap, "int32"))
+    return ops.convert_to_tensor(length, "int32")
+
+
+def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID):
+    """Greedy search that reruns the whole model on the growing output.
+
+    Step t runs the encoder, and the decoder over all t outputs so far (what
+    the TensorFlow tutorials do): O(t) work a step where a cached stepper
+    does O(1). It is the reference `greedy_search` must equal and the
+    baseline it is timed against.
+
+    Args:
+        model: a functional model mapping `{"source", "target_in"}` to
+            `(B, T, V)` logits, e.g. `transformer(...)`.
+        source: `(B, S)` int token ids, 0 as padding.
+        max_length: the most tokens to emit; int or scalar int32 tensor.
+        bos_id: the token fed at the first step.
+        eos_id: the token that ends a sequence.
+
+    Returns:
+        A dict with `tokens` `(B, L)`, `scores` `(B,)` and `lengths` `(B,)`,
+        as `greedy_search` returns them.
+
+    Example:
+
+    >>> model = transformer(1000, 1000, preset="tiny")
+    >>> source = np.array([[5, 6, 7, 3]], "int32")
+    >>> sorted(uncached_greedy_search(model, source, max_length=20))
+    ['lengths', 'scores', 'tokens']
+    """
+    source = tf.convert_to_tensor(source)
+    batch = tf.shape(source)[0]
+
+    def body(index, state, sequences):
+        logits = model(
+            {"source": source, "target_in": sequences["prefix"]}, training=False
+        )
+        updated = _greedy_step(logits[:, -1], sequences, eos_id)
+        updated["prefix"] = tf.concat(
+            [sequences["prefix"], updated["last"][:, None]], axis=1
+        )
+        return index + 1, state, updated
+
+    sequences = _start_sequences(batch, bos_id)
+    sequences["prefix"] = sequences["last"][:, None]  # (B, 1 + steps)
+    sequences = _decode_loop(body, {}, sequences, max_length)
+    return {
+        "tokens": sequences["prefix"][:, 1:],
+        "scores": sequences["scores"],
+        "lengths": sequences["lengths"],
+    }
+
+
+# --------------------------------------------------------------------------
+# Shared pieces.
+
+
+def _decode_loop(body, state, sequences, max_length):
+    """Runs `body(index, state, sequences)` until all `sequences["done"]`.
+
+    Or for `max_length` steps. The state keeps its shapes but for the batch
+    axis; every axis of the other loop variables may change.
+    """
+    max_length = tf.cast(max_length, tf.int32)
+    _, _, sequences = tf.while_loop(
+        lambda index, state, sequences: (index < max_length)
+        & ~tf.reduce_all(sequences["done"]),
+        body,
+        (tf.constant(0), state, sequences),
+        shape_invariants=(
+            tf.TensorShape([]),
+            tf.nest.map_structure(_any_batch_size, state),
+            tf.nest.map_structure(_any_shape, sequences),
+        ),
+    )
+    return sequences
+
+
+def _start_sequences(batch, bos_id):
+    return {
+        "last": tf.fill([batch], tf.cast(bos_id, tf.int32)),  # the latest token
+        "scores": tf.zeros([batch], tf.float32),  # sums of log-probs
+        "lengths": tf.zeros([batch], tf.int32),
+        "done": tf.zeros([batch], tf.bool),  # emitted [EOS]
+    }
+
+
+def _greedy_step(logits, sequences, eos_id):
+    """Appends the most likely token; finished sequences get [PAD] for free."""
+    done = sequences["done"]
+    log_probs = _log_probs(logits)
+    token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    token_log_prob = tf.gather(log_probs, token, batch_dims=1)
+    token = tf.where(done, PAD_ID, token)
+    return dict(
+        sequences,
+        last=token,
+        scores=sequences["scores"] + tf.where(done, 0.0, token_log_prob),
+        lengths=sequences["lengths"] + tf.cast(~done, tf.int32),
+        done=done | tf.equal(token, eos_id),
+    )
+
+
+def _log_probs(logits):
+    """Log-softmax of `(..., V)` logits; [PAD] gets -inf (never emitted)."""
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+    is_pad = tf.equal(tf.range(tf.shape(log_probs)[-1]), PAD_ID)
+    return tf.where(is_pad, -_INF, log_probs)
+
+
+def _batch_major(tensor_array, empty):
+    """Stacks per-step `(B, ...)` outputs into `(B, steps, ...)`.
+
+    `empty` is returned when no step ran (stacking nothing fails).
+    """
+
+    def stack():
+        stacked = tensor_array.stack()  # (steps, B, ...)
+        perm = tf.concat([[1, 0], tf.range(2, tf.rank(stacked))], axis=0)
+        return tf.transpose(stacked, perm)
+
+    return tf.cond(tensor_array.size() > 0, stack, lambda: empty)
+
+
+def _reorder(new_state, state, rows):
+    """Gathers the state rows of each hypothesis' parent.
+
+    A tensor the stepper passed through unchanged (e.g. the encoder's keys
+    and values) is the same for all the hypotheses of a source: gathering
+    it would copy it for nothing.
+    """
+    return tf.nest.map_structure(
+        lambda new, old: new if new is old else tf.gather(new, rows),
+        new_state,
+        state,
+    )
+
+
+def _any_batch_size(x):
+    return tf.TensorShape([None]).concatenate(x.shape[1:])
+
+
+def _any_shape(x):
+    if isinstance(x, tf.TensorArray):
+        return tf.TensorShape(None)
+    return tf.TensorShape([None] * x.shape.rank)
+
+
+def _top_k(x, k, block_size=128):
+    """`tf.math.top_k(x, k)` of long rows, by blocks.
+
+    On CPU `top_k` costs about 3 ns an element: 3 ms a step for 4 beams
+    over 8000 tokens. The `k` best elements of a row lie in the `k` blocks
+    with the highest maxima, so only those `k · block_size` candidates go
+    through `top_k`, ten times faster; ties still go to the lowest index.
+    """
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    block_size = tf.maximum(1, tf.minimum(block_size, length // k))
+    blocks = -(-length // block_size)  # ceil
+    x = tf.pad(x, [[0, 0], [0, blocks * block_size - length]], constant_values=-_INF)
+    x = tf.reshape(x, [batch, blocks, block_size])
+    _, top_blocks = tf.math.top_k(tf.reduce_max(x, axis=-1), k=k)
+    top_blocks = tf.sort(top_blocks, axis=1)  # candidates in index order
+    candidates = tf.reshape(tf.gather(x, top_blocks, batch_dims=1), [batch, -1])
+    values, positions = tf.math.top_k(candidates, k=k)
+    indices = top_blocks[..., None] * block_size + tf.range(block_size)
+    return values, tf.gather(tf.reshape(indices, [batch, -1]), positions, batch_dims=1)
+
+
+def _best_first(scores, finished):
+    """Beam order `(B, W)`: finished hypotheses first, each group by score."""
+    order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
+    finished_first = tf.argsort(
+        tf.cast(tf.gather(finished, order, batch_dims=1), tf.int32),
+        axis=1,
+        direction="DESCENDING",
+        stable=True,
+    )
+    return tf.gather(order, finished_first, batch_dims=1)

@@ -1,0 +1,147 @@
+"""SavedModel export: strings in, strings out, tokenizers inside the graph.
+
+An export is a plain TensorFlow SavedModel at
+`<root>/<name>/<version>/` (the TensorFlow Serving layout). It loads in a
+process that imports only `tensorflow` and `tensorflow_text`:
+
+    import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
+    translator = tf.saved_model.load("saved_models/transformer/1")
+    out = translator.signatures["translate"](
+        text=tf.constant(["Ein Hund läuft."]), beam_width=tf.constant(4))
+    out["translation"], out["score"], out["truncated"]
+"""
+
+import os
+import re
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_attn import decoding
+
+
+class Translator(tf.Module):
+    """A translation model with its tokenizers and search, ready to export.
+
+    Signatures:
+    - `translate(text: string[B], beam_width: int32[])` →
+      `translation` string[B], `score` float32[B] (length-normalized
+      log-probability), `truncated` bool[B] (the input was longer than the
+      model accepts and was cut). Beam width 1 is greedy search.
+    - `attention(text: string[B])` → `translation`, `source_tokens`
+      string[B, S], `output_tokens` string[B, L] and `cross_attention`
+      float32[B, L, layers, heads, S] of greedy decoding, for plotting.
+
+    Args:
+        stepper: the model's incremental decoder (e.g. `TransformerStepper`);
+            its `model` attribute is the Keras model.
+        source_tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`.
+        target_tokenizer: same, for the target language.
+        max_length: the longest source (and output) sequence, in tokens.
+        length_penalty: GNMT length penalty α of beam search.
+    """
+
+    def __init__(self, stepper, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6):
+        super().__init__(name="translator")
+        self.stepper = stepper
+        self.model = stepper.model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_length = max_length
+        self.length_penalty = length_penalty
+
+    def encode(self, text):
+        """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
+        ids = self.source_tokenizer.tokenize(text)
+        truncated = ids.row_lengths() > self.max_length
+        source = ids[:, : self.max_length].to_tensor(default_value=0)
+        # At least one (padding) column, so an all-empty batch still decodes.
+        missing = tf.maximum(0, 1 - tf.shape(source)[1])
+        source = tf.pad(source, [[0, 0], [0, missing]])
+        return tf.cast(source, tf.int32), truncated
+
+    def _decode_length(self, source):
+        return decoding.max_decode_length(source, cap=self.max_length)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text"),
+            tf.TensorSpec([], tf.int32, name="beam_width"),
+        ]
+    )
+    def translate(self, text, beam_width):
+        source, truncated = self.encode(text)
+        result = decoding.beam_search(
+            self.stepper,
+            source,
+            beam_width=tf.maximum(beam_width, 1),
+            max_length=self._decode_length(source),
+            length_penalty=self.length_penalty,
+        )
+        return {
+            "translation": self.target_tokenizer.detokenize(result["tokens"]),
+            "score": result["scores"],
+            "truncated": truncated,
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def attention(self, text):
+        source, _ = self.encode(text)
+        result = decoding.greedy_search(
+            self.stepper,
+            source,
+            max_length=self._decode_length(source),
+            return_attention=True,
+        )
+        return {
+            "translation": self.target_tokenizer.detokenize(result["tokens"]),
+            "source_tokens": self.source_tokenizer.id_to_token(source),
+            "output_tokens": self.target_tokenizer.id_to_token(result["tokens"]),
+            "cross_attention": tf.cast(result["attention"], tf.float32),
+        }
+
+    def signatures(self):
+        return {
+            "serving_default": self.translate,
+            "translate": self.translate,
+            "attention": self.attention,
+        }
+
+
+def next_version(model_root):
+    """The next integer version under `model_root` (1 when there is none)."""
+    versions = [
+        int(entry)
+        for entry in (os.listdir(model_root) if os.path.isdir(model_root) else [])
+        if re.fullmatch(r"\d+", entry)
+    ]
+    return max(versions, default=0) + 1
+
+
+def export(module, root="saved_models", name="transformer"):
+    """Saves `module` as `<root>/<name>/<next version>/`, atomically.
+
+    The SavedModel is written to a temporary folder beside the versions and
+    renamed into place only when complete, so a crash never leaves a
+    half-written version.
+
+    Returns:
+        The path of the new version.
+    """
+    model_root = os.path.join(root, name)
+    os.makedirs(model_root, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=model_root)
+    try:
+        tf.saved_model.save(module, temporary, signatures=module.signatures())
+        while True:
+            path = os.path.join(model_root, str(next_version(model_root)))
+            try:
+                os.rename(temporary, path)
+                return path
+            except OSError:
+                if not os.path.isdir(path):  # not a race with another export
+                    raise
+    finally:
+        if os.path.isdir(temporary):
+            shutil.rmtree(temporary, ignore_errors=True)

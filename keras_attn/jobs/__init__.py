@@ -1,0 +1,1 @@
+"""Jobs: a data → model → fit → evaluate → export line each, run by the CLI."""

@@ -1,0 +1,229 @@
+"""The Transformer translation job: data → tokenizers → fit → evaluate → export.
+
+`run(TranslationConfig(...))` is what `keras-attn train transformer` runs.
+Without data files it trains on the built-in generated corpus.
+"""
+
+import dataclasses
+import os
+import time
+
+import keras
+import numpy as np
+
+from keras_attn import evaluation, export
+from keras_attn.models import TRANSFORMER_PRESETS, TransformerStepper, transformer
+from keras_attn.training import (
+    MaskedPerplexity,
+    MaskedSparseCrossEntropy,
+    MaskedTokenAccuracy,
+    TransformerSchedule,
+)
+from keras_attn.training.runner import RunConfig, train
+from pipelines import synthetic, text, tokenizers, translation
+
+
+@dataclasses.dataclass
+class TranslationConfig:
+    """Everything the job can be told; the CLI flags map onto these fields."""
+
+    src: str = None
+    tgt: str = None
+    data: str = None
+    builtin_size: int = 20000
+    valid_src: str = None
+    valid_tgt: str = None
+    test_src: str = None
+    test_tgt: str = None
+    preset: str = "tiny"
+    epochs: int = 12
+    batch_size: int = 64
+    max_length: int = 64
+    vocab_size: int = 8000
+    shared_vocab: bool = False
+    lowercase: bool = False
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    warmup_steps: int = 1000
+    learning_rate_scale: float = 1.0
+    strategy: str = "auto"
+    devices: list = None
+    mixed_precision: bool = False
+    jit_compile: bool = False
+    beam_width: int = 4
+    run_dir: str = "runs/transformer"
+    export_root: str = "saved_models"
+    name: str = "transformer"
+    export: bool = True
+    seed: int = 0
+    verbose: object = "auto"
+    samples: int = 5
+
+
+@dataclasses.dataclass
+class TranslationResult:
+    export_path: str
+    metrics: dict
+    samples: list
+    history: dict
+
+
+def load_corpora(config):
+    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None)."""
+    if config.data:
+        train = text.read_tsv(config.data)
+    elif config.src or config.tgt:
+        if not (config.src and config.tgt):
+            raise text.DataError("--src and --tgt must be given together")
+        train = text.read_parallel(config.src, config.tgt)
+    else:
+        return synthetic.translation_corpus(seed=config.seed, train_size=config.builtin_size)
+    valid = test = None
+    if config.valid_src and config.valid_tgt:
+        valid = text.read_parallel(config.valid_src, config.valid_tgt)
+    else:
+        train, valid = hold_out(train, fraction=0.02, seed=config.seed)
+    if config.test_src and config.test_tgt:
+        test = text.read_parallel(config.test_src, config.test_tgt)
+    return {"train": train, "valid": valid, "test": test}
+
+
+def hold_out(corpus, fraction, seed):
+    """Splits a deterministic random `fraction` of pairs off as validation."""
+    order = np.random.default_rng(seed).permutation(len(corpus))
+    count = max(1, int(len(corpus) * fraction))
+
+    def subset(indices, origin):
+        return text.ParallelCorpus(
+            [corpus.sources[i] for i in sorted(indices)],
+            [corpus.targets[i] for i in sorted(indices)],
+            source_origin=f"{corpus.source_origin} ({origin})",
+            target_origin=f"{corpus.target_origin} ({origin})",
+        )
+
+    train = subset(order[count:], "training part")
+    train = dataclasses.replace(train, skipped_empty=corpus.skipped_empty)
+    return train, subset(order[:count], f"{fraction:.0%} held out")
+
+
+def build_tokenizers(config, train):
+    """Learns the WordPiece vocabularies, or reuses those of the run folder."""
+    paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
+    if all(os.path.exists(path) for path in paths):
+        return tuple(
+            tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
+        )
+    learn = lambda texts: tokenizers.learn_wordpiece_vocabulary(  # noqa: E731
+        texts, vocab_size=config.vocab_size, lowercase=config.lowercase
+    )
+    if config.shared_vocab:
+        vocabulary = learn(train.sources + train.targets)
+        pair = (vocabulary, vocabulary)
+    else:
+        pair = (learn(train.sources), learn(train.targets))
+    result = tuple(
+        tokenizers.WordPieceTokenizer(vocabulary, lowercase=config.lowercase) for vocabulary in pair
+    )
+    for tokenizer, path in zip(result, paths):
+        tokenizer.save(path)
+    return result
+
+
+def run(config, log=print):
+    """Trains, evaluates and exports; returns a `TranslationResult`."""
+    started = time.time()
+    corpora = load_corpora(config)
+    train_corpus, valid_corpus = corpora["train"], corpora["valid"]
+    test_corpus = corpora.get("test") or valid_corpus
+    skipped = sum(c.skipped_empty for c in (train_corpus, valid_corpus) if c is not None)
+    log(
+        f"data: {len(train_corpus.sources)} training pairs, {len(valid_corpus.sources)} "
+        f"validation pairs, {skipped} empty pairs skipped"
+    )
+    os.makedirs(config.run_dir, exist_ok=True)
+    source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus)
+    log(
+        f"vocabularies: {source_tokenizer.vocabulary_size} source, "
+        f"{target_tokenizer.vocabulary_size} target WordPieces"
+    )
+
+    def make_datasets(global_batch_size):
+        def dataset(corpus, shuffle):
+            return translation.translation_dataset(
+                corpus.sources, corpus.targets, source_tokenizer, target_tokenizer,
+                batch_size=global_batch_size, max_length=config.max_length,
+                shuffle=shuffle, seed=config.seed,
+            )
+
+        return dataset(train_corpus, True), dataset(valid_corpus, False)
+
+    def build_model():
+        return transformer(
+            source_tokenizer.vocabulary_size,
+            target_tokenizer.vocabulary_size,
+            max_length=config.max_length,
+            preset=config.preset,
+            dropout=config.dropout,
+            share_embeddings=config.shared_vocab,
+        )
+
+    width = transformer_width(config.preset)
+    train_started = time.time()
+    result = train(
+        RunConfig(
+            run_dir=config.run_dir, epochs=config.epochs, batch_size=config.batch_size,
+            strategy=config.strategy, devices=config.devices,
+            mixed_precision=config.mixed_precision, jit_compile=config.jit_compile,
+            seed=config.seed, verbose=config.verbose,
+        ),
+        build_model=build_model,
+        make_datasets=make_datasets,
+        make_optimizer=lambda: keras.optimizers.Adam(
+            TransformerSchedule(width, config.warmup_steps, config.learning_rate_scale),
+            beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0,
+        ),
+        make_loss=lambda: MaskedSparseCrossEntropy(config.label_smoothing),
+        make_metrics=lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
+    )
+    model = result.model
+    train_seconds = time.time() - train_started
+    log(
+        f"trained {model.count_params():,} parameters on {result.strategy.num_replicas_in_sync} "
+        f"replica(s), global batch {result.global_batch_size}, in {time.time() - started:.0f} s"
+    )
+
+    translator = export.Translator(
+        TransformerStepper(model, config.max_length),
+        source_tokenizer, target_tokenizer, config.max_length,
+    )
+    metrics = evaluate(translator, test_corpus, config.beam_width)
+    metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
+    log(
+        f"test: exact match {metrics['exact_match']:.1%}, BLEU {metrics['bleu']:.2f} "
+        f"(tokenized lowercased {metrics['bleu_tok_lc']:.2f}) on {metrics['sentences']} sentences"
+    )
+    path = export.export(translator, config.export_root, config.name) if config.export else None
+    samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))
+    return TranslationResult(export_path=path, metrics=metrics, samples=samples, history=result.history)
+
+
+def translate_all(translator, sentences, beam_width, batch_size=64):
+    """Translates a list of strings with the in-process translator."""
+    outputs = []
+    for start in range(0, len(sentences), batch_size):
+        batch = np.array(sentences[start : start + batch_size], dtype=object)
+        result = translator.translate(batch, np.int32(beam_width))
+        outputs.extend(t.decode("utf-8") for t in result["translation"].numpy())
+    return outputs
+
+
+def evaluate(translator, corpus, beam_width):
+    """BLEU (both ways) and sentence exact match of translations of `corpus`."""
+    hypotheses = translate_all(translator, corpus.sources, beam_width)
+    scores = evaluation.bleu(hypotheses, corpus.targets)
+    exact = np.mean([h.strip() == r.strip() for h, r in zip(hypotheses, corpus.targets)])
+    return {**scores, "exact_match": float(exact), "sentences": len(hypotheses), "hypotheses": hypotheses}
+
+
+def transformer_width(preset):
+    return TRANSFORMER_PRESETS[preset]["hidden_dim"]

@@ -1,0 +1,165 @@
+import collections
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines.synthetic import translation_corpus
+from pipelines.text import read_parallel
+from pipelines.tokenizers import (
+    BOS_ID,
+    EOS_ID,
+    WordPieceTokenizer,
+    learn_wordpiece_vocabulary,
+)
+from pipelines.translation import count_truncated, padding_fraction, translation_dataset
+
+MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return translation_corpus(seed=0, train_size=1500, valid_size=0, test_size=0)["train"]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpus):
+    return (
+        WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources, 2000)),
+        WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.targets, 2000)),
+    )
+
+
+def dataset(corpus, tokenizers, **options):
+    options = {"batch_size": 32, "max_length": 64, **options}
+    return translation_dataset(corpus.sources, corpus.targets, *tokenizers, **options)
+
+
+def rows(dataset):
+    """Every pair of a finite dataset as `(source, target_in, target_out)` id tuples."""
+    pairs = []
+    for inputs, target_out in dataset:
+        for source, target_in, out in zip(
+            inputs["source"].numpy(), inputs["target_in"].numpy(), target_out.numpy()
+        ):
+            pairs.append((unpad(source), unpad(target_in), unpad(out)))
+    return pairs
+
+
+def unpad(ids):
+    length = int(np.count_nonzero(ids))
+    assert not ids[length:].any(), "padding only at the end"
+    assert ids[:length].all(), "no padding inside a row"
+    return tuple(ids[:length].tolist())
+
+
+def expected_rows(corpus, tokenizers, max_length):
+    source_tokenizer, target_tokenizer = tokenizers
+    sources = source_tokenizer.tokenize(corpus.sources).to_list()
+    targets = target_tokenizer.tokenize(corpus.targets).to_list()
+    return [
+        (
+            tuple(source[:max_length]),
+            tuple(([BOS_ID] + target)[:max_length]),
+            tuple((target + [EOS_ID])[:max_length]),
+        )
+        for source, target in zip(sources, targets)
+    ]
+
+
+def test_without_shuffle_or_buckets_the_order_is_kept(corpus, tokenizers):
+    got = rows(dataset(corpus, tokenizers, shuffle=False, bucket=False))
+    assert got == expected_rows(corpus, tokenizers, 64)
+
+
+@pytest.mark.parametrize("options", [{}, {"shuffle": False}, {"cache": False, "seed": 5}])
+def test_bucketing_and_shuffling_keep_every_pair_once(corpus, tokenizers, options):
+    got = rows(dataset(corpus, tokenizers, **options))
+    expected = expected_rows(corpus, tokenizers, 64)
+    assert collections.Counter(got) == collections.Counter(expected)
+    assert got != expected  # the order did change
+
+
+def test_batches_are_int32_padded_and_shifted(corpus, tokenizers):
+    for inputs, target_out in dataset(corpus, tokenizers):
+        source, target_in = inputs["source"].numpy(), inputs["target_in"].numpy()
+        target_out = target_out.numpy()
+        assert source.dtype == target_in.dtype == target_out.dtype == np.int32
+        assert target_in.shape == target_out.shape
+        assert source.shape[0] == target_in.shape[0] <= 32
+        lengths = np.count_nonzero(target_out, axis=1)
+        assert (lengths == np.count_nonzero(target_in, axis=1)).all()
+        for row_in, row_out, length in zip(target_in, target_out, lengths):
+            assert row_in[0] == BOS_ID and row_out[length - 1] == EOS_ID
+            np.testing.assert_array_equal(row_in[1:length], row_out[: length - 1])
+            assert not row_in[length:].any() and not row_out[length:].any()
+        # No column is padding in every row: batches are trimmed.
+        assert np.count_nonzero(source, axis=1).max() == source.shape[1]
+        assert lengths.max() == target_out.shape[1]
+
+
+def test_truncation_to_max_length(corpus, tokenizers):
+    max_length = 8
+    got = rows(dataset(corpus, tokenizers, max_length=max_length, shuffle=False, bucket=False))
+    assert got == expected_rows(corpus, tokenizers, max_length)
+    assert max(len(ids) for pair in got for ids in pair) == max_length
+    truncated = sum(
+        len(source) > max_length or len(target) + 1 > max_length
+        for source, target in zip(
+            tokenizers[0].tokenize(corpus.sources).to_list(),
+            tokenizers[1].tokenize(corpus.targets).to_list(),
+        )
+    )
+    assert truncated > 0
+    assert count_truncated(corpus.sources, corpus.targets, *tokenizers, max_length) == truncated
+
+
+def test_same_seed_same_order_and_reshuffling_per_epoch(corpus, tokenizers):
+    first = dataset(corpus, tokenizers, seed=1)
+    epoch_1, epoch_2 = rows(first), rows(first)
+    assert epoch_1 == rows(dataset(corpus, tokenizers, seed=1))
+    assert epoch_1 != epoch_2
+    assert epoch_1 != rows(dataset(corpus, tokenizers, seed=2))
+    fixed = dataset(corpus, tokenizers, seed=1, reshuffle_each_iteration=False)
+    assert rows(fixed) == rows(fixed)
+
+
+def test_drop_remainder_and_repeat(corpus, tokenizers):
+    for bucket in (True, False):
+        full = dataset(corpus, tokenizers, drop_remainder=True, bucket=bucket)
+        assert full.element_spec[1].shape.as_list() == [32, None]
+        assert all(out.shape[0] == 32 for _, out in full)
+    repeated = dataset(corpus, tokenizers, repeat=True)
+    batches_per_epoch = -(-len(corpus) // 32)
+    assert len(list(repeated.take(3 * batches_per_epoch))) == 3 * batches_per_epoch
+
+
+def test_bucketing_keeps_padding_low(corpus, tokenizers):
+    bucketed = padding_fraction(dataset(corpus, tokenizers, batch_size=16))
+    unbucketed = padding_fraction(dataset(corpus, tokenizers, batch_size=16, bucket=False))
+    assert bucketed < 0.1 < unbucketed
+
+
+def test_mismatched_inputs_are_refused(tokenizers):
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        translation_dataset(["a", "b"], ["x"], *tokenizers, batch_size=2, max_length=8)
+
+
+def test_multi30k_pipeline():
+    if not MULTI30K.exists():
+        pytest.skip(f"{MULTI30K} not present")
+    corpus = read_parallel(MULTI30K / "raw" / "val.de.gz", MULTI30K / "raw" / "val.en.gz")
+    tokenizers = (
+        WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources, 4000)),
+        WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.targets, 4000)),
+    )
+    data = dataset(corpus, tokenizers, batch_size=64, max_length=64)
+    assert sum(out.shape[0] for _, out in data) == len(corpus) == 1014
+    assert padding_fraction(data) < 0.15
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_declared_cardinality_is_the_true_number_of_batches(corpus, tokenizers, bucket, drop_remainder):
+    batches = dataset(corpus, tokenizers, bucket=bucket, drop_remainder=drop_remainder)
+    assert int(batches.cardinality()) == len(list(batches))
