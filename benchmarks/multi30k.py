@@ -33,8 +33,9 @@ def main():
     parser.add_argument("--shared-vocab", action="store_true")
     parser.add_argument("--lowercase", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--warmup-steps", type=int, default=2000)
-    parser.add_argument("--learning-rate-scale", type=float, default=1.0)
+    parser.add_argument("--schedule", choices=["cosine", "noam"], default="cosine")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--warmup-steps", type=int, default=1000)
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--mixed-precision", action="store_true")
     parser.add_argument("--run-dir", default=None)
@@ -53,8 +54,8 @@ def main():
         test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
         vocab_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
-        dropout=args.dropout, warmup_steps=args.warmup_steps,
-        learning_rate_scale=args.learning_rate_scale, beam_width=args.beam_width,
+        dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps, beam_width=args.beam_width,
         mixed_precision=args.mixed_precision, max_length=64,
         run_dir=args.run_dir or f"runs/multi30k-{args.direction}", export=False, verbose=2,
     )

@@ -69,15 +69,19 @@ def build_parser():
     data.add_argument("--max-length", type=int, default=64, help="longest sequence in tokens")
     model = train.add_argument_group("model and training")
     model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    model.add_argument("--epochs", type=int, default=12)
+    model.add_argument("--epochs", type=int, default=8)
     model.add_argument("--batch-size", type=int, default=64, help="examples per replica")
-    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--dropout", type=float, default=None,
+                       help="default 0.1, or 0 on the noise-free built-in corpus")
     model.add_argument("--label-smoothing", type=float, default=0.1)
-    model.add_argument("--warmup-steps", type=int, default=1000)
-    model.add_argument("--learning-rate-scale", type=float, default=1.0)
+    model.add_argument("--schedule", choices=["cosine", "noam"], default="cosine",
+                       help="cosine: warm-up, then cosine decay to the end of the run; noam: the paper's")
+    model.add_argument("--learning-rate", type=float, default=2e-3, help="peak learning rate")
+    model.add_argument("--warmup-steps", type=int, default=200)
     model.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto")
     model.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
-    model.add_argument("--mixed-precision", action="store_true", help="train under mixed_bfloat16")
+    model.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
+                       help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
     model.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     model.add_argument("--seed", type=int, default=0)
     output = train.add_argument_group("output")
@@ -126,6 +130,7 @@ def main(argv=None):
 
 def _train(args):
     from keras_attn.jobs import translation
+    from keras_attn.training.precision import resolve_mixed_precision
 
     config = translation.TranslationConfig(
         src=args.src, tgt=args.tgt, data=args.data, builtin_size=args.builtin_size,
@@ -135,9 +140,9 @@ def _train(args):
         max_length=args.max_length, vocab_size=args.vocab_size,
         shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, label_smoothing=args.label_smoothing,
-        warmup_steps=args.warmup_steps, learning_rate_scale=args.learning_rate_scale,
+        schedule=args.schedule, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
         strategy=args.strategy, devices=args.devices,
-        mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
+        mixed_precision=resolve_mixed_precision(args.precision), jit_compile=args.jit_compile,
         beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", args.name),
         export_root=args.export, name=args.name, export=not args.no_export, seed=args.seed,
     )

@@ -18,6 +18,7 @@ from keras_attn.training import (
     MaskedSparseCrossEntropy,
     MaskedTokenAccuracy,
     TransformerSchedule,
+    warmup_cosine,
 )
 from keras_attn.training.runner import RunConfig, train
 from pipelines import synthetic, text, tokenizers, translation
@@ -36,16 +37,17 @@ class TranslationConfig:
     test_src: str = None
     test_tgt: str = None
     preset: str = "tiny"
-    epochs: int = 12
+    epochs: int = 8
     batch_size: int = 64
     max_length: int = 64
     vocab_size: int = 8000
     shared_vocab: bool = False
     lowercase: bool = False
-    dropout: float = 0.1
+    dropout: float = None  # 0.1 on real data, 0 on the noise-free built-in corpus
     label_smoothing: float = 0.1
-    warmup_steps: int = 1000
-    learning_rate_scale: float = 1.0
+    schedule: str = "cosine"
+    learning_rate: float = 2e-3
+    warmup_steps: int = 200
     strategy: str = "auto"
     devices: list = None
     mixed_precision: bool = False
@@ -157,17 +159,19 @@ def run(config, log=print):
 
         return dataset(train_corpus, True), dataset(valid_corpus, False)
 
+    builtin = not (config.data or config.src or config.tgt)
+    dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
+
     def build_model():
         return transformer(
             source_tokenizer.vocabulary_size,
             target_tokenizer.vocabulary_size,
             max_length=config.max_length,
             preset=config.preset,
-            dropout=config.dropout,
+            dropout=dropout,
             share_embeddings=config.shared_vocab,
         )
 
-    width = transformer_width(config.preset)
     train_started = time.time()
     result = train(
         RunConfig(
@@ -178,8 +182,8 @@ def run(config, log=print):
         ),
         build_model=build_model,
         make_datasets=make_datasets,
-        make_optimizer=lambda: keras.optimizers.Adam(
-            TransformerSchedule(width, config.warmup_steps, config.learning_rate_scale),
+        make_optimizer=lambda total_steps: keras.optimizers.Adam(
+            learning_rate_schedule(config, total_steps),
             beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0,
         ),
         make_loss=lambda: MaskedSparseCrossEntropy(config.label_smoothing),
@@ -225,5 +229,14 @@ def evaluate(translator, corpus, beam_width):
     return {**scores, "exact_match": float(exact), "sentences": len(hypotheses), "hypotheses": hypotheses}
 
 
-def transformer_width(preset):
-    return TRANSFORMER_PRESETS[preset]["hidden_dim"]
+def learning_rate_schedule(config, total_steps):
+    """`"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end.
+
+    `"noam"`: the paper's schedule, d_model^-0.5 · min(step^-0.5,
+    step · warmup^-1.5), scaled so that its peak is `learning_rate`.
+    """
+    if config.schedule == "cosine":
+        return warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
+    width = TRANSFORMER_PRESETS[config.preset]["hidden_dim"]
+    paper_peak = (width * config.warmup_steps) ** -0.5
+    return TransformerSchedule(width, config.warmup_steps, scale=config.learning_rate / paper_peak)

@@ -9,7 +9,7 @@ if there is one, and trains with `model.fit`:
         RunConfig(run_dir="runs/transformer", epochs=10, batch_size=64),
         build_model=lambda: transformer(8000, 8000, preset="small"),
         make_datasets=lambda global_batch: (train_ds, valid_ds),
-        make_optimizer=lambda: keras.optimizers.Adam(1e-3),
+        make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-3),
         make_loss=lambda: MaskedSparseCrossEntropy(0.1),
     )
 
@@ -86,7 +86,9 @@ def train(
         make_datasets: `(global_batch_size) -> (train, valid)` tf.data
             datasets of `(inputs, targets)` batched to the global batch;
             `valid` may be `None`.
-        make_optimizer: `() -> keras.optimizers.Optimizer`.
+        make_optimizer: `(total_steps) -> keras.optimizers.Optimizer`, where
+            `total_steps` is the number of steps of the whole run (for
+            schedules that anneal to its end).
         make_loss: `() -> keras.losses.Loss`.
         make_metrics: `() -> list` of metrics.
         callbacks: extra Keras callbacks.
@@ -101,10 +103,16 @@ def train(
     strategy = get_strategy(config.strategy, config.devices)
     global_batch_size = config.batch_size * strategy.num_replicas_in_sync
     train_data, valid_data = make_datasets(global_batch_size)
+    steps_per_epoch = int(train_data.cardinality())
+    if steps_per_epoch < 1:
+        raise ValueError(
+            "The training dataset must declare its length (finite cardinality), "
+            f"got {steps_per_epoch}."
+        )
 
     with strategy.scope():
         model = build_model()
-        optimizer = make_optimizer()
+        optimizer = make_optimizer(steps_per_epoch * config.epochs)
         model.compile(
             optimizer=optimizer,
             loss=make_loss(),

@@ -1,4 +1,4 @@
-"""The Transformer's learning-rate schedule (Vaswani et al. 2017, 5.3)."""
+"""Learning-rate schedules: the Transformer paper's (5.3), and warm-up + cosine."""
 
 import keras
 from keras import ops
@@ -39,3 +39,19 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
         }
+
+
+def warmup_cosine(peak, warmup_steps, total_steps, final_fraction=0.02):
+    """Linear warm-up to `peak`, then cosine decay to `final_fraction · peak`.
+
+    A schedule for runs of a known length: annealing to the end of the run
+    is what lets a short run converge (the paper's schedule never anneals).
+    """
+    warmup_steps = min(warmup_steps, max(total_steps - 1, 0))
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0,
+        decay_steps=max(total_steps - warmup_steps, 1),
+        alpha=final_fraction,
+        warmup_target=peak,
+        warmup_steps=warmup_steps,
+    )

@@ -73,3 +73,13 @@ def test_transformer_schedule_warms_up_then_decays():
     np.testing.assert_allclose(rates[2], 512**-0.5 * 4000**-0.5, rtol=1e-5)
     np.testing.assert_allclose(rates[1], rates[2] / 2, rtol=1e-3)
     np.testing.assert_allclose(rates[3], rates[2] / 2, rtol=1e-3)
+
+
+def test_precision_choice():
+    from keras_attn.training.precision import native_bfloat16, resolve_mixed_precision
+
+    assert resolve_mixed_precision("float32") is False
+    assert resolve_mixed_precision("mixed_bfloat16") is True
+    assert resolve_mixed_precision("auto") == native_bfloat16()
+    with pytest.raises(ValueError, match="--precision"):
+        resolve_mixed_precision("float16")

@@ -1,0 +1,110 @@
+"""Training throughput of the Transformer job, and the input pipeline beside it.
+
+    python benchmarks/training.py                 # Multi30k if ../shared/data has it
+    python benchmarks/training.py --steps 60 --jit
+
+In one process, on Multi30k de→en train (or the built-in corpus when the
+shared data is missing), batch 64, max_length 64, preset "small" (3+3
+layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
+- training steps/s and tokens/s (source + target, padding excluded) with
+  `model.fit` in float32 and in `mixed_bfloat16` (and with XLA on request),
+  and the resulting time per Multi30k epoch (the brief's anchor: a keras-hub
+  Transformer of this size, padded to 40 tokens, float32, takes about 6
+  minutes per epoch on this machine);
+- the input pipeline alone (cached epochs, drained without Python work per
+  batch) in batches/s, and its ratio to the training step rate (goal ≥ 20).
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_attn.models import transformer  # noqa: E402
+from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule  # noqa: E402
+from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
+BATCH, MAX_LENGTH = 64, 64
+
+
+def corpus():
+    if (MULTI30K / "train.de.gz").exists():
+        return "Multi30k de-en", text.read_parallel(MULTI30K / "train.de.gz", MULTI30K / "train.en.gz")
+    return "built-in corpus", synthetic.translation_corpus()["train"]
+
+
+def dataset(pairs, source_tokenizer, target_tokenizer):
+    return translation.translation_dataset(
+        pairs.sources, pairs.targets, source_tokenizer, target_tokenizer,
+        batch_size=BATCH, max_length=MAX_LENGTH, repeat=True,
+    )
+
+
+def pipeline_batches_per_second(data, batches=400):
+    data.take(batches).reduce(0, lambda count, _: count + 1)  # fill the cache
+    start = time.perf_counter()
+    data.take(batches).reduce(0, lambda count, _: count + 1)
+    return batches / (time.perf_counter() - start)
+
+
+def tokens_per_batch(data, batches=200):
+    counts = [
+        int(np.count_nonzero(inputs["source"]) + np.count_nonzero(target))
+        for inputs, target in data.take(batches)
+    ]
+    return float(np.mean(counts))
+
+
+def training_steps_per_second(data, vocab_sizes, precision, jit, steps):
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(0)
+    model = transformer(*vocab_sizes, max_length=MAX_LENGTH, preset="small", dropout=0.1)
+    model.compile(
+        optimizer=keras.optimizers.Adam(TransformerSchedule(256, 4000), beta_2=0.98, epsilon=1e-9),
+        loss=MaskedSparseCrossEntropy(0.1),
+        jit_compile=jit,
+    )
+    model.fit(data, steps_per_epoch=10, epochs=1, verbose=0)  # trace and warm up
+    start = time.perf_counter()
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    elapsed = time.perf_counter() - start
+    keras.mixed_precision.set_global_policy("float32")
+    return steps / elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--jit", action="store_true", help="also measure jit_compile=True")
+    args = parser.parse_args()
+
+    name, pairs = corpus()
+    source_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.sources, 8000))
+    target_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.targets, 8000))
+    data = dataset(pairs, source_tokenizer, target_tokenizer)
+    vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
+    batches_per_epoch = -(-len(pairs) // BATCH)
+    tokens = tokens_per_batch(data)
+    pipeline_rate = pipeline_batches_per_second(data)
+    print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {BATCH} per epoch, "
+          f"{tokens:.0f} real tokens per batch")
+    print(f"input pipeline alone: {pipeline_rate:.0f} batches/s")
+    print(f"{'precision':<16} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} {'epoch':>8} {'pipeline/train':>15}")
+    for precision in ("float32", "mixed_bfloat16"):
+        for jit in (False, True) if args.jit else (False,):
+            rate = training_steps_per_second(data, vocab_sizes, precision, jit, args.steps)
+            print(f"{precision:<16} {str(jit):<5} {rate:8.2f} {rate * tokens:9.0f} "
+                  f"{batches_per_epoch / rate / 60:7.1f}m {pipeline_rate / rate:14.0f}x")
+
+
+if __name__ == "__main__":
+    main()
