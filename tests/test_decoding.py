@@ -281,6 +281,35 @@ def eos_id(stepper):
     pytest.fail(f"no token ends some rows but not all: {tokens}")
 
 
+def test_stepper_steps_give_the_full_model_logits(model, stepper):
+    """Cached steps equal the full pass; the source side passes through as is."""
+    state = stepper.initial_state(SOURCE)
+    for layer in range(2):  # (B, h, L, d/h): max_length slots, or the source
+        for name in ("key", "value"):
+            assert state["cache"][layer][name].shape == (4, 4, MAX_LENGTH, 8)
+            assert state["memory"][layer][name].shape == (4, 4, SOURCE.shape[1], 8)
+    tokens = np.random.default_rng(0).integers(4, 40, size=(4, MAX_LENGTH - 1))
+    target_in = np.concatenate([np.full((4, 1), 2), tokens], axis=1).astype("int32")
+    full = np.asarray(model({"source": SOURCE, "target_in": target_in}))
+    for index in range(MAX_LENGTH):
+        logits, new_state = stepper.step(
+            tf.constant(target_in[:, index]), state, tf.constant(index)
+        )
+        np.testing.assert_allclose(logits, full[:, index], atol=1e-4)
+        # Beam search reorders only the tensors a step changed.
+        unchanged = {"source_mask": state["source_mask"], "memory": state["memory"]}
+        for new, old in zip(
+            tf.nest.flatten({k: new_state[k] for k in unchanged}),
+            tf.nest.flatten(unchanged),
+        ):
+            assert new is old
+        for new, old in zip(
+            tf.nest.flatten(new_state["cache"]), tf.nest.flatten(state["cache"])
+        ):
+            assert new is not old and new.shape == old.shape
+        state = new_state
+
+
 def test_cached_greedy_equals_uncached_greedy(model, stepper, eos_id):
     cached = greedy_search(stepper, SOURCE, MAX_LENGTH, eos_id=eos_id)
     uncached = uncached_greedy_search(model, SOURCE, MAX_LENGTH, eos_id=eos_id)

@@ -81,3 +81,11 @@ def test_export_reloads_in_a_fresh_tensorflow_only_process(translator, tmp_path)
     shown = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True, timeout=300)
     assert "signature_def['translate']" in shown.stdout
     assert "signature_def['attention']" in shown.stdout
+
+
+def test_decoding_and_tokenizers_share_the_special_token_ids():
+    from keras_attn import decoding
+
+    assert (decoding.PAD_ID, decoding.UNK_ID, decoding.BOS_ID, decoding.EOS_ID) == (
+        tokenizers.PAD_ID, tokenizers.UNK_ID, tokenizers.BOS_ID, tokenizers.EOS_ID,
+    )

@@ -13,24 +13,29 @@ def scaled_dot_product_attention(
 ):
     """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, for every head at once.
 
+    The inputs are head-major, so both products are matmuls batched over
+    `(B, h)` (Q Kᵀ with the transpose folded into the matmul) and no operand
+    is transposed: a key/value cache is read as it is stored.
+
     Args:
-        query: `(B, Tq, H, D)`.
-        key: `(B, Tk, H, D)`.
-        value: `(B, Tk, H, Dv)`.
+        query: `(B, h, Tq, d_k)`.
+        key: `(B, h, Tk, d_k)`.
+        value: `(B, h, Tk, d_v)`.
         mask: booleans broadcastable to `(B, Tq, Tk)`, `True` = may attend.
         dropout: an optional `keras.layers.Dropout` applied to the weights.
+        training: whether dropout is active.
 
     Returns:
-        `(output, weights)`: output `(B, Tq, H, Dv)` and the attention
-        weights `(B, H, Tq, Tk)` (before dropout).
+        `(output, weights)`: output `(B, h, Tq, d_v)` and the attention
+        weights `(B, h, Tq, Tk)` (before dropout).
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    scores = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
+    scores = ops.einsum("bhqd,bhkd->bhqk", query * scale, key)  # Q Kᵀ / √d_k
     if mask is not None:
         mask = ops.expand_dims(mask, 1)  # add the head axis
     weights = masking.masked_softmax(scores, mask)
     dropped = weights if dropout is None else dropout(weights, training=training)
-    output = ops.einsum("bhqk,bkhv->bqhv", dropped, value)
+    output = ops.einsum("bhqk,bhkv->bhqv", dropped, value)
     return output, weights
 
 
@@ -45,9 +50,16 @@ class MultiHeadAttention(keras.layers.Layer):
     then bias), so weights copy across with `set_weights`.
 
     Self-attention (`value is query` and no `key`) runs the three input
-    projections as one fused matmul. With a key/value `cache`, new steps
-    are projected once and written into the cache, so incremental decoding
-    never recomputes the keys and values of earlier steps.
+    projections as one fused matmul.
+
+    Incremental decoding: a `cache` holds keys and values already projected,
+    head-major, as a dict `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`
+    (see `empty_cache` and `project_key_value`). With `cache_index`, the
+    projections of the new steps are written into the cache at that index
+    and the query attends to the cache's steps up to its own; without it,
+    the cache replaces `key` and `value` (precomputed cross-attention).
+    Per step, nothing is recomputed, and nothing but the updated cache is
+    copied.
 
     Args:
         num_heads: number of attention heads `h`.
@@ -67,20 +79,24 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: whether query `i` may only attend to keys `<= i`.
         return_attention_scores: also return the weights `(B, h, Tq, Tk)`.
         training: whether dropout is active.
-        cache: optional `(B, 2, S, h, d_k)` projected keys and values. With
-            `cache_index`, the projections of `key`/`value` are written into
-            it at that step index and the updated cache is returned; without
-            it, the cache is used as is (precomputed cross-attention keys).
-        cache_index: int or scalar tensor, the step index of `query[:, 0]`.
+        cache: optional dict of projected keys and values,
+            `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`. With
+            `cache_index`, the projections of `key`/`value` `(B, Tq, dim)`
+            are written into it at steps `cache_index ... cache_index + Tq
+            - 1`, attention is causal over its `L` slots and the updated
+            cache is returned; without `cache_index`, it is used as is
+            instead of `key` and `value` (precomputed cross-attention).
+        cache_index: int or scalar int tensor, the step index of
+            `query[:, 0]` in the cache.
         query_mask, value_mask, key_mask: optional `(B, T)` padding masks;
             Keras fills them from the inputs' masks (e.g. from
             `Embedding(mask_zero=True)`).
 
     Returns:
-        `output` `(B, Tq, output_dim)`; then the attention weights if
-        `return_attention_scores`; then the updated cache if `cache`
-        and `cache_index` were given. A query whose keys are all masked gets
-        all-zero weights.
+        `output` `(B, Tq, output_dim)`; then the attention weights
+        `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L` with a
+        cache); then the updated cache if `cache` and `cache_index` were
+        given. A query whose keys are all masked gets all-zero weights.
 
     Example:
 
@@ -89,6 +105,15 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> out, weights = mha(x, x, return_attention_scores=True)
     >>> out.shape, weights.shape
     (TensorShape([3, 5, 8]), TensorShape([3, 2, 5, 5]))
+
+    Decoding one step at a time with a cache gives the causal pass:
+
+    >>> cache = mha.empty_cache(batch_size=3, max_length=5)
+    >>> for t in range(5):
+    ...     step, cache = mha(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
+    ...                       cache_index=t)
+    >>> step.shape, cache["key"].shape
+    (TensorShape([3, 1, 8]), TensorShape([3, 2, 5, 4]))
     """
 
     def __init__(
@@ -174,31 +199,15 @@ class MultiHeadAttention(keras.layers.Layer):
         return kernel, bias
 
     def project(self, x, kernel, bias):
-        """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → `(B, T, h, d)`."""
+        """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → heads `(B, h, T, d)`."""
         dim, h, d = kernel.shape
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
         y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, h * d)))
         if bias is not None:
             y = y + ops.reshape(bias, (h * d,))
-        return ops.reshape(y, (batch, length, h, d))
-
-    def project_key_value(self, key, value=None):
-        """Projects encoder outputs once into a `(B, 2, Tk, h, d)` cache.
-
-        Decoders pass the result as `cache` (without `cache_index`) at every
-        step, so cross-attention keys and values are computed only once.
-        """
-        value = key if value is None else value
-        return ops.stack(
-            [
-                self.project(key, self.key_kernel, self.key_bias),
-                self.project(value, self.value_kernel, self.value_bias),
-            ],
-            axis=1,
-        )
+        return _split_heads(y, ops.shape(x)[0], h)
 
     def _project_self(self, x):
-        """Q, K, V of self-attention as one fused `(dim, 3·h·d)` matmul."""
+        """Q, K, V heads of self-attention from one fused `(dim, 3·h·d)` matmul."""
         h, d = self.num_heads, self.key_dim
         kernel = ops.concatenate(
             [
@@ -207,7 +216,6 @@ class MultiHeadAttention(keras.layers.Layer):
             ],
             axis=1,
         )
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
         y = ops.matmul(ops.reshape(x, (-1, kernel.shape[0])), kernel)
         if self.use_bias:
             y = y + ops.concatenate(
@@ -219,7 +227,46 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         # ops.split, not slicing: the gradient of three slices of one tensor
         # materializes three full-size zero tensors (about 20% of a step).
-        return [ops.reshape(t, (batch, length, h, d)) for t in ops.split(y, 3, axis=-1)]
+        batch = ops.shape(x)[0]
+        return [_split_heads(t, batch, h) for t in ops.split(y, 3, axis=-1)]
+
+    def project_key_value(self, key, value=None):
+        """Projects encoder outputs once, for `cache` without `cache_index`.
+
+        Decoders pass the result as `cache` at every step, so the
+        cross-attention keys and values are computed only once.
+
+        Args:
+            key: `(B, S, dim)`.
+            value: optional `(B, S, dim)`; defaults to `key`.
+
+        Returns:
+            `{"key": (B, h, S, d_k), "value": (B, h, S, d_v)}`.
+        """
+        value = key if value is None else value
+        return {
+            "key": self.project(key, self.key_kernel, self.key_bias),
+            "value": self.project(value, self.value_kernel, self.value_bias),
+        }
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """An all-zero self-attention cache of `max_length` steps.
+
+        Args:
+            batch_size: `B`, an int or scalar int tensor.
+            max_length: `L`, the most steps the cache holds.
+            dtype: the cache's dtype.
+
+        Returns:
+            `{"key": (B, h, max_length, d_k), "value": (B, h, max_length,
+            d_v)}` in `dtype` (default: the layer's compute dtype).
+        """
+        dtype = dtype or self.compute_dtype
+        shape = (batch_size, self.num_heads, max_length)
+        return {
+            "key": ops.zeros(shape + (self.key_dim,), dtype),
+            "value": ops.zeros(shape + (self.value_dim,), dtype),
+        }
 
     def call(
         self,
@@ -236,13 +283,10 @@ class MultiHeadAttention(keras.layers.Layer):
         value_mask=None,
         key_mask=None,
     ):
-        if cache is not None and cache_index is not None:
-            if self.key_dim != self.value_dim:
-                raise ValueError(
-                    "MultiHeadAttention: a key/value cache needs "
-                    f"key_dim == value_dim, got {self.key_dim} and "
-                    f"{self.value_dim}."
-                )
+        precomputed = cache is not None and cache_index is None
+        updates_cache = cache is not None and cache_index is not None
+        # Not with a cache: a decoding step is too small to amortize
+        # concatenating the three kernels (measured slower).
         fuse = (
             key is None
             and value is query
@@ -253,28 +297,28 @@ class MultiHeadAttention(keras.layers.Layer):
             key = value
             key_mask = value_mask if key_mask is None else key_mask
 
+        # Heads (B, h, T, d).
         if fuse:
             q, k, v = self._project_self(query)
         else:
             q = self.project(query, self.query_kernel, self.query_bias)
-            if cache is not None and cache_index is None:
-                k, v = cache[:, 0], cache[:, 1]
+            if precomputed:
+                k, v = cache["key"], cache["value"]
             else:
                 k = self.project(key, self.key_kernel, self.key_bias)
                 v = self.project(value, self.value_kernel, self.value_bias)
-            if cache is not None and cache_index is not None:
-                start = [0, cache_index, 0, 0]
-                k = ops.slice_update(cache[:, 0], start, k)
-                v = ops.slice_update(cache[:, 1], start, v)
-                cache = ops.stack([k, v], axis=1)
-                # Keys past the newest step are empty cache slots.
-                use_causal_mask = True
+        if updates_cache:
+            k = _write_steps(cache["key"], k, cache_index)
+            v = _write_steps(cache["value"], v, cache_index)
+            cache = {"key": k, "value": v}
+            # Keys past the newest step are empty cache slots.
+            use_causal_mask = True
 
         causal = None
         if use_causal_mask:
             causal = masking.causal_mask(
-                ops.shape(q)[1],
-                ops.shape(k)[1],
+                ops.shape(q)[2],
+                ops.shape(k)[2],
                 query_start=0 if cache_index is None else cache_index,
             )
         if cache is not None:
@@ -289,9 +333,9 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         # Concat(head_1, ..., head_h) W^O as one contraction over (h, d_v).
         h, dv, out_dim = self.output_kernel.shape
-        batch, length = ops.shape(output)[0], ops.shape(output)[1]
+        batch, length = ops.shape(output)[0], ops.shape(output)[2]
         output = ops.matmul(
-            ops.reshape(output, (-1, h * dv)),
+            ops.reshape(ops.transpose(output, (0, 2, 1, 3)), (-1, h * dv)),
             ops.reshape(self.output_kernel, (h * dv, out_dim)),
         )
         if self.use_bias:
@@ -301,7 +345,7 @@ class MultiHeadAttention(keras.layers.Layer):
         results = (output,)
         if return_attention_scores:
             results += (weights,)
-        if cache is not None and cache_index is not None:
+        if updates_cache:
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
@@ -324,6 +368,32 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _split_heads(y, batch, heads):
+    """`(B·T, h·d)` → `(B, h, T, d)`."""
+    y = ops.reshape(y, (batch, -1, heads, y.shape[-1] // heads))
+    return ops.transpose(y, (0, 2, 1, 3))
+
+
+def _write_steps(cache, steps, index):
+    """Writes `steps` `(B, h, T, d)` into `cache` `(B, h, L, d)` at `index`.
+
+    Step `t` goes to slot `index + t`. A scatter, not `ops.slice_update`,
+    which TensorFlow runs as a one-op XLA program per call (compiled for
+    every new shape). Either copies the cache: TensorFlow does not update
+    it in place.
+    """
+    shape = ops.shape(steps)
+    batch, heads, length = shape[0], shape[1], shape[2]
+    rows, head, slot = ops.meshgrid(
+        ops.arange(batch),
+        ops.arange(heads),
+        ops.arange(length) + ops.cast(index, "int32"),
+        indexing="ij",
+    )
+    indices = ops.reshape(ops.stack([rows, head, slot], axis=-1), (-1, 3))
+    return ops.scatter_update(cache, indices, ops.reshape(steps, (-1, steps.shape[-1])))
 
 
 def _check_positive_int(name, value):

@@ -1,7 +1,6 @@
 """The Transformer's encoder and decoder blocks (Vaswani et al. 2017, 3.1)."""
 
 import keras
-from keras import ops
 
 from keras_attn.layers import masking
 from keras_attn.layers.add_and_norm import AddAndNorm
@@ -168,7 +167,10 @@ class TransformerDecoderBlock(_TransformerBlock):
     `empty_cache`) and the step's `cache_index` with `x` holding the new
     step(s) only; pass the encoder's keys and values once projected
     (`cross_attention.project_key_value(encoder_outputs)`) as
-    `cross_attention_cache`. The output equals the full causal pass.
+    `cross_attention_cache`. Both are dicts of head-major tensors
+    `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}`, with `L` the cache's
+    `max_length` or the source length `S`. The output equals the full causal
+    pass.
 
     Args:
         num_heads: attention heads; must divide the width of `x`.
@@ -185,10 +187,13 @@ class TransformerDecoderBlock(_TransformerBlock):
         decoder_padding_mask: optional `(B, T)`, `True` for real tokens.
         encoder_padding_mask: optional `(B, S)`, `True` for real tokens.
         training: whether dropout is active.
-        cache: optional `(B, 2, max_length, h, d/h)` self-attention cache.
-        cache_index: step index of `x[:, 0]` in the cache.
-        cross_attention_cache: optional `(B, 2, S, h, d/h)` projected
-            encoder keys and values; replaces `encoder_outputs`.
+        cache: optional self-attention cache `{"key": (B, h, max_length,
+            d/h), "value": (B, h, max_length, d/h)}`, from `empty_cache`.
+        cache_index: int or scalar int tensor, the step index of `x[:, 0]`
+            in the cache.
+        cross_attention_cache: optional projected encoder keys and values
+            `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, from
+            `cross_attention.project_key_value`; replaces `encoder_outputs`.
         return_attention_scores: also return the weights.
         mask, x_mask, encoder_outputs_mask: filled by Keras from the inputs'
             masks when the padding masks are not given.
@@ -232,11 +237,14 @@ class TransformerDecoderBlock(_TransformerBlock):
         self.feed_forward_norm.build(x_shape)
 
     def empty_cache(self, batch_size, max_length, dtype=None):
-        """Zeros of shape `(B, 2, max_length, h, d/h)` for `cache`."""
-        attention = self.self_attention
-        return ops.zeros(
-            (batch_size, 2, max_length, attention.num_heads, attention.key_dim),
-            dtype=dtype or self.compute_dtype,
+        """An all-zero self-attention `cache` of `max_length` steps.
+
+        Returns:
+            `{"key": (B, h, max_length, d/h), "value": (B, h, max_length,
+            d/h)}` in `dtype` (default: the block's compute dtype).
+        """
+        return self.self_attention.empty_cache(
+            batch_size, max_length, dtype or self.compute_dtype
         )
 
     def call(

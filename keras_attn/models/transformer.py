@@ -153,10 +153,21 @@ class TransformerStepper:
 
     The encoder runs once; each decoder layer's cross-attention keys and
     values are projected once; each step embeds only the newest token and
-    appends its keys and values to the per-layer self-attention caches, so
+    writes its keys and values into the per-layer self-attention caches, so
     no earlier step is ever recomputed. Implements the decoder interface of
     `keras_attn.decoding`: `initial_state(source)` and
     `step(token_ids, state, index)`.
+
+    The state is a dict:
+
+    - `source_mask`: `(B, S)`, `True` for real source tokens;
+    - `memory`: per decoder layer, the projected encoder outputs
+      `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`;
+    - `cache`: per decoder layer, the self-attention cache
+      `{"key": (B, h, max_length, d/h), "value": (B, h, max_length, d/h)}`.
+
+    A step returns `source_mask` and `memory` as the very same tensors, so
+    beam search never reorders them.
 
     Args:
         model: a model built by `transformer(...)`.
@@ -181,7 +192,7 @@ class TransformerStepper:
         self.encoder = keras.Model(model.get_layer("source").output, encoder_output)
 
     def initial_state(self, source):
-        """Encodes `source` `(B, S)` and returns the decoding state."""
+        """Encodes `source` `(B, S)` and returns the decoding state (see above)."""
         encoded = self.encoder(source)
         batch = ops.shape(source)[0]
         return {
@@ -202,6 +213,8 @@ class TransformerStepper:
         Returns:
             `(logits (B, V), new_state)`, plus the cross-attention weights
             `[(B, heads, S)] per layer` when `return_attention_scores`.
+            `new_state` holds the updated caches and the other entries of
+            `state` unchanged (the same objects).
         """
         y = self.target_embedding(token_ids[:, None], start_index=index)
         caches, attention = [], []

@@ -1,6 +1,7 @@
 import numpy as np
 import keras
 import pytest
+import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
 from keras_attn.layers import MultiHeadAttention
@@ -101,25 +102,65 @@ def test_all_masked_rows_give_zero_weights_not_nan():
     assert np.all(np.asarray(keras.ops.cast(scores, "float32"))[1] == 0)
 
 
-def test_cached_steps_equal_the_full_causal_pass():
+@pytest.mark.parametrize("chunk", [1, 2, 6])  # steps fed per call
+def test_cached_steps_equal_the_full_causal_pass(chunk):
     layer = MultiHeadAttention(2, 4)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
-    full = np.asarray(layer(x, x, use_causal_mask=True))
-    cache = np.zeros((2, 2, 6, 2, 4), "float32")
-    steps = []
-    for t in range(6):
-        out, cache = layer(x[:, t : t + 1], x[:, t : t + 1], cache=cache, cache_index=t)
+    full, full_scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    cache = layer.empty_cache(2, 6)
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 6, 4)  # (B, h, L, d)
+    steps, scores = [], []
+    for t in range(0, 6, chunk):
+        new = x[:, t : t + chunk]
+        out, step_scores, cache = layer(
+            new, new, cache=cache, cache_index=t, return_attention_scores=True
+        )
         steps.append(np.asarray(out))
+        scores.append(np.asarray(step_scores))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(scores, axis=2), full_scores, atol=1e-5)
+    # The cache ends up holding the keys and values of every step.
+    projected = layer.project_key_value(x)
+    for name in ("key", "value"):
+        np.testing.assert_allclose(cache[name], projected[name], atol=1e-6)
+
+
+def test_cached_steps_in_a_tf_function_with_other_value_dim():
+    layer = MultiHeadAttention(2, 4, value_dim=3)
+    x = RNG.normal(size=(2, 5, 8)).astype("float32")
+    full = np.asarray(layer(x, x, use_causal_mask=True))
+
+    @tf.function
+    def decode(x):
+        cache = layer.empty_cache(tf.shape(x)[0], 5)
+        steps = tf.TensorArray(tf.float32, size=5)
+        for t in tf.range(5):
+            new = x[:, t : t + 1]
+            out, cache = layer(new, new, cache=cache, cache_index=t)
+            steps = steps.write(t, out[:, 0])
+        return tf.transpose(steps.stack(), (1, 0, 2)), cache
+
+    steps, cache = decode(x)
+    assert cache["key"].shape == (2, 2, 5, 4) and cache["value"].shape == (2, 2, 5, 3)
+    np.testing.assert_allclose(steps, full, atol=1e-5)
 
 
 def test_precomputed_cross_attention_cache_equals_plain_call():
     layer = MultiHeadAttention(2, 4)
     query = RNG.normal(size=(2, 3, 8)).astype("float32")
     memory = RNG.normal(size=(2, 5, 8)).astype("float32")
-    expected = layer(query, memory)
+    keep = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    expected, expected_scores = layer(
+        query, memory, value_mask=keep, return_attention_scores=True
+    )
     cache = layer.project_key_value(memory)
-    np.testing.assert_allclose(layer(query, memory, cache=cache), expected, atol=1e-5)
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 5, 4)  # (B, h, S, d)
+    output, scores = layer(
+        query, memory, cache=cache, attention_mask=keep[:, None, :],
+        return_attention_scores=True,
+    )
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
 
 @pytest.mark.parametrize(

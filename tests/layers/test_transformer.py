@@ -76,9 +76,11 @@ def test_cached_decoding_equals_the_full_pass(norm_first):
     full, full_self, full_cross = block(X, ENCODED, encoder_padding_mask=KEEP_ENC, return_attention_scores=True)
     cache = block.empty_cache(2, 6)
     memory = block.cross_attention.project_key_value(ENCODED)
-    steps, cross_steps = [], []
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 6, 4)  # (B, h, L, d/h)
+    assert memory["key"].shape == memory["value"].shape == (2, 2, 7, 4)  # (B, h, S, d/h)
+    steps, self_steps, cross_steps = [], [], []
     for t in range(6):
-        out, cache, _, cross = block(
+        out, cache, self_scores, cross = block(
             X[:, t : t + 1],
             encoder_padding_mask=KEEP_ENC,
             cache=cache,
@@ -87,8 +89,10 @@ def test_cached_decoding_equals_the_full_pass(norm_first):
             return_attention_scores=True,
         )
         steps.append(np.asarray(out))
+        self_steps.append(np.asarray(self_scores))
         cross_steps.append(np.asarray(cross))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(self_steps, 2), full_self, atol=1e-5)
     np.testing.assert_allclose(np.concatenate(cross_steps, 2), full_cross, atol=1e-5)
 
 
