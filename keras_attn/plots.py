@@ -1,4 +1,4 @@
-"""Attention heat maps and training curves (matplotlib, no display needed)."""
+"""Attention heat maps (matplotlib, no display needed)."""
 
 import matplotlib
 
@@ -41,18 +41,3 @@ def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
-
-def plot_training_curves(history, path):
-    """Saves loss (and accuracy, if logged) per epoch from a Keras history dict."""
-    names = [name for name in ("loss", "token_accuracy") if name in history]
-    figure, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5), squeeze=False)
-    for axis, name in zip(axes[0], names):
-        axis.plot(history[name], label="train")
-        if f"val_{name}" in history:
-            axis.plot(history[f"val_{name}"], label="validation")
-        axis.set_xlabel("epoch")
-        axis.set_title(name)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
