@@ -11,6 +11,8 @@ import os
 import sys
 import tempfile
 
+from keras_attn.errors import UserError
+
 
 def _quiet_tensorflow():
     """Imports TensorFlow without its start-up logging reaching the user.
@@ -36,10 +38,6 @@ def _quiet_tensorflow():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed as one line, no traceback."""
 
 
 def build_parser():
@@ -86,6 +84,8 @@ def build_parser():
     model.add_argument("--seed", type=int, default=0)
     output = train.add_argument_group("output")
     output.add_argument("--run-dir", default=None, help="checkpoints and logs (default: runs/<name>); rerun to resume")
+    output.add_argument("--backup-every", type=int, default=500, metavar="STEPS",
+                        help="back up every STEPS steps as well as after each epoch (0: epochs only)")
     output.add_argument("--export", default="saved_models", metavar="ROOT", help="export root (saved_models/<name>/<version>/)")
     output.add_argument("--no-export", action="store_true", help="do not export")
     output.add_argument("--name", default="transformer", help="model name under the export root")
@@ -145,8 +145,11 @@ def _train(args):
         mixed_precision=resolve_mixed_precision(args.precision), jit_compile=args.jit_compile,
         beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", args.name),
         export_root=args.export, name=args.name, export=not args.no_export, seed=args.seed,
+        backup_every=args.backup_every,
     )
     result = translation.run(config)
+    if not result.samples:  # a worker other than the chief: it only trains
+        return 0
     print("\nsample translations:")
     for source, hypothesis in result.samples:
         print(f"  {source}\n  → {hypothesis}")

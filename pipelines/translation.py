@@ -47,6 +47,7 @@ def translation_dataset(
     repeat=False,
     drop_remainder=False,
     reshuffle_each_iteration=True,
+    epoch=None,
 ):
     """Batches of token ids for teacher-forced training of a translator.
 
@@ -76,6 +77,11 @@ def translation_dataset(
             static batch size.
         reshuffle_each_iteration: a new order every epoch (still determined
             by `seed`).
+        epoch: build the batches of this epoch only, in an order that
+            depends on `seed` and `epoch` alone: the same in every process,
+            so a training run that resumes mid-epoch, or a second worker,
+            sees the same batches (`reshuffle_each_iteration` is then
+            ignored).
 
     Returns:
         A `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)},
@@ -96,6 +102,9 @@ def translation_dataset(
         )
     if max_length < 1:
         raise ValueError(f"translation_dataset: max_length must be >= 1, got {max_length}.")
+    if epoch is not None:
+        seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+        reshuffle_each_iteration = False
 
     def tokenize(source_text, target_text):
         source = source_tokenizer.tokenize(source_text)[:, :max_length]

@@ -20,7 +20,8 @@ from keras_attn.training import (
     TransformerSchedule,
     warmup_cosine,
 )
-from keras_attn.training.runner import RunConfig, train
+from keras_attn.training.runner import RunConfig, prepare, train
+from keras_attn.training.strategy import worker_role
 from pipelines import synthetic, text, tokenizers, translation
 
 
@@ -32,6 +33,7 @@ class TranslationConfig:
     tgt: str = None
     data: str = None
     builtin_size: int = 20000
+    builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
     valid_src: str = None
     valid_tgt: str = None
     test_src: str = None
@@ -59,6 +61,7 @@ class TranslationConfig:
     export: bool = True
     seed: int = 0
     verbose: object = "auto"
+    backup_every: int = 500
     samples: int = 5
 
 
@@ -68,6 +71,8 @@ class TranslationResult:
     metrics: dict
     samples: list
     history: dict
+    model: keras.Model = None
+    steps: int = 0
 
 
 def load_corpora(config):
@@ -79,7 +84,10 @@ def load_corpora(config):
             raise text.DataError("--src and --tgt must be given together")
         train = text.read_parallel(config.src, config.tgt)
     else:
-        return synthetic.translation_corpus(seed=config.seed, train_size=config.builtin_size)
+        return synthetic.translation_corpus(
+            seed=config.seed, train_size=config.builtin_size,
+            valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
+        )
     valid = test = None
     if config.valid_src and config.valid_tgt:
         valid = text.read_parallel(config.valid_src, config.valid_tgt)
@@ -108,9 +116,23 @@ def hold_out(corpus, fraction, seed):
     return train, subset(order[:count], f"{fraction:.0%} held out")
 
 
-def build_tokenizers(config, train):
-    """Learns the WordPiece vocabularies, or reuses those of the run folder."""
+def build_tokenizers(config, train, chief=True, wait_seconds=600):
+    """Learns the WordPiece vocabularies, or reuses those of the run folder.
+
+    Learning is not deterministic across processes (ties in the trainer),
+    so under several workers only the chief learns them; the others wait
+    for the chief's files in the (shared) run folder.
+    """
     paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
+    waited = 0.0
+    while not chief and not all(os.path.exists(path) for path in paths):
+        if waited >= wait_seconds:
+            raise text.DataError(
+                f"{paths[1]}: the chief wrote no vocabulary within {wait_seconds} s; "
+                "every worker must see the chief's run folder (put --run-dir on shared storage)"
+            )
+        time.sleep(0.5)
+        waited += 0.5
     if all(os.path.exists(path) for path in paths):
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
@@ -132,8 +154,19 @@ def build_tokenizers(config, train):
 
 
 def run(config, log=print):
-    """Trains, evaluates and exports; returns a `TranslationResult`."""
+    """Trains, evaluates and exports; returns a `TranslationResult`.
+
+    Under several workers (`strategy="multi_worker"`) every worker trains;
+    only the chief evaluates and exports.
+    """
     started = time.time()
+    run_config = RunConfig(
+        run_dir=config.run_dir, epochs=config.epochs, batch_size=config.batch_size,
+        strategy=config.strategy, devices=config.devices,
+        mixed_precision=config.mixed_precision, jit_compile=config.jit_compile,
+        seed=config.seed, verbose=config.verbose, backup_every=config.backup_every,
+    )
+    chief, _ = worker_role(prepare(run_config))  # the strategy first: see `prepare`
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = corpora.get("test") or valid_corpus
@@ -143,21 +176,21 @@ def run(config, log=print):
         f"validation pairs, {skipped} empty pairs skipped"
     )
     os.makedirs(config.run_dir, exist_ok=True)
-    source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus)
+    source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     log(
         f"vocabularies: {source_tokenizer.vocabulary_size} source, "
         f"{target_tokenizer.vocabulary_size} target WordPieces"
     )
 
     def make_datasets(global_batch_size):
-        def dataset(corpus, shuffle):
+        def dataset(corpus, shuffle, epoch=None):
             return translation.translation_dataset(
                 corpus.sources, corpus.targets, source_tokenizer, target_tokenizer,
                 batch_size=global_batch_size, max_length=config.max_length,
-                shuffle=shuffle, seed=config.seed,
+                shuffle=shuffle, seed=config.seed, epoch=epoch,
             )
 
-        return dataset(train_corpus, True), dataset(valid_corpus, False)
+        return (lambda epoch: dataset(train_corpus, True, epoch)), dataset(valid_corpus, False)
 
     builtin = not (config.data or config.src or config.tgt)
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
@@ -174,12 +207,7 @@ def run(config, log=print):
 
     train_started = time.time()
     result = train(
-        RunConfig(
-            run_dir=config.run_dir, epochs=config.epochs, batch_size=config.batch_size,
-            strategy=config.strategy, devices=config.devices,
-            mixed_precision=config.mixed_precision, jit_compile=config.jit_compile,
-            seed=config.seed, verbose=config.verbose,
-        ),
+        run_config,
         build_model=build_model,
         make_datasets=make_datasets,
         make_optimizer=lambda total_steps: keras.optimizers.Adam(
@@ -192,9 +220,12 @@ def run(config, log=print):
     model = result.model
     train_seconds = time.time() - train_started
     log(
-        f"trained {model.count_params():,} parameters on {result.strategy.num_replicas_in_sync} "
-        f"replica(s), global batch {result.global_batch_size}, in {time.time() - started:.0f} s"
+        f"trained {model.count_params():,} parameters for {result.steps} steps on "
+        f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
+        f"{result.global_batch_size}, in {time.time() - started:.0f} s"
     )
+    if not result.is_chief:
+        return TranslationResult(None, {}, [], result.history, model, result.steps)
 
     translator = export.Translator(
         TransformerStepper(model, config.max_length),
@@ -208,7 +239,10 @@ def run(config, log=print):
     )
     path = export.export(translator, config.export_root, config.name) if config.export else None
     samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))
-    return TranslationResult(export_path=path, metrics=metrics, samples=samples, history=result.history)
+    return TranslationResult(
+        export_path=path, metrics=metrics, samples=samples, history=result.history,
+        model=model, steps=result.steps,
+    )
 
 
 def translate_all(translator, sentences, beam_width, batch_size=64):

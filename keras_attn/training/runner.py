@@ -1,31 +1,44 @@
-"""The training runner every job uses: strategy, precision, fit, checkpoints, resume.
+"""The training runner every job uses: strategy, precision, the training loop, backups, resume.
 
 A job hands the runner functions that build its model, optimizer, loss,
 metrics and datasets; the runner creates them inside the chosen
-`tf.distribute` strategy, restores the latest checkpoint of the run folder
-if there is one, and trains with `model.fit`:
+`tf.distribute` strategy, restores the latest backup of the run folder if
+there is one, and trains:
 
     result = train(
         RunConfig(run_dir="runs/transformer", epochs=10, batch_size=64),
         build_model=lambda: transformer(8000, 8000, preset="small"),
-        make_datasets=lambda global_batch: (train_ds, valid_ds),
+        make_datasets=lambda global_batch: (train_for_epoch, valid_ds),
         make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-3),
         make_loss=lambda: MaskedSparseCrossEntropy(0.1),
     )
 
+The loop is `fit`'s (Keras callbacks, the progress bar, History,
+TensorBoard) over the steps of `keras_attn.training.steps`, the same under
+every strategy, including MultiWorkerMirroredStrategy where `fit` fails.
+It adds what `fit` lacks: backups every `backup_every` steps with the
+position in the data, so a run killed at any moment and started again
+with the same command continues from its last backup and ends after as
+many steps as a run that was never stopped.
+
 Run folder layout:
-    checkpoints/        tf.train.CheckpointManager: model, optimizer, epoch
+    checkpoints/        backups: model, optimizer, epoch, step in the epoch
     best.weights.h5     the weights with the lowest validation loss
-    logs/               TensorBoard
+    history.json        per-epoch logs and the step count (chief only)
+    logs/               TensorBoard (chief only)
 """
 
 import dataclasses
+import json
 import os
 
 import keras
 import tensorflow as tf
 
-from keras_attn.training.strategy import get_strategy
+from keras_attn.errors import UserError
+from keras_attn.training.checkpoints import Backups, Progress, save_weights_atomically
+from keras_attn.training.steps import TrainingSteps
+from keras_attn.training.strategy import get_strategy, worker_role
 
 
 @dataclasses.dataclass
@@ -33,18 +46,20 @@ class RunConfig:
     """What the runner needs to know, beyond the job itself.
 
     Attributes:
-        run_dir: folder for checkpoints, best weights and logs. Running the
-            same command again resumes from its latest checkpoint.
+        run_dir: folder for backups, best weights and logs. Running the
+            same command again resumes from its latest backup.
         epochs: total epochs (including those already done when resuming).
         batch_size: examples per replica; the global batch is this times the
             number of replicas.
         strategy: `"auto"`, `"one_device"`, `"mirrored"` or `"multi_worker"`.
         devices: devices for `one_device` / `mirrored`.
         mixed_precision: train under the `mixed_bfloat16` policy.
-        jit_compile: compile the train step with XLA.
+        jit_compile: compile the model's forward and backward pass with XLA.
         seed: seeds Python, NumPy and TensorFlow.
         verbose: Keras progress bar mode (`"auto"`, 0, 1 or 2).
-        keep_checkpoints: how many epoch checkpoints to keep.
+        backup_every: also back up every this many steps within an epoch
+            (0: only at the end of each epoch).
+        keep_checkpoints: how many backups to keep.
     """
 
     run_dir: str
@@ -56,6 +71,7 @@ class RunConfig:
     jit_compile: bool = False
     seed: int = 0
     verbose: object = "auto"
+    backup_every: int = 0
     keep_checkpoints: int = 2
 
 
@@ -67,6 +83,21 @@ class TrainingResult:
     global_batch_size: int
     initial_epoch: int
     best_val_loss: float
+    steps: int
+    is_chief: bool
+
+
+def prepare(config):
+    """Seeds, the precision policy and the strategy; returns the strategy.
+
+    Jobs call it before any other TensorFlow work: MultiWorkerMirroredStrategy
+    must set up its collectives first. `train` calls it again (same strategy).
+    """
+    strategy = get_strategy(config.strategy, config.devices)
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    return strategy
 
 
 def train(
@@ -78,14 +109,19 @@ def train(
     make_metrics=lambda: [],
     callbacks=(),
 ):
-    """Builds the job under the strategy, resumes, fits, keeps the best weights.
+    """Builds the job under the strategy, resumes, trains, keeps the best weights.
 
     Args:
         config: a `RunConfig`.
         build_model: `() -> keras.Model`, called inside the strategy scope.
-        make_datasets: `(global_batch_size) -> (train, valid)` tf.data
-            datasets of `(inputs, targets)` batched to the global batch;
-            `valid` may be `None`.
+        make_datasets: `(global_batch_size) -> (train, valid)`. `train` is
+            a function `epoch -> tf.data.Dataset` giving that epoch's
+            batches in an order fixed by `epoch` (so that a resumed run
+            sees the batches it missed), or one dataset for all epochs (a
+            resumed epoch then skips as many batches of a new pass). Batches
+            are `(inputs, targets)` of the global batch size and the dataset
+            must declare its length (finite cardinality). `valid` is a
+            dataset or `None`.
         make_optimizer: `(total_steps) -> keras.optimizers.Optimizer`, where
             `total_steps` is the number of steps of the whole run (for
             schedules that anneal to its end).
@@ -97,13 +133,12 @@ def train(
         A `TrainingResult`; `model` holds the best validation weights (the
         last weights when there is no validation data).
     """
-    keras.utils.set_random_seed(config.seed)
-    if config.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    strategy = get_strategy(config.strategy, config.devices)
+    strategy = prepare(config)
+    chief, worker = worker_role(strategy)
     global_batch_size = config.batch_size * strategy.num_replicas_in_sync
     train_data, valid_data = make_datasets(global_batch_size)
-    steps_per_epoch = int(train_data.cardinality())
+    epoch_data = train_data if callable(train_data) else (lambda epoch: train_data)
+    steps_per_epoch = int(epoch_data(0).cardinality())
     if steps_per_epoch < 1:
         raise ValueError(
             "The training dataset must declare its length (finite cardinality), "
@@ -112,85 +147,148 @@ def train(
 
     with strategy.scope():
         model = build_model()
-        optimizer = make_optimizer(steps_per_epoch * config.epochs)
-        model.compile(
-            optimizer=optimizer,
-            loss=make_loss(),
-            metrics=make_metrics(),
-            jit_compile=config.jit_compile,
-        )
+        model.compile(optimizer=make_optimizer(steps_per_epoch * config.epochs))
+        optimizer = model.optimizer
         optimizer.build(model.trainable_variables)
-        progress = _Progress()
+        steps = TrainingSteps(
+            model, optimizer, make_loss(), make_metrics(), strategy, config.jit_compile
+        )
+        progress = Progress()
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=progress)
-    manager = tf.train.CheckpointManager(
-        checkpoint,
-        os.path.join(config.run_dir, "checkpoints"),
-        max_to_keep=config.keep_checkpoints,
+    backups = Backups(
+        checkpoint, os.path.join(config.run_dir, "checkpoints"), chief, worker,
+        keep=config.keep_checkpoints,
     )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    restored = backups.restore()
+    _check_workers_agree(strategy, optimizer.iterations)
     initial_epoch = int(progress.epoch.numpy())
+    if restored and config.verbose != 0:
+        print(
+            f"resuming from {restored}: epoch {initial_epoch + 1}, "
+            f"{int(progress.step.numpy())} steps done in it, {int(optimizer.iterations.numpy())} in all"
+        )
     best_path = os.path.join(config.run_dir, "best.weights.h5")
 
     history = {}
     if initial_epoch < config.epochs:
-        fit = model.fit(
-            train_data,
-            validation_data=valid_data,
+        callback_list = keras.callbacks.CallbackList(
+            [*callbacks, *([keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))] if chief else [])],
+            add_history=True,
+            add_progbar=config.verbose != 0,
+            model=model,
+            verbose=1 if config.verbose == "auto" else config.verbose,
             epochs=config.epochs,
-            initial_epoch=initial_epoch,
-            verbose=config.verbose,
-            shuffle=False,  # tf.data pipelines shuffle themselves
-            callbacks=[
-                _EpochCheckpoint(manager, progress, best_path),
-                keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs")),
-                *callbacks,
-            ],
+            steps=steps_per_epoch,
         )
-        history = fit.history
-    if os.path.exists(best_path):
+        try:
+            history = _loop(
+                config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
+                progress, backups, callback_list, best_path if chief else None,
+            )
+        except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+            if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                raise
+            raise UserError(
+                f"training stopped: {_first_line(error.message)} Start the job again on every "
+                "worker; it resumes from the last backup."
+            ) from None
+    if chief and os.path.exists(best_path):
         model.load_weights(best_path)
-    return TrainingResult(
+    result = TrainingResult(
         model=model,
         history=history,
         strategy=strategy,
         global_batch_size=global_batch_size,
         initial_epoch=initial_epoch,
         best_val_loss=float(progress.best_val_loss.numpy()),
+        steps=int(optimizer.iterations.numpy()),
+        is_chief=chief,
     )
+    if chief:
+        _write_history(config.run_dir, result)
+    return result
 
 
-class _Progress(tf.Module):
-    """Epochs done and the best validation loss, saved with each checkpoint."""
-
-    def __init__(self):
-        super().__init__()
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.best_val_loss = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
-
-
-class _EpochCheckpoint(keras.callbacks.Callback):
-    """Saves a checkpoint after every epoch and the best weights atomically."""
-
-    def __init__(self, manager, progress, best_path):
-        super().__init__()
-        self.manager = manager
-        self.progress = progress
-        self.best_path = best_path
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
+def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
+          progress, backups, callbacks, best_path):
+    """`fit`'s epoch loop over `steps`, with backups; returns the History dict."""
+    model.stop_training = False
+    valid = _distribute(strategy, valid_data) if valid_data is not None else None
+    callbacks.on_train_begin()
+    for epoch in range(int(progress.epoch.numpy()), config.epochs):
+        callbacks.on_epoch_begin(epoch)
+        steps.reset_metrics()
+        done = int(progress.step.numpy())  # > 0 only when resuming mid-epoch
+        batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
+        logs = {}
+        for step in range(done, steps_per_epoch):
+            callbacks.on_train_batch_begin(step)
+            logs = steps.train(batches)
+            callbacks.on_train_batch_end(step, logs)
+            last_step = step + 1 == steps_per_epoch  # backed up below, after validation
+            if config.backup_every and (step + 1) % config.backup_every == 0 and not last_step:
+                progress.step.assign(step + 1)
+                backups.save(int(steps.optimizer.iterations.numpy()))
+            if model.stop_training:
+                break
+        logs = {name: float(value) for name, value in logs.items()}
+        if valid is not None:
+            logs.update({f"val_{name}": value for name, value in steps.evaluate(valid).items()})
         val_loss = logs.get("val_loss")
-        if val_loss is not None and val_loss < self.progress.best_val_loss.numpy():
-            self.progress.best_val_loss.assign(val_loss)
-            save_weights_atomically(self.model, self.best_path)
-        self.progress.epoch.assign(epoch + 1)
-        self.manager.save()
+        if val_loss is not None and val_loss < progress.best_val_loss.numpy():
+            progress.best_val_loss.assign(val_loss)
+            if best_path:
+                save_weights_atomically(model, best_path)
+        progress.epoch.assign(epoch + 1)
+        progress.step.assign(0)
+        backups.save(int(steps.optimizer.iterations.numpy()))
+        callbacks.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    callbacks.on_train_end()
+    history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
+    return history.history
 
 
-def save_weights_atomically(model, path):
-    """Writes `model`'s weights to `path` through a temporary file and a rename."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    temporary = path + ".tmp.weights.h5"
-    model.save_weights(temporary)
+def _distribute(strategy, dataset):
+    options = tf.data.Options()
+    # Every worker runs the pipeline and keeps its replicas' rows of each
+    # global batch (TensorFlow's DATA sharding), so the batches, and the
+    # steps, are those of one process with the same global batch.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+
+def _check_workers_agree(strategy, step):
+    """Fails clearly when workers restored different backups (no shared run folder)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    value = tf.cast(step, tf.float64)
+    total = strategy.reduce("SUM", strategy.run(lambda: tf.identity(value)), axis=None)
+    if float(total) != float(value) * strategy.num_replicas_in_sync:
+        raise UserError(
+            f"this worker resumed at step {int(value)} but others did not: every worker "
+            "must see the chief's run folder (put --run-dir on shared storage)"
+        )
+
+
+def _first_line(message):
+    """The line of a TensorFlow error that says what happened."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if "unhealthy" in line or "heartbeat" in line:
+            return line
+    return lines[0] if lines else "a worker failed."
+
+
+def _write_history(run_dir, result):
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, "history.json")
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(
+            {"steps": result.steps, "initial_epoch": result.initial_epoch,
+             "best_val_loss": result.best_val_loss, "history": result.history},
+            f, indent=1,
+        )
     os.replace(temporary, path)

@@ -24,6 +24,8 @@ def get_strategy(name="auto", devices=None):
     """
     if name not in STRATEGIES:
         raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}.")
+    if name == "multi_worker":  # before anything starts TensorFlow's runtime
+        return _multi_worker()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         if gpus:
@@ -32,9 +34,34 @@ def get_strategy(name="auto", devices=None):
     if name == "one_device":
         default = "/gpu:0" if gpus else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(devices[0] if devices else default)
-    if name == "mirrored":
-        return _mirrored(tuple(devices or ()))
+    return _mirrored(tuple(devices or ()))
+
+
+@functools.cache
+def _multi_worker():
+    # One per process: it sets up the cluster's collectives, which must
+    # happen once and before any other TensorFlow work.
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def worker_role(strategy):
+    """`(is_chief, name)` of this process in `strategy`'s cluster.
+
+    The chief is the `chief` task, or worker 0 when the cluster has no
+    chief; a strategy without a cluster (one process) is its own chief.
+
+    Returns:
+        `(True, "chief")`, or `(False, "worker-1")` and so on.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not cluster or resolver.task_type is None:
+        return True, "chief"
+    task_type, task_id = resolver.task_type, int(resolver.task_id or 0)
+    chief = task_type == "chief" or (
+        "chief" not in cluster and task_type == "worker" and task_id == 0
+    )
+    return chief, "chief" if chief else f"{task_type}-{task_id}"
 
 
 @functools.cache

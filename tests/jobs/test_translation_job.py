@@ -33,9 +33,10 @@ def test_the_job_learns_the_builtin_corpus_and_exports(trained, capsys):
     # Resumed from the finished run: no training, the same learned model.
     assert result.history == {}
     # 470 steps from scratch: an untrained model scores BLEU ~0 and no exact
-    # match; this run reaches about 29% exact match and BLEU 59.
-    assert result.metrics["exact_match"] >= 0.2
-    assert result.metrics["bleu"] >= 45
+    # match. Three orders of the data (seeds) gave 15-32% exact match and
+    # BLEU 35-62: the run stops on the steep part of the learning curve.
+    assert result.metrics["exact_match"] >= 0.1
+    assert result.metrics["bleu"] >= 30
     assert os.path.isfile(trained / "saved_models" / "transformer" / "1" / "saved_model.pb")
 
 

@@ -124,6 +124,16 @@ def test_same_seed_same_order_and_reshuffling_per_epoch(corpus, tokenizers):
     assert rows(fixed) == rows(fixed)
 
 
+def test_an_epoch_has_one_order_of_its_own(corpus, tokenizers):
+    epoch_3 = dataset(corpus, tokenizers, seed=1, epoch=3)
+    order = rows(epoch_3)
+    assert rows(epoch_3) == order  # not reshuffled when iterated again
+    assert rows(dataset(corpus, tokenizers, seed=1, epoch=3)) == order
+    assert rows(dataset(corpus, tokenizers, seed=1, epoch=4)) != order
+    assert rows(dataset(corpus, tokenizers, seed=2, epoch=3)) != order
+    assert collections.Counter(order) == collections.Counter(rows(dataset(corpus, tokenizers, seed=1, epoch=4)))
+
+
 def test_drop_remainder_and_repeat(corpus, tokenizers):
     for bucket in (True, False):
         full = dataset(corpus, tokenizers, drop_remainder=True, bucket=bucket)

@@ -36,7 +36,7 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=()):
         build_model=lambda: transformer(20, 20, max_length=8, num_layers=1, hidden_dim=16,
                                         num_heads=2, intermediate_dim=32, dropout=0.0),
         make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-2),
+        make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-2, clipnorm=0.05),  # always clips
         make_loss=lambda: MaskedSparseCrossEntropy(label_smoothing=0.1),
         make_metrics=lambda: [MaskedTokenAccuracy()],
         callbacks=callbacks,

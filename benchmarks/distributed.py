@@ -1,0 +1,153 @@
+"""Training steps/s on 1 vs 2 replicas: one device, MirroredStrategy, two workers.
+
+Run from the repository root:
+
+    python benchmarks/distributed.py            # about 4 minutes
+    python benchmarks/distributed.py --quick    # fewer steps
+
+The Transformer job's model (preset "small", vocabularies of 4,000 pieces)
+trains on the built-in corpus through `keras_attn.training.runner.train`
+at a global batch of 64 pairs, in float32:
+
+- fit, one device: Keras's `model.fit` on the same model and data, the
+  reference for the runner's own loop;
+- runner, one device;
+- runner, MirroredStrategy over 2 logical CPU devices (this process splits
+  the CPU in two before TensorFlow starts), 32 pairs per replica;
+- runner, two worker processes (MultiWorkerMirroredStrategy over gRPC on
+  127.0.0.1), 32 pairs per replica, started after the in-process runs.
+
+The steps after the first `--warmup` (tracing, first pass of the data
+pipeline) are timed; steps/s is reported with the ratio to one device.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _parse():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pairs", type=int, default=6400)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.pairs = 3200
+    return args
+
+
+def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
+    """Steps/s of one training epoch after `args.warmup` steps."""
+    import keras
+    import tensorflow as tf
+
+    from keras_attn.models import transformer
+    from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
+    from keras_attn.training.runner import RunConfig, prepare, train
+    from pipelines import synthetic, tokenizers
+    from pipelines.translation import translation_dataset
+
+    import tempfile
+
+    config = RunConfig(run_dir=tempfile.mkdtemp(), epochs=1, batch_size=batch_size,
+                       strategy=strategy, devices=devices, verbose=0)
+    prepare(config)
+    corpus = synthetic.translation_corpus(seed=0, train_size=args.pairs, valid_size=0, test_size=0)["train"]
+    vocab = tokenizers.learn_wordpiece_vocabulary(corpus.sources + corpus.targets, 4000)
+    tokenizer = tokenizers.WordPieceTokenizer(vocab)
+
+    times = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter())
+
+    def data(global_batch, epoch=0):
+        return translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
+                                   batch_size=global_batch, max_length=64, seed=0, epoch=epoch)
+
+    build = lambda: transformer(len(vocab), len(vocab), max_length=64, preset="small", dropout=0.1)  # noqa: E731
+    if use_fit:
+        model = build()
+        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), [MaskedTokenAccuracy()])
+        model.fit(data(batch_size), epochs=1, verbose=0, callbacks=[Clock()])
+    else:
+        train(config, build_model=build,
+              make_datasets=lambda global_batch: (lambda epoch: data(global_batch, epoch), None),
+              make_optimizer=lambda total: keras.optimizers.Adam(1e-4),
+              make_loss=lambda: MaskedSparseCrossEntropy(0.1),
+              make_metrics=lambda: [MaskedTokenAccuracy()], callbacks=[Clock()])
+    timed = times[args.warmup:]
+    del tf
+    return (len(timed) - 1) / (timed[-1] - timed[0])
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _two_workers(args):
+    ports = _free_ports(2)
+    processes = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": index},
+        }))
+        out = f"/tmp/keras_attn_distributed_{os.getpid()}_{index}.json"
+        command = [sys.executable, __file__, "--worker", str(index), "--out", out,
+                   "--pairs", str(args.pairs), "--warmup", str(args.warmup)]
+        processes.append((subprocess.Popen(command, env=env), out))
+    rates = []
+    for process, out in processes:
+        if process.wait(timeout=1800) != 0:
+            sys.exit("a worker failed")
+        with open(out) as f:
+            rates.append(json.load(f)["steps_per_second"])
+        os.remove(out)
+    return rates[0]
+
+
+def main():
+    args = _parse()
+    if args.worker is not None:
+        rate = _timed_run(args, "multi_worker", 32)
+        with open(args.out, "w") as f:
+            json.dump({"steps_per_second": rate}, f)
+        return
+
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+    results = {
+        "fit, one device": _timed_run(args, "one_device", 64, use_fit=True),
+        "runner, one device": _timed_run(args, "one_device", 64),
+        "runner, mirrored 2 logical CPUs": _timed_run(args, "mirrored", 32, devices=["/cpu:0", "/cpu:1"]),
+    }
+    results["runner, two workers (2 processes)"] = _two_workers(args)
+    base = results["runner, one device"]
+    print(f"\n| global batch 64, preset small, float32 | steps/s | vs one device |\n|---|---|---|")
+    for name, rate in results.items():
+        print(f"| {name} | {rate:.2f} | {rate / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

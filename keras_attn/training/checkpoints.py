@@ -1,0 +1,73 @@
+"""Backups of a run (model, optimizer, data position) and the best weights, written atomically.
+
+A backup is a `tf.train.Checkpoint` of the model, the optimizer and the
+run's `Progress` (epochs done, steps done in the current epoch, best
+validation loss). TensorFlow writes a checkpoint's files under temporary
+names, renames them, and only then points the `checkpoint` state file at
+the new one (also by a rename), so a crash at any moment leaves the
+previous backup as the latest.
+
+Under MultiWorkerMirroredStrategy every worker writes at the same steps,
+as TensorFlow requires; the chief into the run folder, the others into a
+temporary folder they delete at once. Every worker restores from the
+chief's folder, which therefore has to be on storage all workers see.
+"""
+
+import os
+import shutil
+
+import tensorflow as tf
+
+
+class Progress(tf.Module):
+    """Where the run is: saved with every backup."""
+
+    def __init__(self):
+        super().__init__()
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False)  # steps done in `epoch`
+        self.best_val_loss = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
+
+
+class Backups:
+    """Saves and restores the backups of one run folder.
+
+    Args:
+        checkpoint: the `tf.train.Checkpoint` to save.
+        directory: the chief's backup folder (`<run_dir>/checkpoints`).
+        chief: whether this process is the chief.
+        worker: this process's name, for its temporary folder.
+        keep: how many backups the chief keeps.
+    """
+
+    def __init__(self, checkpoint, directory, chief=True, worker="chief", keep=2):
+        self.checkpoint = checkpoint
+        self.directory = directory
+        self.chief = chief
+        if chief:
+            self._manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
+        else:
+            self._scratch = os.path.join(os.path.dirname(directory), f".{worker}-scratch")
+
+    def restore(self):
+        """Restores the latest backup; returns its path, or `None` if there is none."""
+        latest = tf.train.latest_checkpoint(self.directory)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        return latest
+
+    def save(self, step):
+        """Writes a backup numbered `step` (the run's global step)."""
+        if self.chief:
+            return self._manager.save(checkpoint_number=step)
+        self.checkpoint.write(os.path.join(self._scratch, "ckpt"))
+        shutil.rmtree(self._scratch, ignore_errors=True)
+        return None
+
+
+def save_weights_atomically(model, path):
+    """Writes `model`'s weights to `path` through a temporary file and a rename."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    temporary = path + ".tmp.weights.h5"
+    model.save_weights(temporary)
+    os.replace(temporary, path)

@@ -1,0 +1,135 @@
+"""One training step and one evaluation step, run on every replica of a strategy.
+
+The runner's loop calls these instead of `model.fit`, so that the same
+code trains on one device, on several local devices (MirroredStrategy)
+and on several hosts (MultiWorkerMirroredStrategy, where Keras 3's `fit`
+fails: keras-team/keras#20585). A step is what `fit` does:
+
+    with tape:  outputs = model(inputs, training=True)
+                loss = loss_fn(targets, outputs)          # this replica's part
+    gradients = tape.gradient(loss, weights)
+    optimizer.apply_gradients(gradients)                  # summed over replicas
+    update the loss tracker and the metrics
+
+with two differences:
+
+- The gradients are summed over replicas before the optimizer sees them.
+  Keras 3 clips (`clipnorm`, `global_clipnorm`, `clipvalue`) each
+  replica's gradients before summing them, so a clipped run on several
+  replicas differs from one device; here every strategy clips the
+  global-batch gradient.
+- `jit_compile` compiles only the model's forward pass (and with it the
+  backward pass) with XLA. The loss, the gradient sum and the metric reads
+  are collectives across replicas, which XLA cannot compile on CPUs
+  ("Collectives are not yet implemented for CPU devices"), so they stay
+  outside.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class TrainingSteps:
+    """The compiled train and evaluation steps of a model under a strategy.
+
+    Create it inside `strategy.scope()` (its metrics are variables).
+
+    Args:
+        model: a built `keras.Model` whose optimizer is `optimizer`.
+        optimizer: a `keras.optimizers.Optimizer`, built for the model.
+        loss: a `keras.losses.Loss`. Its value on each replica is that
+            replica's share of the global loss: gradients are summed over
+            replicas, as in `fit` (Keras losses that average over the batch
+            divide by the replica count themselves).
+        metrics: `keras.metrics.Metric`s updated with `(targets, outputs)`.
+        strategy: the `tf.distribute.Strategy` the model was built under.
+        jit_compile: compile the forward (and backward) pass with XLA.
+
+    Example:
+
+    >>> with strategy.scope():
+    ...     steps = TrainingSteps(model, optimizer, loss, [accuracy], strategy)
+    >>> iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    >>> logs = steps.train(iterator)   # {"loss": ..., "accuracy": ...}
+    """
+
+    def __init__(self, model, optimizer, loss, metrics, strategy, jit_compile=False):
+        self.model = model
+        self.optimizer = optimizer
+        self.loss = loss
+        self.strategy = strategy
+        # The steps sum the gradients themselves (see the module docstring);
+        # the optimizer must not sum them again.
+        optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars  # noqa: SLF001
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.metrics = [self.loss_tracker, *metrics]
+
+        def forward(inputs, training):
+            return model(inputs, training=training)
+
+        if jit_compile:
+            forward = tf.function(forward, jit_compile=True, reduce_retracing=True)
+        self._forward = forward
+        self.train = tf.function(self._train, reduce_retracing=True)
+        self._evaluate_batch = tf.function(self._evaluate, reduce_retracing=True)
+        self._results = tf.function(self.results)
+
+    def _train(self, iterator):
+        """Runs one step on the next batch of `iterator`; returns the metrics so far."""
+        self.strategy.run(self._replica_train_step, args=(next(iterator),))
+        return self.results()
+
+    def _replica_train_step(self, data):
+        inputs, targets = data
+        weights = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            outputs = self._forward(inputs, training=True)
+            loss = self._replica_loss(targets, outputs)
+            scaled_loss = self.optimizer.scale_loss(loss)  # loss scaling of float16
+        gradients = tape.gradient(scaled_loss, weights)
+        gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        self.optimizer.apply_gradients(zip(gradients, weights))
+        self._update_metrics(loss, inputs, targets, outputs)
+
+    def _evaluate(self, data):
+        def replica_step(data):
+            inputs, targets = data
+            outputs = self._forward(inputs, training=False)
+            self._update_metrics(self._replica_loss(targets, outputs), inputs, targets, outputs)
+
+        self.strategy.run(replica_step, args=(data,))
+
+    def _replica_loss(self, targets, outputs):
+        loss = self.loss(targets, outputs)
+        if self.model.losses:  # weight regularizers: each replica adds its share
+            replicas = self.strategy.num_replicas_in_sync
+            loss = loss + tf.add_n(self.model.losses) / replicas
+        return loss
+
+    def _update_metrics(self, loss, inputs, targets, outputs):
+        # As in `fit`: the replica's loss times the replica count, weighted
+        # by its batch size, averages to the global batch's loss.
+        rows = tf.shape(tf.nest.flatten(inputs)[0])[0]
+        replicas = self.strategy.num_replicas_in_sync
+        self.loss_tracker.update_state(loss * replicas, sample_weight=rows)
+        for metric in self.metrics[1:]:
+            metric.update_state(targets, outputs)
+
+    def evaluate(self, dataset):
+        """Metrics of the model over a distributed `dataset` (all replicas, all workers)."""
+        self.reset_metrics()
+        for data in dataset:
+            self._evaluate_batch(data)
+        return {name: float(value) for name, value in self._results().items()}
+
+    def results(self):
+        """`{name: value}` of the loss tracker and the metrics, over all replicas."""
+        logs = {}
+        for metric in self.metrics:
+            result = metric.result()
+            logs.update(result if isinstance(result, dict) else {metric.name: result})
+        return logs
+
+    def reset_metrics(self):
+        for metric in self.metrics:
+            metric.reset_state()
