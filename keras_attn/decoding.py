@@ -4,18 +4,22 @@ The search code knows nothing about the model. It drives a *stepper*, an
 object with two methods (`keras_attn.models.TransformerStepper` is one; an
 RNN decoder that carries its state is another):
 
-- `initial_state(source)` → `state`: a nested structure (dicts, lists) of
-  tensors whose first axis is the batch. Their shapes stay the same at every
-  step (caches are preallocated), so the state is a `tf.while_loop`
-  variable.
+- `initial_state(source, beam_width=1)` → `state`: a nested structure
+  (dicts, lists) of tensors whose first axis is the row, for `B ·
+  beam_width` rows (the hypotheses of source `b` are rows `b · beam_width`
+  to `b · beam_width + beam_width - 1`). Tensors that depend on the source
+  alone (an encoder's outputs) may keep one row per source. Every axis but
+  the first may change from step to step (caches grow), never the rank:
+  the state is a `tf.while_loop` variable.
 - `step(token_ids, state, index, return_attention_scores=False)` →
   `(logits, new_state)`, or `(logits, new_state, attention)` when asked:
-  `token_ids` `(B,)` are the previous outputs ([BOS] first), `index` is the
-  int32 step (the position of `token_ids` in the output), `logits` `(B, V)`
-  score the next token and `attention` is a list, one per decoder layer, of
-  `(B, heads, S)` cross-attention weights. A tensor of the state that a step
-  does not change should come back as the same object (`dict(state,
-  cache=...)`): beam search then knows it needs no reordering.
+  `token_ids` `(R,)` are the previous outputs of the `R` rows ([BOS]
+  first), `index` is the int32 step (the position of `token_ids` in the
+  output), `logits` `(R, V)` score the next token and `attention` is a
+  list, one per decoder layer, of `(R, heads, S)` cross-attention weights.
+  A tensor of the state that a step does not change must come back as the
+  same object (`dict(state, cache=...)`): beam search reorders the others
+  only.
 
 Every search is one `tf.while_loop`: it runs eagerly and inside
 `tf.function` (so it can be exported in a SavedModel signature), and
@@ -50,7 +54,7 @@ def greedy_search(
             `step(token_ids, state, index)` (see the module docstring).
         source: `(B, S)` int token ids, 0 as padding.
         max_length: the most tokens to emit; int or scalar int32 tensor, at
-            most what the stepper's caches hold.
+            most what the stepper's model can take.
         bos_id: the token fed at the first step.
         eos_id: the token that ends a sequence.
         return_attention: also return the cross-attention weights.
@@ -65,7 +69,7 @@ def greedy_search(
     Example:
 
     >>> model = transformer(1000, 1000, preset="tiny")
-    >>> stepper = TransformerStepper(model, max_length=20)
+    >>> stepper = TransformerStepper(model)
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     >>> outputs = greedy_search(stepper, source, max_length=20)
     >>> sorted(outputs), outputs["tokens"].shape[0]
@@ -126,8 +130,9 @@ def beam_search(
     finished: it is frozen with its score and keeps its place in the beam
     (extended by [PAD] at no cost, never expanded again), so the beam
     narrows as hypotheses finish and a beam of width 1 is greedy search.
-    The decoder state is tiled to `B · beam_width` rows and, after every
-    step, reordered by the hypotheses' parents with one gather.
+    The decoder state holds `B · beam_width` rows and, after every step,
+    the tensors the step changed are reordered by the hypotheses' parents
+    with one gather each.
 
     Finished hypotheses are ranked by log P(Y) / lp(Y), with
     lp(Y) = ((5 + |Y|) / 6)^α. A source stops early once none of its alive
@@ -136,11 +141,11 @@ def beam_search(
     when every source has stopped or after `max_length` steps.
 
     Args:
-        stepper: a decoder with `initial_state(source)` and
+        stepper: a decoder with `initial_state(source, beam_width)` and
             `step(token_ids, state, index)` (see the module docstring).
         source: `(B, S)` int token ids, 0 as padding.
         max_length: the most tokens to emit; int or scalar int32 tensor, at
-            most what the stepper's caches hold.
+            most what the stepper's model can take.
         beam_width: hypotheses kept per source; int or scalar int32 tensor.
         length_penalty: α; 0 ranks by log-probability alone, larger values
             favour longer outputs.
@@ -161,7 +166,7 @@ def beam_search(
     Example:
 
     >>> model = transformer(1000, 1000, preset="tiny")
-    >>> stepper = TransformerStepper(model, max_length=20)
+    >>> stepper = TransformerStepper(model)
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     >>> outputs = beam_search(stepper, source, max_length=20, beam_width=4,
     ...                       return_all_beams=True)
@@ -185,7 +190,7 @@ def beam_search(
         frozen = beams["finished"] | beams["done"][:, None]
 
         # The best `width` extensions of the alive hypotheses by one token.
-        extensions = scores[..., None] + tf.where(frozen[..., None], -_INF, log_probs)
+        extensions = log_probs + tf.where(frozen, -_INF, scores)[..., None]
         extension_scores, best = _top_k(tf.reshape(extensions, [batch, -1]), width)
         # Frozen hypotheses keep their place (extended by [PAD] at no cost);
         # the best extensions take the other places.
@@ -234,9 +239,7 @@ def beam_search(
         )
         return index + 1, new_state, beams
 
-    state = tf.nest.map_structure(
-        lambda x: tf.repeat(x, width, axis=0), stepper.initial_state(source)
-    )
+    state = stepper.initial_state(source, beam_width=width)
     # Only beam 0 is alive at first, so the first extensions all differ.
     first_scores = tf.where(tf.range(width) == 0, 0.0, -_INF)
     beams = {
@@ -353,8 +356,7 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
 def _decode_loop(body, state, sequences, max_length):
     """Runs `body(index, state, sequences)` until all `sequences["done"]`.
 
-    Or for `max_length` steps. The state keeps its shapes but for the batch
-    axis; every axis of the other loop variables may change.
+    Or for `max_length` steps. Every axis of the loop variables may change.
     """
     max_length = tf.cast(max_length, tf.int32)
     _, _, sequences = tf.while_loop(
@@ -364,7 +366,7 @@ def _decode_loop(body, state, sequences, max_length):
         (tf.constant(0), state, sequences),
         shape_invariants=(
             tf.TensorShape([]),
-            tf.nest.map_structure(_any_batch_size, state),
+            tf.nest.map_structure(_any_shape, state),
             tf.nest.map_structure(_any_shape, sequences),
         ),
     )
@@ -400,7 +402,8 @@ def _log_probs(logits):
     """Log-softmax of `(..., V)` logits; [PAD] gets -inf (never emitted)."""
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
     is_pad = tf.equal(tf.range(tf.shape(log_probs)[-1]), PAD_ID)
-    return tf.where(is_pad, -_INF, log_probs)
+    # Adding a (V,) row is faster than a `tf.where` that broadcasts it.
+    return log_probs + tf.where(is_pad, -_INF, 0.0)
 
 
 def _batch_major(tensor_array, empty):
@@ -421,18 +424,14 @@ def _reorder(new_state, state, rows):
     """Gathers the state rows of each hypothesis' parent.
 
     A tensor the stepper passed through unchanged (e.g. the encoder's keys
-    and values) is the same for all the hypotheses of a source: gathering
-    it would copy it for nothing.
+    and values) is the same for all the hypotheses of a source, and may
+    have one row per source: it stays as it is.
     """
     return tf.nest.map_structure(
         lambda new, old: new if new is old else tf.gather(new, rows),
         new_state,
         state,
     )
-
-
-def _any_batch_size(x):
-    return tf.TensorShape([None]).concatenate(x.shape[1:])
 
 
 def _any_shape(x):

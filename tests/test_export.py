@@ -31,7 +31,7 @@ def translator():
         source.vocabulary_size, target.vocabulary_size, max_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    return export.Translator(TransformerStepper(model, 12), source, target, max_length=12)
+    return export.Translator(TransformerStepper(model), source, target, max_length=12)
 
 
 def _translate(translator, texts, beam_width):

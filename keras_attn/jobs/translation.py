@@ -228,7 +228,7 @@ def run(config, log=print):
         return TranslationResult(None, {}, [], result.history, model, result.steps)
 
     translator = export.Translator(
-        TransformerStepper(model, config.max_length),
+        TransformerStepper(model),
         source_tokenizer, target_tokenizer, config.max_length,
     )
     metrics = evaluate(translator, test_corpus, config.beam_width)

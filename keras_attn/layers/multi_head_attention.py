@@ -55,11 +55,12 @@ class MultiHeadAttention(keras.layers.Layer):
     Incremental decoding: a `cache` holds keys and values already projected,
     head-major, as a dict `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`
     (see `empty_cache` and `project_key_value`). With `cache_index`, the
-    projections of the new steps are written into the cache at that index
-    and the query attends to the cache's steps up to its own; without it,
-    the cache replaces `key` and `value` (precomputed cross-attention).
-    Per step, nothing is recomputed, and nothing but the updated cache is
-    copied.
+    cache holds the `L = cache_index` steps so far: the projections of the
+    new steps are appended to it and the query attends to its steps up to
+    its own; without it, the cache replaces `key` and `value` (precomputed
+    cross-attention). Per step, nothing is recomputed; appending copies the
+    steps so far (TensorFlow updates no tensor in place), which costs half
+    what writing into a preallocated cache of the final length does.
 
     Args:
         num_heads: number of attention heads `h`.
@@ -82,21 +83,22 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: optional dict of projected keys and values,
             `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`. With
             `cache_index`, the projections of `key`/`value` `(B, Tq, dim)`
-            are written into it at steps `cache_index ... cache_index + Tq
-            - 1`, attention is causal over its `L` slots and the updated
-            cache is returned; without `cache_index`, it is used as is
-            instead of `key` and `value` (precomputed cross-attention).
+            are appended to it as steps `L ... L + Tq - 1`, attention is
+            causal over its `L + Tq` steps and the updated cache is
+            returned; without `cache_index`, it is used as is instead of
+            `key` and `value` (precomputed cross-attention).
         cache_index: int or scalar int tensor, the step index of
-            `query[:, 0]` in the cache.
+            `query[:, 0]`: the number of steps `L` the cache holds.
         query_mask, value_mask, key_mask: optional `(B, T)` padding masks;
             Keras fills them from the inputs' masks (e.g. from
             `Embedding(mask_zero=True)`).
 
     Returns:
         `output` `(B, Tq, output_dim)`; then the attention weights
-        `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L` with a
-        cache); then the updated cache if `cache` and `cache_index` were
-        given. A query whose keys are all masked gets all-zero weights.
+        `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L + Tq` with
+        a cache to append to, `L` with a precomputed one); then the updated
+        cache if `cache` and `cache_index` were given. A query whose keys
+        are all masked gets all-zero weights.
 
     Example:
 
@@ -108,7 +110,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Decoding one step at a time with a cache gives the causal pass:
 
-    >>> cache = mha.empty_cache(batch_size=3, max_length=5)
+    >>> cache = mha.empty_cache(batch_size=3)
     >>> for t in range(5):
     ...     step, cache = mha(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
     ...                       cache_index=t)
@@ -249,20 +251,19 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": self.project(value, self.value_kernel, self.value_bias),
         }
 
-    def empty_cache(self, batch_size, max_length, dtype=None):
-        """An all-zero self-attention cache of `max_length` steps.
+    def empty_cache(self, batch_size, dtype=None):
+        """A self-attention cache that holds no step yet.
 
         Args:
             batch_size: `B`, an int or scalar int tensor.
-            max_length: `L`, the most steps the cache holds.
             dtype: the cache's dtype.
 
         Returns:
-            `{"key": (B, h, max_length, d_k), "value": (B, h, max_length,
-            d_v)}` in `dtype` (default: the layer's compute dtype).
+            `{"key": (B, h, 0, d_k), "value": (B, h, 0, d_v)}` in `dtype`
+            (default: the layer's compute dtype).
         """
         dtype = dtype or self.compute_dtype
-        shape = (batch_size, self.num_heads, max_length)
+        shape = (batch_size, self.num_heads, 0)
         return {
             "key": ops.zeros(shape + (self.key_dim,), dtype),
             "value": ops.zeros(shape + (self.value_dim,), dtype),
@@ -308,11 +309,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 k = self.project(key, self.key_kernel, self.key_bias)
                 v = self.project(value, self.value_kernel, self.value_bias)
         if updates_cache:
-            k = _write_steps(cache["key"], k, cache_index)
-            v = _write_steps(cache["value"], v, cache_index)
+            k = ops.concatenate([cache["key"], k], axis=2)
+            v = ops.concatenate([cache["value"], v], axis=2)
             cache = {"key": k, "value": v}
-            # Keys past the newest step are empty cache slots.
-            use_causal_mask = True
+            # New steps must not see the ones after them (one step sees all).
+            use_causal_mask = query.shape[1] != 1
 
         causal = None
         if use_causal_mask:
@@ -374,26 +375,6 @@ def _split_heads(y, batch, heads):
     """`(B·T, h·d)` → `(B, h, T, d)`."""
     y = ops.reshape(y, (batch, -1, heads, y.shape[-1] // heads))
     return ops.transpose(y, (0, 2, 1, 3))
-
-
-def _write_steps(cache, steps, index):
-    """Writes `steps` `(B, h, T, d)` into `cache` `(B, h, L, d)` at `index`.
-
-    Step `t` goes to slot `index + t`. A scatter, not `ops.slice_update`,
-    which TensorFlow runs as a one-op XLA program per call (compiled for
-    every new shape). Either copies the cache: TensorFlow does not update
-    it in place.
-    """
-    shape = ops.shape(steps)
-    batch, heads, length = shape[0], shape[1], shape[2]
-    rows, head, slot = ops.meshgrid(
-        ops.arange(batch),
-        ops.arange(heads),
-        ops.arange(length) + ops.cast(index, "int32"),
-        indexing="ij",
-    )
-    indices = ops.reshape(ops.stack([rows, head, slot], axis=-1), (-1, 3))
-    return ops.scatter_update(cache, indices, ops.reshape(steps, (-1, steps.shape[-1])))
 
 
 def _check_positive_int(name, value):

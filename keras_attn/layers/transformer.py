@@ -1,6 +1,7 @@
 """The Transformer's encoder and decoder blocks (Vaswani et al. 2017, 3.1)."""
 
 import keras
+from keras import ops
 
 from keras_attn.layers import masking
 from keras_attn.layers.add_and_norm import AddAndNorm
@@ -168,9 +169,14 @@ class TransformerDecoderBlock(_TransformerBlock):
     step(s) only; pass the encoder's keys and values once projected
     (`cross_attention.project_key_value(encoder_outputs)`) as
     `cross_attention_cache`. Both are dicts of head-major tensors
-    `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}`, with `L` the cache's
-    `max_length` or the source length `S`. The output equals the full causal
+    `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}`, with `L` the steps
+    so far or the source length `S`. The output equals the full causal
     pass.
+
+    Beam search: `x` may hold `W` consecutive rows per row of
+    `cross_attention_cache` and `encoder_padding_mask` (the hypotheses of
+    one source, `B · W` rows in all), so the encoder side is kept once per
+    source instead of once per hypothesis.
 
     Args:
         num_heads: attention heads; must divide the width of `x`.
@@ -187,13 +193,15 @@ class TransformerDecoderBlock(_TransformerBlock):
         decoder_padding_mask: optional `(B, T)`, `True` for real tokens.
         encoder_padding_mask: optional `(B, S)`, `True` for real tokens.
         training: whether dropout is active.
-        cache: optional self-attention cache `{"key": (B, h, max_length,
-            d/h), "value": (B, h, max_length, d/h)}`, from `empty_cache`.
+        cache: optional self-attention cache `{"key": (B, h, L, d/h),
+            "value": (B, h, L, d/h)}` of the `L` steps so far, from
+            `empty_cache` then from the previous call.
         cache_index: int or scalar int tensor, the step index of `x[:, 0]`
-            in the cache.
+            (the `L` steps the cache holds).
         cross_attention_cache: optional projected encoder keys and values
             `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, from
             `cross_attention.project_key_value`; replaces `encoder_outputs`.
+            It may have `B / W` rows, one per `W` rows of `x` (see above).
         return_attention_scores: also return the weights.
         mask, x_mask, encoder_outputs_mask: filled by Keras from the inputs'
             masks when the padding masks are not given.
@@ -236,15 +244,15 @@ class TransformerDecoderBlock(_TransformerBlock):
         self.feed_forward_norm = self._add_and_norm("feed_forward_norm")
         self.feed_forward_norm.build(x_shape)
 
-    def empty_cache(self, batch_size, max_length, dtype=None):
-        """An all-zero self-attention `cache` of `max_length` steps.
+    def empty_cache(self, batch_size, dtype=None):
+        """A self-attention `cache` that holds no step yet.
 
         Returns:
-            `{"key": (B, h, max_length, d/h), "value": (B, h, max_length,
-            d/h)}` in `dtype` (default: the block's compute dtype).
+            `{"key": (B, h, 0, d/h), "value": (B, h, 0, d/h)}` in `dtype`
+            (default: the block's compute dtype).
         """
         return self.self_attention.empty_cache(
-            batch_size, max_length, dtype or self.compute_dtype
+            batch_size, dtype or self.compute_dtype
         )
 
     def call(
@@ -300,16 +308,20 @@ class TransformerDecoderBlock(_TransformerBlock):
         if has_encoder:
             residual = x
             x = self.cross_attention_norm.normalize_input(x)
-            memory = encoder_outputs if cross_attention_cache is None else x
-            x, cross_scores = self.cross_attention(
-                x, memory,
-                attention_mask=masking.attention_mask(
-                    decoder_padding_mask, encoder_padding_mask
-                ),
-                return_attention_scores=True,
-                training=training,
-                cache=cross_attention_cache,
-            )
+            if cross_attention_cache is None:
+                x, cross_scores = self.cross_attention(
+                    x, encoder_outputs,
+                    attention_mask=masking.attention_mask(
+                        decoder_padding_mask, encoder_padding_mask
+                    ),
+                    return_attention_scores=True,
+                    training=training,
+                )
+            else:
+                x, cross_scores = self._attend_to_memory(
+                    x, cross_attention_cache, decoder_padding_mask,
+                    encoder_padding_mask, training,
+                )
             x = self.cross_attention_norm(residual, x, training=training)
 
         residual = x
@@ -324,3 +336,34 @@ class TransformerDecoderBlock(_TransformerBlock):
             if cross_scores is not None:
                 results += (cross_scores,)
         return results[0] if len(results) == 1 else results
+
+    def _attend_to_memory(self, x, memory, x_mask, memory_mask, training):
+        """Cross-attention of `x` `(B·W, T, d)` to `memory` of `B` sources.
+
+        Cross-attention has no causal mask, so the `W` rows of a source
+        (beam search's hypotheses) may attend as the `W · T` queries of one
+        row `(B, W·T, d)`: the same result as `W` copies of the memory,
+        without the copies.
+
+        Returns:
+            `(output (B·W, T, d), weights (B·W, h, T, S))`.
+        """
+        rows, length, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+        sources = ops.shape(memory["key"])[0]
+        if x_mask is not None:
+            x_mask = ops.reshape(x_mask, (sources, -1))
+        x = ops.reshape(x, (sources, -1, width))
+        x, scores = self.cross_attention(
+            x, x,
+            attention_mask=masking.attention_mask(x_mask, memory_mask),
+            return_attention_scores=True,
+            training=training,
+            cache=memory,
+        )
+        heads, keys = self.num_heads, ops.shape(scores)[-1]
+        scores = ops.reshape(scores, (sources, heads, -1, length, keys))
+        scores = ops.transpose(scores, (0, 2, 1, 3, 4))  # (B, W, h, T, S)
+        return (
+            ops.reshape(x, (rows, length, width)),
+            ops.reshape(scores, (rows, heads, length, keys)),
+        )

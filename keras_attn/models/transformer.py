@@ -153,30 +153,30 @@ class TransformerStepper:
 
     The encoder runs once; each decoder layer's cross-attention keys and
     values are projected once; each step embeds only the newest token and
-    writes its keys and values into the per-layer self-attention caches, so
+    appends its keys and values to the per-layer self-attention caches, so
     no earlier step is ever recomputed. Implements the decoder interface of
-    `keras_attn.decoding`: `initial_state(source)` and
+    `keras_attn.decoding`: `initial_state(source, beam_width=1)` and
     `step(token_ids, state, index)`.
 
-    The state is a dict:
+    The state of `B` sources decoded as `B · W` rows (`W` hypotheses per
+    source in beam search, 1 in greedy search) is a dict:
 
     - `source_mask`: `(B, S)`, `True` for real source tokens;
     - `memory`: per decoder layer, the projected encoder outputs
-      `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`;
-    - `cache`: per decoder layer, the self-attention cache
-      `{"key": (B, h, max_length, d/h), "value": (B, h, max_length, d/h)}`.
+      `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, once per source;
+    - `cache`: per decoder layer, the self-attention cache of the `t` steps
+      so far `{"key": (B·W, h, t, d/h), "value": (B·W, h, t, d/h)}`.
 
     A step returns `source_mask` and `memory` as the very same tensors, so
     beam search never reorders them.
 
     Args:
-        model: a model built by `transformer(...)`.
-        max_length: the most decoding steps the caches hold.
+        model: a model built by `transformer(...)`; it decodes at most its
+            `max_length` tokens.
     """
 
-    def __init__(self, model, max_length):
+    def __init__(self, model):
         self.model = model
-        self.max_length = max_length
         self.decoder_blocks = [
             layer for layer in model.layers if layer.name.startswith("decoder_block_")
         ]
@@ -191,10 +191,14 @@ class TransformerStepper:
         ).output
         self.encoder = keras.Model(model.get_layer("source").output, encoder_output)
 
-    def initial_state(self, source):
-        """Encodes `source` `(B, S)` and returns the decoding state (see above)."""
+    def initial_state(self, source, beam_width=1):
+        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source.
+
+        Returns:
+            The decoding state (see above), for `B · beam_width` rows.
+        """
         encoded = self.encoder(source)
-        batch = ops.shape(source)[0]
+        rows = ops.shape(source)[0] * beam_width
         return {
             "source_mask": ops.not_equal(source, 0),
             "memory": [
@@ -202,17 +206,16 @@ class TransformerStepper:
                 for block in self.decoder_blocks
             ],
             "cache": [
-                block.empty_cache(batch, self.max_length, encoded.dtype)
-                for block in self.decoder_blocks
+                block.empty_cache(rows, encoded.dtype) for block in self.decoder_blocks
             ],
         }
 
     def step(self, token_ids, state, index, return_attention_scores=False):
-        """Feeds `token_ids` `(B,)` at position `index`.
+        """Feeds `token_ids` `(B·W,)` at position `index`.
 
         Returns:
-            `(logits (B, V), new_state)`, plus the cross-attention weights
-            `[(B, heads, S)] per layer` when `return_attention_scores`.
+            `(logits (B·W, V), new_state)`, plus the cross-attention weights
+            `[(B·W, heads, S)] per layer` when `return_attention_scores`.
             `new_state` holds the updated caches and the other entries of
             `state` unchanged (the same objects).
         """

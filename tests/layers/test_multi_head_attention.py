@@ -107,8 +107,8 @@ def test_cached_steps_equal_the_full_causal_pass(chunk):
     layer = MultiHeadAttention(2, 4)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
     full, full_scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
-    cache = layer.empty_cache(2, 6)
-    assert cache["key"].shape == cache["value"].shape == (2, 2, 6, 4)  # (B, h, L, d)
+    cache = layer.empty_cache(2)
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 0, 4)  # (B, h, L, d)
     steps, scores = [], []
     for t in range(0, 6, chunk):
         new = x[:, t : t + chunk]
@@ -116,7 +116,9 @@ def test_cached_steps_equal_the_full_causal_pass(chunk):
             new, new, cache=cache, cache_index=t, return_attention_scores=True
         )
         steps.append(np.asarray(out))
-        scores.append(np.asarray(step_scores))
+        assert step_scores.shape[-1] == t + new.shape[1]  # the steps so far
+        pad = [(0, 0)] * 3 + [(0, 6 - step_scores.shape[-1])]
+        scores.append(np.pad(np.asarray(step_scores), pad))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
     np.testing.assert_allclose(np.concatenate(scores, axis=2), full_scores, atol=1e-5)
     # The cache ends up holding the keys and values of every step.
@@ -132,9 +134,16 @@ def test_cached_steps_in_a_tf_function_with_other_value_dim():
 
     @tf.function
     def decode(x):
-        cache = layer.empty_cache(tf.shape(x)[0], 5)
+        cache = layer.empty_cache(tf.shape(x)[0])
+        growing = {  # the cache grows by a step each time
+            "key": tf.TensorShape([2, 2, None, 4]),
+            "value": tf.TensorShape([2, 2, None, 3]),
+        }
         steps = tf.TensorArray(tf.float32, size=5)
         for t in tf.range(5):
+            tf.autograph.experimental.set_loop_options(
+                shape_invariants=[(cache, growing)]
+            )
             new = x[:, t : t + 1]
             out, cache = layer(new, new, cache=cache, cache_index=t)
             steps = steps.write(t, out[:, 0])

@@ -74,9 +74,9 @@ def test_padded_source_tokens_change_nothing():
 def test_cached_decoding_equals_the_full_pass(norm_first):
     block = TransformerDecoderBlock(2, 16, norm_first=norm_first)
     full, full_self, full_cross = block(X, ENCODED, encoder_padding_mask=KEEP_ENC, return_attention_scores=True)
-    cache = block.empty_cache(2, 6)
+    cache = block.empty_cache(2)
     memory = block.cross_attention.project_key_value(ENCODED)
-    assert cache["key"].shape == cache["value"].shape == (2, 2, 6, 4)  # (B, h, L, d/h)
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 0, 4)  # (B, h, L, d/h)
     assert memory["key"].shape == memory["value"].shape == (2, 2, 7, 4)  # (B, h, S, d/h)
     steps, self_steps, cross_steps = [], [], []
     for t in range(6):
@@ -89,11 +89,35 @@ def test_cached_decoding_equals_the_full_pass(norm_first):
             return_attention_scores=True,
         )
         steps.append(np.asarray(out))
-        self_steps.append(np.asarray(self_scores))
+        assert self_scores.shape == (2, 2, 1, t + 1)  # the steps so far
+        self_steps.append(np.pad(np.asarray(self_scores), [(0, 0)] * 3 + [(0, 5 - t)]))
         cross_steps.append(np.asarray(cross))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     np.testing.assert_allclose(np.concatenate(self_steps, 2), full_self, atol=1e-5)
     np.testing.assert_allclose(np.concatenate(cross_steps, 2), full_cross, atol=1e-5)
+
+
+def test_rows_sharing_a_memory_row_equal_a_tiled_memory():
+    """Beam search: 3 hypotheses per source attend to its memory, kept once."""
+    block = TransformerDecoderBlock(2, 16)
+    block(X, ENCODED, encoder_padding_mask=KEEP_ENC)  # build
+    memory = block.cross_attention.project_key_value(ENCODED)
+    tiled = {name: np.repeat(x, 3, axis=0) for name, x in memory.items()}
+    hypotheses = RNG.normal(size=(6, 1, 8)).astype("float32")  # (B·W, T, d)
+    outputs = []
+    for rows, memory_mask in ((memory, KEEP_ENC), (tiled, np.repeat(KEEP_ENC, 3, 0))):
+        out, cache, _, cross = block(
+            hypotheses,
+            encoder_padding_mask=memory_mask,
+            cache=block.empty_cache(6),
+            cache_index=0,
+            cross_attention_cache=rows,
+            return_attention_scores=True,
+        )
+        assert cross.shape == (6, 2, 1, 7)
+        outputs.append((out, cross))
+    for shared, copied in zip(*outputs):
+        np.testing.assert_allclose(shared, copied, atol=1e-6)
 
 
 def test_decoder_without_encoder_is_a_language_model_block():
