@@ -79,7 +79,7 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     build = lambda: transformer(len(vocab), len(vocab), max_length=64, preset="small", dropout=0.1)  # noqa: E731
     if use_fit:
         model = build()
-        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), [MaskedTokenAccuracy()])
+        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
         model.fit(data(batch_size), epochs=1, verbose=0, callbacks=[Clock()])
     else:
         train(config, build_model=build,

@@ -171,8 +171,9 @@ def train(
 
     history = {}
     if initial_epoch < config.epochs:
+        tensorboard = keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))
         callback_list = keras.callbacks.CallbackList(
-            [*callbacks, *([keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))] if chief else [])],
+            [*callbacks, *([tensorboard] if chief else [])],
             add_history=True,
             add_progbar=config.verbose != 0,
             model=model,
@@ -282,13 +283,15 @@ def _first_line(message):
 
 
 def _write_history(run_dir, result):
-    os.makedirs(run_dir, exist_ok=True)
+    """Adds this run's epochs to `history.json` (atomically)."""
     path = os.path.join(run_dir, "history.json")
+    history = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            history = json.load(f)["history"]
+    for name, values in result.history.items():
+        history.setdefault(name, []).extend(values)
     temporary = path + ".tmp"
     with open(temporary, "w") as f:
-        json.dump(
-            {"steps": result.steps, "initial_epoch": result.initial_epoch,
-             "best_val_loss": result.best_val_loss, "history": result.history},
-            f, indent=1,
-        )
+        json.dump({"steps": result.steps, "best_val_loss": result.best_val_loss, "history": history}, f, indent=1)
     os.replace(temporary, path)

@@ -181,6 +181,17 @@ def test_two_workers_end_equal_to_one_process_with_the_same_global_batch(cluster
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["train", "validation"]  # the chief's
 
 
+def test_two_workers_train_in_bfloat16_with_xla(cluster, few_steps, tmp_path):
+    run = _run_dir(tmp_path, few_steps)
+    ports = _free_ports(2)
+    fast = dict(FEW_STEPS, mixed_precision=True, jit_compile=True)
+    workers = [cluster.start(f"worker{i}", 16, run, ports, i, **fast) for i in range(2)]
+    chief, other = (cluster.wait(worker) for worker in workers)
+    assert chief["steps"] == other["steps"] == 10
+    _assert_same_weights(chief["weights"], other["weights"], atol=0)
+    np.testing.assert_allclose(chief["history"]["loss"], few_steps["history"]["loss"], rtol=0.05)
+
+
 def test_a_process_killed_mid_epoch_resumes_from_its_backup(cluster, uninterrupted, tmp_path):
     run = _run_dir(tmp_path, uninterrupted)
     killed_at = _kill_after_backup(cluster, cluster.start("killed", 32, run), run, step=8)

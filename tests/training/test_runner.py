@@ -25,14 +25,14 @@ def _data(count=16, length=7, vocab=20):
 INPUTS, TARGETS = _data()
 
 
-def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=()):
+def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), **options):
     def make_datasets(global_batch):
         data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).batch(global_batch)
         return data, data
 
     return train(
         RunConfig(run_dir=str(run_dir), epochs=epochs, batch_size=16 // (2 if strategy == "mirrored" else 1),
-                  strategy=strategy, devices=devices, verbose=0),
+                  strategy=strategy, devices=devices, verbose=0, **options),
         build_model=lambda: transformer(20, 20, max_length=8, num_layers=1, hidden_dim=16,
                                         num_heads=2, intermediate_dim=32, dropout=0.0),
         make_datasets=make_datasets,
@@ -51,6 +51,19 @@ def test_two_replicas_give_the_losses_of_one_device(tmp_path):
     np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
     for a, b in zip(one.model.get_weights(), two.model.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_xla_and_bfloat16_work_under_every_local_strategy(tmp_path, strategy):
+    devices = ["/cpu:0", "/cpu:1"] if strategy == "mirrored" else None
+    reference = _job(tmp_path / "f32", epochs=6)
+    xla = _job(tmp_path / "xla", epochs=6, strategy=strategy, devices=devices, jit_compile=True)
+    np.testing.assert_allclose(xla.history["loss"], reference.history["loss"], rtol=1e-4)
+    bf16 = _job(tmp_path / "bf16", epochs=6, strategy=strategy, devices=devices,
+                mixed_precision=True, jit_compile=True)
+    assert {layer.compute_dtype for layer in bf16.model.layers} >= {"bfloat16"}
+    np.testing.assert_allclose(bf16.history["loss"], reference.history["loss"], rtol=0.05)
+    assert bf16.history["loss"][-1] < 0.8 * bf16.history["loss"][0]
 
 
 class _Interrupt(keras.callbacks.Callback):
