@@ -55,7 +55,7 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
     from keras_attn.training.runner import RunConfig, prepare, train
     from pipelines import synthetic, tokenizers
-    from pipelines.translation import translation_dataset
+    from pipelines.translation import translation_epochs
 
     import tempfile
 
@@ -72,18 +72,18 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter())
 
-    def data(global_batch, epoch=0):
-        return translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
-                                   batch_size=global_batch, max_length=64, seed=0, epoch=epoch)
+    def data(global_batch):
+        return translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer,
+                                  batch_size=global_batch, max_length=64, seed=0)
 
     build = lambda: transformer(len(vocab), len(vocab), max_length=64, preset="small", dropout=0.1)  # noqa: E731
     if use_fit:
         model = build()
         model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
-        model.fit(data(batch_size), epochs=1, verbose=0, callbacks=[Clock()])
+        model.fit(data(batch_size)(0), epochs=1, verbose=0, callbacks=[Clock()])
     else:
         train(config, build_model=build,
-              make_datasets=lambda global_batch: (lambda epoch: data(global_batch, epoch), None),
+              make_datasets=lambda global_batch: (data(global_batch), None),
               make_optimizer=lambda total: keras.optimizers.Adam(1e-4),
               make_loss=lambda: MaskedSparseCrossEntropy(0.1),
               make_metrics=lambda: [MaskedTokenAccuracy()], callbacks=[Clock()])

@@ -47,7 +47,6 @@ def translation_dataset(
     repeat=False,
     drop_remainder=False,
     reshuffle_each_iteration=True,
-    epoch=None,
 ):
     """Batches of token ids for teacher-forced training of a translator.
 
@@ -77,11 +76,6 @@ def translation_dataset(
             static batch size.
         reshuffle_each_iteration: a new order every epoch (still determined
             by `seed`).
-        epoch: build the batches of this epoch only, in an order that
-            depends on `seed` and `epoch` alone: the same in every process,
-            so a training run that resumes mid-epoch, or a second worker,
-            sees the same batches (`reshuffle_each_iteration` is then
-            ignored).
 
     Returns:
         A `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)},
@@ -96,15 +90,68 @@ def translation_dataset(
     >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
     (TensorShape([64, 17]), True)
     """
+    _check(sources, targets, max_length)
+    pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
+    return _batches(
+        pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
+        reshuffle_each_iteration,
+    )
+
+
+def translation_epochs(
+    sources,
+    targets,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size,
+    max_length,
+    seed=0,
+    bucket=True,
+    drop_remainder=False,
+):
+    """`translation_dataset` one epoch at a time, each epoch in an order of its own.
+
+    The pairs are tokenized once and cached; `epochs(e)` shuffles and
+    batches them in an order that is a function of `seed`, `e` and
+    TensorFlow's global seed only: the same in every process and every
+    time. A training run that resumes in the middle of epoch `e` therefore
+    sees the batches it had not seen yet, and every worker of a cluster sees
+    the same global batches.
+
+    Args: as `translation_dataset` (always shuffled, never repeated).
+
+    Returns:
+        A function `epoch -> tf.data.Dataset` of that epoch's batches.
+
+    Example:
+
+    >>> epochs = translation_epochs(corpus.sources, corpus.targets,
+    ...                             de_tokenizer, en_tokenizer, 64, 64)
+    >>> remaining = epochs(3).skip(100)  # epoch 3 after its first 100 steps
+    """
+    _check(sources, targets, max_length)
+    pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, True)
+
+    def epoch_batches(epoch):
+        epoch_seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+        return _batches(
+            pairs, len(sources), batch_size, True, epoch_seed, bucket, False, drop_remainder, False
+        )
+
+    return epoch_batches
+
+
+def _check(sources, targets, max_length):
     if len(sources) != len(targets):
         raise ValueError(
             f"translation_dataset: {len(sources)} sources but {len(targets)} targets."
         )
     if max_length < 1:
         raise ValueError(f"translation_dataset: max_length must be >= 1, got {max_length}.")
-    if epoch is not None:
-        seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
-        reshuffle_each_iteration = False
+
+
+def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache):
+    """`(source, target_in, target_out)` id rows, one a pair, in corpus order."""
 
     def tokenize(source_text, target_text):
         source = source_tokenizer.tokenize(source_text)[:, :max_length]
@@ -124,20 +171,18 @@ def translation_dataset(
     dataset = dataset.batch(_TOKENIZE_BATCH)
     dataset = dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.unbatch()
-    if cache:
-        dataset = dataset.cache()
+    return dataset.cache() if cache else dataset
+
+
+def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle):
+    """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs."""
+    dataset = pairs
     if shuffle:
-        dataset = dataset.shuffle(
-            max(len(sources), 1),
-            seed=seed,
-            reshuffle_each_iteration=reshuffle_each_iteration,
-        )
+        dataset = dataset.shuffle(max(count, 1), seed=seed, reshuffle_each_iteration=reshuffle)
     if repeat:
         dataset = dataset.repeat()
     if bucket:
-        dataset = _sorted_pool_batches(
-            dataset, batch_size, drop_remainder, shuffle, seed, reshuffle_each_iteration
-        )
+        dataset = _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle)
     else:
         dataset = dataset.padded_batch(
             batch_size,
@@ -153,7 +198,7 @@ def translation_dataset(
         # batches as plain batching; declaring it gives Keras's progress bar
         # its length from the first epoch on.
         rounding = (lambda n: n // batch_size) if drop_remainder else (lambda n: -(-n // batch_size))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(rounding(len(sources))))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(rounding(count)))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

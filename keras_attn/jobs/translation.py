@@ -183,14 +183,16 @@ def run(config, log=print):
     )
 
     def make_datasets(global_batch_size):
-        def dataset(corpus, shuffle, epoch=None):
-            return translation.translation_dataset(
-                corpus.sources, corpus.targets, source_tokenizer, target_tokenizer,
-                batch_size=global_batch_size, max_length=config.max_length,
-                shuffle=shuffle, seed=config.seed, epoch=epoch,
-            )
-
-        return (lambda epoch: dataset(train_corpus, True, epoch)), dataset(valid_corpus, False)
+        pipeline = dict(
+            source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
+            batch_size=global_batch_size, max_length=config.max_length, seed=config.seed,
+        )
+        return (
+            translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline),
+            translation.translation_dataset(
+                valid_corpus.sources, valid_corpus.targets, shuffle=False, **pipeline
+            ),
+        )
 
     builtin = not (config.data or config.src or config.tgt)
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)

@@ -206,7 +206,7 @@ class MultiHeadAttention(keras.layers.Layer):
         y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, h * d)))
         if bias is not None:
             y = y + ops.reshape(bias, (h * d,))
-        return _split_heads(y, ops.shape(x)[0], h)
+        return _split_heads(y, ops.shape(x)[0], ops.shape(x)[1], h)
 
     def _project_self(self, x):
         """Q, K, V heads of self-attention from one fused `(dim, 3·h·d)` matmul."""
@@ -229,8 +229,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         # ops.split, not slicing: the gradient of three slices of one tensor
         # materializes three full-size zero tensors (about 20% of a step).
-        batch = ops.shape(x)[0]
-        return [_split_heads(t, batch, h) for t in ops.split(y, 3, axis=-1)]
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return [_split_heads(t, batch, length, h) for t in ops.split(y, 3, axis=-1)]
 
     def project_key_value(self, key, value=None):
         """Projects encoder outputs once, for `cache` without `cache_index`.
@@ -371,9 +371,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
-def _split_heads(y, batch, heads):
-    """`(B·T, h·d)` → `(B, h, T, d)`."""
-    y = ops.reshape(y, (batch, -1, heads, y.shape[-1] // heads))
+def _split_heads(y, batch, length, heads):
+    """`(B·T, h·d)` → `(B, h, T, d)` (B and T given: B may be 0 on a replica)."""
+    y = ops.reshape(y, (batch, length, heads, y.shape[-1] // heads))
     return ops.transpose(y, (0, 2, 1, 3))
 
 

@@ -27,6 +27,7 @@ class Progress(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False)  # steps done in `epoch`
         self.best_val_loss = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
+        self.global_batch_size = tf.Variable(0, dtype=tf.int64, trainable=False)
 
 
 class Backups:

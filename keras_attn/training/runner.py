@@ -25,6 +25,7 @@ Run folder layout:
     checkpoints/        backups: model, optimizer, epoch, step in the epoch
     best.weights.h5     the weights with the lowest validation loss
     history.json        per-epoch logs and the step count (chief only)
+    STOPPED             present when a callback stopped the run (early stopping)
     logs/               TensorBoard (chief only)
 """
 
@@ -39,6 +40,9 @@ from keras_attn.errors import UserError
 from keras_attn.training.checkpoints import Backups, Progress, save_weights_atomically
 from keras_attn.training.steps import TrainingSteps
 from keras_attn.training.strategy import get_strategy, worker_role
+
+
+STOPPED = "STOPPED"  # in a run folder: a callback stopped the run, a rerun trains no more
 
 
 @dataclasses.dataclass
@@ -161,6 +165,13 @@ def train(
     )
     restored = backups.restore()
     _check_workers_agree(strategy, optimizer.iterations)
+    if restored and int(progress.global_batch_size.numpy()) not in (0, global_batch_size):
+        raise UserError(
+            f"{config.run_dir} was trained with a global batch of "
+            f"{int(progress.global_batch_size.numpy())}, this run has {global_batch_size}: "
+            "resume with the same batch size and replica count, or use a new --run-dir"
+        )
+    progress.global_batch_size.assign(global_batch_size)
     initial_epoch = int(progress.epoch.numpy())
     if restored and config.verbose != 0:
         print(
@@ -170,7 +181,7 @@ def train(
     best_path = os.path.join(config.run_dir, "best.weights.h5")
 
     history = {}
-    if initial_epoch < config.epochs:
+    if initial_epoch < config.epochs and not os.path.exists(os.path.join(config.run_dir, STOPPED)):
         tensorboard = keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))
         callback_list = keras.callbacks.CallbackList(
             [*callbacks, *([tensorboard] if chief else [])],
@@ -184,7 +195,7 @@ def train(
         try:
             history = _loop(
                 config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-                progress, backups, callback_list, best_path if chief else None,
+                progress, backups, callback_list, chief,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -193,7 +204,9 @@ def train(
                 f"training stopped: {_first_line(error.message)} Start the job again on every "
                 "worker; it resumes from the last backup."
             ) from None
-    if chief and os.path.exists(best_path):
+        finally:
+            steps.release()
+    if os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
     result = TrainingResult(
         model=model,
@@ -205,14 +218,20 @@ def train(
         steps=int(optimizer.iterations.numpy()),
         is_chief=chief,
     )
-    if chief:
-        _write_history(config.run_dir, result)
     return result
 
 
 def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-          progress, backups, callbacks, best_path):
-    """`fit`'s epoch loop over `steps`, with backups; returns the History dict."""
+          progress, backups, callbacks, chief):
+    """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
+
+    A backup is written every `config.backup_every` steps within an epoch
+    and after each epoch (after validation, before the callbacks' epoch end,
+    so an interruption there loses nothing). A callback that sets
+    `model.stop_training` (e.g. EarlyStopping) ends the run for good: the
+    file `STOPPED` in the run folder tells a rerun not to train on.
+    """
+    best_path = os.path.join(config.run_dir, "best.weights.h5")
     model.stop_training = False
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
     callbacks.on_train_begin()
@@ -226,29 +245,45 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
             callbacks.on_train_batch_begin(step)
             logs = steps.train(batches)
             callbacks.on_train_batch_end(step, logs)
-            last_step = step + 1 == steps_per_epoch  # backed up below, after validation
-            if config.backup_every and (step + 1) % config.backup_every == 0 and not last_step:
-                progress.step.assign(step + 1)
-                backups.save(int(steps.optimizer.iterations.numpy()))
-            if model.stop_training:
+            done = step + 1
+            if _stopping(model, strategy):
                 break
+            if config.backup_every and done % config.backup_every == 0 and done < steps_per_epoch:
+                progress.step.assign(done)
+                backups.save(int(steps.optimizer.iterations.numpy()))
         logs = {name: float(value) for name, value in logs.items()}
         if valid is not None:
             logs.update({f"val_{name}": value for name, value in steps.evaluate(valid).items()})
         val_loss = logs.get("val_loss")
         if val_loss is not None and val_loss < progress.best_val_loss.numpy():
             progress.best_val_loss.assign(val_loss)
-            if best_path:
+            if chief:
                 save_weights_atomically(model, best_path)
-        progress.epoch.assign(epoch + 1)
-        progress.step.assign(0)
+        finished = done == steps_per_epoch
+        progress.epoch.assign(epoch + 1 if finished else epoch)
+        progress.step.assign(0 if finished else done)
         backups.save(int(steps.optimizer.iterations.numpy()))
+        if chief:
+            _append_history(config.run_dir, logs, int(steps.optimizer.iterations.numpy()))
         callbacks.on_epoch_end(epoch, logs)
-        if model.stop_training:
+        if _stopping(model, strategy):
+            if chief:
+                _write_atomically(os.path.join(config.run_dir, STOPPED), f"epoch {epoch + 1}\n")
             break
     callbacks.on_train_end()
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
     return history.history
+
+
+def _stopping(model, strategy):
+    """`model.stop_training`, agreed by every worker (any worker's stop stops all)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return bool(model.stop_training)
+    votes = strategy.reduce(
+        "SUM", strategy.run(lambda: tf.constant(float(bool(model.stop_training)))), axis=None
+    )
+    model.stop_training = bool(votes > 0)
+    return model.stop_training
 
 
 def _distribute(strategy, dataset):
@@ -282,16 +317,20 @@ def _first_line(message):
     return lines[0] if lines else "a worker failed."
 
 
-def _write_history(run_dir, result):
-    """Adds this run's epochs to `history.json` (atomically)."""
+def _append_history(run_dir, logs, steps):
+    """Adds one epoch's logs to `<run_dir>/history.json`, atomically."""
     path = os.path.join(run_dir, "history.json")
     history = {}
     if os.path.exists(path):
         with open(path) as f:
             history = json.load(f)["history"]
-    for name, values in result.history.items():
-        history.setdefault(name, []).extend(values)
+    for name, value in logs.items():
+        history.setdefault(name, []).append(value)
+    _write_atomically(path, json.dumps({"steps": steps, "history": history}, indent=1))
+
+
+def _write_atomically(path, text):
     temporary = path + ".tmp"
     with open(temporary, "w") as f:
-        json.dump({"steps": result.steps, "best_val_loss": result.best_val_loss, "history": history}, f, indent=1)
+        f.write(text)
     os.replace(temporary, path)

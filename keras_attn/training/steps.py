@@ -59,8 +59,11 @@ class TrainingSteps:
         self.loss = loss
         self.strategy = strategy
         # The steps sum the gradients themselves (see the module docstring);
-        # the optimizer must not sum them again.
-        optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars  # noqa: SLF001
+        # the optimizer (and the one a LossScaleOptimizer wraps) must not sum
+        # them again. `release()` undoes this.
+        self._summing = [optimizer, getattr(optimizer, "inner_optimizer", optimizer)]
+        for summing in self._summing:
+            summing._all_reduce_sum_gradients = _already_summed  # noqa: SLF001
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.metrics = [self.loss_tracker, *metrics]
 
@@ -86,9 +89,11 @@ class TrainingSteps:
             outputs = self._forward(inputs, training=True)
             loss = self._replica_loss(targets, outputs)
             scaled_loss = self.optimizer.scale_loss(loss)  # loss scaling of float16
-        gradients = tape.gradient(scaled_loss, weights)
-        gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        self.optimizer.apply_gradients(zip(gradients, weights))
+        pairs = [(g, w) for g, w in zip(tape.gradient(scaled_loss, weights), weights) if g is not None]
+        gradients = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, [g for g, _ in pairs]
+        )
+        self.optimizer.apply_gradients(zip(gradients, [w for _, w in pairs]))
         self._update_metrics(loss, inputs, targets, outputs)
 
     def _evaluate(self, data):
@@ -107,11 +112,15 @@ class TrainingSteps:
         return loss
 
     def _update_metrics(self, loss, inputs, targets, outputs):
-        # As in `fit`: the replica's loss times the replica count, weighted
-        # by its batch size, averages to the global batch's loss.
-        rows = tf.shape(tf.nest.flatten(inputs)[0])[0]
+        # The replicas' losses sum to the global batch's loss: weighting each
+        # by an equal share of the global batch's rows averages the steps'
+        # losses by batch size, as `fit` does (also when a replica has fewer
+        # rows, or none, in a last, smaller batch).
+        rows = tf.cast(tf.shape(tf.nest.flatten(inputs)[0])[0], "float32")
+        context = tf.distribute.get_replica_context()
+        global_rows = context.all_reduce(tf.distribute.ReduceOp.SUM, rows)
         replicas = self.strategy.num_replicas_in_sync
-        self.loss_tracker.update_state(loss * replicas, sample_weight=rows)
+        self.loss_tracker.update_state(loss * replicas, sample_weight=global_rows / replicas)
         for metric in self.metrics[1:]:
             metric.update_state(targets, outputs)
 
@@ -130,6 +139,15 @@ class TrainingSteps:
             logs.update(result if isinstance(result, dict) else {metric.name: result})
         return logs
 
+    def release(self):
+        """Gives the optimizer its own gradient sum back (e.g. for a later `fit`)."""
+        for summing in self._summing:
+            summing.__dict__.pop("_all_reduce_sum_gradients", None)
+
     def reset_metrics(self):
         for metric in self.metrics:
             metric.reset_state()
+
+
+def _already_summed(grads_and_vars):
+    return grads_and_vars

@@ -29,7 +29,7 @@ def get_strategy(name="auto", devices=None):
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         if gpus:
-            return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+            return _mirrored(tuple(gpu.name for gpu in gpus))
         return tf.distribute.get_strategy()
     if name == "one_device":
         default = "/gpu:0" if gpus else "/cpu:0"

@@ -12,7 +12,12 @@ from pipelines.tokenizers import (
     WordPieceTokenizer,
     learn_wordpiece_vocabulary,
 )
-from pipelines.translation import count_truncated, padding_fraction, translation_dataset
+from pipelines.translation import (
+    count_truncated,
+    padding_fraction,
+    translation_dataset,
+    translation_epochs,
+)
 
 MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
 
@@ -124,14 +129,17 @@ def test_same_seed_same_order_and_reshuffling_per_epoch(corpus, tokenizers):
     assert rows(fixed) == rows(fixed)
 
 
-def test_an_epoch_has_one_order_of_its_own(corpus, tokenizers):
-    epoch_3 = dataset(corpus, tokenizers, seed=1, epoch=3)
-    order = rows(epoch_3)
-    assert rows(epoch_3) == order  # not reshuffled when iterated again
-    assert rows(dataset(corpus, tokenizers, seed=1, epoch=3)) == order
-    assert rows(dataset(corpus, tokenizers, seed=1, epoch=4)) != order
-    assert rows(dataset(corpus, tokenizers, seed=2, epoch=3)) != order
-    assert collections.Counter(order) == collections.Counter(rows(dataset(corpus, tokenizers, seed=1, epoch=4)))
+def test_each_epoch_has_one_order_of_its_own(corpus, tokenizers):
+    def epochs(seed):
+        return translation_epochs(corpus.sources, corpus.targets, *tokenizers, 32, 64, seed=seed)
+
+    first = epochs(1)
+    order = rows(first(3))
+    assert rows(first(3)) == order == rows(epochs(1)(3))  # the same every time
+    assert rows(first(4)) != order and rows(epochs(2)(3)) != order
+    assert collections.Counter(order) == collections.Counter(rows(first(4)))
+    assert collections.Counter(order) == collections.Counter(expected_rows(corpus, tokenizers, 64))
+    assert first(3).cardinality() == -(-len(corpus.sources) // 32)
 
 
 def test_drop_remainder_and_repeat(corpus, tokenizers):

@@ -116,10 +116,18 @@ def uninterrupted(tmp_path_factory):
     return _reference(tmp_path_factory, "uninterrupted")
 
 
-# A few steps: Adam (epsilon 1e-9) turns rounding differences in tiny
-# gradients into steps of the learning rate's size, so after many steps the
-# weights of differently summed runs drift apart by about 1e-3.
+# A few steps: Adam (epsilon 1e-9) turns rounding differences in gradients
+# that are almost zero (an embedding row whose contributions cancel) into
+# steps of the learning rate's size in either direction, so after many steps
+# the weights of differently summed runs drift apart by about 1e-3.
 FEW_STEPS = dict(builtin_size=320, epochs=1)
+
+
+def _assert_equal_but_for_sign_flips(a, b):
+    """Equal to 1e-4, but for the few weights Adam moved on a rounding-noise gradient."""
+    close = sum(int(np.sum(np.abs(x - y) <= 1e-4)) for x, y in zip(a, b))
+    assert close >= 0.9995 * sum(x.size for x in a)
+    assert max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)) < 1e-2  # a few learning-rate steps
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +182,7 @@ def test_two_workers_end_equal_to_one_process_with_the_same_global_batch(cluster
     chief, other = (cluster.wait(worker) for worker in workers)
     assert chief["steps"] == other["steps"] == few_steps["steps"] == 10
     _assert_same_weights(chief["weights"], other["weights"], atol=0)
-    _assert_same_weights(chief["weights"], few_steps["weights"], atol=1e-4)
+    _assert_equal_but_for_sign_flips(chief["weights"], few_steps["weights"])
     np.testing.assert_allclose(chief["history"]["loss"], few_steps["history"]["loss"], rtol=1e-4)
     np.testing.assert_allclose(chief["history"]["val_loss"], few_steps["history"]["val_loss"], rtol=1e-4)
     assert not [p for p in run.iterdir() if "scratch" in p.name]  # temporary folders gone
@@ -245,6 +253,7 @@ def test_a_kill_during_export_leaves_the_previous_version_intact(cluster, tmp_pa
     models = root / "transformer"
     while not any(p.name.startswith(".tmp-export-") for p in models.iterdir()):
         assert second.poll() is None, cluster.log(second)
+        assert time.time() - second.started < TIMEOUT, f"no export began:\n{cluster.log(second)}"
         time.sleep(0.01)
     second.send_signal(signal.SIGKILL)
     second.wait()

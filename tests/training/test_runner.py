@@ -22,16 +22,18 @@ def _data(count=16, length=7, vocab=20):
     return {"source": source, "target_in": target[:, :-1]}, target[:, 1:]
 
 
-INPUTS, TARGETS = _data()
+INPUTS, TARGETS = _data(count=17)
 
 
-def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), **options):
+def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, **options):
     def make_datasets(global_batch):
-        data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).batch(global_batch)
+        data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).take(rows).batch(global_batch)
         return data, data
 
+    replicas = 2 if strategy == "mirrored" else 1
+    options.setdefault("batch_size", 16 // replicas)
     return train(
-        RunConfig(run_dir=str(run_dir), epochs=epochs, batch_size=16 // (2 if strategy == "mirrored" else 1),
+        RunConfig(run_dir=str(run_dir), epochs=epochs,
                   strategy=strategy, devices=devices, verbose=0, **options),
         build_model=lambda: transformer(20, 20, max_length=8, num_layers=1, hidden_dim=16,
                                         num_heads=2, intermediate_dim=32, dropout=0.0),
@@ -43,9 +45,10 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), **o
     )
 
 
-def test_two_replicas_give_the_losses_of_one_device(tmp_path):
-    one = _job(tmp_path / "one", epochs=4)
-    two = _job(tmp_path / "two", epochs=4, strategy="mirrored", devices=["/cpu:0", "/cpu:1"])
+@pytest.mark.parametrize("rows", [16, 17])  # 17: the last batch has 1 row, one replica none
+def test_two_replicas_give_the_losses_of_one_device(tmp_path, rows):
+    one = _job(tmp_path / "one", epochs=4, rows=rows)
+    two = _job(tmp_path / "two", epochs=4, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=rows)
     assert two.strategy.num_replicas_in_sync == 2 and two.global_batch_size == 16
     np.testing.assert_allclose(two.history["loss"], one.history["loss"], atol=1e-4)
     np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
@@ -64,6 +67,26 @@ def test_xla_and_bfloat16_work_under_every_local_strategy(tmp_path, strategy):
     assert {layer.compute_dtype for layer in bf16.model.layers} >= {"bfloat16"}
     np.testing.assert_allclose(bf16.history["loss"], reference.history["loss"], rtol=0.05)
     assert bf16.history["loss"][-1] < 0.8 * bf16.history["loss"][0]
+
+
+class _StopAfterSecondEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = epoch == 1
+
+
+def test_a_stopped_run_stays_stopped(tmp_path):
+    stopped = _job(tmp_path, epochs=5, callbacks=[_StopAfterSecondEpoch()])
+    assert len(stopped.history["loss"]) == 2 and (tmp_path / "STOPPED").exists()
+    again = _job(tmp_path, epochs=5)
+    assert again.history == {} and again.steps == stopped.steps == 2
+
+
+def test_resuming_with_another_global_batch_is_refused(tmp_path):
+    from keras_attn.errors import UserError
+
+    _job(tmp_path, epochs=1)
+    with pytest.raises(UserError, match="global batch of 16, this run has 8"):
+        _job(tmp_path, epochs=2, batch_size=8)
 
 
 class _Interrupt(keras.callbacks.Callback):
