@@ -27,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -49,15 +50,12 @@ def _parse():
 def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     """Steps/s of one training epoch after `args.warmup` steps."""
     import keras
-    import tensorflow as tf
 
     from keras_attn.models import transformer
     from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
     from keras_attn.training.runner import RunConfig, prepare, train
     from pipelines import synthetic, tokenizers
     from pipelines.translation import translation_epochs
-
-    import tempfile
 
     config = RunConfig(run_dir=tempfile.mkdtemp(), epochs=1, batch_size=batch_size,
                        strategy=strategy, devices=devices, verbose=0)
@@ -88,7 +86,6 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
               make_loss=lambda: MaskedSparseCrossEntropy(0.1),
               make_metrics=lambda: [MaskedTokenAccuracy()], callbacks=[Clock()])
     timed = times[args.warmup:]
-    del tf
     return (len(timed) - 1) / (timed[-1] - timed[0])
 
 

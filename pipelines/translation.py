@@ -90,7 +90,7 @@ def translation_dataset(
     >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
     (TensorShape([64, 17]), True)
     """
-    _check(sources, targets, max_length)
+    _check(sources, targets, max_length, "translation_dataset")
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
     return _batches(
         pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
@@ -129,7 +129,7 @@ def translation_epochs(
     ...                             de_tokenizer, en_tokenizer, 64, 64)
     >>> remaining = epochs(3).skip(100)  # epoch 3 after its first 100 steps
     """
-    _check(sources, targets, max_length)
+    _check(sources, targets, max_length, "translation_epochs")
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, True)
 
     def epoch_batches(epoch):
@@ -141,13 +141,11 @@ def translation_epochs(
     return epoch_batches
 
 
-def _check(sources, targets, max_length):
+def _check(sources, targets, max_length, caller):
     if len(sources) != len(targets):
-        raise ValueError(
-            f"translation_dataset: {len(sources)} sources but {len(targets)} targets."
-        )
+        raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets.")
     if max_length < 1:
-        raise ValueError(f"translation_dataset: max_length must be >= 1, got {max_length}.")
+        raise ValueError(f"{caller}: max_length must be >= 1, got {max_length}.")
 
 
 def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache):

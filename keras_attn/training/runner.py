@@ -195,7 +195,7 @@ def train(
         try:
             history = _loop(
                 config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-                progress, backups, callback_list, chief,
+                progress, backups, callback_list, chief, best_path,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -222,7 +222,7 @@ def train(
 
 
 def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-          progress, backups, callbacks, chief):
+          progress, backups, callbacks, chief, best_path):
     """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
 
     A backup is written every `config.backup_every` steps within an epoch
@@ -231,7 +231,6 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
     `model.stop_training` (e.g. EarlyStopping) ends the run for good: the
     file `STOPPED` in the run folder tells a rerun not to train on.
     """
-    best_path = os.path.join(config.run_dir, "best.weights.h5")
     model.stop_training = False
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
     callbacks.on_train_begin()
