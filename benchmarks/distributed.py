@@ -24,7 +24,6 @@ pipeline) are timed; steps/s is reported with the ratio to one device.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -89,24 +88,12 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     return (len(timed) - 1) / (timed[-1] - timed[0])
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def _two_workers(args):
-    ports = _free_ports(2)
+    from keras_attn.training.strategy import local_cluster
+
     processes = []
-    for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps({
-            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-            "task": {"type": "worker", "index": index},
-        }))
+    for index, tf_config in enumerate(local_cluster(2)):
+        env = dict(os.environ, TF_CONFIG=tf_config)
         out = f"/tmp/keras_attn_distributed_{os.getpid()}_{index}.json"
         command = [sys.executable, __file__, "--worker", str(index), "--out", out,
                    "--pairs", str(args.pairs), "--warmup", str(args.warmup)]

@@ -14,6 +14,7 @@ process that imports only `tensorflow` and `tensorflow_text`:
 import os
 import re
 import shutil
+import socket
 import tempfile
 
 import tensorflow as tf
@@ -124,14 +125,17 @@ def export(module, root="saved_models", name="transformer"):
 
     The SavedModel is written to a temporary folder beside the versions and
     renamed into place only when complete, so a crash never leaves a
-    half-written version.
+    half-written version; the temporary folder of an export whose process
+    died is removed by the next export on the same host.
 
     Returns:
         The path of the new version.
     """
     model_root = os.path.join(root, name)
     os.makedirs(model_root, exist_ok=True)
-    temporary = tempfile.mkdtemp(prefix=".tmp-export-", dir=model_root)
+    _remove_abandoned_exports(model_root)
+    prefix = f"{_TEMPORARY}{socket.gethostname()}-{os.getpid()}-"
+    temporary = tempfile.mkdtemp(prefix=prefix, dir=model_root)
     try:
         tf.saved_model.save(module, temporary, signatures=module.signatures())
         while True:
@@ -145,3 +149,25 @@ def export(module, root="saved_models", name="transformer"):
     finally:
         if os.path.isdir(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+_TEMPORARY = ".tmp-export-"
+
+
+def _remove_abandoned_exports(model_root):
+    """Deletes the temporary folders of this host's exports whose process is gone."""
+    pattern = re.compile(re.escape(_TEMPORARY + socket.gethostname()) + r"-(\d+)-[^-]+")
+    for entry in os.listdir(model_root):
+        match = pattern.fullmatch(entry)
+        if match and not _process_exists(int(match.group(1))):
+            shutil.rmtree(os.path.join(model_root, entry), ignore_errors=True)
+
+
+def _process_exists(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -1,6 +1,8 @@
 """Choosing a `tf.distribute` strategy by name."""
 
 import functools
+import json
+import socket
 
 import tensorflow as tf
 
@@ -62,6 +64,33 @@ def worker_role(strategy):
         "chief" not in cluster and task_type == "worker" and task_id == 0
     )
     return chief, "chief" if chief else f"{task_type}-{task_id}"
+
+
+def local_cluster(workers):
+    """`TF_CONFIG` values for `workers` worker processes on this machine.
+
+    For trying multi-worker training on one host (tests, benchmarks); the
+    ports are free ones, picked now, on 127.0.0.1.
+
+    Returns:
+        One JSON string per worker: start worker `i` with
+        `TF_CONFIG=local_cluster(n)[i]` in its environment.
+
+    Example:
+    >>> configs = local_cluster(2)
+    >>> json.loads(configs[1])["task"]
+    {'type': 'worker', 'index': 1}
+    """
+    sockets = [socket.socket() for _ in range(workers)]
+    for each in sockets:
+        each.bind(("127.0.0.1", 0))
+    addresses = [f"127.0.0.1:{each.getsockname()[1]}" for each in sockets]
+    for each in sockets:
+        each.close()
+    return [
+        json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+        for index in range(workers)
+    ]
 
 
 @functools.cache
