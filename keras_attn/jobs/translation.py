@@ -5,6 +5,7 @@ Without data files it trains on the built-in generated corpus.
 """
 
 import dataclasses
+import json
 import os
 import time
 
@@ -12,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_attn import evaluation, export
+from keras_attn.errors import UserError
 from keras_attn.models import TRANSFORMER_PRESETS, TransformerStepper, transformer
 from keras_attn.training import (
     MaskedPerplexity,
@@ -26,9 +28,16 @@ from pipelines import synthetic, text, tokenizers, translation
 
 
 @dataclasses.dataclass
-class TranslationConfig:
-    """Everything the job can be told; the CLI flags map onto these fields."""
+class TranslationConfig(RunConfig):
+    """Everything the job can be told; the CLI flags map onto these fields.
 
+    The runner's own settings (run folder, epochs, batch size, strategy,
+    precision, seed, backups) are those of `RunConfig`.
+    """
+
+    run_dir: str = "runs/transformer"
+    epochs: int = 8
+    backup_every: int = 500
     src: str = None
     tgt: str = None
     data: str = None
@@ -39,8 +48,6 @@ class TranslationConfig:
     test_src: str = None
     test_tgt: str = None
     preset: str = "tiny"
-    epochs: int = 8
-    batch_size: int = 64
     max_length: int = 64
     vocab_size: int = 8000
     shared_vocab: bool = False
@@ -50,18 +57,10 @@ class TranslationConfig:
     schedule: str = "cosine"
     learning_rate: float = 2e-3
     warmup_steps: int = 200
-    strategy: str = "auto"
-    devices: list = None
-    mixed_precision: bool = False
-    jit_compile: bool = False
     beam_width: int = 4
-    run_dir: str = "runs/transformer"
     export_root: str = "saved_models"
     name: str = "transformer"
     export: bool = True
-    seed: int = 0
-    verbose: object = "auto"
-    backup_every: int = 500
     samples: int = 5
 
 
@@ -121,9 +120,13 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 
     Learning is not deterministic across processes (ties in the trainer),
     so under several workers only the chief learns them; the others wait
-    for the chief's files in the (shared) run folder.
+    for the chief's files in the (shared) run folder. The settings they were
+    learned with are kept beside them (`vocab.json`): a rerun that asks for
+    other settings is refused rather than silently given the old ones.
     """
     paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
+    settings_path = os.path.join(config.run_dir, "vocab.json")
+    settings = {key: getattr(config, key) for key in ("vocab_size", "shared_vocab", "lowercase")}
     waited = 0.0
     while not chief and not all(os.path.exists(path) for path in paths):
         if waited >= wait_seconds:
@@ -134,6 +137,7 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
         time.sleep(0.5)
         waited += 0.5
     if all(os.path.exists(path) for path in paths):
+        _check_vocabulary_settings(settings_path, settings)
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
         )
@@ -148,9 +152,26 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     result = tuple(
         tokenizers.WordPieceTokenizer(vocabulary, lowercase=config.lowercase) for vocabulary in pair
     )
+    temporary = settings_path + ".tmp"
+    with open(temporary, "w") as file:
+        json.dump(settings, file)
+    os.replace(temporary, settings_path)  # first: the other workers wait for the vocabularies
     for tokenizer, path in zip(result, paths):
         tokenizer.save(path)
     return result
+
+
+def _check_vocabulary_settings(path, wanted):
+    if not os.path.exists(path):  # vocabularies put there by hand
+        return
+    with open(path) as file:
+        kept = json.load(file)
+    changed = [f"{key} {kept.get(key)} (now {value})" for key, value in wanted.items() if kept.get(key) != value]
+    if changed:
+        raise UserError(
+            f"{os.path.dirname(path)}: its vocabularies were learned with {', '.join(changed)}; "
+            "use another --run-dir, or delete the run folder to start over"
+        )
 
 
 def run(config, log=print):
@@ -160,13 +181,7 @@ def run(config, log=print):
     only the chief evaluates and exports.
     """
     started = time.time()
-    run_config = RunConfig(
-        run_dir=config.run_dir, epochs=config.epochs, batch_size=config.batch_size,
-        strategy=config.strategy, devices=config.devices,
-        mixed_precision=config.mixed_precision, jit_compile=config.jit_compile,
-        seed=config.seed, verbose=config.verbose, backup_every=config.backup_every,
-    )
-    chief, _ = worker_role(prepare(run_config))  # the strategy first: see `prepare`
+    chief, _ = worker_role(prepare(config))  # the strategy first: see `prepare`
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = corpora.get("test") or valid_corpus
@@ -209,7 +224,7 @@ def run(config, log=print):
 
     train_started = time.time()
     result = train(
-        run_config,
+        config,
         build_model=build_model,
         make_datasets=make_datasets,
         make_optimizer=lambda total_steps: keras.optimizers.Adam(

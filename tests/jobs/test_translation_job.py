@@ -70,3 +70,22 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert "a.txt" in error and "b.txt" in error
     assert cli.main(["translate", str(tmp_path / "missing")]) == 2
     assert "not a SavedModel" in capsys.readouterr().err
+
+
+def test_a_rerun_with_other_vocabulary_settings_is_refused(tmp_path):
+    from keras_attn.errors import UserError
+    from keras_attn.jobs import translation
+    from pipelines import synthetic
+
+    train = synthetic.translation_corpus(seed=0, train_size=300)["train"]
+    config = translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
+    learned = translation.build_tokenizers(config, train)
+    reused = translation.build_tokenizers(config, train)
+    for old, new, texts in zip(learned, reused, (train.sources[:20], train.targets[:20])):
+        assert new.tokenize(texts).to_list() == old.tokenize(texts).to_list()
+    with pytest.raises(UserError, match="vocab_size 200 \\(now 300\\)"):
+        translation.build_tokenizers(translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=300), train)
+    with pytest.raises(UserError, match="shared_vocab False \\(now True\\)"):
+        translation.build_tokenizers(
+            translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200, shared_vocab=True), train
+        )
