@@ -1,11 +1,11 @@
 """Backups of a run (model, optimizer, data position) and the best weights, written atomically.
 
-A backup is a `tf.train.Checkpoint` of the model, the optimizer and the
-run's `Progress` (epochs done, steps done in the current epoch, best
-validation loss). TensorFlow writes a checkpoint's files under temporary
-names, renames them, and only then points the `checkpoint` state file at
-the new one (also by a rename), so a crash at any moment leaves the
-previous backup as the latest.
+A backup is a `tf.train.Checkpoint` of the model, the optimizer, the
+training metrics and the run's `Progress` (epochs done, steps done in the
+current epoch, best validation loss). TensorFlow writes a checkpoint's
+files under temporary names, renames them, and only then points the
+`checkpoint` state file at the new one (also by a rename), so a crash at
+any moment leaves the previous backup as the latest.
 
 Under MultiWorkerMirroredStrategy every worker writes at the same steps,
 as TensorFlow requires; the chief into the run folder, the others into a

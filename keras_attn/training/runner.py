@@ -158,7 +158,9 @@ def train(
             model, optimizer, make_loss(), make_metrics(), strategy, config.jit_compile
         )
         progress = Progress()
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=progress)
+        checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables
+        )
     backups = Backups(
         checkpoint, os.path.join(config.run_dir, "checkpoints"), chief, worker,
         keep=config.keep_checkpoints,
@@ -236,8 +238,9 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
     callbacks.on_train_begin()
     for epoch in range(int(progress.epoch.numpy()), config.epochs):
         callbacks.on_epoch_begin(epoch)
-        steps.reset_metrics()
         done = int(progress.step.numpy())  # > 0 only when resuming mid-epoch
+        if not done:  # else the backup's metrics: those of the epoch's steps before it
+            steps.reset_metrics()
         batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
         logs = {}
         for step in range(done, steps_per_epoch):

@@ -144,6 +144,11 @@ class TrainingSteps:
         for summing in self._summing:
             summing.__dict__.pop("_all_reduce_sum_gradients", None)
 
+    @property
+    def metric_variables(self):
+        """The metrics' state, for backups: a resumed epoch then reports all its steps."""
+        return [variable for metric in self.metrics for variable in metric.variables]
+
     def reset_metrics(self):
         for metric in self.metrics:
             metric.reset_state()

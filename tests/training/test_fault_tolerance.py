@@ -201,6 +201,8 @@ def test_a_process_killed_mid_epoch_resumes_from_its_backup(cluster, uninterrupt
     resumed = cluster.wait(cluster.start("resumed", 32, run))
     assert resumed["steps"] == STEPS
     assert "resuming" in (tmp_path / "resumed.log").read_text()
+    # Both epochs' training loss, the interrupted one's over all its steps.
+    np.testing.assert_allclose(resumed["history"]["loss"], uninterrupted["history"]["loss"], rtol=1e-3)
     np.testing.assert_allclose(resumed["history"]["val_loss"][-1], uninterrupted["history"]["val_loss"][-1], rtol=1e-3)
     _assert_equal_but_for_sign_flips(resumed["weights"], uninterrupted["weights"], **WHOLE_RUN_DRIFT)
 
@@ -226,6 +228,7 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
     first, second = (cluster.wait(worker) for worker in workers)
     assert first["steps"] == second["steps"] == STEPS
     _assert_same_weights(first["weights"], second["weights"], atol=0)
+    np.testing.assert_allclose(first["history"]["loss"][-1], uninterrupted["history"]["loss"][-1], rtol=1e-3)
     np.testing.assert_allclose(first["history"]["val_loss"][-1], uninterrupted["history"]["val_loss"][-1], rtol=1e-3)
     _assert_equal_but_for_sign_flips(first["weights"], uninterrupted["weights"], **WHOLE_RUN_DRIFT)
 
