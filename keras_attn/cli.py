@@ -40,6 +40,39 @@ def _quiet_tensorflow():
             os.close(saved)
 
 
+def _at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def _positive(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
 def build_parser():
     from keras_attn import __version__
 
@@ -56,26 +89,26 @@ def build_parser():
     data.add_argument("--src", help="training source text, one sentence a line (.gz allowed)")
     data.add_argument("--tgt", help="training target text, line-aligned with --src")
     data.add_argument("--data", help="training pairs as one TSV file: source<TAB>target")
-    data.add_argument("--builtin-size", type=int, default=20000, help="training pairs of the built-in corpus")
+    data.add_argument("--builtin-size", type=_at_least(10), default=20000, help="training pairs of the built-in corpus")
     data.add_argument("--valid-src", help="validation source (default: 2%% of training)")
     data.add_argument("--valid-tgt", help="validation target")
     data.add_argument("--test-src", help="test source, scored at the end")
     data.add_argument("--test-tgt", help="test target")
-    data.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size")
+    data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="WordPiece vocabulary size")
     data.add_argument("--shared-vocab", action="store_true", help="one vocabulary and embedding for both languages")
     data.add_argument("--lowercase", action="store_true", help="lowercase before tokenizing")
-    data.add_argument("--max-length", type=int, default=64, help="longest sequence in tokens")
+    data.add_argument("--max-length", type=_at_least(2), default=64, help="longest sequence in tokens")
     model = train.add_argument_group("model and training")
     model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    model.add_argument("--epochs", type=int, default=8)
-    model.add_argument("--batch-size", type=int, default=64, help="examples per replica")
-    model.add_argument("--dropout", type=float, default=None,
+    model.add_argument("--epochs", type=_at_least(1), default=8)
+    model.add_argument("--batch-size", type=_at_least(1), default=64, help="examples per replica")
+    model.add_argument("--dropout", type=_fraction, default=None,
                        help="default 0.1, or 0 on the noise-free built-in corpus")
-    model.add_argument("--label-smoothing", type=float, default=0.1)
+    model.add_argument("--label-smoothing", type=_fraction, default=0.1)
     model.add_argument("--schedule", choices=["cosine", "noam"], default="cosine",
                        help="cosine: warm-up, then cosine decay to the end of the run; noam: the paper's")
-    model.add_argument("--learning-rate", type=float, default=2e-3, help="peak learning rate")
-    model.add_argument("--warmup-steps", type=int, default=200)
+    model.add_argument("--learning-rate", type=_positive, default=2e-3, help="peak learning rate")
+    model.add_argument("--warmup-steps", type=_at_least(1), default=200)
     model.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto")
     model.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
     model.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
@@ -84,23 +117,23 @@ def build_parser():
     model.add_argument("--seed", type=int, default=0)
     output = train.add_argument_group("output")
     output.add_argument("--run-dir", default=None, help="checkpoints and logs (default: runs/<name>); rerun to resume")
-    output.add_argument("--backup-every", type=int, default=500, metavar="STEPS",
+    output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
                         help="back up every STEPS steps as well as after each epoch (0: epochs only)")
     output.add_argument("--export", default="saved_models", metavar="ROOT", help="export root (saved_models/<name>/<version>/)")
     output.add_argument("--no-export", action="store_true", help="do not export")
     output.add_argument("--name", default="transformer", help="model name under the export root")
-    output.add_argument("--beam-width", type=int, default=4)
+    output.add_argument("--beam-width", type=_at_least(1), default=4)
 
     translate = commands.add_parser("translate", help="translate with an exported model")
     translate.add_argument("model_dir", help="saved_models/<name>/<version>")
     translate.add_argument("text", nargs="*", help="sentences (default: one per line on stdin)")
-    translate.add_argument("--beam-width", type=int, default=4)
+    translate.add_argument("--beam-width", type=_at_least(1), default=4)
 
     evaluate = commands.add_parser("evaluate", help="BLEU of an exported model on a test set")
     evaluate.add_argument("model_dir")
     evaluate.add_argument("--src", required=True, help="source sentences")
     evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned")
-    evaluate.add_argument("--beam-width", type=int, default=4)
+    evaluate.add_argument("--beam-width", type=_at_least(1), default=4)
 
     plot = commands.add_parser("plot-attention", help="cross-attention heat maps of one translation")
     plot.add_argument("model_dir")
@@ -165,7 +198,10 @@ def _load(model_dir):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-    return tf.saved_model.load(model_dir)
+    loaded = tf.saved_model.load(model_dir)
+    if not {"translate", "attention"} <= set(loaded.signatures):
+        raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
+    return loaded
 
 
 def _read_lines(path):

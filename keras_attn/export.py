@@ -14,8 +14,8 @@ process that imports only `tensorflow` and `tensorflow_text`:
 import os
 import re
 import shutil
+import secrets
 import socket
-import tempfile
 
 import tensorflow as tf
 
@@ -134,8 +134,11 @@ def export(module, root="saved_models", name="transformer"):
     model_root = os.path.join(root, name)
     os.makedirs(model_root, exist_ok=True)
     _remove_abandoned_exports(model_root)
-    prefix = f"{_TEMPORARY}{socket.gethostname()}-{os.getpid()}-"
-    temporary = tempfile.mkdtemp(prefix=prefix, dir=model_root)
+    # Not mkdtemp: its mode 0700 would stay on the version and hide it from a server's user.
+    temporary = os.path.join(
+        model_root, f"{_TEMPORARY}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    )
+    os.makedirs(temporary)
     try:
         tf.saved_model.save(module, temporary, signatures=module.signatures())
         while True:

@@ -188,6 +188,8 @@ def _decoded_lines(path):
         raise DataError(f"{path}: corrupt gzip data ({error})") from None
     except EOFError:
         raise DataError(f"{path}: truncated gzip file") from None
+    except OSError as error:  # not a directory on the way, name too long, I/O error, ...
+        raise DataError(f"{path}: cannot be read ({error.strerror or error})") from None
 
 
 def _open_bytes(path):

@@ -159,8 +159,11 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
         target_in = tf.concat([bos, target], axis=1)[:, :max_length]
         target_out = tf.concat([target, eos], axis=1)[:, :max_length]
         # Dense (B, L) rows: unbatching ragged rows is several times slower.
+        # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
+        # when no source of a chunk has a token (e.g. only zero-width spaces).
+        source = source.to_tensor(shape=tf.stack([source.nrows(), tf.maximum(source.bounding_shape(1), 1)]))
         return tuple(
-            tf.cast(ids, tf.int32).to_tensor() for ids in (source, target_in, target_out)
+            tf.cast(ids, tf.int32) for ids in (source, target_in.to_tensor(), target_out.to_tensor())
         )
 
     dataset = tf.data.Dataset.from_tensor_slices(

@@ -1,5 +1,6 @@
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -57,6 +58,8 @@ def test_export_reloads_in_a_fresh_tensorflow_only_process(translator, tmp_path)
     assert path == os.path.join(str(tmp_path), "toy", "1")
     assert export.export(translator, str(tmp_path), "toy").endswith(os.path.join("toy", "2"))
     assert sorted(os.listdir(tmp_path / "toy")) == ["1", "2"]
+    (tmp_path / "plain").mkdir()  # versions get the permissions of any new folder
+    assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
     assert os.path.exists(os.path.join(path, "assets"))
 
     script = (

@@ -5,6 +5,7 @@ Without data files it trains on the built-in generated corpus.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -76,25 +77,46 @@ class TranslationResult:
 
 def load_corpora(config):
     """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None)."""
+    _check_data_flags(config)
     if config.data:
         train = text.read_tsv(config.data)
-    elif config.src or config.tgt:
-        if not (config.src and config.tgt):
-            raise text.DataError("--src and --tgt must be given together")
+    elif config.src:
         train = text.read_parallel(config.src, config.tgt)
     else:
         return synthetic.translation_corpus(
             seed=config.seed, train_size=config.builtin_size,
             valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
         )
-    valid = test = None
-    if config.valid_src and config.valid_tgt:
-        valid = text.read_parallel(config.valid_src, config.valid_tgt)
-    else:
+    held_out = not config.valid_src
+    if held_out and len(train) == 1:
+        raise text.DataError(
+            f"{config.data or config.src}: one usable pair; give --valid-src/--valid-tgt or more pairs"
+        )
+    _non_empty(train, config.data or config.src)
+    if held_out:
         train, valid = hold_out(train, fraction=0.02, seed=config.seed)
-    if config.test_src and config.test_tgt:
-        test = text.read_parallel(config.test_src, config.test_tgt)
+    else:
+        valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
+    test = None
+    if config.test_src:
+        test = _non_empty(text.read_parallel(config.test_src, config.test_tgt), config.test_src)
     return {"train": train, "valid": valid, "test": test}
+
+
+def _non_empty(corpus, origin):
+    if not len(corpus):
+        raise text.DataError(f"{origin}: no usable pairs ({corpus.skipped_empty} empty ones skipped)")
+    return corpus
+
+
+def _check_data_flags(config):
+    """Refuses flags given without their partner, or data given twice."""
+    for first, second in (("src", "tgt"), ("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
+        if bool(getattr(config, first)) != bool(getattr(config, second)):
+            flags = f"--{first.replace('_', '-')} and --{second.replace('_', '-')}"
+            raise text.DataError(f"{flags} must be given together")
+    if config.data and config.src:
+        raise text.DataError("give the training data either as --data or as --src/--tgt, not both")
 
 
 def hold_out(corpus, fraction, seed):
@@ -120,13 +142,11 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 
     Learning is not deterministic across processes (ties in the trainer),
     so under several workers only the chief learns them; the others wait
-    for the chief's files in the (shared) run folder. The settings they were
-    learned with are kept beside them (`vocab.json`): a rerun that asks for
-    other settings is refused rather than silently given the old ones.
+    for the chief's files in the (shared) run folder. The run folder keeps
+    what it was started with (`settings.json`: training data, vocabulary
+    and model shape): a rerun with other settings is refused, not resumed.
     """
     paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
-    settings_path = os.path.join(config.run_dir, "vocab.json")
-    settings = {key: getattr(config, key) for key in ("vocab_size", "shared_vocab", "lowercase")}
     waited = 0.0
     while not chief and not all(os.path.exists(path) for path in paths):
         if waited >= wait_seconds:
@@ -136,8 +156,8 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
             )
         time.sleep(0.5)
         waited += 0.5
+    _bind_run_folder(config, train, chief)
     if all(os.path.exists(path) for path in paths):
-        _check_vocabulary_settings(settings_path, settings)
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
         )
@@ -152,26 +172,41 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     result = tuple(
         tokenizers.WordPieceTokenizer(vocabulary, lowercase=config.lowercase) for vocabulary in pair
     )
-    temporary = settings_path + ".tmp"
-    with open(temporary, "w") as file:
-        json.dump(settings, file)
-    os.replace(temporary, settings_path)  # first: the other workers wait for the vocabularies
     for tokenizer, path in zip(result, paths):
         tokenizer.save(path)
     return result
 
 
-def _check_vocabulary_settings(path, wanted):
-    if not os.path.exists(path):  # vocabularies put there by hand
-        return
-    with open(path) as file:
-        kept = json.load(file)
-    changed = [f"{key} {kept.get(key)} (now {value})" for key, value in wanted.items() if kept.get(key) != value]
-    if changed:
-        raise UserError(
-            f"{os.path.dirname(path)}: its vocabularies were learned with {', '.join(changed)}; "
-            "use another --run-dir, or delete the run folder to start over"
-        )
+# What a run folder is bound to: resuming with other values would train
+# the saved model on other data, or restore weights of another shape.
+BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length")
+
+
+def _bind_run_folder(config, train, chief):
+    """Records the run folder's settings, or refuses a run that changes them."""
+    digest = hashlib.sha256()
+    for source, target in zip(train.sources, train.targets):
+        digest.update(f"{source}\t{target}\n".encode())
+    settings = {"training_data": digest.hexdigest(), **{k: getattr(config, k) for k in BOUND_SETTINGS}}
+    path = os.path.join(config.run_dir, "settings.json")
+    if os.path.exists(path):
+        with open(path) as file:
+            kept = json.load(file)
+        changed = [
+            "other training data" if key == "training_data" else f"{key} {kept.get(key)} (now {value})"
+            for key, value in settings.items()
+            if kept.get(key) != value
+        ]
+        if changed:
+            raise UserError(
+                f"{config.run_dir} was started with other settings: {', '.join(changed)}; "
+                "use another --run-dir, or delete it to start over"
+            )
+    elif chief:
+        temporary = path + ".tmp"
+        with open(temporary, "w") as file:
+            json.dump(settings, file, indent=1)
+        os.replace(temporary, path)
 
 
 def run(config, log=print):
@@ -184,7 +219,7 @@ def run(config, log=print):
     chief, _ = worker_role(prepare(config))  # the strategy first: see `prepare`
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
-    test_corpus = corpora.get("test") or valid_corpus
+    test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
     skipped = sum(c.skipped_empty for c in (train_corpus, valid_corpus) if c is not None)
     log(
         f"data: {len(train_corpus.sources)} training pairs, {len(valid_corpus.sources)} "

@@ -173,6 +173,11 @@ def train(
             f"{int(progress.global_batch_size.numpy())}, this run has {global_batch_size}: "
             "resume with the same batch size and replica count, or use a new --run-dir"
         )
+    if int(progress.step.numpy()) >= steps_per_epoch:
+        raise UserError(
+            f"{config.run_dir}: its backup is {int(progress.step.numpy())} steps into an epoch, "
+            f"but an epoch now has {steps_per_epoch}: the data changed; use a new --run-dir"
+        )
     progress.global_batch_size.assign(global_batch_size)
     initial_epoch = int(progress.epoch.numpy())
     if restored and config.verbose != 0:

@@ -1,5 +1,6 @@
 """The main job end to end through the CLI: train, export, translate, evaluate, plot."""
 
+import dataclasses
 import os
 
 import pytest
@@ -72,7 +73,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert "not a SavedModel" in capsys.readouterr().err
 
 
-def test_a_rerun_with_other_vocabulary_settings_is_refused(tmp_path):
+def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
     from keras_attn.errors import UserError
     from keras_attn.jobs import translation
     from pipelines import synthetic
@@ -80,12 +81,54 @@ def test_a_rerun_with_other_vocabulary_settings_is_refused(tmp_path):
     train = synthetic.translation_corpus(seed=0, train_size=300)["train"]
     config = translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
     learned = translation.build_tokenizers(config, train)
-    reused = translation.build_tokenizers(config, train)
+    reused = translation.build_tokenizers(dataclasses.replace(config, epochs=20), train)
     for old, new, texts in zip(learned, reused, (train.sources[:20], train.targets[:20])):
         assert new.tokenize(texts).to_list() == old.tokenize(texts).to_list()
     with pytest.raises(UserError, match="vocab_size 200 \\(now 300\\)"):
-        translation.build_tokenizers(translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=300), train)
-    with pytest.raises(UserError, match="shared_vocab False \\(now True\\)"):
-        translation.build_tokenizers(
-            translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200, shared_vocab=True), train
-        )
+        translation.build_tokenizers(dataclasses.replace(config, vocab_size=300), train)
+    with pytest.raises(UserError, match="shared_vocab False \\(now True\\), preset tiny \\(now small\\)"):
+        translation.build_tokenizers(dataclasses.replace(config, shared_vocab=True, preset="small"), train)
+    other = synthetic.translation_corpus(seed=1, train_size=300)["train"]
+    with pytest.raises(UserError, match="other training data"):
+        translation.build_tokenizers(config, other)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--epochs", "0"], "argument --epochs: must be >= 1, got 0"),
+        (["--batch-size", "-1"], "argument --batch-size: must be >= 1, got -1"),
+        (["--dropout", "1.5"], "argument --dropout: must be in [0, 1), got 1.5"),
+        (["--learning-rate", "0"], "argument --learning-rate: must be > 0, got 0.0"),
+        (["--beam-width", "two"], "argument --beam-width: not a whole number: 'two'"),
+    ],
+)
+def test_bad_flag_values_are_refused_before_any_work(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["train", "transformer", *flags])
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_savedmodel_that_is_not_ours_is_refused(tmp_path, capsys):
+    import tensorflow as tf
+
+    tf.saved_model.save(tf.Module(), str(tmp_path / "other"))
+    assert cli.main(["translate", str(tmp_path / "other"), "hello"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "not a keras-attn translation export" in error
+
+
+def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("eins\nzwei\n")
+    (tmp_path / "b.txt").write_text("one\ntwo\n")
+    (tmp_path / "blank.tsv").write_text("\t\n  \t \n")
+    pair = ["--src", str(tmp_path / "a.txt"), "--tgt", str(tmp_path / "b.txt")]
+    for flags, message in [
+        ([*pair, "--valid-src", str(tmp_path / "a.txt")], "--valid-src and --valid-tgt must be given together"),
+        ([*pair, "--data", str(tmp_path / "blank.tsv")], "either as --data or as --src/--tgt"),
+        (["--data", str(tmp_path / "blank.tsv")], "blank.tsv: no usable pairs (2 empty ones skipped)"),
+    ]:
+        code = cli.main(["train", "transformer", *flags, "--run-dir", str(tmp_path / "run")])
+        error = capsys.readouterr().err.strip()
+        assert code == 2 and len(error.splitlines()) == 1 and message in error, error

@@ -114,6 +114,11 @@ def test_directory_is_reported(tmp_path):
     assert data_error(read_lines, tmp_path) == f"{tmp_path}: is a directory, not a file"
 
 
+def test_a_path_through_a_file_is_reported(tmp_path):
+    path = write(tmp_path / "doc.txt", "text\n") / "inner.txt"
+    assert data_error(read_lines, path) == f"{path}: cannot be read (Not a directory)"
+
+
 def test_parallel_corpus_checks_alignment():
     with pytest.raises(ValueError, match="2 sources but 1 targets"):
         ParallelCorpus(["a", "b"], ["x"])

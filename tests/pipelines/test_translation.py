@@ -181,3 +181,14 @@ def test_multi30k_pipeline():
 def test_declared_cardinality_is_the_true_number_of_batches(corpus, tokenizers, bucket, drop_remainder):
     batches = dataset(corpus, tokenizers, bucket=bucket, drop_remainder=drop_remainder)
     assert int(batches.cardinality()) == len(list(batches))
+
+
+def test_sources_without_any_token_are_kept_as_empty_rows(tokenizers):
+    # Characters the tokenizer removes (zero-width space, soft hyphen)
+    # leave no token: a chunk of only such sources once crashed TensorFlow.
+    sources, targets = ["\u200b", "\u00ad"], ["the dog", "a cat"]
+    for batch_size in (1, 2):
+        pairs = rows(translation_dataset(sources, targets, *tokenizers, batch_size=batch_size, max_length=8,
+                                         shuffle=False, bucket=False))
+        assert [source for source, _, _ in pairs] == [(), ()]
+        assert [out[-1] for _, _, out in pairs] == [EOS_ID, EOS_ID]

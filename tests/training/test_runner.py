@@ -109,3 +109,32 @@ def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path):
     assert again.history == {} and again.best_val_loss == pytest.approx(min(uninterrupted.history["val_loss"]))
     assert (tmp_path / "resumed" / "best.weights.h5").exists()
     assert not list((tmp_path / "resumed").glob("*.tmp*"))
+
+
+class _InterruptAtStep(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3:  # the backup after step 3 of the first epoch exists
+            raise KeyboardInterrupt
+
+
+def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
+    steps = dict(batch_size=2, backup_every=1)  # 8 steps an epoch, a backup after each
+    uninterrupted = _job(tmp_path / "straight", epochs=2, **steps)
+    with pytest.raises(KeyboardInterrupt):
+        _job(tmp_path / "resumed", epochs=2, callbacks=[_InterruptAtStep()], **steps)
+    resumed = _job(tmp_path / "resumed", epochs=2, **steps)
+    assert resumed.steps == uninterrupted.steps == 16
+    # The first epoch's metrics count its 3 steps before the backup too.
+    np.testing.assert_allclose(resumed.history["loss"], uninterrupted.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        resumed.history["token_accuracy"], uninterrupted.history["token_accuracy"], rtol=1e-5
+    )
+
+
+def test_resuming_mid_epoch_on_shorter_data_is_refused(tmp_path):
+    from keras_attn.errors import UserError
+
+    with pytest.raises(KeyboardInterrupt):
+        _job(tmp_path, epochs=2, callbacks=[_InterruptAtStep()], batch_size=2, backup_every=1)
+    with pytest.raises(UserError, match="3 steps into an epoch, but an epoch now has 2"):
+        _job(tmp_path, epochs=2, batch_size=2, backup_every=1, rows=4)
