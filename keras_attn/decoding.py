@@ -85,7 +85,7 @@ def greedy_search(
             )
         else:
             logits, state = stepper.step(sequences["last"], state, index)[:2]
-        updated = _greedy_step(logits, sequences, eos_id)
+        updated = _greedy_step(logits, sequences, bos_id, eos_id)
         updated["tokens"] = sequences["tokens"].write(index, updated["last"])
         if return_attention:
             attention = tf.cast(tf.stack(attention, axis=1), tf.float32)
@@ -182,7 +182,7 @@ def beam_search(
     def body(index, state, beams):
         tokens = tf.reshape(beams["last"], [-1])
         logits, new_state = stepper.step(tokens, state, index)[:2]
-        log_probs = _log_probs(logits)
+        log_probs = _log_probs(logits, bos_id)
         vocab_size = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [batch, width, vocab_size])  # (B, W, V)
         scores = beams["scores"]  # (B, W)
@@ -333,7 +333,7 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
         logits = model(
             {"source": source, "target_in": sequences["prefix"]}, training=False
         )
-        updated = _greedy_step(logits[:, -1], sequences, eos_id)
+        updated = _greedy_step(logits[:, -1], sequences, bos_id, eos_id)
         updated["prefix"] = tf.concat(
             [sequences["prefix"], updated["last"][:, None]], axis=1
         )
@@ -382,10 +382,10 @@ def _start_sequences(batch, bos_id):
     }
 
 
-def _greedy_step(logits, sequences, eos_id):
+def _greedy_step(logits, sequences, bos_id, eos_id):
     """Appends the most likely token; finished sequences get [PAD] for free."""
     done = sequences["done"]
-    log_probs = _log_probs(logits)
+    log_probs = _log_probs(logits, bos_id)
     token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
     token_log_prob = tf.gather(log_probs, token, batch_dims=1)
     token = tf.where(done, PAD_ID, token)
@@ -398,12 +398,13 @@ def _greedy_step(logits, sequences, eos_id):
     )
 
 
-def _log_probs(logits):
-    """Log-softmax of `(..., V)` logits; [PAD] gets -inf (never emitted)."""
+def _log_probs(logits, bos_id):
+    """Log-softmax of `(..., V)` logits; [PAD] and [BOS] get -inf (never emitted)."""
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
-    is_pad = tf.equal(tf.range(tf.shape(log_probs)[-1]), PAD_ID)
+    ids = tf.range(tf.shape(log_probs)[-1])
+    never = tf.equal(ids, PAD_ID) | tf.equal(ids, tf.cast(bos_id, tf.int32))
     # Adding a (V,) row is faster than a `tf.where` that broadcasts it.
-    return log_probs + tf.where(is_pad, -_INF, 0.0)
+    return log_probs + tf.where(never, -_INF, 0.0)
 
 
 def _batch_major(tensor_array, empty):

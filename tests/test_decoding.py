@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import (
+    BOS_ID,
     EOS_ID,
     PAD_ID,
     beam_search,
@@ -222,6 +223,13 @@ def test_max_length_as_a_tensor_input_zero_included():
         np.testing.assert_array_equal(greedy(ONE_SOURCE, n)["tokens"], [expected])
     assert beam(ONE_SOURCE, 0)["tokens"].shape == (1, 0)
     np.testing.assert_array_equal(beam(ONE_SOURCE, 5)["tokens"], [[B, EOS_ID]])
+
+
+def test_pad_and_bos_are_never_emitted():
+    stepper = TrieStepper({(): {BOS_ID: 0.6, PAD_ID: 0.3, A: 0.1}})
+    np.testing.assert_array_equal(greedy_search(stepper, ONE_SOURCE, max_length=4)["tokens"], [[A, EOS_ID]])
+    beam = beam_search(stepper, ONE_SOURCE, max_length=4, beam_width=3)
+    np.testing.assert_array_equal(beam["tokens"], [[A, EOS_ID]])
 
 
 def test_beam_width_larger_than_the_choices():

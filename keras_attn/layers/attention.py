@@ -80,11 +80,8 @@ class _AlignmentAttention(keras.layers.Layer):
                 ops.shape(query)[1], ops.shape(key)[1], query_start=start
             )
         window, reweight = self.local_window(query, key, key_mask, start)
-        mask = masking.merge_masks(
-            None if key_mask is None else ops.expand_dims(key_mask, 1),
-            causal,
-            window,
-        )
+        # Padded queries attend to nothing: their weights and outputs are zeros.
+        mask = masking.merge_masks(masking.attention_mask(query_mask, key_mask, causal), window)
         weights = masking.masked_softmax(scores, mask)
         if reweight is not None:
             weights = weights * ops.cast(reweight, weights.dtype)
@@ -92,10 +89,6 @@ class _AlignmentAttention(keras.layers.Layer):
         if self.dropout_layer is not None:
             dropped = self.dropout_layer(weights, training=training)
         output = ops.matmul(dropped, value)  # Σ_s α(t, s) · value_s
-        if query_mask is not None:
-            output = output * ops.cast(
-                ops.expand_dims(query_mask, -1), output.dtype
-            )
         if single_step:
             output, weights = output[:, 0], weights[:, 0]
         if return_attention_scores:
@@ -286,11 +279,12 @@ class DotProductAttention(_AlignmentAttention):
             self.key_projection.build((None, key_dim))
             self.v = self.add_weight(name="v", shape=(units,), initializer="glorot_uniform")
         if self.window is not None and self.alignment == "predictive":
+            # In float32: under bfloat16, S · sigmoid(...) would move in steps of S / 256.
             self.position_hidden = keras.layers.Dense(
-                units, activation="tanh", name="position_hidden"
+                units, activation="tanh", name="position_hidden", dtype="float32"
             )
             self.position_output = keras.layers.Dense(
-                1, activation="sigmoid", use_bias=False, name="position_output"
+                1, activation="sigmoid", use_bias=False, name="position_output", dtype="float32"
             )
             self.position_hidden.build((None, query_dim))
             self.position_output.build((None, units))
@@ -314,15 +308,16 @@ class DotProductAttention(_AlignmentAttention):
     def local_window(self, query, key, key_mask, start):
         if self.window is None:
             return None, None
-        key_positions = ops.cast(ops.arange(ops.shape(key)[1]), query.dtype)
+        # Positions in float32: bfloat16 counts exactly only up to 256.
+        key_positions = ops.cast(ops.arange(ops.shape(key)[1]), "float32")
         if self.alignment == "monotonic":  # local-m: p_t = t
             centres = ops.arange(ops.shape(query)[1]) + start
-            centres = ops.cast(centres, query.dtype)[None, :, None]
+            centres = ops.cast(centres, "float32")[None, :, None]
         else:  # local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t))
             if key_mask is None:
-                last = ops.cast(ops.shape(key)[1] - 1, query.dtype)
+                last = ops.cast(ops.shape(key)[1] - 1, "float32")
             else:
-                last = ops.sum(ops.cast(key_mask, query.dtype), axis=-1) - 1
+                last = ops.sum(ops.cast(key_mask, "float32"), axis=-1) - 1
             last = ops.reshape(ops.maximum(last, 0), (-1, 1, 1))
             centres = last * self.position_output(self.position_hidden(query))
         distance = key_positions[None, None, :] - centres  # (B, Tq, Tk)
@@ -347,4 +342,7 @@ class DotProductAttention(_AlignmentAttention):
 
 
 def _l2_normalize(x):
-    return x / ops.sqrt(ops.maximum(ops.sum(ops.square(x), -1, keepdims=True), 1e-12))
+    # In float32: 1e-12 is 0 in float16, and 0 / 0 gives NaN gradients for zero (padding) keys.
+    x32 = ops.cast(x, "float32")
+    normalized = x32 / ops.sqrt(ops.maximum(ops.sum(ops.square(x32), -1, keepdims=True), 1e-12))
+    return ops.cast(normalized, x.dtype)

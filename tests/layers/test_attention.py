@@ -111,6 +111,45 @@ def test_local_predictive_is_gaussian_around_the_predicted_position():
     np.testing.assert_allclose(weights, np.where(inside, expected, 0), atol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: AdditiveAttention(8), lambda: DotProductAttention("dot")])
+def test_padded_queries_get_zero_weights_and_outputs(make):
+    query_keep = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool)
+    output, weights = make()(QUERY, VALUE, query_mask=query_keep, key_mask=KEEP, return_attention_scores=True)
+    assert np.all(np.asarray(weights)[~query_keep] == 0) and np.all(np.asarray(output)[~query_keep] == 0)
+    np.testing.assert_allclose(np.asarray(weights)[query_keep].sum(-1), 1, atol=1e-5)
+
+
+@pytest.mark.parametrize("alignment", ["monotonic", "predictive"])
+def test_local_windows_stay_in_place_in_bfloat16(alignment):
+    # bfloat16 counts exactly only to 256: positions past it must not round.
+    value = RNG.normal(size=(1, 600, 6)).astype("float32")
+    query = np.asarray(keras.ops.cast(RNG.normal(size=(1, 6)), "bfloat16"), "float32")  # same input to both
+    windows = []
+    for dtype in ("float32", "mixed_bfloat16"):
+        layer = DotProductAttention("general", window=2, alignment=alignment, dtype=dtype)
+        layer.build(query[:, None].shape, value.shape)
+        if windows:
+            layer.set_weights(weights)
+        weights = layer.get_weights()
+        step = layer(query, value, query_position=513, return_attention_scores=True)[1]
+        windows.append(np.flatnonzero(np.asarray(step, "float32")[0]))
+    assert list(windows[1]) == list(windows[0])
+    if alignment == "monotonic":
+        assert list(windows[0]) == [511, 512, 513, 514, 515]
+
+
+def test_cosine_score_has_finite_gradients_for_zero_padding_keys_in_float16():
+    import tensorflow as tf
+
+    layer = DotProductAttention("cosine", dtype="mixed_float16")
+    value = tf.Variable(np.concatenate([VALUE[:, :3], np.zeros_like(VALUE[:, 3:])], axis=1))
+    query = tf.Variable(QUERY)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(layer(query, value, key_mask=KEEP[:, :5] & (np.arange(5) < 3)), "float32"))
+    for gradient in tape.gradient(loss, [query, value]):
+        assert np.all(np.isfinite(gradient.numpy()))
+
+
 def test_bad_input_is_a_clear_value_error():
     with pytest.raises(ValueError, match=r"`score` must be one of .*'dot'.*got 'bilinear'"):
         DotProductAttention("bilinear")
