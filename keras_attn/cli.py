@@ -40,37 +40,28 @@ def _quiet_tensorflow():
             os.close(saved)
 
 
-def _at_least(minimum):
+def _checked(convert, holds, requirement):
+    """An argparse `type`: `convert(text)`, refused in one line unless `holds(value)`."""
+
     def parse(text):
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+            kind = "whole number" if convert is int else "number"
+            raise argparse.ArgumentTypeError(f"not a {kind}: {text!r}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {value}")
         return value
 
     return parse
 
 
-def _fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
-    return value
+def _at_least(minimum):
+    return _checked(int, lambda value: value >= minimum, f">= {minimum}")
 
 
-def _positive(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+_fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
+_positive = _checked(float, lambda value: value > 0, "> 0")
 
 
 def build_parser():

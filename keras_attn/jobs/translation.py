@@ -87,16 +87,15 @@ def load_corpora(config):
             seed=config.seed, train_size=config.builtin_size,
             valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
         )
-    held_out = not config.valid_src
-    if held_out and len(train) == 1:
+    _non_empty(train, config.data or config.src)
+    if config.valid_src:
+        valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
+    elif len(train) < 2:
         raise text.DataError(
             f"{config.data or config.src}: one usable pair; give --valid-src/--valid-tgt or more pairs"
         )
-    _non_empty(train, config.data or config.src)
-    if held_out:
-        train, valid = hold_out(train, fraction=0.02, seed=config.seed)
     else:
-        valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
+        train, valid = hold_out(train, fraction=0.02, seed=config.seed)
     test = None
     if config.test_src:
         test = _non_empty(text.read_parallel(config.test_src, config.test_tgt), config.test_src)
