@@ -286,11 +286,19 @@ def _stopping(model, strategy):
     """`model.stop_training`, agreed by every worker (any worker's stop stops all)."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return bool(model.stop_training)
-    votes = strategy.reduce(
-        "SUM", strategy.run(lambda: tf.constant(float(bool(model.stop_training)))), axis=None
-    )
+    votes = _sum_over_replicas(strategy, tf.constant(float(bool(model.stop_training)), tf.float64))
     model.stop_training = bool(votes > 0)
     return model.stop_training
+
+
+@tf.function
+def _sum_over_replicas(strategy, value):
+    """`value` summed over every replica of every worker.
+
+    A collective: every worker must call it at the same point. In a
+    `tf.function`, as TensorFlow warns that running a strategy eagerly is slow.
+    """
+    return strategy.reduce("SUM", strategy.run(lambda: tf.identity(value)), axis=None)
 
 
 def _distribute(strategy, dataset):
@@ -307,7 +315,7 @@ def _check_workers_agree(strategy, step):
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
     value = tf.cast(step, tf.float64)
-    total = strategy.reduce("SUM", strategy.run(lambda: tf.identity(value)), axis=None)
+    total = _sum_over_replicas(strategy, value)
     if float(total) != float(value) * strategy.num_replicas_in_sync:
         raise UserError(
             f"this worker resumed at step {int(value)} but others did not: every worker "

@@ -176,6 +176,8 @@ def test_two_workers_end_equal_to_one_process_with_the_same_global_batch(cluster
     np.testing.assert_allclose(chief["history"]["val_loss"], few_steps["history"]["val_loss"], rtol=1e-4)
     assert not [p for p in run.iterdir() if "scratch" in p.name]  # temporary folders gone
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["train", "validation"]  # the chief's
+    for i in range(2):  # no strategy runs eagerly (TensorFlow warns that it is slow)
+        assert "eagerly has significant overhead" not in (tmp_path / f"worker{i}.log").read_text()
 
 
 def test_two_workers_train_in_bfloat16_with_xla(cluster, few_steps, tmp_path):
