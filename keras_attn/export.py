@@ -120,6 +120,9 @@ def next_version(model_root):
     return max(versions, default=0) + 1
 
 
+_TEMPORARY = ".tmp-export-"  # then host, process id and a random part
+
+
 def export(module, root="saved_models", name="transformer"):
     """Saves `module` as `<root>/<name>/<next version>/`, atomically.
 
@@ -152,9 +155,6 @@ def export(module, root="saved_models", name="transformer"):
     finally:
         if os.path.isdir(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
-
-
-_TEMPORARY = ".tmp-export-"
 
 
 def _remove_abandoned_exports(model_root):

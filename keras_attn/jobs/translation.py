@@ -23,6 +23,7 @@ from keras_attn.training import (
     TransformerSchedule,
     warmup_cosine,
 )
+from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import RunConfig, prepare, train
 from keras_attn.training.strategy import worker_role
 from pipelines import synthetic, text, tokenizers, translation
@@ -141,9 +142,7 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 
     Learning is not deterministic across processes (ties in the trainer),
     so under several workers only the chief learns them; the others wait
-    for the chief's files in the (shared) run folder. The run folder keeps
-    what it was started with (`settings.json`: training data, vocabulary
-    and model shape): a rerun with other settings is refused, not resumed.
+    for the chief's files in the (shared) run folder.
     """
     paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
     waited = 0.0
@@ -155,7 +154,6 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
             )
         time.sleep(0.5)
         waited += 0.5
-    _bind_run_folder(config, train, chief)
     if all(os.path.exists(path) for path in paths):
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
@@ -181,8 +179,13 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length")
 
 
-def _bind_run_folder(config, train, chief):
-    """Records the run folder's settings, or refuses a run that changes them."""
+def bind_run_folder(config, train, chief=True):
+    """Records what the run folder starts with, or refuses a run that changes it.
+
+    `<run_dir>/settings.json` holds a SHA-256 of the training pairs and the
+    `BOUND_SETTINGS`; a rerun with others raises a one-line `UserError`
+    instead of resuming the saved model. Only the chief writes the file.
+    """
     digest = hashlib.sha256()
     for source, target in zip(train.sources, train.targets):
         digest.update(f"{source}\t{target}\n".encode())
@@ -202,10 +205,7 @@ def _bind_run_folder(config, train, chief):
                 "use another --run-dir, or delete it to start over"
             )
     elif chief:
-        temporary = path + ".tmp"
-        with open(temporary, "w") as file:
-            json.dump(settings, file, indent=1)
-        os.replace(temporary, path)
+        write_text_atomically(path, json.dumps(settings, indent=1))
 
 
 def run(config, log=print):
@@ -225,6 +225,7 @@ def run(config, log=print):
         f"validation pairs, {skipped} empty pairs skipped"
     )
     os.makedirs(config.run_dir, exist_ok=True)
+    bind_run_folder(config, train_corpus, chief)
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     log(
         f"vocabularies: {source_tokenizer.vocabulary_size} source, "

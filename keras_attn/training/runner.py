@@ -37,7 +37,12 @@ import keras
 import tensorflow as tf
 
 from keras_attn.errors import UserError
-from keras_attn.training.checkpoints import Backups, Progress, save_weights_atomically
+from keras_attn.training.checkpoints import (
+    Backups,
+    Progress,
+    save_weights_atomically,
+    write_text_atomically,
+)
 from keras_attn.training.steps import TrainingSteps
 from keras_attn.training.strategy import get_strategy, worker_role
 
@@ -275,7 +280,7 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
         callbacks.on_epoch_end(epoch, logs)
         if _stopping(model, strategy):
             if chief:
-                _write_atomically(os.path.join(config.run_dir, STOPPED), f"epoch {epoch + 1}\n")
+                write_text_atomically(os.path.join(config.run_dir, STOPPED), f"epoch {epoch + 1}\n")
             break
     callbacks.on_train_end()
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
@@ -341,11 +346,5 @@ def _append_history(run_dir, logs, steps):
             history = json.load(f)["history"]
     for name, value in logs.items():
         history.setdefault(name, []).append(value)
-    _write_atomically(path, json.dumps({"steps": steps, "history": history}, indent=1))
+    write_text_atomically(path, json.dumps({"steps": steps, "history": history}, indent=1))
 
-
-def _write_atomically(path, text):
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        f.write(text)
-    os.replace(temporary, path)

@@ -78,19 +78,23 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
     from keras_attn.jobs import translation
     from pipelines import synthetic
 
+    def start(config, train):  # what the job does before training
+        translation.bind_run_folder(config, train)
+        return translation.build_tokenizers(config, train)
+
     train = synthetic.translation_corpus(seed=0, train_size=300)["train"]
     config = translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
-    learned = translation.build_tokenizers(config, train)
-    reused = translation.build_tokenizers(dataclasses.replace(config, epochs=20), train)
+    learned = start(config, train)
+    reused = start(dataclasses.replace(config, epochs=20), train)
     for old, new, texts in zip(learned, reused, (train.sources[:20], train.targets[:20])):
         assert new.tokenize(texts).to_list() == old.tokenize(texts).to_list()
     with pytest.raises(UserError, match="vocab_size 200 \\(now 300\\)"):
-        translation.build_tokenizers(dataclasses.replace(config, vocab_size=300), train)
+        start(dataclasses.replace(config, vocab_size=300), train)
     with pytest.raises(UserError, match="shared_vocab False \\(now True\\), preset tiny \\(now small\\)"):
-        translation.build_tokenizers(dataclasses.replace(config, shared_vocab=True, preset="small"), train)
+        start(dataclasses.replace(config, shared_vocab=True, preset="small"), train)
     other = synthetic.translation_corpus(seed=1, train_size=300)["train"]
     with pytest.raises(UserError, match="other training data"):
-        translation.build_tokenizers(config, other)
+        start(config, other)
 
 
 @pytest.mark.parametrize(
