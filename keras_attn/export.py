@@ -9,17 +9,26 @@ process that imports only `tensorflow` and `tensorflow_text`:
     out = translator.signatures["translate"](
         text=tf.constant(["Ein Hund läuft."]), beam_width=tf.constant(4))
     out["translation"], out["score"], out["truncated"]
+
+Each version also holds `assets.extra/keras_attn.json` (servers ignore
+`assets.extra/`): the translator's fingerprint, so a rerun that changed
+nothing does not export a duplicate, and where its run wrote its test split.
 """
 
+import hashlib
+import json
 import os
 import re
 import shutil
 import secrets
 import socket
 
+import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding
+
+METADATA = os.path.join("assets.extra", "keras_attn.json")  # in a version folder; servers ignore it
 
 
 class Translator(tf.Module):
@@ -29,10 +38,17 @@ class Translator(tf.Module):
     - `translate(text: string[B], beam_width: int32[])` →
       `translation` string[B], `score` float32[B] (length-normalized
       log-probability), `truncated` bool[B] (the input was longer than the
-      model accepts and was cut). Beam width 1 is greedy search.
+      model accepts and was cut). Beam width 1 is greedy search; a width
+      below 1 counts as 1, and one above `max_beam_width` (or the target
+      vocabulary size, if smaller) as that cap.
     - `attention(text: string[B])` → `translation`, `source_tokens`
       string[B, S], `output_tokens` string[B, L] and `cross_attention`
       float32[B, L, layers, heads, S] of greedy decoding, for plotting.
+
+    Every input gives one output: an empty batch gives empty outputs, and
+    a text with no tokens (empty, blank or invisible characters only)
+    translates to `""` with score 0.0 (log-probability 0: certain, which a
+    decoded translation never scores), no output tokens and zero attention.
 
     Args:
         stepper: the model's incremental decoder (e.g. `TransformerStepper`);
@@ -41,9 +57,14 @@ class Translator(tf.Module):
         target_tokenizer: same, for the target language.
         max_length: the longest source (and output) sequence, in tokens.
         length_penalty: GNMT length penalty α of beam search.
+        max_beam_width: the widest beam a request gets (memory and time
+            grow with it).
     """
 
-    def __init__(self, stepper, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6):
+    def __init__(
+        self, stepper, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6,
+        max_beam_width=32,
+    ):
         super().__init__(name="translator")
         self.stepper = stepper
         self.model = stepper.model
@@ -51,6 +72,7 @@ class Translator(tf.Module):
         self.target_tokenizer = target_tokenizer
         self.max_length = max_length
         self.length_penalty = length_penalty
+        self.max_beam_width = max_beam_width
 
     def encode(self, text):
         """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
@@ -73,34 +95,57 @@ class Translator(tf.Module):
     )
     def translate(self, text, beam_width):
         source, truncated = self.encode(text)
+        empty = _no_tokens(source)
+        cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
         result = decoding.beam_search(
             self.stepper,
             source,
-            beam_width=tf.maximum(beam_width, 1),
+            beam_width=tf.clip_by_value(beam_width, 1, cap),
             max_length=self._decode_length(source),
             length_penalty=self.length_penalty,
         )
+        tokens = tf.where(empty[:, None], decoding.PAD_ID, result["tokens"])
         return {
-            "translation": self.target_tokenizer.detokenize(result["tokens"]),
-            "score": result["scores"],
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "score": tf.where(empty, 0.0, result["scores"]),
             "truncated": truncated,
         }
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
         source, _ = self.encode(text)
+        empty = _no_tokens(source)
         result = decoding.greedy_search(
             self.stepper,
             source,
             max_length=self._decode_length(source),
             return_attention=True,
         )
+        tokens = tf.where(empty[:, None], decoding.PAD_ID, result["tokens"])
+        attention = tf.cast(result["attention"], tf.float32)
         return {
-            "translation": self.target_tokenizer.detokenize(result["tokens"]),
+            "translation": self.target_tokenizer.detokenize(tokens),
             "source_tokens": self.source_tokenizer.id_to_token(source),
-            "output_tokens": self.target_tokenizer.id_to_token(result["tokens"]),
-            "cross_attention": tf.cast(result["attention"], tf.float32),
+            "output_tokens": self.target_tokenizer.id_to_token(tokens),
+            "cross_attention": tf.where(empty[:, None, None, None, None], 0.0, attention),
         }
+
+    def fingerprint(self):
+        """SHA-256 of what decides the outputs: weights, vocabularies and settings.
+
+        Two translators with the same fingerprint translate alike (with the
+        same code), so an export whose fingerprint equals the newest
+        version's need not be written again.
+        """
+        digest = hashlib.sha256()
+        for tokenizer in (self.source_tokenizer, self.target_tokenizer):
+            digest.update(json.dumps([tokenizer.vocabulary, tokenizer.lowercase]).encode())
+        digest.update(f"{self.max_length} {self.length_penalty} {self.max_beam_width}".encode())
+        for weight in self.model.weights:
+            value = np.asarray(weight.numpy())
+            digest.update(f"{weight.path} {value.dtype} {value.shape}".encode())
+            digest.update(value.tobytes())
+        return digest.hexdigest()
 
     def signatures(self):
         return {
@@ -108,6 +153,11 @@ class Translator(tf.Module):
             "translate": self.translate,
             "attention": self.attention,
         }
+
+
+def _no_tokens(source):
+    """`(B,)` bool: the rows of `(B, S)` source ids that are all padding (no text)."""
+    return tf.reduce_all(tf.equal(source, decoding.PAD_ID), axis=1)
 
 
 def next_version(model_root):
@@ -123,13 +173,20 @@ def next_version(model_root):
 _TEMPORARY = ".tmp-export-"  # then host, process id and a random part
 
 
-def export(module, root="saved_models", name="transformer"):
+def export(module, root="saved_models", name="transformer", metadata=None):
     """Saves `module` as `<root>/<name>/<next version>/`, atomically.
 
     The SavedModel is written to a temporary folder beside the versions and
     renamed into place only when complete, so a crash never leaves a
     half-written version; the temporary folder of an export whose process
     died is removed by the next export on the same host.
+
+    Args:
+        module: a `Translator` (or any `tf.Module` with `signatures()`).
+        root: the export root.
+        name: the model's folder under `root`.
+        metadata: a JSON-able dict kept in the version's `METADATA` file,
+            with the module's `fingerprint()` when it has one.
 
     Returns:
         The path of the new version.
@@ -144,6 +201,7 @@ def export(module, root="saved_models", name="transformer"):
     os.makedirs(temporary)
     try:
         tf.saved_model.save(module, temporary, signatures=module.signatures())
+        _write_metadata(temporary, module, metadata)
         while True:
             path = os.path.join(model_root, str(next_version(model_root)))
             try:
@@ -155,6 +213,43 @@ def export(module, root="saved_models", name="transformer"):
     finally:
         if os.path.isdir(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def export_if_changed(module, root="saved_models", name="transformer", metadata=None):
+    """`export`s `module` unless the newest version already holds it.
+
+    Returns:
+        `(path, new)`: the new version and True, or the newest version,
+        whose `fingerprint` equals `module.fingerprint()`, and False.
+    """
+    newest = newest_version(root, name)
+    if newest and read_metadata(newest).get("fingerprint") == module.fingerprint():
+        return newest, False
+    return export(module, root, name, metadata), True
+
+
+def newest_version(root, name):
+    """The path of the highest version under `<root>/<name>/`, or None."""
+    version = next_version(os.path.join(root, name)) - 1
+    return os.path.join(root, name, str(version)) if version else None
+
+
+def read_metadata(path):
+    """The `METADATA` dict of the export at `path` (`{}` when it has none)."""
+    try:
+        with open(os.path.join(path, METADATA)) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_metadata(path, module, metadata):
+    metadata = dict(metadata or {})
+    if hasattr(module, "fingerprint"):
+        metadata["fingerprint"] = module.fingerprint()
+    os.makedirs(os.path.dirname(os.path.join(path, METADATA)), exist_ok=True)
+    with open(os.path.join(path, METADATA), "w") as file:
+        json.dump(metadata, file, indent=1)
 
 
 def _remove_abandoned_exports(model_root):

@@ -1,5 +1,7 @@
+import base64
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -8,82 +10,142 @@ import numpy as np
 import pytest
 
 from keras_attn import export
-from keras_attn.models import TransformerStepper, transformer
 from pipelines import tokenizers
 
-SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
-TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
+pytest_plugins = ["tests.fixtures_export"]
+
 HOSTILE = [
     "",
     "   \t ",
+    "\u200b\u00ad",  # invisible characters only: no tokens
     "x" * 10_000,
     "ein hund " * 1_111,
     b"caf\xc3\xa9 \xff\xfe invalid \x80 bytes",
     "日本語の文 ☃ never seen",
     "ein hund läuft .",
 ]
+NO_TOKENS = [True, True, True, False, False, False, False, False]
 
 
-@pytest.fixture(scope="module")
-def translator():
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
-    model = transformer(
-        source.vocabulary_size, target.vocabulary_size, max_length=12, num_layers=1,
-        hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
-    )
-    return export.Translator(TransformerStepper(model), source, target, max_length=12)
+def _as_bytes(texts):
+    return [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
 
 
 def _translate(translator, texts, beam_width):
-    out = translator.translate(np.array(texts, dtype=object), np.int32(beam_width))
-    return [t.decode("utf-8") for t in out["translation"].numpy()], out
+    out = translator.translate(np.array(_as_bytes(texts), dtype=object), np.int32(beam_width))
+    return {key: value.numpy() for key, value in out.items()}
 
 
-def test_hostile_input_gives_one_translation_per_element(translator):
+def test_hostile_input_gives_one_translation_per_element(tiny_translator):
     for beam_width in (1, 3):
-        translations, out = _translate(translator, HOSTILE, beam_width)
-        assert len(translations) == len(HOSTILE)
-        assert np.all(np.isfinite(out["score"].numpy()))
-        assert out["truncated"].numpy().tolist() == [False, False, False, True, False, False, False]
-    attention = translator.attention(np.array(HOSTILE, dtype=object))
+        out = _translate(tiny_translator, HOSTILE, beam_width)
+        assert len(out["translation"]) == len(HOSTILE)
+        assert np.all(np.isfinite(out["score"]))
+        assert out["truncated"].tolist() == [False, False, False, False, True, False, False, False]
+        # No tokens: an empty translation with score 0.0 (certain); any decoded output scores below 0.
+        assert [s == 0.0 for s in out["score"]] == NO_TOKENS
+        assert all(t == b"" for t, empty in zip(out["translation"], NO_TOKENS) if empty)
+    attention = {k: v.numpy() for k, v in tiny_translator.attention(np.array(_as_bytes(HOSTILE), dtype=object)).items()}
     assert attention["cross_attention"].shape[0] == len(HOSTILE)
-    assert np.all(np.isfinite(attention["cross_attention"].numpy()))
+    assert np.all(np.isfinite(attention["cross_attention"]))
+    for row, empty in enumerate(NO_TOKENS):  # no output and no attention for no tokens
+        assert np.any(attention["output_tokens"][row] != b"[PAD]") != empty
+        assert np.any(attention["cross_attention"][row] != 0) != empty
 
 
-def test_export_reloads_in_a_fresh_tensorflow_only_process(translator, tmp_path):
-    texts = [t if isinstance(t, str) else t.decode("utf-8", "replace") for t in HOSTILE[:4]] + SOURCES
-    expected = {beam: _translate(translator, texts, beam)[0] for beam in (1, 3)}
-    path = export.export(translator, str(tmp_path), "toy")
-    assert path == os.path.join(str(tmp_path), "toy", "1")
-    assert export.export(translator, str(tmp_path), "toy").endswith(os.path.join("toy", "2"))
-    assert sorted(os.listdir(tmp_path / "toy")) == ["1", "2"]
+def test_empty_batches_give_empty_results_of_the_right_shapes(tiny_translator):
+    nothing = _translate(tiny_translator, [], 4)
+    assert {key: value.shape for key, value in nothing.items()} == {
+        "translation": (0,), "score": (0,), "truncated": (0,)
+    }
+    blanks = _translate(tiny_translator, ["", " "], 4)
+    assert blanks["translation"].tolist() == [b"", b""]
+    assert blanks["score"].tolist() == [0.0, 0.0] and blanks["truncated"].tolist() == [False, False]
+    attention = tiny_translator.attention(np.array([], dtype=object))
+    assert attention["cross_attention"].shape[0] == 0 and attention["output_tokens"].shape[0] == 0
+
+
+def test_beam_width_below_one_is_greedy_and_a_huge_one_is_capped(tiny_translator):
+    from tests.fixtures_export import SOURCES
+
+    texts = SOURCES + ["zwei hund"]
+    greedy = _translate(tiny_translator, texts, 1)
+    cap = min(tiny_translator.max_beam_width, tiny_translator.target_tokenizer.vocabulary_size)
+    widest = _translate(tiny_translator, texts, cap)
+    assert widest["translation"].tolist() != greedy["translation"].tolist()  # the widths differ here
+    for width, reference in ((0, greedy), (-5, greedy), (10_000, widest)):
+        out = _translate(tiny_translator, texts, width)
+        assert out["translation"].tolist() == reference["translation"].tolist(), width
+        np.testing.assert_allclose(out["score"], reference["score"], rtol=1e-6)
+
+
+_FRESH_PROCESS = """
+import base64, json, sys
+import tensorflow as tf, tensorflow_text
+m = tf.saved_model.load(sys.argv[1])
+texts = tf.constant([base64.b64decode(t) for t in json.load(sys.stdin)])
+out = {}
+for b in (1, 3):
+    r = m.signatures["translate"](text=texts, beam_width=tf.constant(b))
+    out[b] = {k: v.numpy().tolist() for k, v in r.items() if k != "translation"}
+    out[b]["translation"] = [t.decode() for t in r["translation"].numpy()]
+decode = lambda x: [decode(y) for y in x] if isinstance(x, list) else x.decode() if isinstance(x, bytes) else x
+out["attention"] = {k: decode(v.numpy().tolist()) for k, v in m.signatures["attention"](text=texts).items()}
+assert not [k for k in sys.modules if k.split(".")[0] in ("keras_attn", "keras_hub", "pipelines")]
+print(json.dumps(out))
+"""
+
+
+def test_export_reloads_in_a_fresh_tensorflow_only_process(tiny_translator, tiny_export, tmp_path):
+    from tests.fixtures_export import SOURCES
+
+    texts = HOSTILE[:6] + SOURCES
+    expected = {str(beam): _translate(tiny_translator, texts, beam) for beam in (1, 3)}
+    attention = {k: v.numpy() for k, v in tiny_translator.attention(np.array(_as_bytes(texts), dtype=object)).items()}
     (tmp_path / "plain").mkdir()  # versions get the permissions of any new folder
-    assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
-    assert os.path.exists(os.path.join(path, "assets"))
+    assert stat.S_IMODE(os.stat(tiny_export).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+    assert os.path.exists(os.path.join(tiny_export, "assets"))
 
-    script = (
-        "import json, sys\n"
-        "import tensorflow as tf, tensorflow_text\n"
-        "m = tf.saved_model.load(sys.argv[1])\n"
-        "texts = tf.constant(json.loads(sys.argv[2]))\n"
-        "out = {b: [t.decode() for t in m.signatures['translate'](text=texts, beam_width=tf.constant(b))['translation'].numpy()] for b in (1, 3)}\n"
-        "assert not [k for k in sys.modules if k.split('.')[0] in ('keras_attn', 'keras_hub', 'pipelines')]\n"
-        "print(json.dumps(out))\n"
-    )
     result = subprocess.run(
-        [sys.executable, "-c", script, path, json.dumps(texts)],
+        [sys.executable, "-c", _FRESH_PROCESS, tiny_export],
+        input=json.dumps([base64.b64encode(t).decode() for t in _as_bytes(texts)]),  # raw bytes, invalid UTF-8 too
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
     reloaded = json.loads(result.stdout.strip().splitlines()[-1])
-    assert reloaded == {str(beam): expected[beam] for beam in (1, 3)}
+    for beam in ("1", "3"):
+        assert reloaded[beam]["translation"] == [t.decode() for t in expected[beam]["translation"]]
+        assert reloaded[beam]["truncated"] == expected[beam]["truncated"].tolist()
+        np.testing.assert_allclose(reloaded[beam]["score"], expected[beam]["score"], rtol=1e-5, atol=1e-6)
+    served = reloaded["attention"]
+    np.testing.assert_allclose(served["cross_attention"], attention["cross_attention"], rtol=1e-5, atol=1e-6)
+    for key in ("source_tokens", "output_tokens"):
+        assert served[key] == [[t.decode() for t in row] for row in attention[key]]
+    assert served["translation"] == [t.decode() for t in attention["translation"]]
 
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True, timeout=300)
+    shown = subprocess.run([cli, "show", "--dir", tiny_export, "--all"], capture_output=True, text=True, timeout=300)
     assert "signature_def['translate']" in shown.stdout
     assert "signature_def['attention']" in shown.stdout
+
+
+def test_an_unchanged_model_is_not_exported_again(tiny_translator, tiny_export):
+    root = os.path.dirname(os.path.dirname(tiny_export))
+    assert export.read_metadata(tiny_export)["fingerprint"] == tiny_translator.fingerprint()
+    assert export.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
+    assert sorted(os.listdir(os.path.join(root, "toy"))) == ["1"]
+    weight = tiny_translator.model.weights[-1]
+    kept = weight.numpy()
+    weight.assign(kept + 1.0)
+    try:
+        path, new = export.export_if_changed(tiny_translator, root, "toy")
+        assert (path, new) == (os.path.join(root, "toy", "2"), True)
+        assert export.newest_version(root, "toy") == path
+    finally:
+        weight.assign(kept)
+        shutil.rmtree(os.path.join(root, "toy", "2"), ignore_errors=True)
+    assert export.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
 
 
 def test_decoding_and_tokenizers_share_the_special_token_ids():

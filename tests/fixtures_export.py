@@ -1,0 +1,45 @@
+"""A tiny untrained translator and one export of it, shared by the tests that serve models.
+
+Use with `pytest_plugins = ["tests.fixtures_export"]` in a test module: the
+session-scoped fixtures are then built once for all the modules that ask.
+"""
+
+import os
+
+import keras
+import pytest
+
+from keras_attn import export
+from keras_attn.models import TransformerStepper, transformer
+from pipelines import tokenizers
+
+SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
+TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
+
+
+@pytest.fixture(scope="session")
+def tiny_translator():
+    """A seeded one-layer Transformer on a three-sentence vocabulary (its outputs are noise)."""
+    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
+    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
+    keras.utils.set_random_seed(7)
+    model = transformer(
+        source.vocabulary_size, target.vocabulary_size, max_length=12, num_layers=1,
+        hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
+    )
+    return export.Translator(TransformerStepper(model), source, target, max_length=12)
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_translator, tmp_path_factory):
+    """`<root>/toy/1`, exported once, naming a test split of its "run" as the job's exports do.
+
+    Tests may add versions under `<root>/toy` but must remove them again.
+    """
+    root = tmp_path_factory.mktemp("exports")
+    split = {"test_src": str(root / "test.src"), "test_ref": str(root / "test.ref")}
+    (root / "test.src").write_text("".join(s + "\n" for s in SOURCES))
+    (root / "test.ref").write_text("".join(t + "\n" for t in TARGETS))
+    path = export.export(tiny_translator, str(root), "toy", metadata=split)
+    assert path == os.path.join(str(root), "toy", "1")
+    return path
