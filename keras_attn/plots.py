@@ -1,43 +1,98 @@
 """Attention heat maps (matplotlib, no display needed)."""
 
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None):
-    """Saves one heat map per decoder layer and head.
+def cross_attention_figure(weights, source_tokens, output_tokens, title=None):
+    """One heat map per decoder layer and head, with a shared colour bar.
 
     Args:
         weights: `(L, layers, heads, S)` cross-attention weights of one
             sentence: output step × layer × head × source position.
         source_tokens: the S source tokens (x axis).
         output_tokens: the L output tokens (y axis).
-        path: where to write the image (PNG, PDF, ... by suffix).
         title: optional figure title.
+
+    Returns:
+        A matplotlib `Figure` (close it with `plt.close` when done).
+
+    Raises:
+        ValueError: no source or no output tokens (nothing to draw).
     """
     weights = np.asarray(weights)
+    if not len(source_tokens) or not len(output_tokens):
+        raise ValueError("Nothing to plot: the input or its translation has no tokens.")
     steps, layers, heads, _ = weights.shape
     figure, axes = plt.subplots(
         layers,
         heads,
-        figsize=(1.2 + 0.32 * len(source_tokens) * heads, 0.8 + 0.3 * steps * layers),
+        figsize=(2.2 + 0.32 * len(source_tokens) * heads, 1.4 + 0.3 * steps * layers),
         squeeze=False,
+        layout="constrained",
     )
     for layer in range(layers):
         for head in range(heads):
             axis = axes[layer][head]
-            axis.imshow(weights[:, layer, head, :], cmap="viridis", vmin=0, vmax=1, aspect="auto")
+            image = axis.imshow(weights[:, layer, head, :], cmap="viridis", vmin=0, vmax=1, aspect="auto")
             axis.set_xticks(range(len(source_tokens)))
             axis.set_xticklabels(source_tokens, rotation=90, fontsize=7)
             axis.set_yticks(range(len(output_tokens)))
             axis.set_yticklabels(output_tokens if head == 0 else [], fontsize=7)
             axis.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
+            if layer == layers - 1:
+                axis.set_xlabel("source tokens", fontsize=8)
+            if head == 0:
+                axis.set_ylabel("target tokens", fontsize=8)
+    figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
     if title:
         figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure
 
+
+def check_image_path(path):
+    """Returns the image format of `path`'s suffix, or raises a one-line `ValueError`."""
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix not in formats:
+        raise ValueError(
+            f"{path}: not an image name matplotlib can write; end it in "
+            f"{', '.join('.' + name for name in sorted(formats))}"
+        )
+    return suffix
+
+
+def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None):
+    """Saves `cross_attention_figure(...)` to `path`, creating its folder.
+
+    The image is written under a temporary name and renamed, so `path` is
+    never half-written; its format follows the suffix (PNG, PDF, SVG, ...).
+
+    Args:
+        weights, source_tokens, output_tokens, title: as for
+            `cross_attention_figure`.
+        path: where to write the image.
+
+    Raises:
+        ValueError: nothing to plot, or a suffix matplotlib cannot write.
+        OSError: the folder cannot be created or written.
+    """
+    suffix = check_image_path(path)
+    figure = cross_attention_figure(weights, source_tokens, output_tokens, title)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        figure.savefig(temporary, dpi=110, format=suffix)
+        os.replace(temporary, path)
+    finally:
+        plt.close(figure)
+        if os.path.exists(temporary):
+            os.remove(temporary)
