@@ -67,7 +67,7 @@ def tokens_per_batch(data, batches=200):
 def training_steps_per_second(data, vocab_sizes, precision, jit, steps):
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(0)
-    model = transformer(*vocab_sizes, max_length=MAX_LENGTH, preset="small", dropout=0.1)
+    model = transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
     model.compile(
         optimizer=keras.optimizers.Adam(TransformerSchedule(256, 4000), beta_2=0.98, epsilon=1e-9),
         loss=MaskedSparseCrossEntropy(0.1),

@@ -24,6 +24,8 @@ RNN decoder that carries its state is another):
 Every search is one `tf.while_loop`: it runs eagerly and inside
 `tf.function` (so it can be exported in a SavedModel signature), and
 `max_length` and `beam_width` may be Python ints or scalar int32 tensors.
+`max_length` may also be a `(B,)` budget per source (`max_decode_length`
+gives one), so a sentence decodes the same alone as beside longer ones.
 
 Conventions: [PAD] (id 0) is never emitted before [EOS]; outputs exclude
 [BOS], include [EOS] and are padded with [PAD] after it; a log-probability
@@ -53,8 +55,9 @@ def greedy_search(
         stepper: a decoder with `initial_state(source)` and
             `step(token_ids, state, index)` (see the module docstring).
         source: `(B, S)` int token ids, 0 as padding.
-        max_length: the most tokens to emit; int or scalar int32 tensor, at
-            most what the stepper's model can take.
+        max_length: the most tokens to emit: an int, a scalar int32 tensor
+            or one per source `(B,)`; at most what the stepper's model can
+            take. A row cut off by its budget ends without [EOS].
         bos_id: the token fed at the first step.
         eos_id: the token that ends a sequence.
         return_attention: also return the cross-attention weights.
@@ -86,6 +89,7 @@ def greedy_search(
         else:
             logits, state = stepper.step(sequences["last"], state, index)[:2]
         updated = _greedy_step(logits, sequences, bos_id, eos_id)
+        updated["done"] |= index + 1 >= budget
         updated["tokens"] = sequences["tokens"].write(index, updated["last"])
         if return_attention:
             attention = tf.cast(tf.stack(attention, axis=1), tf.float32)
@@ -95,11 +99,15 @@ def greedy_search(
             updated["attention"] = sequences["attention"].write(index, attention)
         return index + 1, state, updated
 
+    budget = _row_budgets(max_length, batch)
     sequences = _start_sequences(batch, bos_id)
+    sequences["done"] = budget <= 0
     sequences["tokens"] = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
     if return_attention:
         sequences["attention"] = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-    sequences = _decode_loop(body, stepper.initial_state(source), sequences, max_length)
+    sequences = _decode_loop(
+        body, stepper.initial_state(source), sequences, tf.reduce_max(budget)
+    )
     outputs = {
         "tokens": _batch_major(sequences["tokens"], tf.zeros([batch, 0], tf.int32)),
         "scores": sequences["scores"],
@@ -144,8 +152,9 @@ def beam_search(
         stepper: a decoder with `initial_state(source, beam_width)` and
             `step(token_ids, state, index)` (see the module docstring).
         source: `(B, S)` int token ids, 0 as padding.
-        max_length: the most tokens to emit; int or scalar int32 tensor, at
-            most what the stepper's model can take.
+        max_length: the most tokens to emit: an int, a scalar int32 tensor
+            or one per source `(B,)`; at most what the stepper's model can
+            take.
         beam_width: hypotheses kept per source; int or scalar int32 tensor.
         length_penalty: α; 0 ranks by log-probability alone, larger values
             favour longer outputs.
@@ -177,7 +186,9 @@ def beam_search(
     batch = tf.shape(source)[0]
     width = tf.convert_to_tensor(beam_width, tf.int32)
     alpha = tf.cast(length_penalty, tf.float32)
-    longest_penalty = gnmt_length_penalty(max_length, alpha)
+    budget = _row_budgets(max_length, batch)
+    longest = tf.maximum(tf.reduce_max(budget), 0)  # 0 for an empty batch
+    longest_penalty = gnmt_length_penalty(budget, alpha)[:, None]  # (B, 1)
 
     def body(index, state, beams):
         tokens = tf.reshape(beams["last"], [-1])
@@ -215,7 +226,7 @@ def beam_search(
 
         finished = from_parent(beams["finished"]) | tf.equal(token, eos_id)
         lengths = from_parent(beams["lengths"]) + tf.cast(grows, tf.int32)
-        history = tf.where(  # (B, W, max_length), the token written at `index`
+        history = tf.where(  # (B, W, longest), the token written at `index`
             tf.range(tf.shape(beams["history"])[-1]) == index,
             token[..., None],
             from_parent(beams["history"]),
@@ -232,7 +243,7 @@ def beam_search(
         )
         alive = (scores > -_INF) & ~finished
         can_improve = alive & (bound > best_finished[:, None])
-        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1)
+        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= budget)
         beams = dict(
             last=token, scores=scores, finished=finished, lengths=lengths,
             history=history, done=done,
@@ -247,10 +258,10 @@ def beam_search(
         "scores": tf.tile(first_scores[None], [batch, 1]),  # sums of log-probs
         "finished": tf.zeros([batch, width], tf.bool),  # emitted [EOS]
         "lengths": tf.zeros([batch, width], tf.int32),
-        "history": tf.zeros([batch, width, max_length], tf.int32),
-        "done": tf.zeros([batch], tf.bool),  # the source has stopped
+        "history": tf.zeros([batch, width, longest], tf.int32),
+        "done": budget <= 0,  # the source has stopped
     }
-    beams = _decode_loop(body, state, beams, max_length)
+    beams = _decode_loop(body, state, beams, longest)
     log_probs, lengths = beams["scores"], beams["lengths"]
     scores = log_probs / gnmt_length_penalty(lengths, alpha)
     # The steps run: while a source has not stopped, its best hypotheses grow.
@@ -275,7 +286,7 @@ def gnmt_length_penalty(length, alpha):
 
 
 def max_decode_length(source, ratio=1.5, extra=10, cap=None):
-    """A step budget for a batch: `min(cap, ceil(ratio · S) + extra)`.
+    """A step budget per source: `min(cap, ceil(ratio · S_b) + extra)`.
 
     Args:
         source: `(B, S)` int token ids, 0 as padding.
@@ -284,28 +295,29 @@ def max_decode_length(source, ratio=1.5, extra=10, cap=None):
         cap: optional upper bound, e.g. what the decoder's caches hold.
 
     Returns:
-        A scalar int32 tensor; `S` is the longest unpadded source in the batch.
+        `(B,)` int32: `S_b` is the unpadded length of source `b`, so a
+        sentence gets the same budget whatever it is batched with.
 
     Example:
 
     >>> max_decode_length(np.array([[5, 6, 7, 3], [8, 9, 3, 0]]))
-    <tf.Tensor: shape=(), dtype=int32, numpy=16>
+    <tf.Tensor: shape=(2,), dtype=int32, numpy=array([16, 15], dtype=int32)>
     """
     source_lengths = ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "int32"), axis=1)
-    longest = ops.cast(ops.max(source_lengths, initial=0), "float32")
-    length = ops.cast(ops.ceil(ratio * longest), "int32") + extra
+    length = ops.cast(ops.ceil(ratio * ops.cast(source_lengths, "float32")), "int32") + extra
     if cap is not None:
         length = ops.minimum(length, ops.cast(cap, "int32"))
     return ops.convert_to_tensor(length, "int32")
 
 
 def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID):
-    """Greedy search that reruns the whole model on the growing output.
+    """Reference only: greedy search that reruns the whole model every step.
 
-    Step t runs the encoder, and the decoder over all t outputs so far (what
-    the TensorFlow tutorials do): O(t) work a step where a cached stepper
-    does O(1). It is the reference `greedy_search` must equal and the
-    baseline it is timed against.
+    Not for use: it exists for the tests, as the reference `greedy_search`
+    must equal, and for `benchmarks/decoding.py`, as the baseline it is
+    timed against. Step t runs the encoder, and the decoder over all t
+    outputs so far (what the TensorFlow tutorials do): O(t) work a step
+    where a cached stepper does O(1).
 
     Args:
         model: a functional model mapping `{"source", "target_in"}` to
@@ -371,6 +383,12 @@ def _decode_loop(body, state, sequences, max_length):
         ),
     )
     return sequences
+
+
+def _row_budgets(max_length, batch):
+    """`max_length` as int, scalar or `(B,)` → a `(B,)` int32 budget per row."""
+    max_length = tf.cast(max_length, tf.int32)
+    return tf.broadcast_to(max_length, [batch])
 
 
 def _start_sequences(batch, bos_id):

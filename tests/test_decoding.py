@@ -268,7 +268,7 @@ def model():
     keras.utils.set_random_seed(7)
     # An untied output projection: a random tied model just repeats its input.
     return transformer(
-        40, 40, max_length=32, num_layers=2, hidden_dim=32, num_heads=4,
+        40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32, num_heads=4,
         intermediate_dim=64, dropout=0.0, tie_output=False,
     )
 
@@ -430,14 +430,17 @@ def test_attention_weights(stepper, eos_id):
     assert np.all(attention.transpose(0, 4, 1, 2, 3)[padding] == 0.0)
 
 
-def test_max_decode_length():
-    # The longest source has 7 tokens ([EOS] included).
-    assert int(max_decode_length(SOURCE)) == math.ceil(1.5 * 7) + 10 == 21
-    assert int(max_decode_length(SOURCE, ratio=1.2, extra=0)) == 9
-    assert int(max_decode_length(SOURCE, cap=12)) == 12
-    assert int(max_decode_length(np.zeros((2, 5), "int32"))) == 10
+def test_max_decode_length_is_per_source():
+    # The sources have 7, 3, 5 and 6 tokens ([EOS] included).
+    lengths = np.array([7, 3, 5, 6])
+    np.testing.assert_array_equal(max_decode_length(SOURCE), np.ceil(1.5 * lengths) + 10)
+    np.testing.assert_array_equal(max_decode_length(SOURCE, ratio=1.2, extra=0), np.ceil(1.2 * lengths))
+    np.testing.assert_array_equal(max_decode_length(SOURCE, cap=17), [17, 15, 17, 17])
+    np.testing.assert_array_equal(max_decode_length(np.zeros((2, 5), "int32")), [10, 10])
     traced = tf.function(max_decode_length, input_signature=SIGNATURE)
-    assert traced(SOURCE).dtype == tf.int32 and int(traced(SOURCE)) == 21
+    assert traced(SOURCE).dtype == tf.int32
+    np.testing.assert_array_equal(traced(SOURCE), max_decode_length(SOURCE))
+    assert traced(np.zeros((0, 3), "int32")).shape == (0,)
 
 
 def test_length_penalty():
@@ -466,3 +469,211 @@ def test_export_in_a_saved_model_signature(stepper, eos_id, tmp_path):
     expected = beam_search(stepper, SOURCE, MAX_LENGTH, 2, eos_id=eos_id)
     np.testing.assert_array_equal(out["tokens"], expected["tokens"])
     np.testing.assert_allclose(out["scores"], expected["scores"], rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Beam search against exhaustive search, on random tries.
+
+TOKENS = (EOS_ID, 4, 5, 6, 7)  # what may follow a prefix
+DEPTH = 4  # prefixes of up to 4 tokens; after that, [EOS] for sure
+
+
+class RandomTries:
+    """One random trie per source: `source[:, 0]` says which.
+
+    Every prefix of up to `DEPTH` tokens from 4..7 has a random distribution
+    over `TOKENS`; the stepper's state is the node of the prefix so far.
+    """
+
+    def __init__(self, count, seed):
+        rng = np.random.default_rng(seed)
+        self.tables = []  # per source: prefix -> {token: probability}
+        for _ in range(count):
+            tree = {}
+            frontier = [()]
+            while frontier:
+                prefix = frontier.pop()
+                if len(prefix) == DEPTH:
+                    tree[prefix] = {EOS_ID: 1.0}
+                    continue
+                probs = rng.dirichlet(np.full(len(TOKENS), 0.7))
+                tree[prefix] = dict(zip(TOKENS, probs))
+                frontier.extend(prefix + (t,) for t in TOKENS if t != EOS_ID)
+            self.tables.append(tree)
+        nodes = [(b, prefix) for b, tree in enumerate(self.tables) for prefix in tree]
+        index = {node: i for i, node in enumerate(nodes)}
+        dead = len(nodes)  # after [EOS]: only [EOS] again
+        log_probs = np.full((dead + 1, 8), -np.inf)
+        log_probs[dead, EOS_ID] = 0.0
+        children = np.full((dead + 1, 8), dead)
+        for (b, prefix), i in index.items():
+            for token, p in self.tables[b][prefix].items():
+                log_probs[i, token] = np.log(p)
+                children[i, token] = index.get((b, prefix + (token,)), dead)
+        self.log_probs = tf.constant(log_probs, tf.float32)
+        self.children = tf.constant(children, tf.int32)
+        self.roots = tf.constant([index[(b, ())] for b in range(count)], tf.int32)
+
+    def initial_state(self, source, beam_width=1):
+        roots = tf.gather(self.roots, source[:, 0])
+        return {"node": tf.repeat(roots, beam_width)}
+
+    def step(self, token_ids, state, index, return_attention_scores=False):
+        child = tf.gather(tf.gather(self.children, state["node"]), token_ids, batch_dims=1)
+        node = tf.where(index > 0, child, state["node"])
+        return tf.gather(self.log_probs, node), {"node": node}
+
+    def exhaustive(self, b, max_length, alpha):
+        """Every finished hypothesis of source `b` within `max_length`, best first."""
+        found = []
+
+        def visit(prefix, log_prob):
+            for token, p in self.tables[b][prefix].items():
+                sequence = prefix + (token,)
+                if len(sequence) > max_length:
+                    continue
+                if token == EOS_ID:
+                    score = (log_prob + np.log(p)) / ((5 + len(sequence)) / 6) ** alpha
+                    found.append((score, sequence))
+                else:
+                    visit(sequence, log_prob + np.log(p))
+
+        visit((), 0.0)
+        return sorted(found, reverse=True)
+
+
+COUNT = 16  # sources, each with its own trie
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 3.0])  # 3: long hypotheses win late
+@pytest.mark.parametrize("max_length", [3, DEPTH + 1])
+def test_beam_search_equals_exhaustive_search(alpha, max_length):
+    tries = RandomTries(count=COUNT, seed=0)
+    source = np.array([[b, 9, 3] for b in range(COUNT)], "int32")
+    # Wide enough to keep every prefix: 4^4 alive at depth 4, plus all finished.
+    width = sum(4**d for d in range(DEPTH + 1)) + 4**DEPTH
+    out = beam_search(tries, source, max_length, beam_width=width,
+                      length_penalty=alpha, return_all_beams=True)
+    for b in range(COUNT):
+        best_score, best = tries.exhaustive(b, max_length, alpha)[0]
+        length = len(best)
+        np.testing.assert_array_equal(out["tokens"][b, :length], best)
+        assert np.all(np.asarray(out["tokens"][b, length:]) == PAD_ID)
+        np.testing.assert_allclose(out["scores"][b], best_score, rtol=1e-5)
+        assert out["lengths"][b] == length
+
+
+def test_beam_search_equals_exhaustive_search_with_row_budgets():
+    tries = RandomTries(count=3, seed=11)
+    source = np.array([[b, 9, 3] for b in range(3)], "int32")
+    budgets = tf.constant([2, 5, 3])
+    out = beam_search(tries, source, budgets, beam_width=400, length_penalty=0.6)
+    greedy = greedy_search(tries, source, budgets)
+    for b, budget in enumerate(budgets.numpy()):
+        best_score, best = tries.exhaustive(b, budget, 0.6)[0]
+        np.testing.assert_array_equal(out["tokens"][b, : len(best)], best)
+        np.testing.assert_allclose(out["scores"][b], best_score, rtol=1e-5)
+        assert greedy["lengths"][b] <= budget
+
+
+@pytest.mark.parametrize("vocab", [3000, 8001])
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_block_top_k_equals_tf_top_k(vocab, k):
+    from keras_attn.decoding import _top_k
+
+    rng = np.random.default_rng(vocab + k)
+    rows = rng.normal(size=(6, vocab)).astype("float32")
+    rows[1] = np.round(rows[1])  # a few values, many ties
+    rows[2] = 0.5  # all tied
+    rows[3, rng.random(vocab) < 0.9] = -np.inf  # mostly -inf
+    rows[4] = -np.inf  # all -inf
+    rows[5, : vocab - 3] = -np.inf  # fewer finite values than k
+    values, indices = _top_k(tf.constant(rows), k)
+    expected_values, expected_indices = tf.math.top_k(rows, k)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(indices, expected_indices)
+
+
+# ---------------------------------------------------------------------------
+# Cached decoding in every model configuration; padding and batch invariance.
+
+CONFIGS = {
+    "tied output": dict(),
+    "pre-norm": dict(norm_first=True, tie_output=False),
+    "shared embeddings": dict(share_embeddings=True),
+}
+
+
+def _teacher_forced(model, stepper, steps=8):
+    rng = np.random.default_rng(1)
+    target_in = np.concatenate(
+        [np.full((4, 1), BOS_ID), rng.integers(4, 40, size=(4, steps - 1))], axis=1
+    ).astype("int32")
+    full = np.asarray(model({"source": SOURCE, "target_in": target_in}), "float32")
+    state = stepper.initial_state(SOURCE)
+    cached = []
+    for index in range(steps):
+        logits, state = stepper.step(tf.constant(target_in[:, index]), state, tf.constant(index))
+        cached.append(np.asarray(logits, "float32"))
+    return full, np.stack(cached, axis=1)
+
+
+def _small_transformer(**options):
+    keras.utils.set_random_seed(3)
+    return transformer(40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32,
+                       num_heads=4, intermediate_dim=64, dropout=0.0, **options)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_cached_steps_equal_the_teacher_forced_pass(config):
+    model = _small_transformer(**CONFIGS[config])
+    full, cached = _teacher_forced(model, TransformerStepper(model))
+    np.testing.assert_allclose(cached, full, atol=1e-4)
+
+
+def test_cached_steps_under_mixed_bfloat16():
+    """bfloat16 steps equal the bfloat16 full pass, and float32 within 0.1 (logits of size ~3)."""
+    model = _small_transformer(tie_output=False)
+    reference, _ = _teacher_forced(model, TransformerStepper(model))
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    half = _small_transformer(tie_output=False)
+    keras.mixed_precision.set_global_policy("float32")
+    half.set_weights(model.get_weights())
+    full, cached = _teacher_forced(half, TransformerStepper(half))
+    assert half.get_layer("decoder_block_0").compute_dtype == "bfloat16"
+    np.testing.assert_allclose(cached, full, atol=0.1)
+    np.testing.assert_allclose(full, reference, atol=0.1)
+    assert np.abs(full - reference).mean() < 0.02
+    # The largest logit (what greedy search picks) agrees almost everywhere.
+    assert np.mean(full.argmax(-1) == reference.argmax(-1)) >= 0.9
+
+
+def test_extra_padding_columns_leave_the_logits_unchanged(model):
+    target_in = np.array([[BOS_ID, 5, 6, 7]] * 4, "int32")
+    logits = model({"source": SOURCE, "target_in": target_in})
+    padded = np.pad(SOURCE, [(0, 0), (0, 5)])
+    padded_target = np.pad(target_in, [(0, 0), (0, 3)])
+    padded_logits = model({"source": padded, "target_in": padded_target})
+    np.testing.assert_allclose(padded_logits[:, :4], logits, atol=1e-5)
+
+
+NEVER = -1  # an end token never emitted: every row runs to its budget
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_sentence_translates_the_same_alone_and_in_a_batch(stepper, search):
+    """Per-row step budgets: longer neighbours do not give a sentence more steps."""
+    def run(source):
+        budget = max_decode_length(source, ratio=1.0, extra=2)
+        if search == "greedy":
+            return greedy_search(stepper, source, budget, eos_id=NEVER)
+        return beam_search(stepper, source, budget, beam_width=3, eos_id=NEVER)
+
+    alone = run(SOURCE[1:2, :3])
+    together = run(SOURCE)
+    length = int(alone["lengths"][0])
+    assert length == 5  # 3 source tokens + 2: cut at its own budget
+    np.testing.assert_array_equal(together["tokens"][1, :length], alone["tokens"][0])
+    assert int(together["lengths"][1]) == length
+    assert np.all(np.asarray(together["tokens"][1, length:]) == PAD_ID)
+    np.testing.assert_allclose(together["scores"][1], alone["scores"][0], rtol=1e-5)

@@ -40,9 +40,9 @@ class AddAndNorm(keras.layers.Layer):
         self.norm_first = norm_first
         self.epsilon = epsilon
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=epsilon, name="layer_norm"
+            epsilon=epsilon, name="layer_norm", dtype=self.dtype_policy
         )
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = True
 
     def build(self, residual_shape, sublayer_output_shape=None):

@@ -28,7 +28,9 @@ class _AlignmentAttention(keras.layers.Layer):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
         self.dropout = dropout
-        self.dropout_layer = keras.layers.Dropout(dropout) if dropout else None
+        self.dropout_layer = (
+            keras.layers.Dropout(dropout, dtype=self.dtype_policy) if dropout else None
+        )
         self.supports_masking = True
 
     def build(self, query_shape, value_shape, key_shape=None):
@@ -146,10 +148,11 @@ class AdditiveAttention(_AlignmentAttention):
 
     def build_score(self, query_dim, key_dim):
         self.query_projection = keras.layers.Dense(
-            self.units, use_bias=self.use_bias, name="query_projection"
+            self.units, use_bias=self.use_bias, name="query_projection",
+            dtype=self.dtype_policy,
         )
         self.key_projection = keras.layers.Dense(
-            self.units, use_bias=False, name="key_projection"
+            self.units, use_bias=False, name="key_projection", dtype=self.dtype_policy
         )
         self.query_projection.build((None, query_dim))
         self.key_projection.build((None, key_dim))
@@ -271,9 +274,11 @@ class DotProductAttention(_AlignmentAttention):
             )
         if self.score_mode == "concat":
             # W [q; k] = W_q q + W_k k, with W = [W_q, W_k].
-            self.query_projection = keras.layers.Dense(units, name="query_projection")
+            self.query_projection = keras.layers.Dense(
+                units, name="query_projection", dtype=self.dtype_policy
+            )
             self.key_projection = keras.layers.Dense(
-                units, use_bias=False, name="key_projection"
+                units, use_bias=False, name="key_projection", dtype=self.dtype_policy
             )
             self.query_projection.build((None, query_dim))
             self.key_projection.build((None, key_dim))

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 
 POSITION_KINDS = ("sinusoidal", "learned")
@@ -20,40 +21,45 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     pre-softmax projection.
 
     Args:
-        vocab_size: number of token ids.
-        max_length: the longest sequence accepted.
-        embedding_dim: the model width d.
+        vocabulary_size: number of token ids.
+        max_sequence_length: the longest sequence accepted.
+        hidden_dim: the model width d (keras-hub's `TokenAndPositionEmbedding`
+            calls it `embedding_dim`; here every model width is `hidden_dim`).
         scale_by_sqrt_dim: multiply token embeddings by √d, as in the paper.
         mask_zero: token id 0 is padding; the output carries a Keras mask.
         position: `"sinusoidal"` (the paper) or `"learned"`.
         dropout: dropout rate on the sum.
+        embeddings_initializer: initializer of the token table (and of the
+            learned positions); defaults to N(0, d^-0.5), so that
+            E · √d has unit variance.
 
     Call arguments:
         token_ids: `(B, T)` integer ids, or `(B, T, d)` hidden states when
             `reverse=True`.
         start_index: position of `token_ids[:, 0]` (incremental decoding).
-        reverse: return `(B, T, vocab_size)` logits from hidden states.
+        reverse: return `(B, T, vocabulary_size)` logits from hidden states.
         training: whether dropout is active.
 
     Returns:
-        `(B, T, embedding_dim)` embeddings, or logits when `reverse=True`.
+        `(B, T, hidden_dim)` embeddings, or logits when `reverse=True`.
 
     Example:
 
-    >>> embed = TokenAndPositionEmbedding(100, max_length=32, embedding_dim=16)
+    >>> embed = TokenAndPositionEmbedding(100, max_sequence_length=32, hidden_dim=16)
     >>> embed(np.array([[5, 7, 0]])).shape
     TensorShape([1, 3, 16])
     """
 
     def __init__(
         self,
-        vocab_size,
-        max_length,
-        embedding_dim,
+        vocabulary_size,
+        max_sequence_length,
+        hidden_dim,
         scale_by_sqrt_dim=True,
         mask_zero=True,
         position="sinusoidal",
         dropout=0.0,
+        embeddings_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -61,26 +67,40 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"`position` must be one of {POSITION_KINDS}, got {position!r}."
             )
-        self.vocab_size = vocab_size
-        self.max_length = max_length
-        self.embedding_dim = embedding_dim
+        self.vocabulary_size = vocabulary_size
+        self.max_sequence_length = max_sequence_length
+        self.hidden_dim = hidden_dim
         self.scale_by_sqrt_dim = scale_by_sqrt_dim
         self.mask_zero = mask_zero
         self.position = position
         self.dropout = dropout
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+            or keras.initializers.RandomNormal(stddev=hidden_dim**-0.5)
+        )
         self.token_embedding = keras.layers.Embedding(
-            vocab_size,
-            embedding_dim,
-            embeddings_initializer=keras.initializers.RandomNormal(
-                stddev=embedding_dim**-0.5
+            vocabulary_size,
+            hidden_dim,
+            embeddings_initializer=clone_initializer(
+                self.embeddings_initializer, "token_embedding"
             ),
             name="token_embedding",
+            dtype=self.dtype_policy,
         )
-        position_class = (
-            SinusoidalPositionEncoding if position == "sinusoidal" else PositionEmbedding
-        )
-        self.position_embedding = position_class(max_length, name="position_embedding")
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        if position == "sinusoidal":
+            self.position_embedding = SinusoidalPositionEncoding(
+                max_sequence_length, name="position_embedding", dtype=self.dtype_policy
+            )
+        else:
+            self.position_embedding = PositionEmbedding(
+                max_sequence_length,
+                initializer=clone_initializer(
+                    self.embeddings_initializer, "position_embedding"
+                ),
+                name="position_embedding",
+                dtype=self.dtype_policy,
+            )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = mask_zero
 
     def build(self, token_ids_shape):
@@ -90,7 +110,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"(batch, length), got shape {tuple(token_ids_shape)}."
             )
         self.token_embedding.build(token_ids_shape)
-        self.position_embedding.build(tuple(token_ids_shape) + (self.embedding_dim,))
+        self.position_embedding.build(tuple(token_ids_shape) + (self.hidden_dim,))
 
     def call(self, token_ids, start_index=0, reverse=False, training=None):
         if reverse:
@@ -98,7 +118,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             return ops.matmul(token_ids, ops.transpose(table))
         x = self.token_embedding(token_ids)
         if self.scale_by_sqrt_dim:
-            x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
+            x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
         x = x + self.position_embedding(x, start_index=start_index)
         return self.dropout_layer(x, training=training)
 
@@ -111,13 +131,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "vocab_size": self.vocab_size,
-                "max_length": self.max_length,
-                "embedding_dim": self.embedding_dim,
+                "vocabulary_size": self.vocabulary_size,
+                "max_sequence_length": self.max_sequence_length,
+                "hidden_dim": self.hidden_dim,
                 "scale_by_sqrt_dim": self.scale_by_sqrt_dim,
                 "mask_zero": self.mask_zero,
                 "position": self.position,
                 "dropout": self.dropout,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
             }
         )
         return config
@@ -131,12 +154,14 @@ class BertEmbedding(keras.layers.Layer):
     learned. Token id 0 is padding and the output carries its Keras mask.
 
     Args:
-        vocab_size: number of token ids.
-        max_length: number of learned positions.
+        vocabulary_size: number of token ids.
+        max_sequence_length: number of learned positions.
         num_segments: number of segment ids (2 for sentence A / B).
         hidden_dim: the model width.
         dropout: dropout rate after the LayerNorm.
         layer_norm_epsilon: epsilon of the LayerNorm.
+        embeddings_initializer: initializer of the three tables, each drawn
+            from its own copy; defaults to BERT's TruncatedNormal(0.02).
 
     Call arguments:
         token_ids: `(B, T)` integer ids.
@@ -148,45 +173,55 @@ class BertEmbedding(keras.layers.Layer):
 
     Example:
 
-    >>> embed = BertEmbedding(100, max_length=32, num_segments=2, hidden_dim=16)
+    >>> embed = BertEmbedding(100, max_sequence_length=32, num_segments=2, hidden_dim=16)
     >>> embed(np.array([[2, 7, 3]]), np.array([[0, 0, 1]])).shape
     TensorShape([1, 3, 16])
     """
 
     def __init__(
         self,
-        vocab_size,
-        max_length,
+        vocabulary_size,
+        max_sequence_length,
         num_segments,
         hidden_dim,
         dropout=0.0,
         layer_norm_epsilon=1e-12,
+        embeddings_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocab_size = vocab_size
-        self.max_length = max_length
+        self.vocabulary_size = vocabulary_size
+        self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
         self.hidden_dim = hidden_dim
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
-        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
+        )
         self.token_embedding = keras.layers.Embedding(
-            vocab_size, hidden_dim, embeddings_initializer=initializer,
-            name="token_embedding",
+            vocabulary_size, hidden_dim,
+            embeddings_initializer=self._initializer("token_embedding"),
+            name="token_embedding", dtype=self.dtype_policy,
         )
         self.segment_embedding = keras.layers.Embedding(
-            num_segments, hidden_dim, embeddings_initializer=initializer,
-            name="segment_embedding",
+            num_segments, hidden_dim,
+            embeddings_initializer=self._initializer("segment_embedding"),
+            name="segment_embedding", dtype=self.dtype_policy,
         )
         self.position_embedding = PositionEmbedding(
-            max_length, initializer=initializer, name="position_embedding"
+            max_sequence_length,
+            initializer=self._initializer("position_embedding"),
+            name="position_embedding", dtype=self.dtype_policy,
         )
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="layer_norm"
+            epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = True
+
+    def _initializer(self, table):
+        return clone_initializer(self.embeddings_initializer, table)
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         if len(token_ids_shape) != 2:
@@ -222,12 +257,15 @@ class BertEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "vocab_size": self.vocab_size,
-                "max_length": self.max_length,
+                "vocabulary_size": self.vocabulary_size,
+                "max_sequence_length": self.max_sequence_length,
                 "num_segments": self.num_segments,
                 "hidden_dim": self.hidden_dim,
                 "dropout": self.dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
             }
         )
         return config

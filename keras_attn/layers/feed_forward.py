@@ -33,14 +33,17 @@ class FeedForward(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
         self.dropout = dropout
         self.inner = keras.layers.Dense(
-            intermediate_dim, activation=self.activation, name="inner"
+            intermediate_dim, activation=self.activation, name="inner",
+            dtype=self.dtype_policy,
         )
-        self.dropout_layer = keras.layers.Dropout(dropout)
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = True
 
     def build(self, x_shape):
         self.inner.build(x_shape)
-        self.outer = keras.layers.Dense(x_shape[-1], name="outer")
+        self.outer = keras.layers.Dense(
+            x_shape[-1], name="outer", dtype=self.dtype_policy
+        )
         self.outer.build(tuple(x_shape[:-1]) + (self.intermediate_dim,))
 
     def call(self, x, training=None):

@@ -8,11 +8,6 @@ convention of `keras.layers.MultiHeadAttention`). Masks are shaped
 from keras import backend, ops
 
 
-def padding_mask(token_ids, pad_id=0):
-    """Returns `(B, T)` booleans: `True` where `token_ids != pad_id`."""
-    return ops.not_equal(token_ids, pad_id)
-
-
 def causal_mask(query_length, key_length=None, query_start=0):
     """Lower-triangular `(1, Tq, Tk)` mask: query `i` may see keys `<= i`.
 

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import masking
+from keras_attn.layers.initializers import clone_initializer
 
 
 def scaled_dot_product_attention(
@@ -68,8 +69,10 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: size of each head for value, `d_v`; defaults to `key_dim`.
         dropout: dropout rate on the attention weights.
         use_bias: whether the projections have biases.
-        output_dim: size of the output; defaults to the query's feature size.
-        kernel_initializer: initializer of the projection kernels.
+        output_dim: size of the output; defaults to the query's feature size
+            (Keras's `output_shape`, as an int).
+        kernel_initializer: initializer of the projection kernels; each
+            kernel draws from its own copy (see `clone_initializer`).
         bias_initializer: initializer of the projection biases.
 
     Call arguments:
@@ -145,7 +148,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.dropout_layer = keras.layers.Dropout(dropout) if dropout else None
+        self.dropout_layer = (
+            keras.layers.Dropout(dropout, dtype=self.dtype_policy) if dropout else None
+        )
         self.supports_masking = True
 
     def build(self, query_shape, value_shape, key_shape=None):
@@ -189,14 +194,14 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel = self.add_weight(
             name=f"{name}_kernel",
             shape=kernel_shape,
-            initializer=self.kernel_initializer,
+            initializer=clone_initializer(self.kernel_initializer, f"{name}_kernel"),
         )
         bias = None
         if self.use_bias:
             bias = self.add_weight(
                 name=f"{name}_bias",
                 shape=bias_shape,
-                initializer=self.bias_initializer,
+                initializer=clone_initializer(self.bias_initializer, f"{name}_bias"),
             )
         return kernel, bias
 

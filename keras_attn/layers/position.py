@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.initializers import clone_initializer
+
 
 def _check_rank3(layer, shape):
     if len(shape) != 3:
@@ -14,11 +16,11 @@ def _check_rank3(layer, shape):
 
 def _check_length(layer, length, start_index):
     if isinstance(length, int) and isinstance(start_index, int):
-        if start_index + length > layer.max_length:
+        if start_index + length > layer.max_sequence_length:
             raise ValueError(
                 f"{type(layer).__name__}: positions {start_index}.."
-                f"{start_index + length - 1} exceed max_length="
-                f"{layer.max_length}."
+                f"{start_index + length - 1} exceed max_sequence_length="
+                f"{layer.max_sequence_length}."
             )
 
 
@@ -32,7 +34,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     `start_index` (the step of incremental decoding) costs the same.
 
     Args:
-        max_length: the longest sequence the model accepts.
+        max_sequence_length: the longest sequence the model accepts.
         max_wavelength: the base, 10000 in the paper.
 
     Call arguments:
@@ -45,13 +47,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Example:
 
     >>> x = np.zeros((2, 10, 16), "float32")
-    >>> (x + SinusoidalPositionEncoding(max_length=64)(x)).shape
+    >>> (x + SinusoidalPositionEncoding(max_sequence_length=64)(x)).shape
     TensorShape([2, 10, 16])
     """
 
-    def __init__(self, max_length, max_wavelength=10000.0, **kwargs):
+    def __init__(self, max_sequence_length, max_wavelength=10000.0, **kwargs):
         super().__init__(**kwargs)
-        self.max_length = max_length
+        self.max_sequence_length = max_sequence_length
         self.max_wavelength = max_wavelength
 
     def build(self, inputs_shape):
@@ -76,7 +78,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"max_length": self.max_length, "max_wavelength": self.max_wavelength}
+            {
+                "max_sequence_length": self.max_sequence_length,
+                "max_wavelength": self.max_wavelength,
+            }
         )
         return config
 
@@ -86,8 +91,9 @@ class PositionEmbedding(keras.layers.Layer):
     """Learned position embeddings (as in BERT): one vector per position.
 
     Args:
-        max_length: number of positions, the longest sequence accepted.
-        initializer: initializer of the `(max_length, d)` table.
+        max_sequence_length: number of positions, the longest sequence
+            accepted.
+        initializer: initializer of the `(max_sequence_length, d)` table.
 
     Call arguments:
         inputs: `(B, T, d)`; only its length and width are used.
@@ -99,21 +105,21 @@ class PositionEmbedding(keras.layers.Layer):
     Example:
 
     >>> x = np.zeros((2, 10, 16), "float32")
-    >>> PositionEmbedding(max_length=64)(x).shape
+    >>> PositionEmbedding(max_sequence_length=64)(x).shape
     TensorShape([1, 10, 16])
     """
 
-    def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
+    def __init__(self, max_sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.max_length = max_length
+        self.max_sequence_length = max_sequence_length
         self.initializer = keras.initializers.get(initializer)
 
     def build(self, inputs_shape):
         _check_rank3(self, inputs_shape)
         self.embeddings = self.add_weight(
             name="embeddings",
-            shape=(self.max_length, inputs_shape[-1]),
-            initializer=self.initializer,
+            shape=(self.max_sequence_length, inputs_shape[-1]),
+            initializer=clone_initializer(self.initializer, "embeddings"),
         )
 
     def call(self, inputs, start_index=0):
@@ -131,7 +137,7 @@ class PositionEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "max_length": self.max_length,
+                "max_sequence_length": self.max_sequence_length,
                 "initializer": keras.initializers.serialize(self.initializer),
             }
         )

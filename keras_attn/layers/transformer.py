@@ -54,16 +54,19 @@ class _TransformerBlock(keras.layers.Layer):
             width // self.num_heads,
             dropout=self.attention_dropout,
             name=name,
+            dtype=self.dtype_policy,
         )
 
     def _add_and_norm(self, name):
         return AddAndNorm(
-            self.dropout, self.norm_first, self.layer_norm_epsilon, name=name
+            self.dropout, self.norm_first, self.layer_norm_epsilon, name=name,
+            dtype=self.dtype_policy,
         )
 
     def _feed_forward(self):
         return FeedForward(
-            self.intermediate_dim, self.activation, name="feed_forward"
+            self.intermediate_dim, self.activation, name="feed_forward",
+            dtype=self.dtype_policy,
         )
 
     def get_config(self):

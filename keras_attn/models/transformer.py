@@ -20,9 +20,9 @@ PRESETS = {
 
 
 def transformer(
-    source_vocab_size,
-    target_vocab_size,
-    max_length=128,
+    source_vocabulary_size,
+    target_vocabulary_size,
+    max_sequence_length=128,
     preset=None,
     num_layers=3,
     num_decoder_layers=None,
@@ -34,18 +34,19 @@ def transformer(
     share_embeddings=False,
     tie_output=True,
     name="transformer",
+    max_length=None,
 ):
     """Builds the Transformer as a functional `keras.Model`.
 
     Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with 0
     as padding (`target_in` starts with [BOS]); the output is the `(B, T,
-    target_vocab_size)` float32 logits of the next target token. Padding
+    target_vocabulary_size)` float32 logits of the next target token. Padding
     masks are computed from the ids and passed to every block explicitly.
 
     Args:
-        source_vocab_size: size of the source vocabulary.
-        target_vocab_size: size of the target vocabulary.
-        max_length: the longest source or target sequence.
+        source_vocabulary_size: size of the source vocabulary.
+        target_vocabulary_size: size of the target vocabulary.
+        max_sequence_length: the longest source or target sequence.
         preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`); its values
             replace `num_layers`, `hidden_dim`, `num_heads` and
             `intermediate_dim`.
@@ -62,6 +63,8 @@ def transformer(
         tie_output: the output projection is the transposed target embedding
             (section 3.4).
         name: the model name.
+        max_length: the old name of `max_sequence_length`, still accepted
+            (the translation job and its `--max-length` flag use it).
 
     Returns:
         A `keras.Model` mapping `{"source", "target_in"}` to logits. Its
@@ -88,11 +91,13 @@ def transformer(
         hidden_dim = config["hidden_dim"]
         num_heads = config["num_heads"]
         intermediate_dim = config["intermediate_dim"]
+    if max_length is not None:
+        max_sequence_length = max_length
     num_decoder_layers = num_decoder_layers or num_layers
-    if share_embeddings and source_vocab_size != target_vocab_size:
+    if share_embeddings and source_vocabulary_size != target_vocabulary_size:
         raise ValueError(
             "`share_embeddings=True` needs one vocabulary, got source size "
-            f"{source_vocab_size} and target size {target_vocab_size}."
+            f"{source_vocabulary_size} and target size {target_vocabulary_size}."
         )
     if hidden_dim % num_heads:
         raise ValueError(
@@ -104,9 +109,9 @@ def transformer(
     source_mask = ops.not_equal(source, 0)
     target_mask = ops.not_equal(target_in, 0)
 
-    def embedding(vocab_size, layer_name):
+    def embedding(vocabulary_size, layer_name):
         return TokenAndPositionEmbedding(
-            vocab_size, max_length, hidden_dim, mask_zero=False,
+            vocabulary_size, max_sequence_length, hidden_dim, mask_zero=False,
             dropout=dropout, name=layer_name,
         )
 
@@ -117,7 +122,7 @@ def transformer(
         )
 
     # Encoder: N × (self-attention, feed-forward).
-    source_embedding = embedding(source_vocab_size, "source_embedding")
+    source_embedding = embedding(source_vocabulary_size, "source_embedding")
     x = source_embedding(source)
     for i in range(num_layers):
         x = TransformerEncoderBlock(**block_args(), name=f"encoder_block_{i}")(
@@ -130,7 +135,7 @@ def transformer(
     target_embedding = (
         source_embedding
         if share_embeddings
-        else embedding(target_vocab_size, "target_embedding")
+        else embedding(target_vocabulary_size, "target_embedding")
     )
     y = target_embedding(target_in)
     for i in range(num_decoder_layers):
@@ -143,7 +148,7 @@ def transformer(
     if tie_output:
         logits = target_embedding(y, reverse=True)
     else:
-        logits = keras.layers.Dense(target_vocab_size, name="output_projection")(y)
+        logits = keras.layers.Dense(target_vocabulary_size, name="output_projection")(y)
     logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
     return keras.Model({"source": source, "target_in": target_in}, logits, name=name)
 
@@ -172,7 +177,7 @@ class TransformerStepper:
 
     Args:
         model: a model built by `transformer(...)`; it decodes at most its
-            `max_length` tokens.
+            `max_sequence_length` tokens.
     """
 
     def __init__(self, model):

@@ -9,7 +9,7 @@ IDS = np.array([[5, 7, 9, 0], [3, 0, 0, 0]])
 
 
 def test_token_and_position_embedding_is_scaled_tokens_plus_positions():
-    layer = TokenAndPositionEmbedding(20, max_length=8, embedding_dim=6)
+    layer = TokenAndPositionEmbedding(20, max_sequence_length=8, hidden_dim=6)
     output = np.asarray(layer(IDS))
     table = np.asarray(layer.token_embedding.embeddings)
     positions = np.asarray(layer.position_embedding(np.zeros((1, 4, 6), "float32")))
@@ -18,7 +18,7 @@ def test_token_and_position_embedding_is_scaled_tokens_plus_positions():
 
 
 def test_reverse_is_the_tied_output_projection():
-    layer = TokenAndPositionEmbedding(20, max_length=8, embedding_dim=6)
+    layer = TokenAndPositionEmbedding(20, max_sequence_length=8, hidden_dim=6)
     layer(IDS)
     hidden = np.random.default_rng(0).normal(size=(2, 4, 6)).astype("float32")
     logits = layer(hidden, reverse=True)
@@ -29,14 +29,14 @@ def test_reverse_is_the_tied_output_projection():
 
 def test_mask_reaches_downstream_layers():
     tokens = keras.Input((None,), dtype="int32")
-    x = TokenAndPositionEmbedding(20, max_length=8, embedding_dim=6)(tokens)
+    x = TokenAndPositionEmbedding(20, max_sequence_length=8, hidden_dim=6)(tokens)
     assert x._keras_mask is not None
-    x = BertEmbedding(20, max_length=8, num_segments=2, hidden_dim=6)(tokens)
+    x = BertEmbedding(20, max_sequence_length=8, num_segments=2, hidden_dim=6)(tokens)
     assert x._keras_mask is not None
 
 
 def test_bert_embedding_is_layer_norm_of_the_three_sums():
-    layer = BertEmbedding(20, max_length=8, num_segments=2, hidden_dim=6)
+    layer = BertEmbedding(20, max_sequence_length=8, num_segments=2, hidden_dim=6)
     segments = np.array([[0, 0, 1, 1], [0, 1, 1, 1]])
     output = np.asarray(layer(IDS, segments))
     total = (

@@ -17,17 +17,17 @@ def _paper_encoding(length, dim):
 
 def test_sinusoidal_matches_the_paper_formula():
     x = np.zeros((2, 50, 16), "float32")
-    encoding = SinusoidalPositionEncoding(max_length=64)(x)
+    encoding = SinusoidalPositionEncoding(max_sequence_length=64)(x)
     assert encoding.shape == (1, 50, 16)
     np.testing.assert_allclose(encoding[0], _paper_encoding(50, 16), atol=1e-5)
 
 
 def test_start_index_shifts_positions():
-    layer = SinusoidalPositionEncoding(max_length=64)
+    layer = SinusoidalPositionEncoding(max_sequence_length=64)
     full = np.asarray(layer(np.zeros((1, 20, 8), "float32")))
     step = layer(np.zeros((1, 1, 8), "float32"), start_index=keras.ops.convert_to_tensor(13))
     np.testing.assert_allclose(step[0, 0], full[0, 13], atol=1e-6)
-    learned = PositionEmbedding(max_length=32)
+    learned = PositionEmbedding(max_sequence_length=32)
     table = np.asarray(learned(np.zeros((1, 20, 8), "float32")))
     np.testing.assert_allclose(
         learned(np.zeros((1, 3, 8), "float32"), start_index=5)[0], table[0, 5:8]
@@ -35,10 +35,10 @@ def test_start_index_shifts_positions():
 
 
 def test_too_long_and_wrong_rank_are_clear_errors():
-    with pytest.raises(ValueError, match=r"exceed max_length=8"):
-        SinusoidalPositionEncoding(max_length=8)(np.zeros((1, 9, 4), "float32"))
+    with pytest.raises(ValueError, match=r"exceed max_sequence_length=8"):
+        SinusoidalPositionEncoding(max_sequence_length=8)(np.zeros((1, 9, 4), "float32"))
     with pytest.raises(ValueError, match=r"rank 3"):
-        PositionEmbedding(max_length=8)(np.zeros((1, 4), "float32"))
+        PositionEmbedding(max_sequence_length=8)(np.zeros((1, 4), "float32"))
 
 
 @pytest.mark.parametrize(
