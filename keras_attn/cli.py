@@ -2,12 +2,15 @@
 
     keras-attn train transformer [--src F --tgt F | --data F.tsv] [options]
     keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT)
-    keras-attn evaluate MODEL_DIR --src F --ref F
-    keras-attn plot-attention MODEL_DIR TEXT --out attn.png
+    keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
+    keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png
+
+User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 
@@ -64,17 +67,37 @@ _fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
 _positive = _checked(float, lambda value: value > 0, "> 0")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose errors are one line pointing to `--help`."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless it has none (None, or off for a switch)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
     from keras_attn import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-attn",
         description="Attention models in TensorFlow/Keras: train, evaluate, export and serve.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"keras-attn {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train a model, evaluate it and export it")
+    def command(name, description):
+        return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
+
+    train = command("train", "train a model, evaluate it and export it")
     train.add_argument("job", choices=["transformer"], help="what to train")
     data = train.add_argument_group("data (default: the built-in generated corpus)")
     data.add_argument("--src", help="training source text, one sentence a line (.gz allowed)")
@@ -83,57 +106,73 @@ def build_parser():
     data.add_argument("--builtin-size", type=_at_least(10), default=20000, help="training pairs of the built-in corpus")
     data.add_argument("--valid-src", help="validation source (default: 2%% of training)")
     data.add_argument("--valid-tgt", help="validation target")
-    data.add_argument("--test-src", help="test source, scored at the end")
+    data.add_argument("--test-src", help="test source, scored at the end (default: the validation pairs)")
     data.add_argument("--test-tgt", help="test target")
     data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="WordPiece vocabulary size")
     data.add_argument("--shared-vocab", action="store_true", help="one vocabulary and embedding for both languages")
     data.add_argument("--lowercase", action="store_true", help="lowercase before tokenizing")
     data.add_argument("--max-length", type=_at_least(2), default=64, help="longest sequence in tokens")
     model = train.add_argument_group("model and training")
-    model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    model.add_argument("--epochs", type=_at_least(1), default=8)
+    model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny",
+                       help="model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's)")
+    model.add_argument("--epochs", type=_at_least(1), default=8,
+                       help="passes over the training data, those of a resumed run included")
     model.add_argument("--batch-size", type=_at_least(1), default=64, help="examples per replica")
     model.add_argument("--dropout", type=_fraction, default=None,
-                       help="default 0.1, or 0 on the noise-free built-in corpus")
-    model.add_argument("--label-smoothing", type=_fraction, default=0.1)
+                       help="dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)")
+    model.add_argument("--label-smoothing", type=_fraction, default=0.1,
+                       help="probability mass spread over the other tokens of each target")
     model.add_argument("--schedule", choices=["cosine", "noam"], default="cosine",
                        help="cosine: warm-up, then cosine decay to the end of the run; noam: the paper's")
     model.add_argument("--learning-rate", type=_positive, default=2e-3, help="peak learning rate")
-    model.add_argument("--warmup-steps", type=_at_least(1), default=200)
-    model.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto")
+    model.add_argument("--warmup-steps", type=_at_least(1), default=200,
+                       help="steps of linear learning-rate warm-up")
+    model.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
+                       help="auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG")
     model.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
     model.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
                        help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
     model.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
-    model.add_argument("--seed", type=int, default=0)
+    model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
     output = train.add_argument_group("output")
-    output.add_argument("--run-dir", default=None, help="checkpoints and logs (default: runs/<name>); rerun to resume")
+    output.add_argument("--run-dir", default=None,
+                        help="backups, logs and the test split (default: runs/<name>); rerun to resume")
     output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
                         help="back up every STEPS steps as well as after each epoch (0: epochs only)")
-    output.add_argument("--export", default="saved_models", metavar="ROOT", help="export root (saved_models/<name>/<version>/)")
+    output.add_argument("--export", default="saved_models", metavar="ROOT",
+                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed")
     output.add_argument("--no-export", action="store_true", help="do not export")
-    output.add_argument("--name", default="transformer", help="model name under the export root")
-    output.add_argument("--beam-width", type=_at_least(1), default=4)
+    output.add_argument("--name", default="transformer", help="model name under the export root and runs/")
+    output.add_argument("--beam-width", type=_at_least(1), default=4,
+                        help="beam search width for the test split and samples (1: greedy)")
 
-    translate = commands.add_parser("translate", help="translate with an exported model")
-    translate.add_argument("model_dir", help="saved_models/<name>/<version>")
-    translate.add_argument("text", nargs="*", help="sentences (default: one per line on stdin)")
-    translate.add_argument("--beam-width", type=_at_least(1), default=4)
+    translate = command("translate", "translate with an exported model")
+    translate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    translate.add_argument("text", nargs="*",
+                           help="sentences (default: one per line on standard input); an empty one translates to an empty line")
+    translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
-    evaluate = commands.add_parser("evaluate", help="BLEU of an exported model on a test set")
-    evaluate.add_argument("model_dir")
-    evaluate.add_argument("--src", required=True, help="source sentences")
-    evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned")
-    evaluate.add_argument("--beam-width", type=_at_least(1), default=4)
+    evaluate = command("evaluate", "exact match, BLEU and chrF of an exported model on a test set")
+    evaluate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    evaluate.add_argument("--src", help="source sentences, one a line (default: the test split its run wrote, runs/<name>/test.src)")
+    evaluate.add_argument("--ref", help="reference translations, line-aligned with --src (default: runs/<name>/test.ref)")
+    evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
-    plot = commands.add_parser("plot-attention", help="cross-attention heat maps of one translation")
-    plot.add_argument("model_dir")
-    plot.add_argument("text")
-    plot.add_argument("--out", default="attention.png", help="image path")
+    plot = command("plot-attention", "cross-attention heat maps of one translation")
+    plot.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    plot.add_argument("text", help="the sentence to translate and plot")
+    plot.add_argument("--out", default="attention.png",
+                      help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     return parser
 
 
 def main(argv=None):
+    """Runs one `keras-attn` command; returns the exit code.
+
+    A mistake the user can fix (a bad flag, a missing, unreadable or
+    wrong file, an output that cannot be written) is one line on standard
+    error, `keras-attn: error: ...`, and exit code 2; never a traceback.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -145,11 +184,19 @@ def main(argv=None):
     try:
         return COMMANDS[args.command](args)
     except (UserError, DataError) as error:
-        print(f"keras-attn: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(error)
+    except OSError as error:  # a file or folder the command could not read or write
+        where = f"{error.filename}: " if error.filename else ""
+        return _fail(f"{where}{error.strerror or error}")
     except KeyboardInterrupt:
-        print("keras-attn: interrupted; run the same command again to resume", file=sys.stderr)
+        again = "; run the same command again to resume" if args.command == "train" else ""
+        print(f"keras-attn: interrupted{again}", file=sys.stderr)
         return 130
+
+
+def _fail(message):
+    print(f"keras-attn: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _train(args):
@@ -177,22 +224,42 @@ def _train(args):
     print("\nsample translations:")
     for source, hypothesis in result.samples:
         print(f"  {source}\n  → {hypothesis}")
-    if result.export_path:
+    if result.export_path and result.new_export:
         print(f"\nexported to {result.export_path}")
-        print(f"try: keras-attn translate {result.export_path} \"{result.samples[0][0]}\"")
+    elif result.export_path:
+        print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabularies)")
+    if result.export_path:
+        print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
+        print(f"     keras-attn evaluate {result.export_path}   (scores its test split, {config.run_dir}/test.src)")
     return 0
 
 
 def _load(model_dir):
-    if not os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
-        raise UserError(f"{model_dir}: not a SavedModel folder (no saved_model.pb)")
+    """The translation export in `model_dir`, or a one-line `UserError` saying what it is instead."""
+    _check_export_folder(model_dir)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-    loaded = tf.saved_model.load(model_dir)
+    try:
+        loaded = tf.saved_model.load(model_dir)
+    except Exception as error:  # corrupt, unreadable, or needs ops this process lacks
+        message = getattr(error, "message", None) or str(error) or type(error).__name__
+        raise UserError(f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})") from None
     if not {"translate", "attention"} <= set(loaded.signatures):
         raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
     return loaded
+
+
+def _check_export_folder(model_dir):
+    """Refuses, before loading anything, a `model_dir` that is no SavedModel folder."""
+    if not os.path.exists(model_dir):
+        raise UserError(f"{model_dir}: no such folder")
+    if not os.path.isdir(model_dir):
+        raise UserError(f"{model_dir}: is a file, not an export folder (saved_models/<name>/<version>)")
+    if not os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
+        versions = sorted((e for e in os.listdir(model_dir) if e.isdigit()), key=int)
+        hint = f"; its versions: {', '.join(versions)}" if versions else ""
+        raise UserError(f"{model_dir}: not a SavedModel folder (no saved_model.pb){hint}")
 
 
 def _read_lines(path):
@@ -202,6 +269,7 @@ def _read_lines(path):
 
 
 def _translate_lines(translator, lines, beam_width, batch_size=64):
+    """Yields `(translation, truncated)` for each of `lines` (str or bytes)."""
     import tensorflow as tf
 
     for start in range(0, len(lines), batch_size):
@@ -213,9 +281,24 @@ def _translate_lines(translator, lines, beam_width, batch_size=64):
             yield translation.decode("utf-8", "replace"), bool(truncated)
 
 
+def _input_lines(texts):
+    """The sentences to translate as bytes: the arguments, else the lines of standard input.
+
+    Bytes, so that invalid UTF-8 reaches the model (which replaces it)
+    instead of stopping the command.
+    """
+    if texts:
+        return [text.encode("utf-8", "surrogateescape") for text in texts]
+    if sys.stdin is None:
+        return []
+    if sys.stdin.isatty():
+        print("keras-attn: reading sentences from standard input, one a line (Ctrl-D to end)", file=sys.stderr)
+    return [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+
+
 def _translate(args):
     translator = _load(args.model_dir)
-    lines = args.text or [line.rstrip("\n") for line in sys.stdin]
+    lines = _input_lines(args.text)
     for number, (translation, truncated) in enumerate(
         _translate_lines(translator, lines, args.beam_width), start=1
     ):
@@ -226,30 +309,63 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from keras_attn.evaluation import bleu
+    from keras_attn.evaluation import format_scores, translation_scores
 
-    translator = _load(args.model_dir)
-    sources, references = _read_lines(args.src), _read_lines(args.ref)
+    source_path, reference_path = _test_split(args)
+    sources, references = _read_lines(source_path), _read_lines(reference_path)
     if len(sources) != len(references):
-        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        raise UserError(f"{source_path} has {len(sources)} lines but {reference_path} has {len(references)}")
+    if not sources:
+        raise UserError(f"{source_path}: no sentences to score")
+    translator = _load(args.model_dir)
     hypotheses = [t for t, _ in _translate_lines(translator, sources, args.beam_width)]
-    scores = bleu(hypotheses, references)
-    print(f"BLEU {scores['bleu']:.2f}  (tokenized lowercased {scores['bleu_tok_lc']:.2f})  {scores['signature']}")
+    scores = translation_scores(hypotheses, references)
+    print(format_scores(scores))
+    print(f"BLEU signature: {scores['signature']}\nchrF signature: {scores['chrf_signature']}")
     return 0
+
+
+def _test_split(args):
+    """`(--src, --ref)`, by default the test split the export's run wrote."""
+    from keras_attn.export import read_metadata
+
+    if bool(args.src) != bool(args.ref):
+        raise UserError("--src and --ref must be given together")
+    if args.src:
+        return args.src, args.ref
+    _check_export_folder(args.model_dir)
+    metadata = read_metadata(args.model_dir)
+    if "test_src" not in metadata:
+        raise UserError(f"{args.model_dir}: names no test split of its run; give --src and --ref")
+    return metadata["test_src"], metadata["test_ref"]
 
 
 def _plot_attention(args):
     import tensorflow as tf
 
-    from keras_attn.plots import plot_cross_attention
+    from keras_attn.plots import check_image_path, plot_cross_attention
 
+    try:
+        check_image_path(args.out)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if not args.text.strip():
+        raise UserError("nothing to plot: the text is empty")
     translator = _load(args.model_dir)
-    out = translator.signatures["attention"](text=tf.constant([args.text]))
+    out = translator.signatures["attention"](text=tf.constant([args.text.encode("utf-8", "surrogateescape")]))
     source = [t.decode() for t in out["source_tokens"].numpy()[0] if t not in (b"", b"[PAD]")]
     output = [t.decode() for t in out["output_tokens"].numpy()[0] if t not in (b"", b"[PAD]")]
+    if not source:
+        raise UserError("nothing to plot: the text has no tokens the model reads")
+    if not output:
+        raise UserError("nothing to plot: the translation is empty")
+    translation = out["translation"].numpy()[0].decode("utf-8", "replace")
     weights = out["cross_attention"].numpy()[0][: len(output), :, :, : len(source)]
-    plot_cross_attention(weights, source, output, args.out, title=out["translation"].numpy()[0].decode())
-    print(f"{out['translation'].numpy()[0].decode()}\nwrote {args.out}")
+    try:
+        plot_cross_attention(weights, source, output, args.out, title=translation)
+    except OSError as error:
+        raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
+    print(f"{translation}\nwrote {args.out}")
     return 0
 
 

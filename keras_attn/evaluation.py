@@ -1,4 +1,4 @@
-"""Translation quality: BLEU, computed two ways."""
+"""Translation quality: exact match, BLEU (computed two ways) and chrF."""
 
 import sacrebleu
 
@@ -20,11 +20,7 @@ def bleu(hypotheses, references):
         hypotheses: list of strings.
         references: list of strings, aligned with `hypotheses`.
     """
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"BLEU needs one reference per hypothesis, got {len(hypotheses)} "
-            f"hypotheses and {len(references)} references."
-        )
+    _check_aligned(hypotheses, references)
     cased = sacrebleu.metrics.BLEU()
     score = cased.corpus_score(list(hypotheses), [list(references)])
     lowercased = sacrebleu.metrics.BLEU(lowercase=True).corpus_score(
@@ -36,3 +32,50 @@ def bleu(hypotheses, references):
         "signature": str(cased.get_signature()),
     }
 
+
+def translation_scores(hypotheses, references):
+    """Everything `keras-attn evaluate` and the training job report.
+
+    Returns the dict of `bleu` plus
+    - `"chrf"`: SacreBLEU's corpus chrF (character 6-grams, β = 2), which
+      credits a right word with a wrong ending where BLEU gives nothing;
+    - `"chrf_signature"`: its signature;
+    - `"exact_match"`: the fraction of hypotheses equal to their reference
+      (surrounding whitespace ignored);
+    - `"sentences"`: how many were scored.
+
+    Example:
+
+    >>> scores = translation_scores(["A dog runs."], ["A dog runs."])
+    >>> scores["exact_match"], round(scores["bleu"]), round(scores["chrf"])
+    (1.0, 100, 100)
+    """
+    _check_aligned(hypotheses, references)
+    if not hypotheses:
+        raise ValueError("Scores need at least one sentence, got none.")
+    chrf = sacrebleu.metrics.CHRF()
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references))
+    return {
+        **bleu(hypotheses, references),
+        "chrf": chrf.corpus_score(list(hypotheses), [list(references)]).score,
+        "chrf_signature": str(chrf.get_signature()),
+        "exact_match": exact / len(hypotheses),
+        "sentences": len(hypotheses),
+    }
+
+
+def format_scores(scores):
+    """The one-line summary printed by the job and by `keras-attn evaluate`."""
+    return (
+        f"exact match {scores['exact_match']:.1%}, BLEU {scores['bleu']:.2f} "
+        f"(tokenized lowercased {scores['bleu_tok_lc']:.2f}), chrF {scores['chrf']:.2f} "
+        f"on {scores['sentences']} sentences"
+    )
+
+
+def _check_aligned(hypotheses, references):
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"Scores need one reference per hypothesis, got {len(hypotheses)} "
+            f"hypotheses and {len(references)} references."
+        )

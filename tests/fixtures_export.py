@@ -43,3 +43,25 @@ def tiny_export(tiny_translator, tmp_path_factory):
     path = export.export(tiny_translator, str(root), "toy", metadata=split)
     assert path == os.path.join(str(root), "toy", "1")
     return path
+
+
+_LOADED = {}
+
+
+@pytest.fixture
+def cli_loads_once(monkeypatch):
+    """Makes `keras_attn.cli` load each export once per session (loading costs seconds).
+
+    Refusals are not cached: a folder that fails to load fails every time.
+    """
+    from keras_attn import cli
+
+    real = cli._load
+
+    def load(model_dir):
+        key = os.path.realpath(model_dir)
+        if key not in _LOADED:
+            _LOADED[key] = real(model_dir)
+        return _LOADED[key]
+
+    monkeypatch.setattr(cli, "_load", load)

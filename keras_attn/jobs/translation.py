@@ -12,6 +12,7 @@ import time
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_attn import evaluation, export
 from keras_attn.errors import UserError
@@ -24,6 +25,7 @@ from keras_attn.training import (
     warmup_cosine,
 )
 from keras_attn.training.checkpoints import write_text_atomically
+from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import RunConfig, prepare, train
 from keras_attn.training.strategy import worker_role
 from pipelines import synthetic, text, tokenizers, translation
@@ -68,12 +70,31 @@ class TranslationConfig(RunConfig):
 
 @dataclasses.dataclass
 class TranslationResult:
+    """What a run gives back.
+
+    Attributes:
+        export_path: the export holding the run's model (None without
+            export, and on workers other than the chief).
+        metrics: `evaluation.translation_scores` of the test split, with
+            `hypotheses`, `parameters` and `train_seconds`.
+        samples: `(source, translation)` pairs of the first test sentences.
+        history: per-epoch logs of this process's training (`{}` when
+            nothing was trained).
+        model: the Keras model, with its best validation weights.
+        steps: optimizer steps of the whole run.
+        new_export: whether `export_path` was written by this run (False
+            when the newest export already held the same model).
+        already_finished: the run folder's run had ended: nothing was trained.
+    """
+
     export_path: str
     metrics: dict
     samples: list
     history: dict
     model: keras.Model = None
     steps: int = 0
+    new_export: bool = False
+    already_finished: bool = False
 
 
 def load_corpora(config):
@@ -208,14 +229,79 @@ def bind_run_folder(config, train, chief=True):
         write_text_atomically(path, json.dumps(settings, indent=1))
 
 
+def describe_setup(config, strategy):
+    """The lines the job prints first: how, and where, it is going to train."""
+    replicas = strategy.num_replicas_in_sync
+    backup = tf.train.latest_checkpoint(os.path.join(config.run_dir, "checkpoints"))
+    state = f"continues from its backup {os.path.basename(backup)}" if backup else "a new run"
+    return [
+        f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
+        f"precision: {describe_precision(config.mixed_precision)}",
+        f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
+        f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)",
+        f"run folder: {config.run_dir} ({state})",
+    ]
+
+
+def _strategy_name(strategy):
+    name = type(strategy).__name__
+    if name.startswith("_Default"):
+        return "default (no tf.distribute strategy)"
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return f"{name}, this process the {worker_role(strategy)[1]}"
+    return name
+
+
+def _devices(strategy):
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: TensorFlow's default device
+        gpus = tf.config.list_logical_devices("GPU")
+        return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
+
+
+def _check_writable_folder(path, flag):
+    """Refuses in one line, before any training, a folder that cannot be made or written."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{path} ({flag}): cannot be a folder, {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{path} ({flag}): no permission to write in {existing}")
+
+
+def write_test_split(config, corpus):
+    """Writes the sentences the job scores as `<run_dir>/test.src` and `test.ref`.
+
+    They are what `keras-attn evaluate` scores an export of this run on
+    when it is given no `--src`/`--ref`.
+
+    Returns:
+        The two paths.
+    """
+    paths = [os.path.join(config.run_dir, f"test.{side}") for side in ("src", "ref")]
+    for path, lines in zip(paths, (corpus.sources, corpus.targets)):
+        write_text_atomically(path, "".join(line + "\n" for line in lines))
+    return paths
+
+
 def run(config, log=print):
     """Trains, evaluates and exports; returns a `TranslationResult`.
 
     Under several workers (`strategy="multi_worker"`) every worker trains;
-    only the chief evaluates and exports.
+    only the chief evaluates and exports. A run folder whose run has
+    already finished trains nothing, and an export is written only when
+    the newest export under `<export_root>/<name>` holds another model.
     """
     started = time.time()
-    chief, _ = worker_role(prepare(config))  # the strategy first: see `prepare`
+    strategy = prepare(config)  # the strategy first: see `prepare`
+    chief, _ = worker_role(strategy)
+    for line in describe_setup(config, strategy):
+        log(line)
+    _check_writable_folder(config.run_dir, "--run-dir")
+    if config.export and chief:
+        _check_writable_folder(os.path.join(config.export_root, config.name), "--export")
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
@@ -226,6 +312,7 @@ def run(config, log=print):
     )
     os.makedirs(config.run_dir, exist_ok=True)
     bind_run_folder(config, train_corpus, chief)
+    test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     log(
         f"vocabularies: {source_tokenizer.vocabulary_size} source, "
@@ -271,13 +358,19 @@ def run(config, log=print):
     )
     model = result.model
     train_seconds = time.time() - train_started
-    log(
-        f"trained {model.count_params():,} parameters for {result.steps} steps on "
-        f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
-        f"{result.global_batch_size}, in {time.time() - started:.0f} s"
-    )
+    if result.already_finished:
+        log(f"nothing trained: the run had already finished after {result.steps} steps")
+    else:
+        log(
+            f"trained {model.count_params():,} parameters for {result.steps} steps on "
+            f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
+            f"{result.global_batch_size}, in {time.time() - started:.0f} s"
+        )
     if not result.is_chief:
-        return TranslationResult(None, {}, [], result.history, model, result.steps)
+        return TranslationResult(
+            None, {}, [], result.history, model, result.steps,
+            already_finished=result.already_finished,
+        )
 
     translator = export.Translator(
         TransformerStepper(model),
@@ -285,15 +378,16 @@ def run(config, log=print):
     )
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
-    log(
-        f"test: exact match {metrics['exact_match']:.1%}, BLEU {metrics['bleu']:.2f} "
-        f"(tokenized lowercased {metrics['bleu_tok_lc']:.2f}) on {metrics['sentences']} sentences"
-    )
-    path = export.export(translator, config.export_root, config.name) if config.export else None
+    log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")
+    path, new_export = None, False
+    if config.export:
+        metadata = {"test_src": os.path.abspath(test_paths[0]), "test_ref": os.path.abspath(test_paths[1])}
+        path, new_export = export.export_if_changed(translator, config.export_root, config.name, metadata)
     samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))
     return TranslationResult(
         export_path=path, metrics=metrics, samples=samples, history=result.history,
-        model=model, steps=result.steps,
+        model=model, steps=result.steps, new_export=new_export,
+        already_finished=result.already_finished,
     )
 
 
@@ -308,11 +402,9 @@ def translate_all(translator, sentences, beam_width, batch_size=64):
 
 
 def evaluate(translator, corpus, beam_width):
-    """BLEU (both ways) and sentence exact match of translations of `corpus`."""
+    """`evaluation.translation_scores` of translations of `corpus`, with the `hypotheses`."""
     hypotheses = translate_all(translator, corpus.sources, beam_width)
-    scores = evaluation.bleu(hypotheses, corpus.targets)
-    exact = np.mean([h.strip() == r.strip() for h, r in zip(hypotheses, corpus.targets)])
-    return {**scores, "exact_match": float(exact), "sentences": len(hypotheses), "hypotheses": hypotheses}
+    return {**evaluation.translation_scores(hypotheses, corpus.targets), "hypotheses": hypotheses}
 
 
 def learning_rate_schedule(config, total_steps):

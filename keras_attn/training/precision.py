@@ -1,25 +1,43 @@
-"""Choosing the compute precision for the machine at hand."""
+"""Choosing the compute precision for the machine at hand, and saying why."""
 
 import tensorflow as tf
 
 
-def native_bfloat16():
-    """Whether this machine runs bfloat16 matrix products natively.
+def bfloat16_support():
+    """Whether this machine runs bfloat16 matrix products natively, and on what.
 
     True for a GPU of compute capability 8.0 or newer, or a CPU with
     AVX512-BF16 or AMX instructions (there `mixed_bfloat16` trains about twice
     as fast as float32); elsewhere bfloat16 would be emulated and slower.
+
+    Returns:
+        `(native, hardware)`, e.g. `(False, "this CPU")` or
+        `(True, "this GPU (NVIDIA A100, compute capability 8.0)")`.
     """
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability")
-        return bool(capability) and tuple(capability) >= (8, 0)
+        details = tf.config.experimental.get_device_details(gpus[0])
+        capability = details.get("compute_capability")
+        name = details.get("device_name", "GPU")
+        if not capability:
+            return False, f"this GPU ({name})"
+        hardware = f"this GPU ({name}, compute capability {capability[0]}.{capability[1]})"
+        return tuple(capability) >= (8, 0), hardware
+    flags = _cpu_flags()
+    return "avx512_bf16" in flags or "amx_bf16" in flags, "this CPU"
+
+
+def native_bfloat16():
+    """Whether this machine runs bfloat16 natively (see `bfloat16_support`)."""
+    return bfloat16_support()[0]
+
+
+def _cpu_flags():
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            flags = cpuinfo.read()
+            return cpuinfo.read()
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return ""
 
 
 def resolve_mixed_precision(choice):
@@ -27,3 +45,24 @@ def resolve_mixed_precision(choice):
     if choice not in ("auto", "float32", "mixed_bfloat16"):
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {choice!r}.")
     return native_bfloat16() if choice == "auto" else choice == "mixed_bfloat16"
+
+
+def describe_precision(mixed_precision):
+    """One line: the precision a run computes in, and why.
+
+    `--precision auto` picks `mixed_bfloat16` exactly where the hardware runs
+    bfloat16 natively, so a choice against the hardware was asked for.
+
+    Example:
+
+    >>> describe_precision(False)  # on a CPU without AVX512-BF16 or AMX
+    'float32: this CPU has no native bfloat16 (AVX512-BF16 or AMX; on GPUs compute capability 8.0+)'
+    """
+    native, hardware = bfloat16_support()
+    if mixed_precision and native:
+        return f"mixed_bfloat16: {hardware} runs bfloat16 natively"
+    if mixed_precision:
+        return f"mixed_bfloat16 as asked, though {hardware} has no native bfloat16 (emulated: slower than float32)"
+    if native:
+        return f"float32 as asked, though {hardware} runs bfloat16 natively (--precision auto would use mixed_bfloat16)"
+    return f"float32: {hardware} has no native bfloat16 (AVX512-BF16 or AMX; on GPUs compute capability 8.0+)"

@@ -32,6 +32,8 @@ Run folder layout:
 import dataclasses
 import json
 import os
+import sys
+import time
 
 import keras
 import tensorflow as tf
@@ -65,7 +67,9 @@ class RunConfig:
         mixed_precision: train under the `mixed_bfloat16` policy.
         jit_compile: compile the model's forward and backward pass with XLA.
         seed: seeds Python, NumPy and TensorFlow.
-        verbose: Keras progress bar mode (`"auto"`, 0, 1 or 2).
+        verbose: progress display: 1 a progress bar, 2 one line per epoch,
+            0 nothing, `"auto"` a bar on a terminal and lines otherwise (so
+            a log file gets no carriage returns or colour codes).
         backup_every: also back up every this many steps within an epoch
             (0: only at the end of each epoch).
         keep_checkpoints: how many backups to keep.
@@ -94,6 +98,7 @@ class TrainingResult:
     best_val_loss: float
     steps: int
     is_chief: bool
+    already_finished: bool = False  # the run folder's run had ended: nothing was trained
 
 
 def prepare(config):
@@ -185,22 +190,22 @@ def train(
         )
     progress.global_batch_size.assign(global_batch_size)
     initial_epoch = int(progress.epoch.numpy())
+    stopped = os.path.join(config.run_dir, STOPPED)
+    already_finished = initial_epoch >= config.epochs or os.path.exists(stopped)
     if restored and config.verbose != 0:
-        print(
-            f"resuming from {restored}: epoch {initial_epoch + 1}, "
-            f"{int(progress.step.numpy())} steps done in it, {int(optimizer.iterations.numpy())} in all"
-        )
+        print(_resume_message(config, restored, progress, optimizer, already_finished))
     best_path = os.path.join(config.run_dir, "best.weights.h5")
 
     history = {}
-    if initial_epoch < config.epochs and not os.path.exists(os.path.join(config.run_dir, STOPPED)):
+    if not already_finished:
         tensorboard = keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))
+        display = _progress_display(config.verbose)
         callback_list = keras.callbacks.CallbackList(
-            [*callbacks, *([tensorboard] if chief else [])],
+            [*callbacks, *([tensorboard] if chief else []), *([display] if display else [])],
             add_history=True,
-            add_progbar=config.verbose != 0,
+            add_progbar=False,
             model=model,
-            verbose=1 if config.verbose == "auto" else config.verbose,
+            verbose=config.verbose,
             epochs=config.epochs,
             steps=steps_per_epoch,
         )
@@ -229,8 +234,105 @@ def train(
         best_val_loss=float(progress.best_val_loss.numpy()),
         steps=int(optimizer.iterations.numpy()),
         is_chief=chief,
+        already_finished=already_finished,
     )
     return result
+
+
+def _resume_message(config, restored, progress, optimizer, already_finished):
+    """What a rerun found in the run folder, in one line."""
+    epoch, step = int(progress.epoch.numpy()), int(progress.step.numpy())
+    steps = int(optimizer.iterations.numpy())
+    if not already_finished:
+        return f"resuming from {restored}: epoch {epoch + 1}, {step} steps done in it, {steps} in all"
+    if epoch < config.epochs:  # STOPPED: a callback ended it
+        why = f"stopped early after epoch {epoch}"
+    else:
+        why = f"{epoch} of {config.epochs} epochs done"
+    return (
+        f"{config.run_dir} had already finished ({why}, {steps} steps): nothing to train "
+        "(more --epochs trains on; delete the folder to start over)"
+    )
+
+
+def _progress_display(verbose):
+    """The callback that shows training progress for a `RunConfig.verbose` value."""
+    if verbose == "auto":
+        verbose = 1 if _is_terminal(sys.stdout) else 2
+    return {0: None, 1: _ProgressBar(), 2: _EpochLines()}[verbose]
+
+
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+class _ProgressBar(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar, with no time estimate from the first step.
+
+    The first step of a process compiles the step function (seconds to
+    minutes), so an estimate from its time is far too long: the bar says
+    "compiling" until the second step and estimates from the steps after
+    the first it saw.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._said_compiling = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        if self.verbose == 1 and not self._said_compiling:
+            print("compiling the train step...", end="", flush=True)  # the bar overwrites it
+            self._said_compiling = True
+
+    def _maybe_init_progbar(self):
+        if self.progbar is None:
+            self.progbar = _Progbar(
+                target=self.target, verbose=self.verbose, unit_name="step", stateless_metrics=set()
+            )
+
+
+class _Progbar(keras.utils.Progbar):
+    """A `Progbar` that times steps from its first update on, not from its creation."""
+
+    _first = None  # (step, time) of the first update, which is not shown
+
+    def update(self, current, values=None, finalize=None):
+        if self._first is None:
+            self._first = (current, time.time())
+            self._last_update = self._first[1]  # within the display interval: not shown
+        super().update(current, values, finalize)
+
+    def _estimate_step_duration(self, current, now):
+        first_step, first_time = self._first or (0, self._start)
+        if current > first_step:
+            return (now - first_time) / (current - first_step)
+        return super()._estimate_step_duration(current, now)
+
+
+class _EpochLines(keras.callbacks.Callback):
+    """One line per epoch, for logs that are not a terminal.
+
+    `epoch 2/8 - 235 steps in 31 s (132 ms/step) - loss: 2.3012 - val_loss: 2.1034`
+    """
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started, self._steps = time.time(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.time() - self._started
+        line = f"epoch {epoch + 1}/{self.params['epochs']} - {self._steps} steps in {seconds:.0f} s"
+        if self._steps:
+            line += f" ({1000 * seconds / self._steps:.0f} ms/step)"
+        for name, value in (logs or {}).items():
+            line += f" - {name}: {float(value):.4f}"
+        print(line, flush=True)
 
 
 def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,

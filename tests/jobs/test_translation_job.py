@@ -1,76 +1,121 @@
 """The main job end to end through the CLI: train, export, translate, evaluate, plot."""
 
+import contextlib
 import dataclasses
+import io
 import os
+import re
+import types
 
 import pytest
 
 from keras_attn import cli
+from keras_attn.training.precision import describe_precision
+
+pytest_plugins = ["tests.fixtures_export"]
+
+
+ARGV = [  # float32 pinned: --precision auto would differ from machine to machine
+    "train", "transformer", "--builtin-size", "6000", "--epochs", "5",
+    "--batch-size", "64", "--warmup-steps", "50", "--beam-width", "2", "--precision", "float32",
+]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("job")
-    argv = [
-        "train", "transformer", "--builtin-size", "6000", "--epochs", "5",
-        "--batch-size", "64", "--warmup-steps", "50",
-        "--run-dir", str(root / "run"), "--export", str(root / "saved_models"),
-        "--beam-width", "2",
-    ]
-    assert cli.main(argv) == 0
-    return root
-
-
-def test_the_job_learns_the_builtin_corpus_and_exports(trained, capsys):
+    """One CLI training run and its rerun: the folder, what they printed, the job's results."""
     from keras_attn.jobs import translation
 
-    result = translation.run(
-        translation.TranslationConfig(
-            builtin_size=6000, epochs=5, warmup_steps=50,
-            run_dir=str(trained / "run"), export=False, beam_width=2, verbose=0,
-        ),
-        log=lambda *_: None,
+    root = tmp_path_factory.mktemp("job")
+    argv = [*ARGV, "--run-dir", str(root / "run"), "--export", str(root / "saved_models")]
+    results, printed = [], []
+    with pytest.MonkeyPatch.context() as patch:
+        run = translation.run
+        patch.setattr(translation, "run", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+        for _ in range(2):
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):  # not a terminal, as in a log file
+                assert cli.main(argv) == 0
+            printed.append(output.getvalue())
+    return types.SimpleNamespace(
+        root=root, printed=printed[0], result=results[0], rerun_printed=printed[1], rerun=results[1],
     )
-    # Resumed from the finished run: no training, the same learned model.
-    assert result.history == {}
+
+
+def test_the_job_learns_the_builtin_corpus_and_exports(trained):
+    metrics = trained.result.metrics
     # 470 steps from scratch: an untrained model scores BLEU ~0 and no exact
     # match. Three orders of the data (seeds) gave 15-32% exact match and
     # BLEU 35-62: the run stops on the steep part of the learning curve.
-    assert result.metrics["exact_match"] >= 0.1
-    assert result.metrics["bleu"] >= 30
-    assert os.path.isfile(trained / "saved_models" / "transformer" / "1" / "saved_model.pb")
+    assert trained.result.steps == 470 and len(trained.result.history["loss"]) == 5
+    assert metrics["exact_match"] >= 0.1
+    assert metrics["bleu"] >= 30 and metrics["chrf"] >= 50
+    assert trained.result.new_export
+    assert os.path.isfile(trained.root / "saved_models" / "transformer" / "1" / "saved_model.pb")
 
 
-def test_cli_translates_evaluates_and_plots(trained, tmp_path, capsys):
+def test_the_job_says_what_it_chose_and_logs_one_line_per_epoch(trained):
+    lines = trained.printed.splitlines()
+    assert lines[:5] == [
+        "strategy: default (no tf.distribute strategy), 1 replica(s) on /device:CPU:0",
+        f"precision: {describe_precision(False)}",
+        "XLA: off (--jit-compile compiles the train step with XLA)",
+        "global batch: 64 (64 per replica)",
+        f"run folder: {trained.root / 'run'} (a new run)",
+    ]
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(" - ")[0] for line in epochs] == [f"epoch {n}/5" for n in range(1, 6)]
+    assert all(" - 94 steps in " in line and " - val_loss: " in line for line in epochs)
+    assert "\r" not in trained.printed and "\x1b" not in trained.printed and "\b" not in trained.printed
+    assert f"exported to {trained.root / 'saved_models' / 'transformer' / '1'}" in lines
+
+
+def test_a_rerun_of_a_finished_run_trains_and_exports_nothing(trained):
+    printed = trained.rerun_printed
+    assert f"run folder: {trained.root / 'run'} (continues from its backup ckpt-470)" in printed
+    assert f"{trained.root / 'run'} had already finished (5 of 5 epochs done, 470 steps): nothing to train" in printed
+    assert "nothing trained: the run had already finished after 470 steps" in printed
+    assert "epoch 1/5" not in printed and not re.search(r"^trained [\d,]+ parameters", printed, re.M)
+    version_1 = trained.root / "saved_models" / "transformer" / "1"
+    assert f"not exported: {version_1} already holds this model" in printed
+    assert os.listdir(trained.root / "saved_models" / "transformer") == ["1"]
+    assert trained.rerun.already_finished and trained.rerun.history == {} and not trained.rerun.new_export
+    assert trained.rerun.metrics["hypotheses"] == trained.result.metrics["hypotheses"]
+
+
+def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained, cli_loads_once, tmp_path, capsys):
+    from keras_attn import evaluation, export
     from pipelines import synthetic
 
     test = synthetic.translation_corpus(seed=0, train_size=6000)["test"]
-    model_dir = str(trained / "saved_models" / "transformer" / "1")
+    assert (trained.root / "run" / "test.src").read_text().splitlines() == test.sources
+    assert (trained.root / "run" / "test.ref").read_text().splitlines() == test.targets
+    model_dir = str(trained.root / "saved_models" / "transformer" / "1")
+    assert export.read_metadata(model_dir)["test_src"] == str(trained.root / "run" / "test.src")
+
+    hypotheses = trained.result.metrics["hypotheses"]
+    # The export scores the job's first batch of 64 as the in-process model did (beam 2).
+    (tmp_path / "src.txt").write_text("\n".join(test.sources[:64]) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(test.targets[:64]) + "\n")
     capsys.readouterr()
-    assert cli.main(["translate", model_dir, test.sources[0], test.sources[1], "--beam-width", "1"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(lines)
-
-    (tmp_path / "src.txt").write_text("\n".join(test.sources[:40]) + "\n")
-    (tmp_path / "ref.txt").write_text("\n".join(test.targets[:40]) + "\n")
-    assert cli.main(["evaluate", model_dir, "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]) == 0
-    assert "BLEU" in capsys.readouterr().out
-
-    out = tmp_path / "attention.png"
-    assert cli.main(["plot-attention", model_dir, test.sources[0], "--out", str(out)]) == 0
-    assert out.stat().st_size > 10_000
+    argv = ["evaluate", model_dir, "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    assert cli.main([*argv, "--beam-width", "2"]) == 0
+    expected = evaluation.translation_scores(hypotheses[:64], test.targets[:64])
+    assert capsys.readouterr().out.splitlines()[0] == evaluation.format_scores(expected)
 
 
-def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
-    (tmp_path / "a.txt").write_text("eins\nzwei\n")
-    (tmp_path / "b.txt").write_text("one\n")
-    code = cli.main(["train", "transformer", "--src", str(tmp_path / "a.txt"), "--tgt", str(tmp_path / "b.txt"),
-                     "--run-dir", str(tmp_path / "run")])
-    error = capsys.readouterr().err.strip()
-    assert code == 2 and len(error.splitlines()) == 1
-    assert "a.txt" in error and "b.txt" in error
-    assert cli.main(["translate", str(tmp_path / "missing")]) == 2
-    assert "not a SavedModel" in capsys.readouterr().err
+def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, capsys):
+    from pipelines import synthetic
+
+    sentence = synthetic.translation_corpus(seed=0, train_size=6000)["test"].sources[0]
+    model_dir = str(trained.root / "saved_models" / "transformer" / "1")
+    assert cli.main(["translate", model_dir, sentence, "--beam-width", "1"]) == 0
+    greedy = capsys.readouterr().out.strip()
+    assert greedy
+    out = tmp_path / "plots" / "attention.png"
+    assert cli.main(["plot-attention", model_dir, sentence, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [greedy, f"wrote {out}"]
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
 
 
 def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
@@ -112,15 +157,6 @@ def test_bad_flag_values_are_refused_before_any_work(flags, message, capsys):
         cli.main(["train", "transformer", *flags])
     assert exit.value.code == 2
     assert message in capsys.readouterr().err
-
-
-def test_a_savedmodel_that_is_not_ours_is_refused(tmp_path, capsys):
-    import tensorflow as tf
-
-    tf.saved_model.save(tf.Module(), str(tmp_path / "other"))
-    assert cli.main(["translate", str(tmp_path / "other"), "hello"]) == 2
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "not a keras-attn translation export" in error
 
 
 def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path, capsys):
