@@ -24,7 +24,7 @@ def tiny_translator():
     target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
     keras.utils.set_random_seed(7)
     model = transformer(
-        source.vocabulary_size, target.vocabulary_size, max_length=12, num_layers=1,
+        source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
     return export.Translator(TransformerStepper(model), source, target, max_length=12)

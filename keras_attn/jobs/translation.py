@@ -338,7 +338,7 @@ def run(config, log=print):
         return transformer(
             source_tokenizer.vocabulary_size,
             target_tokenizer.vocabulary_size,
-            max_length=config.max_length,
+            max_sequence_length=config.max_length,
             preset=config.preset,
             dropout=dropout,
             share_embeddings=config.shared_vocab,
