@@ -185,6 +185,9 @@ def main(argv=None):
         return COMMANDS[args.command](args)
     except (UserError, DataError) as error:
         return _fail(error)
+    except BrokenPipeError:  # the reader of the output left (`keras-attn translate ... | head -1`)
+        _silence_stdout()
+        return 141  # as a shell reports a process ended by SIGPIPE
     except OSError as error:  # a file or folder the command could not read or write
         where = f"{error.filename}: " if error.filename else ""
         return _fail(f"{where}{error.strerror or error}")
@@ -192,6 +195,14 @@ def main(argv=None):
         again = "; run the same command again to resume" if args.command == "train" else ""
         print(f"keras-attn: interrupted{again}", file=sys.stderr)
         return 130
+
+
+def _silence_stdout():
+    """Points standard output at /dev/null, so that exiting does not write to a closed pipe."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (e.g. captured by a test)
+        pass
 
 
 def _fail(message):

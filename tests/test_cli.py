@@ -50,6 +50,8 @@ MISTAKES = {
     "train: empty data": (lambda p: _train("--data", p.empty_txt, p=p), "empty.txt: no usable pairs"),
     "train: not UTF-8": (lambda p: _train("--src", p.latin1_txt, "--tgt", p.latin1_txt, p=p), "latin1.txt:1: invalid UTF-8"),
     "train: half a pair": (lambda p: _train("--src", p.two_txt, p=p), "--src and --tgt must be given together"),
+    "train: no such device": (lambda p: _train("--strategy", "mirrored", "--devices", "/gpu:9", p=p), "--devices /gpu:9: no such device here"),
+    "train: not a device": (lambda p: _train("--strategy", "one_device", "--devices", "gpu9", p=p), "--devices gpu9: not a device name"),
     # train: output folders
     "train: run folder under a file": (
         lambda p: ["train", "transformer", "--run-dir", os.path.join(p.file, "run")], "(--run-dir): cannot be a folder"),
@@ -100,6 +102,21 @@ def test_every_command_answers_a_mistake_in_one_line(mistake, paths, cli_loads_o
     assert len(error.strip().splitlines()) == 1 and error.startswith("keras-attn"), error
     assert message in error, error
     assert not (paths.root / "run").exists() and not (paths.root / "out").exists()
+
+
+def test_a_tf_config_that_is_not_json_is_one_line(paths, monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1"]}, task: 0}')
+    assert cli.main(_train("--strategy", "multi_worker", p=paths)) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("keras-attn: error: TF_CONFIG is not valid JSON (") and len(error.splitlines()) == 1
+
+
+def test_a_closed_output_pipe_ends_quietly(tiny_export, cli_loads_once, monkeypatch, capsys):
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("builtins.print", closed)
+    assert cli.main(["translate", tiny_export, "ein hund"]) == 141
 
 
 def test_help_shows_defaults_and_describes_every_argument(capsys):

@@ -260,6 +260,32 @@ def _devices(strategy):
         return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
 
 
+def _check_strategy_flags(config):
+    """Refuses in one line a `TF_CONFIG` that is not JSON, or `--devices` this machine lacks.
+
+    (TensorFlow would raise from deep inside, or quietly place the work on
+    another device.) Devices are looked up only for `one_device` and
+    `mirrored`: `multi_worker` must start before TensorFlow lists devices.
+    """
+    if config.strategy == "multi_worker":
+        try:
+            json.loads(os.environ.get("TF_CONFIG") or "{}")
+        except ValueError as error:
+            raise UserError(f"TF_CONFIG is not valid JSON ({error})") from None
+        return
+    if not config.devices or config.strategy not in ("one_device", "mirrored"):
+        return
+    present = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
+    for name in config.devices:
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except ValueError:
+            raise UserError(f"--devices {name}: not a device name (e.g. /gpu:0, /cpu:0)") from None
+        if (spec.device_type and spec.device_type.upper(), spec.device_index or 0) not in present:
+            names = ", ".join(f"/{kind.lower()}:{index}" for kind, index in sorted(present))
+            raise UserError(f"--devices {name}: no such device here (there are {names})")
+
+
 def _check_writable_folder(path, flag):
     """Refuses in one line, before any training, a folder that cannot be made or written."""
     existing = os.path.abspath(path)
@@ -295,6 +321,7 @@ def run(config, log=print):
     the newest export under `<export_root>/<name>` holds another model.
     """
     started = time.time()
+    _check_strategy_flags(config)
     strategy = prepare(config)  # the strategy first: see `prepare`
     chief, _ = worker_role(strategy)
     for line in describe_setup(config, strategy):
