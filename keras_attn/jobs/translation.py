@@ -244,12 +244,10 @@ def describe_setup(config, strategy):
 
 
 def _strategy_name(strategy):
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # its class: CollectiveAllReduceStrategy
+        return f"MultiWorkerMirroredStrategy, this process the {worker_role(strategy)[1]}"
     name = type(strategy).__name__
-    if name.startswith("_Default"):
-        return "default (no tf.distribute strategy)"
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return f"{name}, this process the {worker_role(strategy)[1]}"
-    return name
+    return "default (no tf.distribute strategy)" if name.startswith("_Default") else name
 
 
 def _devices(strategy):

@@ -51,7 +51,7 @@ def describe_precision(mixed_precision):
     """One line: the precision a run computes in, and why.
 
     `--precision auto` picks `mixed_bfloat16` exactly where the hardware runs
-    bfloat16 natively, so a choice against the hardware was asked for.
+    bfloat16 natively, so a choice against the hardware was made on purpose.
 
     Example:
 
@@ -62,7 +62,7 @@ def describe_precision(mixed_precision):
     if mixed_precision and native:
         return f"mixed_bfloat16: {hardware} runs bfloat16 natively"
     if mixed_precision:
-        return f"mixed_bfloat16 as asked, though {hardware} has no native bfloat16 (emulated: slower than float32)"
+        return f"mixed_bfloat16 as chosen, though {hardware} has no native bfloat16 (emulated: slower than float32)"
     if native:
-        return f"float32 as asked, though {hardware} runs bfloat16 natively (--precision auto would use mixed_bfloat16)"
+        return f"float32 as chosen, though {hardware} runs bfloat16 natively (--precision auto would use mixed_bfloat16)"
     return f"float32: {hardware} has no native bfloat16 (AVX512-BF16 or AMX; on GPUs compute capability 8.0+)"

@@ -14,9 +14,9 @@ from keras_attn.training import precision, runner
     "flags, mixed, said",
     [
         ("fpu avx512f", False, "float32: this CPU has no native bfloat16 (AVX512-BF16 or AMX"),
-        ("fpu avx512f", True, "mixed_bfloat16 as asked, though this CPU has no native bfloat16 (emulated"),
+        ("fpu avx512f", True, "mixed_bfloat16 as chosen, though this CPU has no native bfloat16 (emulated"),
         ("fpu avx512_bf16", True, "mixed_bfloat16: this CPU runs bfloat16 natively"),
-        ("fpu amx_bf16", False, "float32 as asked, though this CPU runs bfloat16 natively (--precision auto"),
+        ("fpu amx_bf16", False, "float32 as chosen, though this CPU runs bfloat16 natively (--precision auto"),
     ],
 )
 def test_the_precision_is_said_with_its_reason(flags, mixed, said, monkeypatch):
