@@ -34,7 +34,6 @@ def transformer(
     share_embeddings=False,
     tie_output=True,
     name="transformer",
-    max_length=None,
 ):
     """Builds the Transformer as a functional `keras.Model`.
 
@@ -63,8 +62,6 @@ def transformer(
         tie_output: the output projection is the transposed target embedding
             (section 3.4).
         name: the model name.
-        max_length: the old name of `max_sequence_length`, still accepted
-            (the translation job and its `--max-length` flag use it).
 
     Returns:
         A `keras.Model` mapping `{"source", "target_in"}` to logits. Its
@@ -91,8 +88,6 @@ def transformer(
         hidden_dim = config["hidden_dim"]
         num_heads = config["num_heads"]
         intermediate_dim = config["intermediate_dim"]
-    if max_length is not None:
-        max_sequence_length = max_length
     num_decoder_layers = num_decoder_layers or num_layers
     if share_embeddings and source_vocabulary_size != target_vocabulary_size:
         raise ValueError(

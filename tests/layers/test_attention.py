@@ -39,14 +39,37 @@ def test_dot_matches_keras_attention(causal):
 
 
 def test_keras_masks_flow_in_and_out():
-    ids = np.array([[3, 4, 0, 0], [5, 6, 7, 8]])
-    embed = keras.layers.Embedding(10, 6, mask_zero=True)
-    tokens = keras.Input((None,), dtype="int32")
-    query = keras.Input((None, 6))
-    context = DotProductAttention("dot")(query, embed(tokens))
-    model = keras.Model([query, tokens], context)
-    expected = DotProductAttention("dot")(QUERY, np.asarray(embed(ids)), value_mask=ids != 0)
-    np.testing.assert_allclose(model([QUERY, ids]), expected, atol=1e-5)
+    """The value's mask hides padded keys; the query's mask comes out with the context."""
+    value_ids = np.array([[3, 4, 0, 0], [5, 6, 7, 8]])
+    query_ids = np.array([[1, 2, 3, 0, 0], [4, 0, 0, 0, 0]])
+    embed_value = keras.layers.Embedding(10, 6, mask_zero=True)
+    embed_query = keras.layers.Embedding(10, 6, mask_zero=True)
+    value_tokens = keras.Input((None,), dtype="int32")
+    query_tokens = keras.Input((None,), dtype="int32")
+    context = DotProductAttention("dot")(embed_query(query_tokens), embed_value(value_tokens))
+    pooled = keras.layers.GlobalAveragePooling1D()(context)  # uses the output mask
+    model = keras.Model([query_tokens, value_tokens], [context, pooled])
+
+    query, value = np.asarray(embed_query(query_ids)), np.asarray(embed_value(value_ids))
+    expected = DotProductAttention("dot")(
+        query, value, value_mask=value_ids != 0, query_mask=query_ids != 0
+    )
+    keep = (query_ids != 0)[..., None]
+    got_context, got_pooled = model([query_ids, value_ids])
+    np.testing.assert_allclose(got_context, expected, atol=1e-5)
+    np.testing.assert_allclose(
+        got_pooled, (np.asarray(expected) * keep).sum(1) / keep.sum(1), atol=1e-5
+    )
+    # Padded keys got no weight: changing their vectors changes nothing.
+    other = value.copy()
+    other[value_ids == 0] = 100.0
+    np.testing.assert_allclose(
+        DotProductAttention("dot")(
+            query, other, value_mask=value_ids != 0, query_mask=query_ids != 0
+        ),
+        expected,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "concat", "cosine"])

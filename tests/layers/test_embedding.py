@@ -27,12 +27,22 @@ def test_reverse_is_the_tied_output_projection():
     )
 
 
-def test_mask_reaches_downstream_layers():
+@pytest.mark.parametrize("kind", ["token_and_position", "bert"])
+def test_mask_reaches_downstream_layers(kind):
+    """A masked mean downstream averages over the real tokens only."""
+    if kind == "bert":
+        embed = BertEmbedding(20, max_sequence_length=8, num_segments=2, hidden_dim=6)
+    else:
+        embed = TokenAndPositionEmbedding(20, max_sequence_length=8, hidden_dim=6)
     tokens = keras.Input((None,), dtype="int32")
-    x = TokenAndPositionEmbedding(20, max_sequence_length=8, hidden_dim=6)(tokens)
-    assert x._keras_mask is not None
-    x = BertEmbedding(20, max_sequence_length=8, num_segments=2, hidden_dim=6)(tokens)
-    assert x._keras_mask is not None
+    pooled = keras.layers.GlobalAveragePooling1D()(embed(tokens))
+    model = keras.Model(tokens, pooled)
+    embedded = np.asarray(embed(IDS))
+    keep = (IDS != 0)[..., None]
+    expected = (embedded * keep).sum(1) / keep.sum(1)
+    np.testing.assert_allclose(model(IDS), expected, atol=1e-5)
+    assert not np.allclose(expected, embedded.mean(1))  # the mask matters here
+    np.testing.assert_array_equal(embed.compute_mask(IDS), IDS != 0)
 
 
 def test_bert_embedding_is_layer_norm_of_the_three_sums():

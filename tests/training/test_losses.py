@@ -75,11 +75,17 @@ def test_transformer_schedule_warms_up_then_decays():
     np.testing.assert_allclose(rates[3], rates[2] / 2, rtol=1e-3)
 
 
-def test_precision_choice():
-    from keras_attn.training.precision import native_bfloat16, resolve_mixed_precision
+@pytest.mark.parametrize(
+    "flags, native",
+    [("fma avx2 avx512f", False), ("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True), ("", False)],
+)
+def test_precision_auto_follows_the_cpu_flags(flags, native, monkeypatch):
+    from keras_attn.training import precision
 
-    assert resolve_mixed_precision("float32") is False
-    assert resolve_mixed_precision("mixed_bfloat16") is True
-    assert resolve_mixed_precision("auto") == native_bfloat16()
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: f"flags\t\t: {flags}\n")
+    monkeypatch.setattr(precision.tf.config, "list_physical_devices", lambda kind=None: [])
+    assert precision.resolve_mixed_precision("auto") is native
+    assert precision.resolve_mixed_precision("float32") is False
+    assert precision.resolve_mixed_precision("mixed_bfloat16") is True
     with pytest.raises(ValueError, match="--precision"):
-        resolve_mixed_precision("float16")
+        precision.resolve_mixed_precision("float16")
