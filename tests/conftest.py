@@ -19,6 +19,13 @@ tf.config.set_logical_device_configuration(
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI: the same examples every run and no example database left behind;
+# locally: random examples, and failures replayed from .hypothesis/.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture(autouse=True)

@@ -646,6 +646,13 @@ def test_cached_steps_under_mixed_bfloat16():
     assert np.abs(full - reference).mean() < 0.02
     # The largest logit (what greedy search picks) agrees almost everywhere.
     assert np.mean(full.argmax(-1) == reference.argmax(-1)) >= 0.9
+    # A search: an untrained model has near-ties, where bfloat16 may choose
+    # the other token and go on from there (measured: 90% of tokens equal,
+    # scores within 6%).
+    ours = greedy_search(TransformerStepper(half), SOURCE, MAX_LENGTH, eos_id=-1)
+    theirs = greedy_search(TransformerStepper(model), SOURCE, MAX_LENGTH, eos_id=-1)
+    assert np.mean(np.asarray(ours["tokens"]) == np.asarray(theirs["tokens"])) >= 0.8
+    np.testing.assert_allclose(ours["scores"], theirs["scores"], rtol=0.08)
 
 
 def test_extra_padding_columns_leave_the_logits_unchanged(model):

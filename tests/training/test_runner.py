@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import keras
 import pytest
@@ -45,27 +47,52 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     )
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One device, never interrupted, 6 epochs: the run the others must equal.
+
+    The optimizer's rate is constant, so its first 4 epochs are also a 4-epoch run.
+    """
+    run_dir = tmp_path_factory.mktemp("reference")
+    result = _job(run_dir, epochs=6)
+    result.run_dir = run_dir
+    return result
+
+
+def _history_json(run_dir):
+    with open(run_dir / "history.json") as f:
+        return json.load(f)
+
+
+def _assert_same_weights(a, b, atol=1e-6):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, atol=atol)
+
+
 @pytest.mark.parametrize("rows", [16, 17])  # 17: the last batch has 1 row, one replica none
-def test_two_replicas_give_the_losses_of_one_device(tmp_path, rows):
-    one = _job(tmp_path / "one", epochs=4, rows=rows)
-    two = _job(tmp_path / "two", epochs=4, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=rows)
+def test_two_replicas_give_the_losses_of_one_device(tmp_path, rows, reference):
+    one = reference if rows == 16 else _job(tmp_path / "one", epochs=6, rows=rows)
+    two = _job(tmp_path / "two", epochs=6, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=rows)
     assert two.strategy.num_replicas_in_sync == 2 and two.global_batch_size == 16
     np.testing.assert_allclose(two.history["loss"], one.history["loss"], atol=1e-4)
     np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
-    for a, b in zip(one.model.get_weights(), two.model.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-4)
+    _assert_same_weights(one.model.get_weights(), two.model.get_weights(), atol=1e-4)
 
 
 @pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
-def test_xla_and_bfloat16_work_under_every_local_strategy(tmp_path, strategy):
+def test_xla_and_bfloat16_work_under_every_local_strategy(tmp_path, strategy, reference):
     devices = ["/cpu:0", "/cpu:1"] if strategy == "mirrored" else None
-    reference = _job(tmp_path / "f32", epochs=6)
-    xla = _job(tmp_path / "xla", epochs=6, strategy=strategy, devices=devices, jit_compile=True)
-    np.testing.assert_allclose(xla.history["loss"], reference.history["loss"], rtol=1e-4)
+    if strategy == "one_device":  # a compiled step equals the plain one (mirrored: see above)
+        xla = _job(tmp_path / "xla", epochs=6, jit_compile=True)
+        np.testing.assert_allclose(xla.history["loss"], reference.history["loss"], rtol=1e-4)
+        _assert_same_weights(xla.model.get_weights(), reference.model.get_weights(), atol=1e-4)
     bf16 = _job(tmp_path / "bf16", epochs=6, strategy=strategy, devices=devices,
                 mixed_precision=True, jit_compile=True)
     assert {layer.compute_dtype for layer in bf16.model.layers} >= {"bfloat16"}
-    np.testing.assert_allclose(bf16.history["loss"], reference.history["loss"], rtol=0.05)
+    # bfloat16 rounds activations to 8 significant bits: the per-epoch losses
+    # of this tiny model stay within 2% of float32 (measured: under 1%).
+    np.testing.assert_allclose(bf16.history["loss"], reference.history["loss"], rtol=0.02)
     assert bf16.history["loss"][-1] < 0.8 * bf16.history["loss"][0]
 
 
@@ -81,12 +108,11 @@ def test_a_stopped_run_stays_stopped(tmp_path):
     assert again.history == {} and again.steps == stopped.steps == 2
 
 
-def test_resuming_with_another_global_batch_is_refused(tmp_path):
+def test_resuming_with_another_global_batch_is_refused(reference):
     from keras_attn.errors import UserError
 
-    _job(tmp_path, epochs=1)
     with pytest.raises(UserError, match="global batch of 16, this run has 8"):
-        _job(tmp_path, epochs=2, batch_size=8)
+        _job(reference.run_dir, epochs=6, batch_size=8)
 
 
 class _Interrupt(keras.callbacks.Callback):
@@ -95,20 +121,38 @@ class _Interrupt(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path):
-    uninterrupted = _job(tmp_path / "straight", epochs=4)
+def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, reference):
+    """Interrupted after epoch 2 of 4, resumed, rerun when finished, then given 6 epochs."""
     with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path / "resumed", epochs=4, callbacks=[_Interrupt()])
-    resumed = _job(tmp_path / "resumed", epochs=4)
-    assert resumed.initial_epoch == 2
-    assert len(resumed.history["loss"]) == 2
-    np.testing.assert_allclose(resumed.history["loss"], uninterrupted.history["loss"][2:], rtol=1e-5)
-    assert int(resumed.model.optimizer.iterations) == int(uninterrupted.model.optimizer.iterations)
+        _job(tmp_path, epochs=4, callbacks=[_Interrupt()])
+    resumed = _job(tmp_path, epochs=4)
+    assert resumed.initial_epoch == 2 and not resumed.already_finished
+    np.testing.assert_allclose(resumed.history["loss"], reference.history["loss"][2:4], rtol=1e-5)
+    steps_per_epoch = reference.steps // 6
+    assert resumed.steps == int(resumed.model.optimizer.iterations) == 4 * steps_per_epoch
+
     # A finished run resumed again trains no more and keeps the best weights.
-    again = _job(tmp_path / "resumed", epochs=4)
-    assert again.history == {} and again.best_val_loss == pytest.approx(min(uninterrupted.history["val_loss"]))
-    assert (tmp_path / "resumed" / "best.weights.h5").exists()
-    assert not list((tmp_path / "resumed").glob("*.tmp*"))
+    again = _job(tmp_path, epochs=4)
+    assert again.already_finished and again.history == {} and again.steps == resumed.steps
+    assert again.best_val_loss == pytest.approx(min(reference.history["val_loss"][:4]))
+    _assert_same_weights(again.model.get_weights(), resumed.model.get_weights(), atol=0)
+    assert (tmp_path / "best.weights.h5").exists()
+    assert not list(tmp_path.glob("*.tmp*"))
+
+    # More epochs on a finished run train on, as if it had never stopped.
+    longer = _job(tmp_path, epochs=6)
+    assert longer.initial_epoch == 4 and longer.steps == reference.steps
+    np.testing.assert_allclose(longer.history["loss"], reference.history["loss"][4:], rtol=1e-5)
+    assert longer.best_val_loss == pytest.approx(reference.best_val_loss, rel=1e-5)
+    _assert_same_weights(longer.model.get_weights(), reference.model.get_weights())
+
+    # history.json holds every epoch once, as the uninterrupted run's does.
+    kept, straight = _history_json(tmp_path), _history_json(reference.run_dir)
+    assert kept["steps"] == straight["steps"] == reference.steps
+    assert sorted(kept["history"]) == sorted(straight["history"])
+    for name, values in straight["history"].items():
+        assert len(values) == 6
+        np.testing.assert_allclose(kept["history"][name], values, rtol=1e-5)
 
 
 class _InterruptAtStep(keras.callbacks.Callback):
@@ -118,10 +162,15 @@ class _InterruptAtStep(keras.callbacks.Callback):
 
 
 def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
+    from keras_attn.errors import UserError
+
     steps = dict(batch_size=2, backup_every=1)  # 8 steps an epoch, a backup after each
     uninterrupted = _job(tmp_path / "straight", epochs=2, **steps)
     with pytest.raises(KeyboardInterrupt):
         _job(tmp_path / "resumed", epochs=2, callbacks=[_InterruptAtStep()], **steps)
+    # Data that no longer reaches the backup's position in the epoch is refused.
+    with pytest.raises(UserError, match="3 steps into an epoch, but an epoch now has 2"):
+        _job(tmp_path / "resumed", epochs=2, rows=4, **steps)
     resumed = _job(tmp_path / "resumed", epochs=2, **steps)
     assert resumed.steps == uninterrupted.steps == 16
     # The first epoch's metrics count its 3 steps before the backup too.
@@ -129,12 +178,4 @@ def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
     np.testing.assert_allclose(
         resumed.history["token_accuracy"], uninterrupted.history["token_accuracy"], rtol=1e-5
     )
-
-
-def test_resuming_mid_epoch_on_shorter_data_is_refused(tmp_path):
-    from keras_attn.errors import UserError
-
-    with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path, epochs=2, callbacks=[_InterruptAtStep()], batch_size=2, backup_every=1)
-    with pytest.raises(UserError, match="3 steps into an epoch, but an epoch now has 2"):
-        _job(tmp_path, epochs=2, batch_size=2, backup_every=1, rows=4)
+    _assert_same_weights(resumed.model.get_weights(), uninterrupted.model.get_weights())
