@@ -89,3 +89,27 @@ def test_precision_auto_follows_the_cpu_flags(flags, native, monkeypatch):
     assert precision.resolve_mixed_precision("mixed_bfloat16") is True
     with pytest.raises(ValueError, match="--precision"):
         precision.resolve_mixed_precision("float16")
+
+
+def test_transformer_schedule_follows_its_formula():
+    """lrate = scale · d^-0.5 · min(n^-0.5, n · warmup^-1.5), n = step + 1 (paper, eq. 3)."""
+    schedule = TransformerSchedule(d_model=256, warmup_steps=100, scale=2.0)
+    steps = np.arange(0, 1000, 7)
+    n = steps + 1.0
+    expected = 2.0 * 256**-0.5 * np.minimum(n**-0.5, n * 100**-1.5)
+    np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5)
+
+
+def test_warmup_cosine_follows_its_formula():
+    """Linear warm-up to the peak, then cosine decay to 2% of it at the last step."""
+    from keras_attn.training import warmup_cosine
+
+    peak, warmup, total = 3e-3, 50, 400
+    schedule = warmup_cosine(peak, warmup, total)
+    steps = np.arange(0, total + 1, 5)
+    progress = np.clip((steps - warmup) / (total - warmup), 0, 1)
+    cosine = peak * (0.02 + 0.98 * 0.5 * (1 + np.cos(np.pi * progress)))
+    expected = np.where(steps < warmup, peak * steps / warmup, cosine)
+    np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-4, atol=1e-9)
+    assert float(schedule(warmup)) == pytest.approx(peak)
+    assert float(schedule(total)) == pytest.approx(0.02 * peak)
