@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import masking
+from keras_attn.layers.blockwise_attention import blockwise_attention
 from keras_attn.layers.initializers import clone_initializer
 
 
@@ -74,6 +75,16 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer: initializer of the projection kernels; each
             kernel draws from its own copy (see `clone_initializer`).
         bias_initializer: initializer of the projection biases.
+        memory_efficient: `"auto"` (the default), `True` or `False`: compute
+            attention over blocks of `key_block_size` keys with an online
+            softmax (`blockwise_attention`, the FlashAttention recurrence),
+            whose memory grows linearly with the length instead of
+            quadratically. `"auto"` uses it from `BLOCKWISE_FROM` keys on
+            (a static length). Never with `return_attention_scores` or a
+            cache (the weights would have to be materialized; a decoding
+            step is small). Outputs and gradients equal the plain path.
+        key_block_size: keys per block of the memory-efficient path.
+        seed: seed of the memory-efficient path's attention dropout.
 
     Call arguments:
         query: `(B, Tq, dim)`.
@@ -131,6 +142,9 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        memory_efficient="auto",
+        key_block_size=512,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -151,7 +165,32 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_layer = (
             keras.layers.Dropout(dropout, dtype=self.dtype_policy) if dropout else None
         )
+        if memory_efficient not in ("auto", True, False):
+            raise ValueError(
+                f"`memory_efficient` must be 'auto', True or False, got {memory_efficient!r}."
+            )
+        _check_positive_int("key_block_size", key_block_size)
+        self.memory_efficient = memory_efficient
+        self.key_block_size = key_block_size
+        self.seed = seed
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed)
+            if dropout and memory_efficient is not False
+            else None
+        )
         self.supports_masking = True
+
+    # Keys from which `memory_efficient="auto"` attends block by block: there
+    # the (B, h, T, T) weights of a training step outgrow the blocks' cost.
+    BLOCKWISE_FROM = 2048
+
+    def _blockwise(self, key_length, scores, cache):
+        """Whether a call takes the memory-efficient path."""
+        if scores or cache is not None or self.memory_efficient is False:
+            return False
+        if self.memory_efficient is True:
+            return True
+        return key_length is not None and key_length >= self.BLOCKWISE_FROM
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -320,23 +359,26 @@ class MultiHeadAttention(keras.layers.Layer):
             # New steps must not see the ones after them (one step sees all).
             use_causal_mask = query.shape[1] != 1
 
-        causal = None
-        if use_causal_mask:
-            causal = masking.causal_mask(
-                ops.shape(q)[2],
-                ops.shape(k)[2],
-                query_start=0 if cache_index is None else cache_index,
-            )
         if cache is not None:
             key_mask = None  # a cache's length differs from the inputs'
-        mask = masking.merge_masks(
-            masking.attention_mask(query_mask, key_mask),
-            attention_mask,
-            causal,
-        )
-        output, weights = scaled_dot_product_attention(
-            q, k, v, mask, self.dropout_layer, training
-        )
+        start = 0 if cache_index is None else cache_index
+        if self._blockwise(k.shape[2], return_attention_scores, cache):
+            weights = None
+            output = self._attend_blockwise(
+                q, k, v, query_mask, key_mask, attention_mask, use_causal_mask, start, training
+            )
+        else:
+            causal = None
+            if use_causal_mask:
+                causal = masking.causal_mask(
+                    ops.shape(q)[2], ops.shape(k)[2], query_start=start
+                )
+            mask = masking.merge_masks(
+                masking.attention_mask(query_mask, key_mask), attention_mask, causal
+            )
+            output, weights = scaled_dot_product_attention(
+                q, k, v, mask, self.dropout_layer, training
+            )
         # Concat(head_1, ..., head_h) W^O as one contraction over (h, d_v).
         h, dv, out_dim = self.output_kernel.shape
         batch, length = ops.shape(output)[0], ops.shape(output)[2]
@@ -355,6 +397,21 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
+    def _attend_blockwise(
+        self, q, k, v, query_mask, key_mask, attention_mask, causal, start, training
+    ):
+        rate = self.dropout if training and self.dropout else 0.0
+        seed = None
+        if rate:
+            seed = keras.random.randint((2,), 0, 2**30, seed=self.seed_generator)
+        output = blockwise_attention(
+            q, k, v,
+            query_mask=query_mask, key_mask=key_mask, attention_mask=attention_mask,
+            causal=causal, query_start=start,
+            block_size=self.key_block_size, dropout_rate=rate, dropout_seed=seed,
+        )
+        return output
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -371,6 +428,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(
                     self.bias_initializer
                 ),
+                "memory_efficient": self.memory_efficient,
+                "key_block_size": self.key_block_size,
+                "seed": self.seed,
             }
         )
         return config

@@ -138,14 +138,16 @@ class TransformerEncoderBlock(_TransformerBlock):
         mask=None,
     ):
         padding_mask = mask if padding_mask is None else padding_mask
-        attention_mask = masking.attention_mask(padding_mask, padding_mask)
 
         residual = x
         x = self.self_attention_norm.normalize_input(x)
-        x, scores = self.self_attention(
-            x, x, attention_mask=attention_mask,
-            return_attention_scores=True, training=training,
+        # Padding as (B, T) masks, not a (B, T, T) one: the memory-efficient
+        # path of long sequences never builds anything quadratic.
+        attended = self.self_attention(
+            x, x, query_mask=padding_mask, value_mask=padding_mask,
+            return_attention_scores=return_attention_scores, training=training,
         )
+        x, scores = attended if return_attention_scores else (attended, None)
         x = self.self_attention_norm(residual, x, training=training)
 
         residual = x
@@ -291,19 +293,20 @@ class TransformerDecoderBlock(_TransformerBlock):
         x = self.self_attention_norm.normalize_input(x)
         attended = self.self_attention(
             x, x,
-            attention_mask=masking.attention_mask(
-                decoder_padding_mask, decoder_padding_mask
-            ),
+            query_mask=decoder_padding_mask,
+            value_mask=decoder_padding_mask,
             use_causal_mask=True,
-            return_attention_scores=True,
+            return_attention_scores=return_attention_scores,
             training=training,
             cache=cache,
             cache_index=cache_index,
         )
+        attended = attended if isinstance(attended, tuple) else (attended,)
+        x, self_scores = attended[0], None
+        if return_attention_scores:
+            self_scores = attended[1]
         if cache is not None:
-            x, self_scores, cache = attended
-        else:
-            x, self_scores = attended
+            cache = attended[-1]
         x = self.self_attention_norm(residual, x, training=training)
 
         # Multi-head attention over the encoder outputs.
@@ -312,14 +315,14 @@ class TransformerDecoderBlock(_TransformerBlock):
             residual = x
             x = self.cross_attention_norm.normalize_input(x)
             if cross_attention_cache is None:
-                x, cross_scores = self.cross_attention(
+                attended = self.cross_attention(
                     x, encoder_outputs,
-                    attention_mask=masking.attention_mask(
-                        decoder_padding_mask, encoder_padding_mask
-                    ),
-                    return_attention_scores=True,
+                    query_mask=decoder_padding_mask,
+                    value_mask=encoder_padding_mask,
+                    return_attention_scores=return_attention_scores,
                     training=training,
                 )
+                x, cross_scores = attended if return_attention_scores else (attended, None)
             else:
                 x, cross_scores = self._attend_to_memory(
                     x, cross_attention_cache, decoder_padding_mask,

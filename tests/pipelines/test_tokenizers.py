@@ -263,7 +263,7 @@ def test_saved_model_reloads_in_a_process_with_only_tensorflow_text(tokenizer, t
         tf.io.write_file({str(tmp_path / "text.pb")!r}, tf.io.serialize_tensor(text))
         """
     )
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-3000:]
 
     def read(name, dtype):
