@@ -4,7 +4,9 @@ One concept per module: `attention` (Bahdanau and Luong alignment attention),
 `multi_head_attention` (scaled dot-product and multi-head attention),
 `position` (sinusoidal and learned positions), `embedding` (token + position,
 BERT's input embedding), `add_and_norm`, `feed_forward`, `transformer`
-(encoder and decoder blocks) and `masking` (padding and causal masks).
+(encoder and decoder blocks), `rnn_encoder` and `rnn_decoder` (the RNN
+encoder and attentional decoder of Seq2Seq) and `masking` (padding and
+causal masks).
 """
 
 from keras_attn.layers.add_and_norm import AddAndNorm
@@ -16,6 +18,8 @@ from keras_attn.layers.multi_head_attention import (
     scaled_dot_product_attention,
 )
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+from keras_attn.layers.rnn_decoder import AttentionDecoder
+from keras_attn.layers.rnn_encoder import RNNEncoder
 from keras_attn.layers.transformer import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,

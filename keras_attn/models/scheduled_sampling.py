@@ -1,0 +1,100 @@
+"""Scheduled sampling (Bengio et al. 2015): the teacher-forcing ratio decays over training.
+
+At training step i the decoder is fed the gold previous token with
+probability ε_i and its own prediction otherwise (section 2.4). The paper's
+three decays of ε_i:
+
+- linear: ε_i = max(ε, k - c·i), with 0 ≤ ε < 1 the floor;
+- exponential: ε_i = k^i, with k < 1;
+- inverse sigmoid: ε_i = k / (k + exp(i / k)), with k ≥ 1.
+
+`ScheduledSampling` sets the decoder's `sampling_probability` to 1 - ε_i
+before every batch (see `AttentionDecoder`).
+"""
+
+import math
+
+import keras
+
+from keras_attn.layers import AttentionDecoder
+
+
+def linear_decay(step, k=1.0, c=1e-4, minimum=0.0):
+    """ε_i = max(ε, k - c·i)."""
+    return max(minimum, k - c * step)
+
+
+def exponential_decay(step, k=0.9999):
+    """ε_i = k^i (k < 1)."""
+    return k**step
+
+
+def inverse_sigmoid_decay(step, k=1000.0):
+    """ε_i = k / (k + exp(i / k)) (k ≥ 1)."""
+    exponent = step / k
+    if exponent > 700:  # exp overflows; ε is 0 to double precision
+        return 0.0
+    return k / (k + math.exp(exponent))
+
+
+SCHEDULES = {
+    "linear": linear_decay,
+    "exponential": exponential_decay,
+    "inverse_sigmoid": inverse_sigmoid_decay,
+}
+
+
+def teacher_forcing_schedule(name, **parameters):
+    """The decay called `name` with its `parameters` fixed: `step → ε_step`.
+
+    Example:
+
+    >>> schedule = teacher_forcing_schedule("inverse_sigmoid", k=500.0)
+    >>> round(schedule(0), 4), round(schedule(5000), 4)
+    (0.998, 0.0222)
+    """
+    if name not in SCHEDULES:
+        raise ValueError(f"The schedule must be one of {sorted(SCHEDULES)}, got {name!r}.")
+    decay = SCHEDULES[name]
+    return lambda step: decay(step, **parameters)
+
+
+class ScheduledSampling(keras.callbacks.Callback):
+    """Sets the decoders' sampling probability to 1 - ε(step) before every batch.
+
+    The step is the optimizer's iteration count, so a resumed run picks the
+    schedule up where it stopped. The probability in use is logged at the
+    end of every epoch as `sampling_probability`.
+
+    Args:
+        schedule: `step → ε`, the teacher-forcing ratio (e.g.
+            `teacher_forcing_schedule("inverse_sigmoid", k=1000.0)`).
+
+    Example:
+
+    >>> model = seq2seq(1000, 1000, scheduled_sampling="argmax")
+    >>> model.fit(data, epochs=5,
+    ...           callbacks=[ScheduledSampling(inverse_sigmoid_decay)])
+    """
+
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+
+    def _variables(self):
+        return [
+            layer.sampling_probability
+            for layer in self.model._flatten_layers()  # noqa: SLF001
+            if isinstance(layer, AttentionDecoder) and layer.scheduled_sampling
+        ]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        probability = 1.0 - float(self.schedule(step))
+        for variable in self._variables():
+            variable.assign(probability)
+
+    def on_epoch_end(self, epoch, logs=None):
+        variables = self._variables()
+        if logs is not None and variables:
+            logs["sampling_probability"] = float(variables[0].numpy())
