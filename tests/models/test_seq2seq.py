@@ -122,9 +122,9 @@ def test_local_attention_never_looks_outside_its_window():
     assert np.all(weights.numpy()[np.broadcast_to(~REAL[:, None], weights.shape)] == 0.0)
 
 
-@pytest.mark.parametrize("name", ["bahdanau", "luong_local_m"])
-def test_greedy_and_beam_search_run_on_the_stepper(name):
-    stepper = Seq2SeqStepper(small_model(**CONFIGS[name]))
+def test_greedy_and_beam_search_run_on_the_stepper():
+    """(Local-m's repeated memory under beam rows is checked by the gold-token test.)"""
+    stepper = Seq2SeqStepper(small_model(**CONFIGS["bahdanau"]))
     greedy = tf.function(
         lambda source: decoding.greedy_search(stepper, source, 7, return_attention=True)
     )(SOURCE)
