@@ -4,6 +4,9 @@ import importlib.util
 import os
 
 import pytest
+import tensorflow as tf
+
+from keras_attn.training import get_strategy
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -15,7 +18,12 @@ def example(name):
     return module
 
 
-def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys):
+def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monkeypatch):
+    # One MirroredStrategy per device set and process (see keras_attn.training.strategy):
+    # a second one would reuse the collective keys of the other tests' strategy.
+    monkeypatch.setattr(
+        tf.distribute, "MirroredStrategy", lambda devices=None: get_strategy("mirrored", devices)
+    )
     result = example("bahdanau_seq2seq").main(["--tiny", "--devices", "/cpu:0", "/cpu:1"])
     assert result["replicas"] == 2
     assert result["exact_match"] >= 0.9, result  # 0.99 seen (100 steps)
