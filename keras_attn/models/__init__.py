@@ -2,12 +2,5 @@
 
 from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from keras_attn.models.transformer import TransformerStepper, transformer
-from keras_attn.models.scheduled_sampling import (
-    ScheduledSampling,
-    exponential_decay,
-    inverse_sigmoid_decay,
-    linear_decay,
-    teacher_forcing_schedule,
-)
 from keras_attn.models.seq2seq import PRESETS as SEQ2SEQ_PRESETS
 from keras_attn.models.seq2seq import Seq2SeqStepper, seq2seq

@@ -2,5 +2,12 @@
 
 from keras_attn.training.losses import MaskedSparseCrossEntropy, token_cross_entropy
 from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
+from keras_attn.training.scheduled_sampling import (
+    ScheduledSampling,
+    exponential_decay,
+    inverse_sigmoid_decay,
+    linear_decay,
+    teacher_forcing_schedule,
+)
 from keras_attn.training.schedules import TransformerSchedule, warmup_cosine
 from keras_attn.training.strategy import get_strategy

@@ -7,16 +7,15 @@ import tensorflow as tf
 
 from keras_attn import decoding, export
 from keras_attn.layers import AttentionDecoder, RNNEncoder
-from keras_attn.models import (
+from keras_attn.models import Seq2SeqStepper, seq2seq
+from keras_attn.training import (
     ScheduledSampling,
-    Seq2SeqStepper,
     exponential_decay,
+    get_strategy,
     inverse_sigmoid_decay,
     linear_decay,
-    seq2seq,
     teacher_forcing_schedule,
 )
-from keras_attn.training import get_strategy
 from pipelines import tokenizers
 
 BOS, EOS, FIRST, VOCAB = decoding.BOS_ID, decoding.EOS_ID, 4, 14
