@@ -2,11 +2,12 @@
 
 One concept per module: `attention` (Bahdanau and Luong alignment attention),
 `multi_head_attention` (scaled dot-product and multi-head attention),
+`blockwise_attention` (the memory-efficient path of long sequences),
 `position` (sinusoidal and learned positions), `embedding` (token + position,
 BERT's input embedding), `add_and_norm`, `feed_forward`, `transformer`
 (encoder and decoder blocks), `rnn_encoder` and `rnn_decoder` (the RNN
-encoder and attentional decoder of Seq2Seq) and `masking` (padding and
-causal masks).
+encoder and attentional decoder of Seq2Seq), `masking` (padding and
+causal masks) and `initializers` (one initializer copy per weight).
 """
 
 from keras_attn.layers.add_and_norm import AddAndNorm
