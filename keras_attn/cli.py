@@ -140,7 +140,9 @@ def build_parser():
     output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
                         help="back up every STEPS steps as well as after each epoch (0: epochs only)")
     output.add_argument("--export", default="saved_models", metavar="ROOT",
-                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed")
+                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed (or --force-export)")
+    output.add_argument("--force-export", action="store_true",
+                        help="export a new version even when the newest one holds the same model")
     output.add_argument("--no-export", action="store_true", help="do not export")
     output.add_argument("--name", default="transformer", help="model name under the export root and runs/")
     output.add_argument("--beam-width", type=_at_least(1), default=4,
@@ -226,7 +228,8 @@ def _train(args):
         strategy=args.strategy, devices=args.devices,
         mixed_precision=resolve_mixed_precision(args.precision), jit_compile=args.jit_compile,
         beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", args.name),
-        export_root=args.export, name=args.name, export=not args.no_export, seed=args.seed,
+        export_root=args.export, name=args.name, export=not args.no_export,
+        force_export=args.force_export, seed=args.seed,
         backup_every=args.backup_every,
     )
     result = translation.run(config)

@@ -215,14 +215,14 @@ def export(module, root="saved_models", name="transformer", metadata=None):
             shutil.rmtree(temporary, ignore_errors=True)
 
 
-def export_if_changed(module, root="saved_models", name="transformer", metadata=None):
-    """`export`s `module` unless the newest version already holds it.
+def export_if_changed(module, root="saved_models", name="transformer", metadata=None, force=False):
+    """`export`s `module` unless the newest version already holds it (or `force`).
 
     Returns:
         `(path, new)`: the new version and True, or the newest version,
         whose `fingerprint` equals `module.fingerprint()`, and False.
     """
-    newest = newest_version(root, name)
+    newest = None if force else newest_version(root, name)
     if newest and read_metadata(newest).get("fingerprint") == module.fingerprint():
         return newest, False
     return export(module, root, name, metadata), True

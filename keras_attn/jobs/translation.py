@@ -65,6 +65,7 @@ class TranslationConfig(RunConfig):
     export_root: str = "saved_models"
     name: str = "transformer"
     export: bool = True
+    force_export: bool = False  # a new version even when the newest export holds this model
     samples: int = 5
 
 
@@ -316,7 +317,8 @@ def run(config, log=print):
     Under several workers (`strategy="multi_worker"`) every worker trains;
     only the chief evaluates and exports. A run folder whose run has
     already finished trains nothing, and an export is written only when
-    the newest export under `<export_root>/<name>` holds another model.
+    the newest export under `<export_root>/<name>` holds another model
+    (or `force_export`).
     """
     started = time.time()
     _check_strategy_flags(config)
@@ -407,7 +409,9 @@ def run(config, log=print):
     path, new_export = None, False
     if config.export:
         metadata = {"test_src": os.path.abspath(test_paths[0]), "test_ref": os.path.abspath(test_paths[1])}
-        path, new_export = export.export_if_changed(translator, config.export_root, config.name, metadata)
+        path, new_export = export.export_if_changed(
+            translator, config.export_root, config.name, metadata, force=config.force_export
+        )
     samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))
     return TranslationResult(
         export_path=path, metrics=metrics, samples=samples, history=result.history,

@@ -5,6 +5,7 @@ import dataclasses
 import io
 import os
 import re
+import shutil
 import types
 
 import pytest
@@ -81,6 +82,23 @@ def test_a_rerun_of_a_finished_run_trains_and_exports_nothing(trained):
     assert os.listdir(trained.root / "saved_models" / "transformer") == ["1"]
     assert trained.rerun.already_finished and trained.rerun.history == {} and not trained.rerun.new_export
     assert trained.rerun.metrics["hypotheses"] == trained.result.metrics["hypotheses"]
+
+
+def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys):
+    from keras_attn import export
+
+    run, root = tmp_path / "run", tmp_path / "saved_models"  # copies: the fixture's stay as they are
+    shutil.copytree(trained.root / "run", run)
+    shutil.copytree(trained.root / "saved_models", root)
+    argv = [*ARGV, "--run-dir", str(run), "--export", str(root), "--beam-width", "1", "--force-export"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "nothing trained: the run had already finished after 470 steps" in printed
+    assert f"exported to {root / 'transformer' / '2'}" in printed.splitlines()
+    assert sorted(os.listdir(root / "transformer")) == ["1", "2"]
+    fingerprints = {export.read_metadata(str(root / "transformer" / v))["fingerprint"] for v in ("1", "2")}
+    assert len(fingerprints) == 1  # the same model
 
 
 def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained, cli_loads_once, tmp_path, capsys):
