@@ -1,6 +1,6 @@
 """The `keras-attn` command line.
 
-    keras-attn train transformer [--src F --tgt F | --data F.tsv] [options]
+    keras-attn train transformer|seq2seq [--src F --tgt F | --data F.tsv] [options]
     keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
     keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png
@@ -98,7 +98,8 @@ def build_parser():
         return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
 
     train = command("train", "train a model, evaluate it and export it")
-    train.add_argument("job", choices=["transformer"], help="what to train")
+    train.add_argument("job", choices=["transformer", "seq2seq"],
+                       help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention")
     data = train.add_argument_group("data (default: the built-in generated corpus)")
     data.add_argument("--src", help="training source text, one sentence a line (.gz allowed)")
     data.add_argument("--tgt", help="training target text, line-aligned with --src")
@@ -114,7 +115,8 @@ def build_parser():
     data.add_argument("--max-length", type=_at_least(2), default=64, help="longest sequence in tokens")
     model = train.add_argument_group("model and training")
     model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny",
-                       help="model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's)")
+                       help="model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
+                            "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)")
     model.add_argument("--epochs", type=_at_least(1), default=8,
                        help="passes over the training data, those of a resumed run included")
     model.add_argument("--batch-size", type=_at_least(1), default=64, help="examples per replica")
@@ -134,6 +136,20 @@ def build_parser():
                        help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
     model.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
+    rnn = train.add_argument_group("seq2seq only (train seq2seq)")
+    rnn.add_argument("--attention", choices=["bahdanau", "luong", "none"], default=None,
+                     help="bahdanau: additive, from the previous state; luong: multiplicative, from the current "
+                          "state, input feeding; none: the fixed-context baseline (default: bahdanau)")
+    rnn.add_argument("--cell", choices=["lstm", "gru"], default=None, help="recurrent cell (default: lstm)")
+    rnn.add_argument("--score", choices=["dot", "general", "concat"], default=None,
+                     help="Luong's score function (default: general)")
+    rnn.add_argument("--local", choices=["monotonic", "predictive"], default=None,
+                     help="Luong's local attention, local-m or local-p (default: global)")
+    rnn.add_argument("--window", type=_at_least(0), default=None, help="half-width D of local attention (default: 10)")
+    rnn.add_argument("--bidirectional", action="store_true", default=None, help="a bidirectional encoder")
+    rnn.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"], default=None,
+                     help="feed the model's own predictions with a probability that rises as the "
+                          "teacher-forcing ratio decays this way (Bengio et al. 2015)")
     output = train.add_argument_group("output")
     output.add_argument("--run-dir", default=None,
                         help="backups, logs and the test split (default: runs/<name>); rerun to resume")
@@ -144,7 +160,7 @@ def build_parser():
     output.add_argument("--force-export", action="store_true",
                         help="export a new version even when the newest one holds the same model")
     output.add_argument("--no-export", action="store_true", help="do not export")
-    output.add_argument("--name", default="transformer", help="model name under the export root and runs/")
+    output.add_argument("--name", default=None, help="model name under the export root and runs/ (default: the job's)")
     output.add_argument("--beam-width", type=_at_least(1), default=4,
                         help="beam search width for the test split and samples (1: greedy)")
 
@@ -212,11 +228,28 @@ def _fail(message):
     return 2
 
 
+SEQ2SEQ_FLAGS = ("attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling")
+
+
 def _train(args):
     from keras_attn.jobs import translation
     from keras_attn.training.precision import resolve_mixed_precision
 
-    config = translation.TranslationConfig(
+    rnn_flags = {
+        name: getattr(args, name)
+        for name in SEQ2SEQ_FLAGS
+        if getattr(args, name) is not None
+    }
+    if args.job == "seq2seq":
+        from keras_attn.jobs.seq2seq import Seq2SeqConfig as make_config
+    else:
+        make_config = translation.TranslationConfig
+        if rnn_flags:
+            flags = ", ".join(f"--{name.replace('_', '-')}" for name in rnn_flags)
+            raise UserError(f"{flags}: for train seq2seq only, not train transformer")
+    name = args.name or args.job
+    config = make_config(
+        **rnn_flags,
         src=args.src, tgt=args.tgt, data=args.data, builtin_size=args.builtin_size,
         valid_src=args.valid_src, valid_tgt=args.valid_tgt,
         test_src=args.test_src, test_tgt=args.test_tgt,
@@ -227,8 +260,8 @@ def _train(args):
         schedule=args.schedule, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
         strategy=args.strategy, devices=args.devices,
         mixed_precision=resolve_mixed_precision(args.precision), jit_compile=args.jit_compile,
-        beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", args.name),
-        export_root=args.export, name=args.name, export=not args.no_export,
+        beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", name),
+        export_root=args.export, name=name, export=not args.no_export,
         force_export=args.force_export, seed=args.seed,
         backup_every=args.backup_every,
     )

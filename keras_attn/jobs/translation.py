@@ -1,7 +1,11 @@
-"""The Transformer translation job: data → tokenizers → fit → evaluate → export.
+"""The translation job: data → tokenizers → fit → evaluate → export.
 
-`run(TranslationConfig(...))` is what `keras-attn train transformer` runs.
-Without data files it trains on the built-in generated corpus.
+`run(TranslationConfig(...))` is what `keras-attn train transformer` runs;
+`run(Seq2SeqConfig(...))` (`keras_attn.jobs.seq2seq`) what `keras-attn train
+seq2seq` runs. A config says which model it trains through four methods
+(`build_model`, `stepper`, `model_width`, `callbacks`) and which of its
+fields bind a run folder (`bound_settings`); everything else here is shared.
+Without data files the job trains on the built-in generated corpus.
 """
 
 import dataclasses
@@ -67,6 +71,32 @@ class TranslationConfig(RunConfig):
     export: bool = True
     force_export: bool = False  # a new version even when the newest export holds this model
     samples: int = 5
+
+    # What makes this config the Transformer's; `Seq2SeqConfig` overrides them.
+
+    def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
+        """The Keras model this job trains."""
+        return transformer(
+            source_vocabulary_size, target_vocabulary_size,
+            max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
+            share_embeddings=self.shared_vocab,
+        )
+
+    def stepper(self, model):
+        """The incremental decoder that search and export drive."""
+        return TransformerStepper(model)
+
+    def model_width(self):
+        """The model width the Noam schedule scales by."""
+        return TRANSFORMER_PRESETS[self.preset]["hidden_dim"]
+
+    def callbacks(self):
+        """Keras callbacks the runner adds to the job's."""
+        return []
+
+    def bound_settings(self):
+        """Fields a run folder keeps: a rerun with other values is refused."""
+        return BOUND_SETTINGS
 
 
 @dataclasses.dataclass
@@ -205,13 +235,16 @@ def bind_run_folder(config, train, chief=True):
     """Records what the run folder starts with, or refuses a run that changes it.
 
     `<run_dir>/settings.json` holds a SHA-256 of the training pairs and the
-    `BOUND_SETTINGS`; a rerun with others raises a one-line `UserError`
+    `config.bound_settings()`; a rerun with others raises a one-line `UserError`
     instead of resuming the saved model. Only the chief writes the file.
     """
     digest = hashlib.sha256()
     for source, target in zip(train.sources, train.targets):
         digest.update(f"{source}\t{target}\n".encode())
-    settings = {"training_data": digest.hexdigest(), **{k: getattr(config, k) for k in BOUND_SETTINGS}}
+    settings = {
+        "training_data": digest.hexdigest(),
+        **{k: getattr(config, k) for k in config.bound_settings()},
+    }
     path = os.path.join(config.run_dir, "settings.json")
     if os.path.exists(path):
         with open(path) as file:
@@ -362,13 +395,8 @@ def run(config, log=print):
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
 
     def build_model():
-        return transformer(
-            source_tokenizer.vocabulary_size,
-            target_tokenizer.vocabulary_size,
-            max_sequence_length=config.max_length,
-            preset=config.preset,
-            dropout=dropout,
-            share_embeddings=config.shared_vocab,
+        return config.build_model(
+            source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, dropout
         )
 
     train_started = time.time()
@@ -382,6 +410,7 @@ def run(config, log=print):
         ),
         make_loss=lambda: MaskedSparseCrossEntropy(config.label_smoothing),
         make_metrics=lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
+        callbacks=config.callbacks(),
     )
     model = result.model
     train_seconds = time.time() - train_started
@@ -400,7 +429,7 @@ def run(config, log=print):
         )
 
     translator = export.Translator(
-        TransformerStepper(model),
+        config.stepper(model),
         source_tokenizer, target_tokenizer, config.max_length,
     )
     metrics = evaluate(translator, test_corpus, config.beam_width)
@@ -444,6 +473,6 @@ def learning_rate_schedule(config, total_steps):
     """
     if config.schedule == "cosine":
         return warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
-    width = TRANSFORMER_PRESETS[config.preset]["hidden_dim"]
+    width = config.model_width()
     paper_peak = (width * config.warmup_steps) ** -0.5
     return TransformerSchedule(width, config.warmup_steps, scale=config.learning_rate / paper_peak)

@@ -14,6 +14,8 @@ from keras import ops
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 
 PRESETS = {
+    # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
+    "tiny": dict(num_layers=1, hidden_dim=128, embedding_dim=128),
     # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM, 256-wide embeddings.
     "small": dict(num_layers=2, hidden_dim=256, embedding_dim=256),
     # Luong et al. (2015), section 4.1: 4 × 1000 LSTM, 1000-wide embeddings.
@@ -53,7 +55,7 @@ def seq2seq(
     Args:
         source_vocabulary_size: size of the source vocabulary.
         target_vocabulary_size: size of the target vocabulary.
-        preset: `"small"` or `"base"` (see `PRESETS`); its values replace
+        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`); its values replace
             `num_layers`, `hidden_dim` and `embedding_dim`.
         cell: `"lstm"` or `"gru"`.
         num_layers: RNN layers of the encoder and of the decoder (1 to 4).

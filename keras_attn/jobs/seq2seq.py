@@ -1,0 +1,90 @@
+"""The RNN Seq2Seq translation job: the translation job with another model.
+
+`run(Seq2SeqConfig(...))` is what `keras-attn train seq2seq` runs. Data,
+vocabularies, the runner (every strategy, backups, resume), evaluation and
+export are the translation job's (`keras_attn.jobs.translation`); this file
+only says which model it trains, how it decodes, and the scheduled-sampling
+callback.
+"""
+
+import dataclasses
+
+from keras_attn.errors import UserError
+from keras_attn.jobs.translation import BOUND_SETTINGS, TranslationConfig, run  # noqa: F401
+from keras_attn.models import SEQ2SEQ_PRESETS, Seq2SeqStepper, seq2seq
+from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
+
+ATTENTIONS = ("bahdanau", "luong", "none")
+CELLS = ("lstm", "gru")
+SCORES = ("dot", "general", "concat")
+LOCALS = ("monotonic", "predictive")
+DECAYS = ("linear", "exponential", "inverse_sigmoid")
+
+# The decay of the teacher-forcing ratio ε(step) (Bengio et al. 2015, section
+# 2.4), set so that ε is about 0.5 after a few thousand steps.
+DECAY_PARAMETERS = {
+    "linear": dict(k=1.0, c=1e-4, minimum=0.25),
+    "exponential": dict(k=0.9998),
+    "inverse_sigmoid": dict(k=500.0),
+}
+
+
+@dataclasses.dataclass
+class Seq2SeqConfig(TranslationConfig):
+    """The translation job's settings, with the RNN model's.
+
+    Attributes:
+        attention: `"bahdanau"`, `"luong"` or `"none"` (the fixed-context
+            baseline).
+        cell: `"lstm"` or `"gru"`.
+        score: Luong's score, `"dot"`, `"general"` or `"concat"`.
+        local: Luong's local attention, `None`, `"monotonic"` or
+            `"predictive"`.
+        window: the half-width D of local attention.
+        bidirectional: a bidirectional encoder.
+        scheduled_sampling: `None`, or the decay of the teacher-forcing
+            ratio: `"linear"`, `"exponential"` or `"inverse_sigmoid"`.
+    """
+
+    run_dir: str = "runs/seq2seq"
+    name: str = "seq2seq"
+    attention: str = "bahdanau"
+    cell: str = "lstm"
+    score: str = "general"
+    local: str = None
+    window: int = 10
+    bidirectional: bool = False
+    scheduled_sampling: str = None
+
+    def __post_init__(self):
+        for field, choices in (
+            ("attention", ATTENTIONS), ("cell", CELLS), ("score", SCORES),
+            ("local", (None, *LOCALS)), ("scheduled_sampling", (None, *DECAYS)),
+            ("preset", tuple(SEQ2SEQ_PRESETS)),
+        ):
+            if getattr(self, field) not in choices:
+                shown = ", ".join(c for c in choices if c)
+                raise UserError(f"--{field.replace('_', '-')} must be one of {shown}, got {getattr(self, field)!r}")
+
+    def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
+        return seq2seq(
+            source_vocabulary_size, target_vocabulary_size, preset=self.preset,
+            cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,
+            score=self.score, local=self.local, window=self.window, dropout=dropout,
+            scheduled_sampling="argmax" if self.scheduled_sampling else None,
+        )
+
+    def stepper(self, model):
+        return Seq2SeqStepper(model)
+
+    def model_width(self):
+        return SEQ2SEQ_PRESETS[self.preset]["hidden_dim"]
+
+    def callbacks(self):
+        if not self.scheduled_sampling:
+            return []
+        decay = self.scheduled_sampling
+        return [ScheduledSampling(teacher_forcing_schedule(decay, **DECAY_PARAMETERS[decay]))]
+
+    def bound_settings(self):
+        return BOUND_SETTINGS + ("attention", "cell", "score", "local", "window", "bidirectional")

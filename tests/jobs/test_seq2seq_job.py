@@ -1,0 +1,80 @@
+"""`keras-attn train seq2seq`: the translation job's spine with the RNN model."""
+
+import contextlib
+import io
+
+import pytest
+
+from keras_attn import cli
+from keras_attn.jobs import translation
+from keras_attn.jobs.seq2seq import Seq2SeqConfig
+from keras_attn.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One small Luong run through the CLI, and the job's in-process result."""
+    root = tmp_path_factory.mktemp("seq2seq")
+    argv = [
+        "train", "seq2seq", "--attention", "luong", "--cell", "gru", "--builtin-size", "640",
+        "--epochs", "1", "--vocab-size", "200", "--beam-width", "2", "--precision", "float32",
+        "--run-dir", str(root / "run"), "--export", str(root / "saved_models"),
+    ]
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        run = translation.run
+        patch.setattr(translation, "run", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert cli.main(argv) == 0
+    return root, argv, results[0], printed.getvalue()
+
+
+def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
+    root, _, result, printed = trained
+    decoder = result.model.get_layer("decoder")
+    assert decoder.attention == "luong" and decoder.cell == "gru"
+    assert result.steps == 10  # 627 training pairs at a global batch of 64
+    assert f"exported to {root / 'saved_models' / 'seq2seq' / '1'}" in printed
+    # The export translates as the job's in-process translator did (beam 2).
+    source = result.samples[0][0]
+    assert cli.main(["translate", result.export_path, source, "--beam-width", "2"]) == 0
+    assert capsys.readouterr().out.strip() == result.samples[0][1]
+    out = root / "plots" / "attention.png"
+    assert cli.main(["plot-attention", result.export_path, source, "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_run_folder_is_bound_to_its_model_settings(trained):
+    root = trained[0]
+    with pytest.raises(UserError, match=r"attention luong \(now bahdanau\)"):
+        translation.bind_run_folder(
+            Seq2SeqConfig(run_dir=str(root / "run"), attention="bahdanau", cell="gru",
+                          vocab_size=200, builtin_size=640),
+            translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
+        )
+
+
+def test_model_flags_belong_to_their_job(capsys):
+    assert cli.main(["train", "transformer", "--attention", "luong", "--cell", "gru"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "keras-attn: error: --attention, --cell: for train seq2seq only, not train transformer"
+    )
+    with pytest.raises(SystemExit):
+        cli.main(["train", "seq2seq", "--attention", "dot"])
+    assert "invalid choice: 'dot'" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--local must be one of monotonic, predictive"):
+        Seq2SeqConfig(local="gaussian")
+
+
+def test_scheduled_sampling_is_wired_into_model_and_runner():
+    from keras_attn.training import ScheduledSampling
+
+    config = Seq2SeqConfig(preset="tiny", scheduled_sampling="inverse_sigmoid")
+    (callback,) = config.callbacks()
+    assert isinstance(callback, ScheduledSampling)
+    assert callback.schedule(0) == pytest.approx(500 / 501)  # ε starts near 1: teacher forcing
+    assert callback.schedule(10_000) < 0.01
+    model = config.build_model(50, 50, dropout=0.0)
+    assert model.get_layer("decoder").scheduled_sampling == "argmax"
+    assert Seq2SeqConfig(preset="tiny").callbacks() == []
