@@ -50,6 +50,16 @@ class _KillAfterStep(keras.callbacks.Callback):
             _die()
 
 
+def _with_callback(train, callback):
+    """`train` (the runner's) with `callback` added to those the job passes."""
+
+    @functools.wraps(train)
+    def train_with(*args, callbacks=(), **kwargs):
+        return train(*args, callbacks=[*callbacks, callback], **kwargs)
+
+    return train_with
+
+
 def _kill_in_export(write_metadata):
     @functools.wraps(write_metadata)
     def write_then_die(path, *args, **kwargs):
@@ -63,7 +73,7 @@ def main(config_json, out_prefix):
     config = json.loads(config_json)
     kill_after_step = config.pop("kill_after_step", None)
     if kill_after_step is not None:
-        translation.train = functools.partial(translation.train, callbacks=[_KillAfterStep(kill_after_step)])
+        translation.train = _with_callback(translation.train, _KillAfterStep(kill_after_step))
     if config.pop("kill_in_export", False):
         export._write_metadata = _kill_in_export(export._write_metadata)  # noqa: SLF001
     result = translation.run(translation.TranslationConfig(**config))
