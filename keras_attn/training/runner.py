@@ -223,6 +223,7 @@ def train(
             ) from None
         finally:
             steps.release()
+    trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
     if os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
     result = TrainingResult(
@@ -232,7 +233,7 @@ def train(
         global_batch_size=global_batch_size,
         initial_epoch=initial_epoch,
         best_val_loss=float(progress.best_val_loss.numpy()),
-        steps=int(optimizer.iterations.numpy()),
+        steps=trained_steps,
         is_chief=chief,
         already_finished=already_finished,
     )

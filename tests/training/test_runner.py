@@ -179,3 +179,16 @@ def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
         resumed.history["token_accuracy"], uninterrupted.history["token_accuracy"], rtol=1e-5
     )
     _assert_same_weights(resumed.model.get_weights(), uninterrupted.model.get_weights())
+
+
+def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path):
+    """The best weights file carries its epoch's optimizer; the run's step count must not."""
+    import shutil
+
+    _job(tmp_path, epochs=1)
+    shutil.copy(tmp_path / "best.weights.h5", tmp_path / "epoch1.weights.h5")
+    assert _job(tmp_path, epochs=3).steps == 3
+    shutil.copy(tmp_path / "epoch1.weights.h5", tmp_path / "best.weights.h5")  # as if epoch 1 were best
+    again = _job(tmp_path, epochs=3)
+    assert again.already_finished and again.steps == 3
+    assert int(again.model.optimizer.iterations) == 1  # what the best weights brought back
