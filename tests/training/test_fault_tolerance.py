@@ -188,34 +188,34 @@ def test_two_workers_end_equal_to_one_process_with_the_same_global_batch(cluster
 
 # Short: XLA compiles the model anew for every batch shape (seconds each, 100 s
 # for this job's first epoch on a loaded machine), so one batch an epoch,
-# cut to 8 tokens: every batch has the same shape. The first step's learning
-# rate is 0 (warm-up); the next two learn.
+# cut to 8 tokens: every batch has the same shape. No warm-up: both steps learn.
 BF16_XLA = dict(
-    builtin_size=32, epochs=3, max_length=8, warmup_steps=1, backup_every=0, mixed_precision=True, jit_compile=True,
+    builtin_size=32, epochs=2, max_length=8, warmup_steps=0, backup_every=0, mixed_precision=True, jit_compile=True,
 )
+BF16_XLA_TIMEOUT = 420  # each compilation takes tens of seconds on a loaded 2-core machine
 
 
 def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path):
     configs = local_cluster(2)
-    single_dir = tmp_path / "single"
-    single_dir.mkdir()
-    single = cluster.start("single", 32, _run_dir(single_dir, uninterrupted), **BF16_XLA)
     run = _run_dir(tmp_path, uninterrupted)
     workers = [cluster.start(f"worker{i}", 16, run, configs[i], **BF16_XLA) for i in range(2)]
-    chief, other = (cluster.wait(worker) for worker in workers)
-    single = cluster.wait(single)
+    chief, other = (cluster.wait(worker, BF16_XLA_TIMEOUT) for worker in workers)
+    single_dir = tmp_path / "single"
+    single_dir.mkdir()  # after the workers: three XLA compilers at once on 2 cores take minutes
+    single = cluster.wait(cluster.start("single", 32, _run_dir(single_dir, uninterrupted), **BF16_XLA), BF16_XLA_TIMEOUT)
     for name in ("worker0", "worker1", "single"):
         log = (tmp_path / f"{name}.log").read_text()
         assert "precision: mixed_bfloat16" in log and "XLA: on" in log
-    assert chief["steps"] == other["steps"] == single["steps"] == 3
+    assert chief["steps"] == other["steps"] == single["steps"] == 2
     _assert_identical(chief["weights"], other["weights"])
-    # It learns: the validation loss falls after every step that learns.
-    loss = chief["history"]["val_loss"]
-    assert loss[0] > loss[1] + 0.5 and loss[1] > loss[2] + 0.05, loss
-    assert chief["history"]["loss"][2] < chief["history"]["loss"][1] - 0.5, chief["history"]["loss"]
+    # It learns: on the same 32 pairs the loss falls by over 1.5 after the
+    # first step (measured), and the validation loss falls again after the second.
+    history = chief["history"]
+    assert history["loss"][1] < history["loss"][0] - 0.5, history
+    assert history["val_loss"][1] < history["val_loss"][0] - 0.05, history
     # Equal to one process up to bfloat16 rounding: each worker computes its
     # 16 rows in bfloat16 (8 significant bits) and the gradients are summed
-    # in another order. Measured: losses within 1e-4 (relative), 99.75% of
+    # in another order. Measured (two learning steps): losses within 1e-4 (relative), 99.75% of
     # the weights within 1e-4 of the one process's, the rest within 4e-3
     # (Adam moved them on a gradient whose sign the rounding flipped; two
     # steps of the 2e-3 learning rate). A worker that learns from its rows
