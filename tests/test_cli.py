@@ -141,9 +141,13 @@ def test_translate_keeps_empty_and_invalid_lines_from_stdin(tiny_export, tiny_tr
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n")))
     assert cli.main(["translate", tiny_export, "--beam-width", "1"]) == 0
     printed = capsys.readouterr().out.split("\n")[:-1]
-    out = tiny_translator.translate(np.array(lines, dtype=object), np.int32(1))["translation"].numpy()
-    assert printed == [t.decode("utf-8") for t in out]
-    assert printed[2] == printed[3] == "" and any(printed)
+    result = tiny_translator.translate(np.array(lines, dtype=object), np.int32(1))
+    assert printed == [t.decode("utf-8") for t in result["translation"].numpy()]
+    # Empty lines give "" with score 0; the others were searched (an untrained
+    # model may still say nothing, but a search always scores below 0).
+    scores = result["score"].numpy()
+    assert printed[2] == printed[3] == "" and scores[2] == scores[3] == 0.0
+    assert np.all(scores[[0, 1, 4]] < 0)
 
     assert cli.main(["translate", tiny_export, "", "ein hund"]) == 0
     assert capsys.readouterr().out.split("\n")[0] == ""
