@@ -66,6 +66,7 @@ def blockwise_attention(
     shape = tf.shape(query)
     batch, heads, length = shape[0], shape[1], shape[2]
     keys = tf.shape(key)[2]
+    block_size = tf.minimum(block_size, tf.maximum(keys, 1))  # short keys: one block, no padding
     blocks = (keys + block_size - 1) // block_size
     padded = blocks * block_size
 
@@ -139,6 +140,7 @@ def blockwise_attention(
             lambda j, *_: j < blocks,
             body,
             (0, stats, tf.zeros_like(stats), tf.zeros([batch, heads, length, tf.shape(v)[-1]])),
+            parallel_iterations=1,  # one block's scores alive at a time: that is the point
         )
         attended = l > 0
         safe_l = tf.where(attended, l, 1.0)
@@ -163,7 +165,8 @@ def blockwise_attention(
 
             arrays = [tf.TensorArray(tf.float32, size=blocks, element_shape=None) for _ in range(2)]
             _, d_q, d_keys, d_values = tf.while_loop(
-                lambda j, *_: j < blocks, backward, (0, tf.zeros_like(q), *arrays)
+                lambda j, *_: j < blocks, backward, (0, tf.zeros_like(q), *arrays),
+                parallel_iterations=1,
             )
             return d_q, _join_blocks(d_keys), _join_blocks(d_values)
 
