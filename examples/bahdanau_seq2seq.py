@@ -26,21 +26,9 @@ from keras import ops  # noqa: E402
 
 from keras_attn import decoding, layers  # noqa: E402
 from keras_attn.models import Seq2SeqStepper  # noqa: E402
+from pipelines.synthetic import reversal_task  # noqa: E402
 
-PAD, BOS, EOS, FIRST_SYMBOL = 0, decoding.BOS_ID, decoding.EOS_ID, 4
-
-
-def reversal_data(count, vocabulary_size, longest, seed):
-    """Sources: 3..`longest` random symbols then [EOS]; targets: [BOS], the symbols reversed, [EOS]."""
-    rng = np.random.default_rng(seed)
-    source = np.zeros((count, longest + 1), "int32")
-    target = np.zeros((count, longest + 2), "int32")
-    for row in range(count):
-        length = rng.integers(3, longest + 1)
-        symbols = rng.integers(FIRST_SYMBOL, vocabulary_size, size=length)
-        source[row, :length], source[row, length] = symbols, EOS
-        target[row, 0], target[row, 1 : length + 1], target[row, length + 1] = BOS, symbols[::-1], EOS
-    return source, target
+PAD = decoding.PAD_ID
 
 
 def bahdanau_seq2seq(vocabulary_size, hidden_dim):
@@ -80,7 +68,7 @@ def main(argv=None):
     epochs = args.epochs or epochs
 
     keras.utils.set_random_seed(0)
-    source, target = reversal_data(examples, vocabulary_size, longest, seed=0)
+    source, target = reversal_task(examples, vocabulary_size, longest, seed=0)
     strategy = tf.distribute.MirroredStrategy(args.devices)
     print(f"{strategy.num_replicas_in_sync} replica(s): {strategy.extended.worker_devices}")
     with strategy.scope():  # variables are mirrored on every replica
@@ -94,7 +82,7 @@ def main(argv=None):
         {"source": source, "target_in": target[:, :-1]}, target[:, 1:],
         batch_size=64, epochs=epochs, verbose=0 if tiny else "auto",
     )
-    test_source, test_target = reversal_data(200, vocabulary_size, longest, seed=1)
+    test_source, test_target = reversal_task(200, vocabulary_size, longest, seed=1)
     score = exact_match(model, test_source, test_target)
     print(f"exact match on held-out sequences: {score:.3f}")
     return {"exact_match": score, "replicas": strategy.num_replicas_in_sync}

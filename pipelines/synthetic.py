@@ -404,3 +404,27 @@ def _digest(key):
 
 
 _LEXICON = _Lexicon()
+
+
+def reversal_task(count, vocabulary_size, longest, seed, first_symbol=4):
+    """A token-level toy task: reverse 3..`longest` random symbols.
+
+    Sources are the symbols then [EOS]; targets are [BOS], the symbols
+    reversed, [EOS]; both padded with 0. Symbols are ids `first_symbol` to
+    `vocabulary_size - 1` (below them: the special tokens). Attention
+    makes it easy; a fixed-length context makes long inputs hard.
+
+    Returns:
+        `(source (count, longest + 1), target (count, longest + 2))` int32.
+    """
+    from pipelines.tokenizers import BOS_ID, EOS_ID
+
+    rng = np.random.default_rng(seed)
+    source = np.zeros((count, longest + 1), "int32")
+    target = np.zeros((count, longest + 2), "int32")
+    for row in range(count):
+        length = rng.integers(3, longest + 1)
+        symbols = rng.integers(first_symbol, vocabulary_size, size=length)
+        source[row, :length], source[row, length] = symbols, EOS_ID
+        target[row, 0], target[row, 1 : length + 1], target[row, length + 1] = BOS_ID, symbols[::-1], EOS_ID
+    return source, target

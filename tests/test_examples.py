@@ -21,9 +21,9 @@ def example(name):
 def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monkeypatch):
     # One MirroredStrategy per device set and process (see keras_attn.training.strategy):
     # a second one would reuse the collective keys of the other tests' strategy.
-    monkeypatch.setattr(
-        tf.distribute, "MirroredStrategy", lambda devices=None: get_strategy("mirrored", devices)
-    )
+    # Made before the patch: the shared strategy is built by the real class.
+    shared = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda devices=None: shared)
     result = example("bahdanau_seq2seq").main(["--tiny", "--devices", "/cpu:0", "/cpu:1"])
     assert result["replicas"] == 2
     assert result["exact_match"] >= 0.9, result  # 0.99 seen (100 steps)

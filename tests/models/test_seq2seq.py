@@ -16,7 +16,7 @@ from keras_attn.training import (
     linear_decay,
     teacher_forcing_schedule,
 )
-from pipelines import tokenizers
+from pipelines import synthetic, tokenizers
 
 BOS, EOS, FIRST, VOCAB = decoding.BOS_ID, decoding.EOS_ID, 4, 14
 
@@ -143,16 +143,7 @@ def test_greedy_and_beam_search_run_on_the_stepper():
 
 
 def reversal_data(count, seed, longest=10):
-    """Sources of 3..`longest` symbols then [EOS]; targets [BOS], the symbols reversed, [EOS]."""
-    rng = np.random.default_rng(seed)
-    source = np.zeros((count, longest + 1), "int32")
-    target = np.zeros((count, longest + 2), "int32")
-    for row in range(count):
-        length = rng.integers(3, longest + 1)
-        symbols = rng.integers(FIRST, VOCAB, size=length)
-        source[row, :length], source[row, length] = symbols, EOS
-        target[row, 0], target[row, 1 : length + 1], target[row, length + 1] = BOS, symbols[::-1], EOS
-    return source, target
+    return synthetic.reversal_task(count, VOCAB, longest, seed, first_symbol=FIRST)
 
 
 def exact_match_of(model, source, target):
