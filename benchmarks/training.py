@@ -2,6 +2,7 @@
 
     python benchmarks/training.py                 # Multi30k if ../shared/data has it
     python benchmarks/training.py --steps 60 --jit
+    python benchmarks/training.py --model seq2seq --attention bahdanau luong none
 
 In one process, on Multi30k de→en train (or the built-in corpus when the
 shared data is missing), batch 64, max_length 64, preset "small" (3+3
@@ -10,7 +11,8 @@ layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
   `model.fit` in float32 and in `mixed_bfloat16` (and with XLA on request),
   and the resulting time per Multi30k epoch (the brief's anchor: a keras-hub
   Transformer of this size, padded to 40 tokens, float32, takes about 6
-  minutes per epoch on this machine);
+  minutes per epoch on this machine); with `--model seq2seq`, the RNN
+  Seq2Seq preset "small" (2 × 256 LSTM) with each `--attention` instead;
 - the input pipeline alone (cached epochs, drained without Python work per
   batch) in batches/s, and its ratio to the training step rate (goal ≥ 20).
 """
@@ -28,7 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn.models import transformer  # noqa: E402
+from keras_attn.models import seq2seq, transformer  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
@@ -64,10 +66,13 @@ def tokens_per_batch(data, batches=200):
     return float(np.mean(counts))
 
 
-def training_steps_per_second(data, vocab_sizes, precision, jit, steps):
-    keras.mixed_precision.set_global_policy(precision)
-    keras.utils.set_random_seed(0)
-    model = transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
+def build_model(vocab_sizes, kind, attention):
+    if kind == "seq2seq":
+        return seq2seq(*vocab_sizes, preset="small", attention=attention, dropout=0.1)
+    return transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
+
+
+def training_steps_per_second(data, model, precision, jit, steps):
     model.compile(
         optimizer=keras.optimizers.Adam(TransformerSchedule(256, 4000), beta_2=0.98, epsilon=1e-9),
         loss=MaskedSparseCrossEntropy(0.1),
@@ -77,7 +82,6 @@ def training_steps_per_second(data, vocab_sizes, precision, jit, steps):
     start = time.perf_counter()
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
     elapsed = time.perf_counter() - start
-    keras.mixed_precision.set_global_policy("float32")
     return steps / elapsed
 
 
@@ -85,6 +89,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--jit", action="store_true", help="also measure jit_compile=True")
+    parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
+    parser.add_argument("--attention", nargs="+", default=["bahdanau"],
+                        help="seq2seq only: the attention types to measure")
+    parser.add_argument("--precision", nargs="+", default=["float32", "mixed_bfloat16"])
     args = parser.parse_args()
 
     name, pairs = corpus()
@@ -98,12 +106,19 @@ def main():
     print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {BATCH} per epoch, "
           f"{tokens:.0f} real tokens per batch")
     print(f"input pipeline alone: {pipeline_rate:.0f} batches/s")
-    print(f"{'precision':<16} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} {'epoch':>8} {'pipeline/train':>15}")
-    for precision in ("float32", "mixed_bfloat16"):
-        for jit in (False, True) if args.jit else (False,):
-            rate = training_steps_per_second(data, vocab_sizes, precision, jit, args.steps)
-            print(f"{precision:<16} {str(jit):<5} {rate:8.2f} {rate * tokens:9.0f} "
-                  f"{batches_per_epoch / rate / 60:7.1f}m {pipeline_rate / rate:14.0f}x")
+    print(f"{'model':<20} {'precision':<16} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} {'epoch':>8} "
+          f"{'pipeline/train':>15}")
+    for attention in args.attention if args.model == "seq2seq" else ["-"]:
+        for precision in args.precision:
+            for jit in (False, True) if args.jit else (False,):
+                keras.mixed_precision.set_global_policy(precision)
+                keras.utils.set_random_seed(0)
+                model = build_model(vocab_sizes, args.model, attention)
+                rate = training_steps_per_second(data, model, precision, jit, args.steps)
+                keras.mixed_precision.set_global_policy("float32")
+                label = args.model if args.model == "transformer" else f"seq2seq {attention}"
+                print(f"{label:<20} {precision:<16} {str(jit):<5} {rate:8.2f} {rate * tokens:9.0f} "
+                      f"{batches_per_epoch / rate / 60:7.1f}m {pipeline_rate / rate:14.0f}x", flush=True)
 
 
 if __name__ == "__main__":
