@@ -19,7 +19,9 @@ class _AlignmentAttention(keras.layers.Layer):
     """Shared call of the alignment-attention layers.
 
     Subclasses define `build_score(query_dim, key_dim)` and
-    `score(query, key)` → `(B, Tq, Tk)` logits, and may override
+    `score(query, projected_key)` → `(B, Tq, Tk)` logits, may override
+    `project_key(key)` (the part of the score that depends on the key
+    alone, computed once per source rather than once per decoder step) and
     `local_window` to restrict and reweight the keys a query sees.
     """
 
@@ -66,6 +68,7 @@ class _AlignmentAttention(keras.layers.Layer):
         query_mask=None,
         key_mask=None,
         query_position=None,
+        projected_key=None,
     ):
         key = value if key is None else key
         single_step = len(query.shape) == 2
@@ -75,7 +78,9 @@ class _AlignmentAttention(keras.layers.Layer):
         key_mask = value_mask if key_mask is None else key_mask
         start = 0 if query_position is None else query_position
 
-        scores = self.score(query, key)  # (B, Tq, Tk)
+        if projected_key is None:
+            projected_key = self.project_key(key)
+        scores = self.score(query, projected_key)  # (B, Tq, Tk)
         causal = None
         if use_causal_mask:
             causal = masking.causal_mask(
@@ -96,6 +101,14 @@ class _AlignmentAttention(keras.layers.Layer):
         if return_attention_scores:
             return output, weights
         return output
+
+    def project_key(self, key):
+        """What the score needs of the keys `(B, Tk, dk)`: here the keys themselves.
+
+        A decoder calls it once per source and passes the result to every
+        step as `projected_key`.
+        """
+        return key
 
     def local_window(self, query, key, key_mask, start):
         """`(mask, reweight)` of local attention; `(None, None)` if global."""
@@ -124,6 +137,8 @@ class AdditiveAttention(_AlignmentAttention):
         use_causal_mask: query `i` may only attend to keys `<= i`.
         return_attention_scores: also return the weights.
         training: whether dropout is active.
+        projected_key: optional `project_key(key)`, W_k k, computed once
+            for all the steps of a decoder.
 
     Returns:
         The context `(B, dv)` or `(B, Tq, dv)`, and with
@@ -160,10 +175,11 @@ class AdditiveAttention(_AlignmentAttention):
             name="v", shape=(self.units,), initializer="glorot_uniform"
         )
 
-    def score(self, query, key):
-        return additive_score(
-            self.query_projection(query), self.key_projection(key), self.v
-        )
+    def project_key(self, key):
+        return self.key_projection(key)
+
+    def score(self, query, projected_key):
+        return additive_score(self.query_projection(query), projected_key, self.v)
 
     def get_config(self):
         config = super().get_config()
@@ -194,7 +210,9 @@ class DotProductAttention(_AlignmentAttention):
 
     With `window=D`, attention is local (section 3.2): each query attends
     to the keys in [p - D, p + D] only. With `alignment="monotonic"`
-    (local-m) p is the query's own position; with `"predictive"` (local-p)
+    (local-m) p is the query's own position (at most S, the index of the
+    last real key, so that a target longer than its source still sees the
+    source's end); with `"predictive"` (local-p)
     p = S · sigmoid(v_pᵀ tanh(W_p q)) is predicted from the query (S the
     index of the last real key) and the weights are multiplied by a
     Gaussian exp(-(s - p)² / (2σ²)) with σ = D / 2.
@@ -218,6 +236,9 @@ class DotProductAttention(_AlignmentAttention):
         training: whether dropout is active.
         query_position: position of the first query (local-m and causal
             masks), e.g. the decoder step of a rank-2 query. Defaults to 0.
+        projected_key: optional `project_key(key)` (W_k k for `"concat"`,
+            the unit keys for `"cosine"`), computed once for all the steps
+            of a decoder.
 
     Returns:
         The context `(B, dv)` or `(B, Tq, dv)`, and with
@@ -294,18 +315,22 @@ class DotProductAttention(_AlignmentAttention):
             self.position_hidden.build((None, query_dim))
             self.position_output.build((None, units))
 
-    def score(self, query, key):
+    def project_key(self, key):
+        if self.score_mode == "concat":
+            return self.key_projection(key)
+        if self.score_mode == "cosine":
+            return _l2_normalize(key)
+        return key
+
+    def score(self, query, projected_key):
         mode = self.score_mode
         if mode == "concat":
-            return additive_score(
-                self.query_projection(query), self.key_projection(key), self.v
-            )
+            return additive_score(self.query_projection(query), projected_key, self.v)
         if mode == "general":
             query = ops.matmul(query, self.kernel)
         elif mode == "cosine":
             query = _l2_normalize(query)
-            key = _l2_normalize(key)
-        scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
+        scores = ops.matmul(query, ops.swapaxes(projected_key, -1, -2))
         if mode == "scaled_dot":
             scores = scores / math.sqrt(query.shape[-1])
         return scores
@@ -315,15 +340,15 @@ class DotProductAttention(_AlignmentAttention):
             return None, None
         # Positions in float32: bfloat16 counts exactly only up to 256.
         key_positions = ops.cast(ops.arange(ops.shape(key)[1]), "float32")
-        if self.alignment == "monotonic":  # local-m: p_t = t
+        if key_mask is None:
+            last = ops.cast(ops.shape(key)[1] - 1, "float32")
+        else:
+            last = ops.sum(ops.cast(key_mask, "float32"), axis=-1) - 1
+        last = ops.reshape(ops.maximum(last, 0), (-1, 1, 1))  # S, the last real key
+        if self.alignment == "monotonic":  # local-m: p_t = t, kept inside the source
             centres = ops.arange(ops.shape(query)[1]) + start
-            centres = ops.cast(centres, "float32")[None, :, None]
+            centres = ops.minimum(ops.cast(centres, "float32")[None, :, None], last)
         else:  # local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t))
-            if key_mask is None:
-                last = ops.cast(ops.shape(key)[1] - 1, "float32")
-            else:
-                last = ops.sum(ops.cast(key_mask, "float32"), axis=-1) - 1
-            last = ops.reshape(ops.maximum(last, 0), (-1, 1, 1))
             centres = last * self.position_output(self.position_hidden(query))
         distance = key_positions[None, None, :] - centres  # (B, Tq, Tk)
         mask = ops.less_equal(ops.abs(distance), self.window)

@@ -278,7 +278,18 @@ class AttentionDecoder(keras.layers.Layer):
             state["feed"] = ops.zeros_like(states[-1][0])
         return state
 
-    def step(self, token_ids, state, memory=None, memory_mask=None, index=0, training=None):
+    def attention_keys(self, memory):
+        """The part of the attention scores that depends on the memory alone.
+
+        Computed once per source (W_k h for Bahdanau's additive score) and
+        passed to every `step` as `memory_keys`; `None` without attention.
+        """
+        if self.attention == "none" or memory is None:
+            return None
+        return self.attention_layer.project_key(memory)
+
+    def step(self, token_ids, state, memory=None, memory_mask=None, index=0, training=None,
+             memory_keys=None):
         """Feeds one token per row; the shared step of training and decoding.
 
         Args:
@@ -290,16 +301,29 @@ class AttentionDecoder(keras.layers.Layer):
             memory_mask: `(B, S)` booleans, `True` for real source tokens.
             index: the step t (local-m's aligned position p_t = t).
             training: whether dropout is active.
+            memory_keys: `attention_keys(memory)`, computed once per source;
+                computed here when `None`.
 
         Returns:
             `(logits (R, V), new_state, weights (R, S) or None)`.
         """
+        output, new_state, weights = self._step(
+            token_ids, state, memory, memory_mask, index, training, memory_keys
+        )
+        return self._project(self.dropout_layer(output, training=training)), new_state, weights
+
+    def _step(self, token_ids, state, memory, memory_mask, index, training, memory_keys):
+        """`step` up to o_t, before the output projection."""
+        if memory_keys is None:
+            memory_keys = self.attention_keys(memory)
         embedded = self.dropout_layer(self.embedding(token_ids), training=training)
         previous = state["rnn"]
         new_state = {}
         x = embedded
         if self.attention == "bahdanau":  # scored from s_{t-1}
-            context, weights = self._attend(previous[-1][0], memory, memory_mask, index, training)
+            context, weights = self._attend(
+                previous[-1][0], memory, memory_keys, memory_mask, index, training
+            )
             x = ops.concatenate([x, context], axis=-1)
         if self.feeds_output:
             x = ops.concatenate([x, state["feed"]], axis=-1)
@@ -313,16 +337,15 @@ class AttentionDecoder(keras.layers.Layer):
         if self.attention == "bahdanau":
             output = self.output_layer(ops.concatenate([x, context, embedded], axis=-1))
         elif self.attention == "luong":  # scored from h_t
-            context, weights = self._attend(x, memory, memory_mask, index, training)
+            context, weights = self._attend(x, memory, memory_keys, memory_mask, index, training)
             output = self.output_layer(ops.concatenate([context, x], axis=-1))
             if self.feeds_output:
                 new_state["feed"] = output
         else:
             output, weights = x, None
-        logits = self._project(self.dropout_layer(output, training=training))
-        return logits, new_state, weights
+        return output, new_state, weights
 
-    def _attend(self, query, memory, memory_mask, index, training):
+    def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         """Attention of `R = B·W` query rows `(R, d)` to the memory of `B` sources.
 
         The `W` rows of a source attend as `W` queries of one row `(B, W, d)`,
@@ -334,7 +357,7 @@ class AttentionDecoder(keras.layers.Layer):
         queries = ops.reshape(query, (sources, -1, self.hidden_dim))  # (B, W, d)
         context, weights = self.attention_layer(
             queries, memory, value_mask=memory_mask, query_position=index,
-            return_attention_scores=True, training=training,
+            projected_key=memory_keys, return_attention_scores=True, training=training,
         )
         return (
             ops.reshape(context, (rows, ops.shape(memory)[2])),
@@ -365,34 +388,41 @@ class AttentionDecoder(keras.layers.Layer):
             own = ops.logical_and(own, ops.not_equal(gold, 0))
             draws = keras.random.uniform((length, batch), seed=self.seed_generator)
         source_length = 1 if memory is None else ops.shape(memory)[1]
+        memory_keys = self.attention_keys(memory)
 
-        def body(t, state, predicted, logits_array, weights_array):
+        def body(t, state, predicted, outputs_array, weights_array):
             token = gold[t]
             if sampling:
                 token = ops.where(own[t], predicted, token)
-            logits, state, weights = self.step(
-                token, state, memory, memory_mask, index=t, training=training
+            output, state, weights = self._step(
+                token, state, memory, memory_mask, t, training, memory_keys
             )
-            if sampling:
-                predicted = self._predict(logits, draws[t])
+            if sampling:  # the next step may feed this step's prediction
+                output = self._project(self.dropout_layer(output, training=training))
+                predicted = self._predict(output, draws[t])
             if weights is None:
-                weights = ops.zeros((batch, source_length), logits.dtype)
+                weights = ops.zeros((batch, source_length), output.dtype)
             return (
                 t + 1, state, predicted,
-                logits_array.write(t, logits), weights_array.write(t, weights),
+                outputs_array.write(t, output), weights_array.write(t, weights),
             )
 
         state = self.initial_state(encoder_states)
+        output_size = self.vocabulary_size if sampling else self.hidden_dim
         arrays = [
             tf.TensorArray(self.compute_dtype, size=length, element_shape=shape)
-            for shape in ((None, self.vocabulary_size), (None, None))
+            for shape in ((None, output_size), (None, None))
         ]
-        _, _, _, logits, weights = tf.while_loop(
+        _, _, _, outputs, weights = tf.while_loop(
             lambda t, *_: t < length,
             body,
             (tf.constant(0), state, gold[0], *arrays),
         )
-        logits = ops.transpose(logits.stack(), (1, 0, 2))  # (B, T, V)
+        outputs = ops.transpose(outputs.stack(), (1, 0, 2))  # (B, T, d) or (B, T, V)
+        if sampling:
+            logits = outputs
+        else:  # all steps' o_t projected at once, one large matmul instead of T small ones
+            logits = self._project(self.dropout_layer(outputs, training=training))
         if return_attention_scores:
             return logits, ops.transpose(weights.stack(), (1, 0, 2))  # (B, T, S)
         return logits

@@ -137,12 +137,15 @@ class Seq2SeqStepper:
     source) is a dict:
 
     - `memory`: `(B, S, d)` encoder outputs, once per source;
+    - `memory_keys`: what the attention scores need of them
+      (`AttentionDecoder.attention_keys`), computed once (absent without
+      attention);
     - `source_mask`: `(B, S)`, `True` for real source tokens;
     - `rnn`: per decoder layer, its states `(B·W, hidden_dim)`;
     - `feed`: `(B·W, hidden_dim)`, h̃ of the previous step (Luong with
       input feeding only).
 
-    A step returns `memory` and `source_mask` as the very same tensors, so
+    A step returns `memory`, `memory_keys` and `source_mask` as the very same tensors, so
     beam search never reorders them. (With local-m attention they hold one
     row per hypothesis, repeated once here: local-m's window sits at each
     query's own step.)
@@ -165,7 +168,11 @@ class Seq2SeqStepper:
             memory = ops.repeat(memory, beam_width, axis=0)
             source_mask = ops.repeat(source_mask, beam_width, axis=0)
         state = self.decoder.initial_state(final_states, rows_per_source=beam_width)
-        return dict(state, memory=memory, source_mask=source_mask)
+        state = dict(state, memory=memory, source_mask=source_mask)
+        keys = self.decoder.attention_keys(memory)
+        if keys is not None:
+            state["memory_keys"] = keys
+        return state
 
     def step(self, token_ids, state, index, return_attention_scores=False):
         """Feeds `token_ids` `(B·W,)` at position `index`.
@@ -177,7 +184,7 @@ class Seq2SeqStepper:
         """
         logits, updated, weights = self.decoder.step(
             ops.cast(token_ids, "int32"), state, state["memory"], state["source_mask"],
-            index=index, training=False,
+            index=index, training=False, memory_keys=state.get("memory_keys"),
         )
         new_state = dict(state, **updated)
         logits = ops.cast(logits, "float32")

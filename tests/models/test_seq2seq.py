@@ -88,12 +88,8 @@ def test_attention_weights_sum_to_one_over_the_source_and_are_zero_on_padding(na
     _, weights = _gold_steps(Seq2SeqStepper(model), SOURCE, TARGET_IN, 1)
     weights = weights.numpy()  # (B, T, S)
     assert np.all(weights[~np.broadcast_to(REAL[:, None], weights.shape)] == 0.0)
-    sees = np.ones(weights.shape[:2], bool)  # whether a real key is in reach
-    if name == "luong_local_m":  # (B, T): a real key within D = 1 of step t
-        steps = np.arange(TARGET_IN.shape[1])
-        sees = np.array([[REAL[b, max(t - 1, 0) : t + 2].any() for t in steps] for b in range(3)])
-        assert not sees.all()  # row 1's window passes its end: zero weights there
-    np.testing.assert_allclose(weights.sum(-1), np.where(sees, 1.0, 0.0), atol=1e-5)
+    # Local-m too: past its source's end (row 1) the window stops at the last real key.
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
 
 
 def test_no_attention_hands_out_zero_weights():
@@ -102,15 +98,18 @@ def test_no_attention_hands_out_zero_weights():
 
 
 def test_local_attention_never_looks_outside_its_window():
-    """local-m: only |s - t| <= D; local-p: at most 2D + 1 consecutive keys, zero on padding."""
+    """local-m: only |s - p_t| <= D, p_t = min(t, last real key); local-p: at most 2D + 1
+    consecutive keys, zero on padding."""
     window = 1
     _, weights = _gold_steps(
         Seq2SeqStepper(small_model(**CONFIGS["luong_local_m"])), SOURCE, TARGET_IN, 1
     )
-    steps, keys = np.arange(TARGET_IN.shape[1])[:, None], np.arange(SOURCE.shape[1])[None]
-    outside = np.abs(keys - steps) > window  # (T, S)
-    assert np.all(weights.numpy()[:, outside] == 0.0)
-    assert np.all(weights.numpy()[0][~outside] > 0)  # row 0 has real keys in every window
+    steps, keys = np.arange(TARGET_IN.shape[1])[None, :, None], np.arange(SOURCE.shape[1])
+    centres = np.minimum(steps, REAL.sum(1)[:, None, None] - 1)  # (B, T, 1)
+    inside = (np.abs(keys - centres) <= window) & REAL[:, None]  # (B, T, S)
+    assert np.all(weights.numpy()[~inside] == 0.0)
+    assert np.all(weights.numpy()[inside] > 0)
+    assert np.any(centres[1] < steps[0])  # row 1's steps pass its source's end
 
     _, weights = _gold_steps(
         Seq2SeqStepper(small_model(**CONFIGS["luong_local_p"])), SOURCE, TARGET_IN, 1
