@@ -3,6 +3,10 @@
 `text` reads and validates corpus files, `tokenizers` learns WordPiece
 vocabularies and tokenizes inside the TensorFlow graph, `translation` turns
 sentence pairs into padded batches for teacher forcing, `synthetic` generates
-the built-in translation corpus. Nothing here imports `keras_attn`: models
+the built-in translation corpus. For BERT: `documents` reads raw-text
+documents and splits sentences, `pretraining` makes NSP sentence pairs and
+dynamic MLM masks in tf.data, `synthetic_documents` generates the built-in
+document corpus, and `classification` reads labelled TSV files and packs
+`[CLS] A [SEP] B [SEP]` rows. Nothing here imports `keras_attn`: models
 know nothing about files, and pipelines nothing about models.
 """

@@ -1,0 +1,150 @@
+"""Sentence and sentence-pair classification data: TSV files → packed BERT inputs.
+
+    label<TAB>text            one sentence per example
+    label<TAB>text_a<TAB>text_b   a pair (entailment, paraphrase, ...)
+
+`pack` builds BERT's input rows, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`
+with segment ids, trimming the longer segment first; the tf.data pipeline
+and the exported model both use it, so text is cut the same way in
+training and in serving.
+"""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from pipelines import text
+from pipelines.tokenizers import CLS_ID, PAD_ID, SEP_ID
+
+
+@dataclasses.dataclass
+class LabelledTexts:
+    """Labelled examples read from a TSV file.
+
+    Attributes:
+        labels: the label of each example, as written.
+        texts_a: the (first) sentence of each example.
+        texts_b: the second sentences of a pair file, else None.
+        skipped_empty: blank lines and examples with an empty text, skipped.
+        origin: the file.
+    """
+
+    labels: list
+    texts_a: list
+    texts_b: list = None
+    skipped_empty: int = 0
+    origin: str = ""
+
+    def __len__(self):
+        return len(self.labels)
+
+
+def read_labelled_tsv(path):
+    """Reads `label<TAB>text` or `label<TAB>text_a<TAB>text_b` lines.
+
+    Every non-blank line must have the columns of the first one.
+
+    Returns:
+        A `LabelledTexts`.
+
+    Raises:
+        text.DataError: as `text.read_lines`, `path:line: expected N
+            tab-separated columns (label<TAB>text...), found M`, or no
+            examples.
+
+    Example:
+
+    >>> data = read_labelled_tsv("sst2/train.tsv")
+    >>> data.labels[0], data.texts_a[0]
+    ('0', 'hide new secretions from the parental units')
+    """
+    labels, texts_a, texts_b, skipped, columns = [], [], [], 0, None
+    # Lines as read (not stripped): a tab before an empty text still counts.
+    for number, line in enumerate(text._decoded_lines(Path(path)), start=1):  # noqa: SLF001
+        if not line.strip():
+            skipped += 1
+            continue
+        fields = [field.strip() for field in line.rstrip("\r\n").split("\t")]
+        columns = columns or len(fields)
+        if len(fields) != columns or columns not in (2, 3):
+            wanted = columns if columns in (2, 3) else "2 or 3"
+            raise text.DataError(
+                f"{path}:{number}: expected {wanted} tab-separated columns "
+                f"(label<TAB>text or label<TAB>text_a<TAB>text_b), found {len(fields)}"
+            )
+        if not all(fields):
+            skipped += 1
+            continue
+        labels.append(fields[0])
+        texts_a.append(fields[1])
+        if columns == 3:
+            texts_b.append(fields[2])
+    if not labels:
+        raise text.DataError(f"{path}: no examples ({skipped} empty lines skipped)")
+    return LabelledTexts(labels, texts_a, texts_b if columns == 3 else None, skipped, str(path))
+
+
+def pack(segments, max_length):
+    """BERT input rows of one or two segments of token ids.
+
+    Args:
+        segments: a list of one or two `(B, None)` ragged int ids.
+        max_length: the longest row, `[CLS]` and `[SEP]`s included.
+
+    Returns:
+        `(token_ids, segment_ids, truncated)`: int32 `(B, T)` padded with
+        `[PAD]` to the longest row, and bool `(B,)`, whether tokens were cut.
+    """
+    budget = max_length - len(segments) - 1
+    trimmed = tf_text.RoundRobinTrimmer(budget).trim(segments)
+    kept = tf.add_n([segment.row_lengths() for segment in trimmed])
+    truncated = tf.add_n([segment.row_lengths() for segment in segments]) > kept
+    token_ids, segment_ids = tf_text.combine_segments(trimmed, CLS_ID, SEP_ID)
+    return (
+        tf.cast(token_ids.to_tensor(PAD_ID), tf.int32),
+        tf.cast(segment_ids.to_tensor(0), tf.int32),
+        truncated,
+    )
+
+
+def classification_dataset(
+    data, label_ids, tokenizer, batch_size, max_length, shuffle=True, seed=0, drop_remainder=False
+):
+    """Batches `({"token_ids", "segment_ids"}, label id)` of a `LabelledTexts`.
+
+    Args:
+        data: a `LabelledTexts`.
+        label_ids: `{label: id}`.
+        tokenizer: a `WordPieceTokenizer`.
+        batch_size: examples per batch.
+        max_length: the longest row.
+        shuffle: shuffle (the same order every run for a seed).
+        seed: the shuffle's seed.
+        drop_remainder: drop a last, smaller batch.
+
+    Returns:
+        A `tf.data.Dataset` of known length; rows padded to `max_length`.
+    """
+    unknown = sorted({label for label in data.labels if label not in label_ids})
+    if unknown:
+        raise text.DataError(f"{data.origin}: labels not in the training data: {', '.join(unknown[:5])}")
+    labels = np.array([label_ids[label] for label in data.labels], np.int32)
+    columns = (data.texts_a,) if data.texts_b is None else (data.texts_a, data.texts_b)
+    dataset = tf.data.Dataset.from_tensor_slices((tuple(columns), labels))
+    if shuffle:
+        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+
+    def encode(texts, labels):
+        token_ids, segment_ids, _ = pack([tokenizer.tokenize(t) for t in texts], max_length)
+        padding = [[0, 0], [0, max_length - tf.shape(token_ids)[1]]]
+        features = {
+            "token_ids": tf.ensure_shape(tf.pad(token_ids, padding), [None, max_length]),
+            "segment_ids": tf.ensure_shape(tf.pad(segment_ids, padding), [None, max_length]),
+        }
+        return features, labels
+
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,198 @@
+"""Raw-text documents for BERT pretraining: files → documents → sentences.
+
+Two layouts, plain or `.gz` (read through `pipelines.text`, so a missing
+file, bad gzip data or invalid UTF-8 stops with one line naming the file
+and line):
+
+- blank-line-separated blocks: each block of non-blank lines is one
+  document (the layout of BERT's `create_pretraining_data.py` and of
+  WikiText once its headings are dropped);
+- one file per document (`one_document_per_file=True`).
+
+Every line of a document is split into sentences by `split_sentences`.
+What cannot be used as it is, is handled and counted in `Documents`: empty
+files, sentences of more than `max_sentence_words` words (cut into pieces of
+that many words), documents of one sentence (kept: they give the random
+second segment of NotNext pairs, never the first).
+"""
+
+import dataclasses
+import os
+import re
+
+from pipelines import text
+
+# A sentence ends at . ! ? (with closing quotes or brackets after it) when
+# whitespace and a capital letter, digit, quote or bracket follow; "e.g. the"
+# and "3.5" stay whole.
+_SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s+["'“‘(\[]?[A-Z0-9])""")
+_HEADING = re.compile(r"^\s*=( =)*\s.*\s=( =)*\s*$")  # WikiText: " = Title = "
+
+
+@dataclasses.dataclass
+class Documents:
+    """Documents as lists of sentences, with what reading them handled.
+
+    Attributes:
+        documents: one list of sentence strings per document, none empty.
+        origin: where they came from (paths, or a generated corpus).
+        empty_files: files with no text.
+        single_sentence: documents of one sentence (kept, see the module).
+        long_sentences: sentences cut into pieces of `max_sentence_words`.
+        headings: WikiText heading lines (` = Title = `) dropped.
+    """
+
+    documents: list
+    origin: str = ""
+    empty_files: int = 0
+    single_sentence: int = 0
+    long_sentences: int = 0
+    headings: int = 0
+
+    def __len__(self):
+        return len(self.documents)
+
+    @property
+    def sentences(self):
+        """Every sentence, document after document."""
+        return [sentence for document in self.documents for sentence in document]
+
+    def summary(self):
+        """One line: what was read and what was handled."""
+        return (
+            f"{len(self.documents)} documents, {len(self.sentences)} sentences "
+            f"({self.single_sentence} one-sentence documents, {self.long_sentences} long sentences cut, "
+            f"{self.headings} headings dropped, {self.empty_files} empty files)"
+        )
+
+
+def split_sentences(line):
+    """Splits a line of text into sentences at `.`, `!` or `?` before a capital.
+
+    Args:
+        line: a `str`.
+
+    Returns:
+        A list of stripped, non-empty sentences.
+
+    Example:
+
+    >>> split_sentences("The cat sat. It slept! Did it? Yes, e.g. twice.")
+    ['The cat sat.', 'It slept!', 'Did it?', 'Yes, e.g. twice.']
+    """
+    sentences, start = [], 0
+    for end in _SENTENCE_END.finditer(line):
+        sentences.append(line[start : end.end()])
+        start = end.end()
+    sentences.append(line[start:])
+    return [sentence.strip() for sentence in sentences if sentence.strip()]
+
+
+def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
+    """Reads documents from files and folders.
+
+    Args:
+        paths: a path or a list of paths; a folder stands for every file
+            under it (sorted, hidden files skipped).
+        one_document_per_file: each file is one document; otherwise blank
+            lines separate documents.
+        max_sentence_words: longer sentences are cut into pieces of this
+            many words.
+
+    Returns:
+        A `Documents`.
+
+    Raises:
+        text.DataError: a file is missing, unreadable, bad gzip or invalid
+            UTF-8 (naming the file and line), a folder holds no file, or
+            there is no text at all.
+
+    Example:
+
+    >>> corpus = read_documents(["wiki.train.txt", "more/"])
+    >>> corpus.documents[0][:2]
+    ['Valkyria Chronicles III is a tactical role-playing game.', 'It was released in 2011.']
+    """
+    files = _files(paths)
+    result = Documents([], origin=", ".join(str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)))
+    for path in files:
+        lines = text.read_lines(path)
+        if not any(lines):
+            result.empty_files += 1
+            continue
+        blocks = [lines] if one_document_per_file else _blocks(lines)
+        for block in blocks:
+            document = []
+            for line in block:
+                if _HEADING.match(line):
+                    result.headings += 1
+                    continue
+                for sentence in split_sentences(line):
+                    document.extend(_cut(sentence, max_sentence_words, result))
+            if document:
+                result.documents.append(document)
+                result.single_sentence += len(document) == 1
+    if not result.documents:
+        raise text.DataError(f"{result.origin}: no text ({result.empty_files} empty files)")
+    return result
+
+
+def _files(paths):
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(folder, name)
+                for folder, subfolders, names in os.walk(path)
+                for name in names
+                if not name.startswith(".")
+            )
+            if not found:
+                raise text.DataError(f"{path}: a folder with no files")
+            files.extend(found)
+        else:
+            files.append(path)  # read_lines says it if missing
+    return files
+
+
+def _blocks(lines):
+    block = []
+    for line in lines:
+        if line:
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _cut(sentence, max_words, result):
+    words = sentence.split()
+    if len(words) <= max_words:
+        return [sentence]
+    result.long_sentences += 1
+    return [" ".join(words[i : i + max_words]) for i in range(0, len(words), max_words)]
+
+
+def hold_out_documents(documents, fraction=0.05, seed=0, minimum=1):
+    """Splits a deterministic random `fraction` of documents off for validation.
+
+    Returns:
+        `(train, valid)` lists of documents; `valid` has at least `minimum`
+        documents and `train` at least two.
+    """
+    import numpy as np
+
+    if len(documents) < minimum + 2:
+        raise text.DataError(
+            f"{len(documents)} documents: pretraining needs at least {minimum + 2} "
+            "(two to pair sentences across documents, and held-out ones)"
+        )
+    order = np.random.default_rng(seed).permutation(len(documents))
+    count = max(minimum, int(len(documents) * fraction))
+    valid = [documents[i] for i in sorted(order[:count])]
+    train = [documents[i] for i in sorted(order[count:])]
+    return train, valid
