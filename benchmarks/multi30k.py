@@ -1,13 +1,16 @@
-"""Multi30k quality run: train the Transformer job on real data, score test2016.
+"""Multi30k quality run: train a translation job on real data, score test2016.
 
     python benchmarks/multi30k.py --direction de-en --epochs 20 [--mixed-precision]
     python benchmarks/multi30k.py --direction en-de --epochs 20 [--mixed-precision]
+    python benchmarks/multi30k.py --model seq2seq --attention bahdanau --epochs 6 ...
 
 Trains on train (29,000 pairs), keeps the best weights on val (1,014 pairs;
 all tuning happens here), and reports test2016 (1,000 pairs) BLEU two ways:
 SacreBLEU on detokenized cased text and on lowercased text (tokenized
 lowercased, how ../shared/data/REFERENCES.md's published numbers were made),
-with the training wall time and the parameter count. The data is read from
+with the training wall time and the parameter count, and the lowercased
+BLEU of the sentences in each source-length bucket (1-10, 11-20, 21-30, 31+
+words), where attention's advantage should grow. The data is read from
 ../shared/data/multi30k (raw/), never copied into the project.
 """
 
@@ -21,11 +24,32 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
+
+
+def bleu_by_source_length(sources, hypotheses, references):
+    """Lowercased BLEU of the test sentences in each source-length bucket (words)."""
+    from keras_attn import evaluation
+
+    scores = {}
+    for low, high in BUCKETS:
+        rows = [i for i, s in enumerate(sources) if low <= len(s.split()) <= (high or 10**9)]
+        name = f"{low}-{high}" if high else f"{low}+"
+        if rows:
+            bleu = evaluation.bleu([hypotheses[i] for i in rows], [references[i] for i in rows])
+            scores[name] = {"sentences": len(rows), "bleu_tok_lc": round(bleu["bleu_tok_lc"], 2)}
+    return scores
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--direction", choices=["de-en", "en-de"], default="de-en")
+    parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
+    parser.add_argument("--attention", choices=["bahdanau", "luong", "none"], default="bahdanau",
+                        help="seq2seq only")
+    parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm", help="seq2seq only")
+    parser.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"],
+                        default=None, help="seq2seq only")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=128)
@@ -44,11 +68,20 @@ def main():
     if not os.path.isdir(DATA):
         sys.exit(f"Multi30k not found at {DATA}")
 
-    from keras_attn.jobs import translation
+    from keras_attn.jobs import seq2seq, translation
+    from pipelines import text
 
     src, tgt = args.direction.split("-")
     path = lambda split, lang: os.path.join(DATA, f"{split}.{lang}.gz")  # noqa: E731
-    config = translation.TranslationConfig(
+    job = dict(config=translation.TranslationConfig)
+    if args.model == "seq2seq":
+        job = dict(
+            config=seq2seq.Seq2SeqConfig, attention=args.attention, cell=args.cell,
+            scheduled_sampling=args.scheduled_sampling,
+        )
+    make_config = job.pop("config")
+    config = make_config(
+        **job,
         src=path("train", src), tgt=path("train", tgt),
         valid_src=path("val", src), valid_tgt=path("val", tgt),
         test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
@@ -57,11 +90,15 @@ def main():
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
         mixed_precision=args.mixed_precision, max_length=64,
-        run_dir=args.run_dir or f"runs/multi30k-{args.direction}", export=False, verbose=2,
+        run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", export=False, verbose=2,
     )
     started = time.time()
     result = translation.run(config)
     metrics = {k: v for k, v in result.metrics.items() if k != "hypotheses"}
+    test = text.read_parallel(path("test_2016_flickr", src), path("test_2016_flickr", tgt))
+    metrics["bleu_by_source_length"] = bleu_by_source_length(
+        test.sources, result.metrics["hypotheses"], test.targets
+    )
     metrics.update(
         direction=args.direction, wall_seconds=round(time.time() - started),
         epochs=args.epochs, best_val_loss=min(result.history.get("val_loss", [float("nan")])),

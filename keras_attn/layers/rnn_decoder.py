@@ -417,6 +417,7 @@ class AttentionDecoder(keras.layers.Layer):
             lambda t, *_: t < length,
             body,
             (tf.constant(0), state, gold[0], *arrays),
+            maximum_iterations=length,  # XLA needs it to size the gradient's accumulators
         )
         outputs = ops.transpose(outputs.stack(), (1, 0, 2))  # (B, T, d) or (B, T, V)
         if sampling:
