@@ -4,7 +4,8 @@ One concept per module: `attention` (Bahdanau and Luong alignment attention),
 `multi_head_attention` (scaled dot-product and multi-head attention),
 `blockwise_attention` (the memory-efficient path of long sequences),
 `position` (sinusoidal and learned positions), `embedding` (token + position,
-BERT's input embedding), `add_and_norm`, `feed_forward`, `transformer`
+BERT's input embedding), `masked_lm_head` and `next_sentence_head` (BERT's
+pretraining heads), `add_and_norm`, `feed_forward`, `transformer`
 (encoder and decoder blocks), `rnn_encoder` and `rnn_decoder` (the RNN
 encoder and attentional decoder of Seq2Seq), `masking` (padding and
 causal masks) and `initializers` (one initializer copy per weight).
@@ -14,6 +15,8 @@ from keras_attn.layers.add_and_norm import AddAndNorm
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.embedding import BertEmbedding, TokenAndPositionEmbedding
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.masked_lm_head import MaskedLMHead
+from keras_attn.layers.next_sentence_head import NextSentenceHead
 from keras_attn.layers.multi_head_attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,

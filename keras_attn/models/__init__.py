@@ -4,3 +4,5 @@ from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from keras_attn.models.transformer import TransformerStepper, transformer
 from keras_attn.models.seq2seq import PRESETS as SEQ2SEQ_PRESETS
 from keras_attn.models.seq2seq import Seq2SeqStepper, seq2seq
+from keras_attn.models.bert import PRESETS as BERT_PRESETS
+from keras_attn.models.bert import bert_backbone, bert_classifier, bert_pretrainer

@@ -1,0 +1,167 @@
+"""BERT: presets, the tied and gathered MLM head, the NSP head, masks, and strategies."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.jobs.bert_training import PretrainingLoss, PretrainingMetrics
+from keras_attn.layers import MaskedLMHead, NextSentenceHead
+from keras_attn.models import BERT_PRESETS, bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models.bert import token_embedding
+from keras_attn.training import get_strategy
+from keras_attn.training.steps import TrainingSteps
+from tests.layers.layer_checks import check_layer
+
+VOCABULARY = 100
+
+
+def expected_parameters(vocabulary_size, positions, num_layers, hidden_dim, **_):
+    """BERT's parameter count: embeddings (+ LayerNorm), blocks, pooler."""
+    embeddings = (vocabulary_size + positions + 2) * hidden_dim + 2 * hidden_dim
+    attention = 4 * (hidden_dim * hidden_dim + hidden_dim)
+    feed_forward = 2 * 4 * hidden_dim * hidden_dim + 4 * hidden_dim + hidden_dim
+    block = attention + feed_forward + 2 * 2 * hidden_dim
+    return embeddings + num_layers * block + hidden_dim * hidden_dim + hidden_dim
+
+
+def test_bert_base_has_bert_base_parameter_count():
+    backbone = bert_backbone(30522, preset="base", max_sequence_length=512)
+    assert backbone.count_params() == 109_482_240 == expected_parameters(30522, 512, **BERT_PRESETS["base"])
+
+
+@pytest.mark.parametrize("preset", ["tiny", "mini", "small", "medium"])
+def test_compact_presets_have_their_sizes(preset):
+    backbone = bert_backbone(1000, preset=preset, max_sequence_length=128)
+    assert backbone.count_params() == expected_parameters(1000, 128, **BERT_PRESETS[preset])
+    blocks = [layer for layer in backbone.layers if layer.name.startswith("encoder_block_")]
+    assert len(blocks) == BERT_PRESETS[preset]["num_layers"]
+    assert blocks[0].activation == "gelu" and not blocks[0].norm_first  # post-norm, as in BERT
+
+
+@pytest.fixture(scope="module")
+def pretrainer():
+    keras.utils.set_random_seed(3)
+    return bert_pretrainer(bert_backbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
+
+
+def _batch(seed=0, batch=4, length=10, predictions=3):
+    rng = np.random.default_rng(seed)
+    token_ids = rng.integers(7, VOCABULARY, size=(batch, length)).astype("int32")
+    token_ids[:, 0] = 4  # [CLS]
+    token_ids[1, 7:] = 0  # padding
+    segment_ids = (np.arange(length) >= length // 2).astype("int32")[None].repeat(batch, 0)
+    positions = np.stack([rng.choice(np.arange(1, 7), predictions, replace=False) for _ in range(batch)])
+    return {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": positions.astype("int32")}
+
+
+def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
+    backbone = pretrainer.get_layer("bert_backbone")
+    table = token_embedding(backbone).embeddings
+    head = pretrainer.get_layer("mlm_head")
+    assert head.embeddings is table
+    assert sum(weight is table for weight in pretrainer.weights) == 1
+    assert pretrainer.count_params() == backbone.count_params() + sum(
+        int(np.prod(w.shape)) for w in head.weights + pretrainer.get_layer("nsp_head").weights if w is not table)
+    # The output projection is read from the variable: changing it changes the logits of that token.
+    batch = _batch()
+    before = np.asarray(pretrainer(batch)["mlm"])
+    saved = table.numpy()
+    unused = 6  # [MASK]: in no input row
+    try:
+        table.assign(np.where(np.arange(VOCABULARY)[:, None] == unused, 1.0, saved))
+        after = np.asarray(pretrainer(batch)["mlm"])
+    finally:
+        table.assign(saved)
+    assert not np.allclose(after[..., unused], before[..., unused])
+    np.testing.assert_allclose(np.delete(after, unused, -1), np.delete(before, unused, -1), atol=1e-6)
+
+
+def test_the_gathered_mlm_head_equals_the_full_sequence_head_at_those_positions(pretrainer):
+    batch = _batch(seed=1)
+    sequence = pretrainer.get_layer("bert_backbone")(
+        {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})["sequence_output"]
+    head = pretrainer.get_layer("mlm_head")
+    gathered = np.asarray(head(sequence, batch["mask_positions"]))
+    full = np.asarray(head(sequence))
+    rows = np.arange(4)[:, None]
+    np.testing.assert_allclose(gathered, full[rows, batch["mask_positions"]], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(pretrainer(batch)["mlm"]), gathered, atol=1e-5)
+
+
+def test_padding_changes_no_output_of_real_tokens(pretrainer):
+    backbone = pretrainer.get_layer("bert_backbone")
+    batch = _batch(seed=2)
+    short = {k: batch[k][:, :7] for k in ("token_ids", "segment_ids")}
+    short["token_ids"][1, 7:] = 0
+    padded = {k: np.pad(v, [[0, 0], [0, 5]]) for k, v in short.items()}
+    one, two = backbone(short), backbone(padded)
+    np.testing.assert_allclose(np.asarray(one["pooled_output"]), np.asarray(two["pooled_output"]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(one["sequence_output"]), np.asarray(two["sequence_output"])[:, :7], atol=1e-5)
+
+
+def test_masked_lm_head_layer_checks(tmp_path):
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(4, 6, 16)).astype("float32")
+    positions = rng.integers(0, 6, size=(4, 3)).astype("int32")
+    check_layer(lambda: MaskedLMHead(50, name="head"), [hidden, positions], tmp_path=tmp_path)
+
+
+def test_the_pretrainer_saves_and_loads_as_a_keras_file(pretrainer, tmp_path):
+    batch = _batch(seed=4)
+    pretrainer.save(tmp_path / "bert.keras")
+    loaded = keras.saving.load_model(tmp_path / "bert.keras", safe_mode=True)
+    for name in ("mlm", "nsp"):
+        np.testing.assert_allclose(np.asarray(loaded(batch)[name]), np.asarray(pretrainer(batch)[name]), atol=1e-6)
+    assert NextSentenceHead.from_config(NextSentenceHead().get_config()).compute_output_shape((3, 8)) == (3, 2)
+
+
+def test_the_classifier_reads_single_sentences_and_pairs():
+    model = bert_classifier(bert_backbone(VOCABULARY, max_sequence_length=16), num_classes=3)
+    batch = _batch()
+    logits = model({"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})
+    assert logits.shape == (4, 3)
+
+
+def _targets(seed=0, batch=4, predictions=3):
+    rng = np.random.default_rng(seed)
+    weights = np.ones((batch, predictions), "float32")
+    weights[0, 2] = weights[3, 1:] = 0
+    return {
+        "mlm_labels": rng.integers(7, VOCABULARY, size=(batch, predictions)).astype("int32"),
+        "mlm_weights": weights,
+        "nsp_labels": rng.integers(0, 2, size=batch).astype("int32"),
+    }
+
+
+def test_two_replicas_train_as_one_device():
+    """Three steps of the runner's step function with the pretraining loss, 2 replicas vs 1."""
+    batches = [(_batch(seed=s, batch=8), _targets(seed=s, batch=8)) for s in range(3)]
+    data = tf.data.Dataset.from_tensor_slices(
+        tuple({k: np.concatenate([b[i][k] for b in batches]) for k in batches[0][i]} for i in (0, 1))
+    ).batch(8)
+    small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
+    keras.utils.set_random_seed(5)
+    initial = bert_pretrainer(bert_backbone(VOCABULARY, **small)).get_weights()
+
+    def trained(strategy):
+        with strategy.scope():
+            model = bert_pretrainer(bert_backbone(VOCABULARY, **small))
+            model.set_weights(initial)
+            optimizer = keras.optimizers.Adam(1e-3)
+            optimizer.build(model.trainable_variables)
+            steps = TrainingSteps(model, optimizer, PretrainingLoss(), [PretrainingMetrics()], strategy)
+        batches = iter(strategy.experimental_distribute_dataset(data))
+        logs = [steps.train(batches) for _ in range(3)]
+        steps.release()
+        return model.get_weights(), {k: float(v) for k, v in logs[-1].items()}
+
+    two, two_logs = trained(get_strategy("mirrored", ["/cpu:0", "/cpu:1"]))
+    one, one_logs = trained(get_strategy("one_device", ["/cpu:0"]))
+    assert set(two_logs) == {"loss", *PretrainingMetrics.NAMES}
+    for name, value in one_logs.items():
+        assert two_logs[name] == pytest.approx(value, rel=1e-4), name
+    for a, b, start in zip(two, one, initial):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    assert not np.allclose(two[0], initial[0])
