@@ -28,6 +28,26 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+# The slowest files (real processes, training runs) start first, so that with
+# two pytest-xdist processes neither ends with a long file alone.
+SLOWEST_FIRST = (
+    "tests/training/test_fault_tolerance.py",
+    "tests/jobs/test_translation_job.py",
+    "tests/training/test_runner.py",
+    "tests/jobs/test_seq2seq_job.py",
+    "tests/layers/test_learning.py",
+    "tests/test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        path = item.nodeid.split("::")[0]
+        return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file is kept
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Every test starts from float32, a fixed seed and a clean Keras session."""

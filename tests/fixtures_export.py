@@ -1,4 +1,4 @@
-"""A tiny untrained translator and one export of it, shared by the tests that serve models.
+"""Tiny untrained translators and one export of each, shared by the tests that serve models.
 
 Use with `pytest_plugins = ["tests.fixtures_export"]` in a test module: the
 session-scoped fixtures are then built once for all the modules that ask.
@@ -10,18 +10,23 @@ import keras
 import pytest
 
 from keras_attn import export
-from keras_attn.models import TransformerStepper, transformer
+from keras_attn.models import Seq2SeqStepper, TransformerStepper, seq2seq, transformer
 from pipelines import tokenizers
 
 SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
 TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
 
 
+def _tokenizers():
+    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
+    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
+    return source, target
+
+
 @pytest.fixture(scope="session")
 def tiny_translator():
     """A seeded one-layer Transformer on a three-sentence vocabulary (its outputs are noise)."""
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
+    source, target = _tokenizers()
     keras.utils.set_random_seed(7)
     model = transformer(
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
@@ -31,18 +36,39 @@ def tiny_translator():
 
 
 @pytest.fixture(scope="session")
+def tiny_seq2seq_translator():
+    """A seeded Bahdanau GRU Seq2Seq (bidirectional encoder, so with its bridge), untrained."""
+    source, target = _tokenizers()
+    keras.utils.set_random_seed(7)
+    model = seq2seq(
+        source.vocabulary_size, target.vocabulary_size, cell="gru", bidirectional=True,
+        hidden_dim=16, attention="bahdanau", dropout=0.0,
+    )
+    return export.Translator(Seq2SeqStepper(model), source, target, max_length=12)
+
+
+def _export_once(translator, root, name):
+    split = {"test_src": str(root / "test.src"), "test_ref": str(root / "test.ref")}
+    (root / "test.src").write_text("".join(s + "\n" for s in SOURCES))
+    (root / "test.ref").write_text("".join(t + "\n" for t in TARGETS))
+    path = export.export(translator, str(root), name, metadata=split)
+    assert path == os.path.join(str(root), name, "1")
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_export(tiny_translator, tmp_path_factory):
     """`<root>/toy/1`, exported once, naming a test split of its "run" as the job's exports do.
 
     Tests may add versions under `<root>/toy` but must remove them again.
     """
-    root = tmp_path_factory.mktemp("exports")
-    split = {"test_src": str(root / "test.src"), "test_ref": str(root / "test.ref")}
-    (root / "test.src").write_text("".join(s + "\n" for s in SOURCES))
-    (root / "test.ref").write_text("".join(t + "\n" for t in TARGETS))
-    path = export.export(tiny_translator, str(root), "toy", metadata=split)
-    assert path == os.path.join(str(root), "toy", "1")
-    return path
+    return _export_once(tiny_translator, tmp_path_factory.mktemp("exports"), "toy")
+
+
+@pytest.fixture(scope="session")
+def tiny_seq2seq_export(tiny_seq2seq_translator, tmp_path_factory):
+    """`<root>/toy_seq2seq/1`, as `tiny_export`."""
+    return _export_once(tiny_seq2seq_translator, tmp_path_factory.mktemp("exports"), "toy_seq2seq")
 
 
 _LOADED = {}

@@ -27,6 +27,12 @@ HOSTILE = [
 NO_TOKENS = [True, True, True, False, False, False, False, False]
 
 
+MODELS = {  # the translator fixture and the export fixture of each model
+    "transformer": ("tiny_translator", "tiny_export"),
+    "seq2seq": ("tiny_seq2seq_translator", "tiny_seq2seq_export"),
+}
+
+
 def _as_bytes(texts):
     return [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
 
@@ -36,7 +42,9 @@ def _translate(translator, texts, beam_width):
     return {key: value.numpy() for key, value in out.items()}
 
 
-def test_hostile_input_gives_one_translation_per_element(tiny_translator):
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_hostile_input_gives_one_translation_per_element(model, request):
+    tiny_translator = request.getfixturevalue(MODELS[model][0])
     for beam_width in (1, 3):
         out = _translate(tiny_translator, HOSTILE, beam_width)
         assert len(out["translation"]) == len(HOSTILE)
@@ -82,50 +90,57 @@ def test_beam_width_below_one_is_greedy_and_a_huge_one_is_capped(tiny_translator
 _FRESH_PROCESS = """
 import base64, json, sys
 import tensorflow as tf, tensorflow_text
-m = tf.saved_model.load(sys.argv[1])
 texts = tf.constant([base64.b64decode(t) for t in json.load(sys.stdin)])
-out = {}
-for b in (1, 3):
-    r = m.signatures["translate"](text=texts, beam_width=tf.constant(b))
-    out[b] = {k: v.numpy().tolist() for k, v in r.items() if k != "translation"}
-    out[b]["translation"] = [t.decode() for t in r["translation"].numpy()]
 decode = lambda x: [decode(y) for y in x] if isinstance(x, list) else x.decode() if isinstance(x, bytes) else x
-out["attention"] = {k: decode(v.numpy().tolist()) for k, v in m.signatures["attention"](text=texts).items()}
+results = []
+for path in sys.argv[1:]:
+    m = tf.saved_model.load(path)
+    out = {}
+    for b in (1, 3):
+        r = m.signatures["translate"](text=texts, beam_width=tf.constant(b))
+        out[b] = {k: v.numpy().tolist() for k, v in r.items() if k != "translation"}
+        out[b]["translation"] = [t.decode() for t in r["translation"].numpy()]
+    out["attention"] = {k: decode(v.numpy().tolist()) for k, v in m.signatures["attention"](text=texts).items()}
+    results.append(out)
 assert not [k for k in sys.modules if k.split(".")[0] in ("keras_attn", "keras_hub", "pipelines")]
-print(json.dumps(out))
+print(json.dumps(results))
 """
 
 
-def test_export_reloads_in_a_fresh_tensorflow_only_process(tiny_translator, tiny_export, tmp_path):
+def test_exports_reload_in_a_fresh_tensorflow_only_process(request, tmp_path):
+    """Both models' exports, in one process (starting TensorFlow costs seconds)."""
     from tests.fixtures_export import SOURCES
 
     texts = HOSTILE[:6] + SOURCES
-    expected = {str(beam): _translate(tiny_translator, texts, beam) for beam in (1, 3)}
-    attention = {k: v.numpy() for k, v in tiny_translator.attention(np.array(_as_bytes(texts), dtype=object)).items()}
+    translators = [request.getfixturevalue(translator) for translator, _ in MODELS.values()]
+    exports = [request.getfixturevalue(path) for _, path in MODELS.values()]
     (tmp_path / "plain").mkdir()  # versions get the permissions of any new folder
-    assert stat.S_IMODE(os.stat(tiny_export).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
-    assert os.path.exists(os.path.join(tiny_export, "assets"))
+    for path in exports:
+        assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+        assert os.path.exists(os.path.join(path, "assets"))
 
     result = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, tiny_export],
+        [sys.executable, "-c", _FRESH_PROCESS, *exports],
         input=json.dumps([base64.b64encode(t).decode() for t in _as_bytes(texts)]),  # raw bytes, invalid UTF-8 too
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    reloaded = json.loads(result.stdout.strip().splitlines()[-1])
-    for beam in ("1", "3"):
-        assert reloaded[beam]["translation"] == [t.decode() for t in expected[beam]["translation"]]
-        assert reloaded[beam]["truncated"] == expected[beam]["truncated"].tolist()
-        np.testing.assert_allclose(reloaded[beam]["score"], expected[beam]["score"], rtol=1e-5, atol=1e-6)
-    served = reloaded["attention"]
-    np.testing.assert_allclose(served["cross_attention"], attention["cross_attention"], rtol=1e-5, atol=1e-6)
-    for key in ("source_tokens", "output_tokens"):
-        assert served[key] == [[t.decode() for t in row] for row in attention[key]]
-    assert served["translation"] == [t.decode() for t in attention["translation"]]
+    for translator, reloaded in zip(translators, json.loads(result.stdout.strip().splitlines()[-1])):
+        for beam in ("1", "3"):
+            expected = _translate(translator, texts, int(beam))
+            assert reloaded[beam]["translation"] == [t.decode() for t in expected["translation"]]
+            assert reloaded[beam]["truncated"] == expected["truncated"].tolist()
+            np.testing.assert_allclose(reloaded[beam]["score"], expected["score"], rtol=1e-5, atol=1e-6)
+        attention = {k: v.numpy() for k, v in translator.attention(np.array(_as_bytes(texts), dtype=object)).items()}
+        served = reloaded["attention"]
+        np.testing.assert_allclose(served["cross_attention"], attention["cross_attention"], rtol=1e-5, atol=1e-6)
+        for key in ("source_tokens", "output_tokens"):
+            assert served[key] == [[t.decode() for t in row] for row in attention[key]]
+        assert served["translation"] == [t.decode() for t in attention["translation"]]
 
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = subprocess.run([cli, "show", "--dir", tiny_export, "--all"], capture_output=True, text=True, timeout=300)
+    shown = subprocess.run([cli, "show", "--dir", exports[0], "--all"], capture_output=True, text=True, timeout=300)
     assert "signature_def['translate']" in shown.stdout
     assert "signature_def['attention']" in shown.stdout
 
