@@ -4,6 +4,10 @@
     keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
     keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png
+    keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
+    keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
+    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]
+    keras-attn classify MODEL_DIR [TEXT ...]         (TEXT_A<TAB>TEXT_B for a pair)
 
 User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
@@ -181,7 +185,89 @@ def build_parser():
     plot.add_argument("text", help="the sentence to translate and plot")
     plot.add_argument("--out", default="attention.png",
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
+    _add_bert_commands(command)
     return parser
+
+
+def _runner_flags(parser, name, epochs, batch_size, learning_rate):
+    """The flags every job has: training length, strategy, precision, run folder, export."""
+    run = parser.add_argument_group("training")
+    run.add_argument("--epochs", type=_at_least(1), default=epochs,
+                     help="passes over the training data, those of a resumed run included")
+    run.add_argument("--batch-size", type=_at_least(1), default=batch_size, help="examples per replica")
+    run.add_argument("--learning-rate", type=_positive, default=learning_rate, help="peak learning rate (AdamW)")
+    run.add_argument("--dropout", type=_fraction, default=0.1, help="dropout rate")
+    run.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
+                     help="auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG")
+    run.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
+    run.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
+                     help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
+    run.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    run.add_argument("--seed", type=int, default=0, help="seeds the data, the initial weights and dropout")
+    output = parser.add_argument_group("output")
+    output.add_argument("--run-dir", default=None,
+                        help=f"backups and logs (default: runs/<name>, runs/{name}); rerun to resume")
+    output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
+                        help="back up every STEPS steps as well as after each epoch (0: epochs only)")
+    output.add_argument("--export", default="saved_models", metavar="ROOT",
+                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed")
+    output.add_argument("--force-export", action="store_true",
+                        help="export a new version even when the newest one holds the same model")
+    output.add_argument("--no-export", action="store_true", help="do not export")
+    output.add_argument("--name", default=name, help="model name under the export root and runs/")
+
+
+def _runner_settings(args):
+    """`RunConfig` and export fields from `_runner_flags`."""
+    from keras_attn.training.precision import resolve_mixed_precision
+
+    return dict(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, dropout=args.dropout,
+        strategy=args.strategy, devices=args.devices, mixed_precision=resolve_mixed_precision(args.precision),
+        jit_compile=args.jit_compile, seed=args.seed, run_dir=args.run_dir or os.path.join("runs", args.name),
+        backup_every=args.backup_every, export_root=args.export, name=args.name, export=not args.no_export,
+        force_export=args.force_export,
+    )
+
+
+def _add_bert_commands(command):
+    pretrain = command("pretrain", "pretrain BERT (masked LM + next sentence) and export it")
+    pretrain.add_argument("job", choices=["bert"], help="bert: BERT's two pretraining tasks")
+    data = pretrain.add_argument_group("data (default: the built-in generated documents)")
+    data.add_argument("--data", nargs="+", metavar="PATH",
+                      help="text files or folders (.gz allowed); blank lines separate documents")
+    data.add_argument("--one-document-per-file", action="store_true", help="each file is one document")
+    data.add_argument("--builtin-documents", type=_at_least(10), default=3000, help="documents of the built-in corpus")
+    data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="uncased WordPiece vocabulary size")
+    data.add_argument("--max-length", type=_at_least(8), default=128, help="tokens per sentence pair")
+    data.add_argument("--max-predictions", type=_at_least(1), default=20, help="most masked tokens per pair")
+    data.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
+    data.add_argument("--pairs-per-epoch", type=_at_least(1), default=None,
+                      help="sentence pairs per epoch (default: the corpus's tokens / (max-length - 3))")
+    model = pretrain.add_argument_group("model")
+    model.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base"], default="tiny",
+                       help="tiny (L2/H128), mini (L4/H256), small (L4/H512), medium (L8/H512), base (L12/H768)")
+    model.add_argument("--warmup-steps", type=_at_least(0), default=200, help="steps of linear warm-up")
+    _runner_flags(pretrain, "bert", epochs=10, batch_size=32, learning_rate=1e-3)
+
+    fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
+    fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    fill.add_argument("text", nargs="*", help="texts with [MASK] in them (default: one per line on standard input)")
+    fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
+
+    finetune = command("finetune", "fine-tune a pretrained BERT export as a classifier and export it")
+    finetune.add_argument("model_dir", help="a pretraining export: saved_models/bert/<version>")
+    finetune.add_argument("--train", required=True, help="label<TAB>text or label<TAB>text_a<TAB>text_b lines")
+    finetune.add_argument("--valid", help="validation examples, same format (default: 10%% of --train)")
+    finetune.add_argument("--test", help="test examples, scored once at the end")
+    finetune.add_argument("--max-length", type=_at_least(8), default=None,
+                          help="tokens per example (default: the pretraining's)")
+    _runner_flags(finetune, "bert-classifier", epochs=3, batch_size=32, learning_rate=1e-4)
+
+    classify = command("classify", "classify texts with a fine-tuned BERT export")
+    classify.add_argument("model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>")
+    classify.add_argument("text", nargs="*",
+                          help="texts, TEXT_A<TAB>TEXT_B for a pair (default: one per line on standard input)")
 
 
 def main(argv=None):
@@ -210,7 +296,7 @@ def main(argv=None):
         where = f"{error.filename}: " if error.filename else ""
         return _fail(f"{where}{error.strerror or error}")
     except KeyboardInterrupt:
-        again = "; run the same command again to resume" if args.command == "train" else ""
+        again = "; run the same command again to resume" if args.command in ("train", "pretrain", "finetune") else ""
         print(f"keras-attn: interrupted{again}", file=sys.stderr)
         return 130
 
@@ -416,7 +502,105 @@ def _plot_attention(args):
     return 0
 
 
+def _pretrain(args):
+    from keras_attn.jobs import bert
+
+    config = bert.PretrainConfig(
+        **_runner_settings(args), data=args.data, one_document_per_file=args.one_document_per_file,
+        builtin_documents=args.builtin_documents, preset=args.preset, max_length=args.max_length,
+        max_predictions=args.max_predictions, vocab_size=args.vocab_size, whole_word=args.whole_word,
+        pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps,
+    )
+    result = bert.pretrain(config)
+    _say_exported(result)
+    if result.export_path:
+        print(f"try: keras-attn fill-mask {result.export_path} {shlex.quote('the [MASK] sat on the mat.')}")
+    return 0
+
+
+def _finetune(args):
+    from keras_attn.jobs import bert
+
+    _check_export_folder(args.model_dir)
+    config = bert.FinetuneConfig(
+        **_runner_settings(args), model_dir=args.model_dir, train=args.train, valid=args.valid,
+        test=args.test, max_length=args.max_length,
+    )
+    result = bert.finetune(config)
+    _say_exported(result)
+    if result.export_path:
+        print(f"try: keras-attn classify {result.export_path} {shlex.quote('a fine film.')}")
+    return 0
+
+
+def _say_exported(result):
+    if result.export_path and result.new_export:
+        print(f"\nexported to {result.export_path}")
+    elif result.export_path:
+        print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabulary)")
+
+
+def _load_bert(model_dir, signature, command):
+    """The BERT export in `model_dir` with `signature`, or a one-line `UserError`."""
+    _check_export_folder(model_dir)
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    try:
+        loaded = tf.saved_model.load(model_dir)
+    except Exception as error:
+        message = getattr(error, "message", None) or str(error) or type(error).__name__
+        raise UserError(f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})") from None
+    if signature not in loaded.signatures:
+        kind = "a fine-tuned BERT export (keras-attn finetune)" if signature == "classify" else "a BERT pretraining export"
+        raise UserError(f"{model_dir}: not {kind}; {command} needs its {signature} signature")
+    return loaded
+
+
+def _fill_mask(args):
+    import tensorflow as tf
+
+    model = _load_bert(args.model_dir, "fill_mask", "fill-mask")
+    lines = _input_lines(args.text)
+    for start in range(0, len(lines), 64):
+        out = model.signatures["fill_mask"](
+            text=tf.constant(lines[start : start + 64], tf.string), top_k=tf.constant(args.top_k, tf.int32)
+        )
+        for row, filled in enumerate(out["filled"].numpy()):
+            print(filled.decode("utf-8", "replace"))
+            masks = int(out["num_masks"].numpy()[row])
+            for index in range(min(masks, out["tokens"].shape[1])):
+                candidates = [
+                    f"{token.decode('utf-8', 'replace')} {score:.3f}"
+                    for token, score in zip(out["tokens"].numpy()[row, index], out["scores"].numpy()[row, index])
+                ]
+                print(f"  [MASK] {index + 1}: " + ", ".join(candidates))
+            if masks > out["tokens"].shape[1]:
+                print(f"keras-attn: input {start + row + 1}: only its first {out['tokens'].shape[1]} masks are predicted", file=sys.stderr)
+            if not masks:
+                print(f"keras-attn: input {start + row + 1} has no [MASK]", file=sys.stderr)
+    return 0
+
+
+def _classify(args):
+    import tensorflow as tf
+
+    model = _load_bert(args.model_dir, "classify", "classify")
+    for line in _input_lines(args.text):
+        if b"\t" in line:
+            text_a, text_b = line.split(b"\t", 1)
+            out = model.signatures["classify_pair"](text_a=tf.constant([text_a]), text_b=tf.constant([text_b]))
+        else:
+            out = model.signatures["classify"](text=tf.constant([line]))
+        print(f"{out['label'].numpy()[0].decode()}\t{float(tf.reduce_max(out['probabilities'][0])):.3f}")
+    return 0
+
+
 COMMANDS = {
+    "pretrain": _pretrain,
+    "fill-mask": _fill_mask,
+    "finetune": _finetune,
+    "classify": _classify,
     "train": _train,
     "translate": _translate,
     "evaluate": _evaluate,

@@ -182,7 +182,9 @@ def export(module, root="saved_models", name="transformer", metadata=None):
     died is removed by the next export on the same host.
 
     Args:
-        module: a `Translator` (or any `tf.Module` with `signatures()`).
+        module: a `Translator`, a `BertServer`, or any `tf.Module` with
+            `signatures()`; one with `write_assets_extra(folder)` also
+            writes its own files into the version's `assets.extra/`.
         root: the export root.
         name: the model's folder under `root`.
         metadata: a JSON-able dict kept in the version's `METADATA` file,
@@ -248,6 +250,8 @@ def _write_metadata(path, module, metadata):
     if hasattr(module, "fingerprint"):
         metadata["fingerprint"] = module.fingerprint()
     os.makedirs(os.path.dirname(os.path.join(path, METADATA)), exist_ok=True)
+    if hasattr(module, "write_assets_extra"):  # e.g. BertServer: what fine-tuning rebuilds it from
+        module.write_assets_extra(os.path.dirname(os.path.join(path, METADATA)))
     with open(os.path.join(path, METADATA), "w") as file:
         json.dump(metadata, file, indent=1)
 

@@ -72,6 +72,7 @@ NAMES = [
     ("hanna", "she"), ("igor", "he"), ("julia", "she"), ("kurt", "he"), ("lena", "she"), ("max", "he"),
 ]
 
+PLACE_PROBABILITY = 0.7  # sentences that end "... in the kitchen."
 NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
 
@@ -99,12 +100,12 @@ def document_corpus(num_documents=2000, seed=0, min_sentences=3, max_sentences=1
         topic = topics[rng.integers(len(topics))]
         name, pronoun = NAMES[rng.integers(len(NAMES))]
         length = int(rng.integers(min_sentences, max_sentences + 1))
-        documents.append(_document(rng, TOPICS[topic], name.capitalize(), pronoun, length))
+        documents.append(_document(rng, topic, name.capitalize(), pronoun, length))
     return documents
 
 
-def _document(rng, topic, name, pronoun, length):
-    nouns, adjectives, verbs = topic
+def _document(rng, place, name, pronoun, length):
+    nouns, adjectives, verbs = TOPICS[place]
     count = int(rng.integers(1, 6))  # counting sentences go up from here
 
     def thing():
@@ -133,5 +134,7 @@ def _document(rng, topic, name, pronoun, length):
             count += 1
         else:
             sentence = f"Later {name} {verb_phrase()} with {thing()}."
+        if rng.random() < PLACE_PROBABILITY:
+            sentence = f"{sentence[:-1]} in the {place}."
         sentences.append(sentence)
     return sentences

@@ -5,21 +5,25 @@
 seq2seq` runs. A config says which model it trains through four methods
 (`build_model`, `stepper`, `model_width`, `callbacks`) and which of its
 fields bind a run folder (`bound_settings`); everything else here is shared.
-Without data files the job trains on the built-in generated corpus.
+What every job shares (flag checks, the setup report, the run-folder
+binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
 """
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_attn import evaluation, export
-from keras_attn.errors import UserError
+from keras_attn.jobs import common
+from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
+    check_strategy_flags,
+    check_writable_folder,
+    describe_setup,
+    wait_for_chief,
+)
 from keras_attn.models import TRANSFORMER_PRESETS, TransformerStepper, transformer
 from keras_attn.training import (
     MaskedPerplexity,
@@ -29,7 +33,6 @@ from keras_attn.training import (
     warmup_cosine,
 )
 from keras_attn.training.checkpoints import write_text_atomically
-from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import RunConfig, prepare, train
 from keras_attn.training.strategy import worker_role
 from pipelines import synthetic, text, tokenizers, translation
@@ -192,21 +195,11 @@ def hold_out(corpus, fraction, seed):
 def build_tokenizers(config, train, chief=True, wait_seconds=600):
     """Learns the WordPiece vocabularies, or reuses those of the run folder.
 
-    Learning is not deterministic across processes (ties in the trainer),
-    so under several workers only the chief learns them; the others wait
-    for the chief's files in the (shared) run folder.
+    Under several workers only the chief learns them; the others wait for
+    the chief's files in the (shared) run folder (`common.wait_for_chief`).
     """
     paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
-    waited = 0.0
-    while not chief and not all(os.path.exists(path) for path in paths):
-        if waited >= wait_seconds:
-            raise text.DataError(
-                f"{paths[1]}: the chief wrote no vocabulary within {wait_seconds} s; "
-                "every worker must see the chief's run folder (put --run-dir on shared storage)"
-            )
-        time.sleep(0.5)
-        waited += 0.5
-    if all(os.path.exists(path) for path in paths):
+    if wait_for_chief(paths, chief, wait_seconds):
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
         )
@@ -232,101 +225,9 @@ BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_leng
 
 
 def bind_run_folder(config, train, chief=True):
-    """Records what the run folder starts with, or refuses a run that changes it.
-
-    `<run_dir>/settings.json` holds a SHA-256 of the training pairs and the
-    `config.bound_settings()`; a rerun with others raises a one-line `UserError`
-    instead of resuming the saved model. Only the chief writes the file.
-    """
-    digest = hashlib.sha256()
-    for source, target in zip(train.sources, train.targets):
-        digest.update(f"{source}\t{target}\n".encode())
-    settings = {
-        "training_data": digest.hexdigest(),
-        **{k: getattr(config, k) for k in config.bound_settings()},
-    }
-    path = os.path.join(config.run_dir, "settings.json")
-    if os.path.exists(path):
-        with open(path) as file:
-            kept = json.load(file)
-        changed = [
-            "other training data" if key == "training_data" else f"{key} {kept.get(key)} (now {value})"
-            for key, value in settings.items()
-            if kept.get(key) != value
-        ]
-        if changed:
-            raise UserError(
-                f"{config.run_dir} was started with other settings: {', '.join(changed)}; "
-                "use another --run-dir, or delete it to start over"
-            )
-    elif chief:
-        write_text_atomically(path, json.dumps(settings, indent=1))
-
-
-def describe_setup(config, strategy):
-    """The lines the job prints first: how, and where, it is going to train."""
-    replicas = strategy.num_replicas_in_sync
-    backup = tf.train.latest_checkpoint(os.path.join(config.run_dir, "checkpoints"))
-    state = f"continues from its backup {os.path.basename(backup)}" if backup else "a new run"
-    return [
-        f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
-        f"precision: {describe_precision(config.mixed_precision)}",
-        f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
-        f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)",
-        f"run folder: {config.run_dir} ({state})",
-    ]
-
-
-def _strategy_name(strategy):
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # its class: CollectiveAllReduceStrategy
-        return f"MultiWorkerMirroredStrategy, this process the {worker_role(strategy)[1]}"
-    name = type(strategy).__name__
-    return "default (no tf.distribute strategy)" if name.startswith("_Default") else name
-
-
-def _devices(strategy):
-    try:
-        return list(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy: TensorFlow's default device
-        gpus = tf.config.list_logical_devices("GPU")
-        return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
-
-
-def _check_strategy_flags(config):
-    """Refuses in one line a `TF_CONFIG` that is not JSON, or `--devices` this machine lacks.
-
-    (TensorFlow would raise from deep inside, or quietly place the work on
-    another device.) Devices are looked up only for `one_device` and
-    `mirrored`: `multi_worker` must start before TensorFlow lists devices.
-    """
-    if config.strategy == "multi_worker":
-        try:
-            json.loads(os.environ.get("TF_CONFIG") or "{}")
-        except ValueError as error:
-            raise UserError(f"TF_CONFIG is not valid JSON ({error})") from None
-        return
-    if not config.devices or config.strategy not in ("one_device", "mirrored"):
-        return
-    present = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
-    for name in config.devices:
-        try:
-            spec = tf.DeviceSpec.from_string(name)
-        except ValueError:
-            raise UserError(f"--devices {name}: not a device name (e.g. /gpu:0, /cpu:0)") from None
-        if (spec.device_type and spec.device_type.upper(), spec.device_index or 0) not in present:
-            names = ", ".join(f"/{kind.lower()}:{index}" for kind, index in sorted(present))
-            raise UserError(f"--devices {name}: no such device here (there are {names})")
-
-
-def _check_writable_folder(path, flag):
-    """Refuses in one line, before any training, a folder that cannot be made or written."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise UserError(f"{path} ({flag}): cannot be a folder, {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{path} ({flag}): no permission to write in {existing}")
+    """`common.bind_run_folder` with the training pairs as `source<TAB>target` lines."""
+    pairs = (f"{source}\t{target}" for source, target in zip(train.sources, train.targets))
+    common.bind_run_folder(config, pairs, chief)
 
 
 def write_test_split(config, corpus):
@@ -354,14 +255,14 @@ def run(config, log=print):
     (or `force_export`).
     """
     started = time.time()
-    _check_strategy_flags(config)
+    check_strategy_flags(config)
     strategy = prepare(config)  # the strategy first: see `prepare`
     chief, _ = worker_role(strategy)
     for line in describe_setup(config, strategy):
         log(line)
-    _check_writable_folder(config.run_dir, "--run-dir")
+    check_writable_folder(config.run_dir, "--run-dir")
     if config.export and chief:
-        _check_writable_folder(os.path.join(config.export_root, config.name), "--export")
+        check_writable_folder(os.path.join(config.export_root, config.name), "--export")
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]

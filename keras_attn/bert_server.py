@@ -1,0 +1,247 @@
+"""BERT's serving module: fill-mask, encode and classify, with the tokenizer in the graph.
+
+Exported with `keras_attn.export.export` as `<root>/<name>/<version>/`, it
+loads where only `tensorflow` and `tensorflow_text` are imported:
+
+    import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
+    bert = tf.saved_model.load("saved_models/bert/1")
+    out = bert.signatures["fill_mask"](text=tf.constant(["the [MASK] sat."]), top_k=tf.constant(5))
+    out["tokens"], out["scores"], out["filled"]
+
+Each version also holds, in `assets.extra/` (which servers ignore), the
+backbone's settings and weights and the vocabulary: what `load_backbone`
+reads to fine-tune it.
+"""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines.classification import pack
+from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceTokenizer
+
+BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
+BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
+VOCABULARY = "vocab.txt"
+_MASK_TEXT = r"(?i)\[mask\]"
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+
+
+class BertServer(tf.Module):
+    """A BERT backbone with its tokenizer and heads, ready to export.
+
+    Signatures (every one takes a batch of strings; any string gives a
+    result: invalid UTF-8, unseen characters, empty or blank text included,
+    and an empty batch gives empty outputs):
+
+    - `fill_mask(text: string[B], top_k: int32[])` (with an MLM head):
+      each `[MASK]` in the text (any case) is predicted. `tokens`
+      string[B, M, K] and `scores` float32[B, M, K] (probabilities) are the
+      top `K` tokens of each of the first `M` masks (`M` the most masks of
+      a row in the batch, at most `max_predictions`; shorter rows are
+      padded with `""` and 0); `filled` string[B], the text with each mask
+      replaced by its best token; `num_masks` int32[B], the masks in the
+      text (a text without `[MASK]` has 0 and comes back unchanged but
+      tokenized); `truncated` bool[B], the text was cut to `max_length`
+      tokens (masks after the cut are not predicted). `K` is `top_k`
+      clipped to [1, 50]. Special tokens are never predicted.
+    - `encode(text)`, `encode_pair(text_a, text_b)`: `pooled_output`
+      float32[B, d], `sequence_output` float32[B, T, d] (zeros at padding),
+      `token_ids` int32[B, T], `truncated` bool[B].
+    - `classify(text)`, `classify_pair(text_a, text_b)` (with a
+      classifier): `label` string[B], `label_id` int32[B], `probabilities`
+      float32[B, C].
+
+    Args:
+        backbone: a `bert_backbone` model.
+        tokenizer: its `WordPieceTokenizer` (uncased: `lowercase=True`).
+        max_length: the longest input row, `[CLS]` and `[SEP]`s included.
+        backbone_settings: the `bert_backbone` arguments that rebuild it
+            (kept in the export for fine-tuning).
+        mlm_head: the pretrained model's `MaskedLMHead` (for `fill_mask`).
+        classifier: a `bert_classifier` model on `backbone` (for `classify`).
+        label_names: the classifier's labels, by id.
+        max_predictions: the most masks predicted per text.
+    """
+
+    def __init__(
+        self, backbone, tokenizer, max_length, backbone_settings, mlm_head=None, classifier=None,
+        label_names=None, max_predictions=20, max_top_k=50,
+    ):
+        super().__init__(name="bert")
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.backbone_settings = dict(backbone_settings)
+        self.max_predictions = max_predictions
+        self.max_top_k = max_top_k
+        self.mlm_head = mlm_head
+        self.classifier = classifier
+        self.label_names = list(label_names or [])
+        ids = tf.TensorSpec([None, None], tf.int32)
+        # The model is traced once, and every signature calls that graph.
+        self._run_backbone = tf.function(self._backbone_outputs, input_signature=[ids, ids])
+        self.encode = tf.function(self._encode, input_signature=[_TEXT])
+        self.encode_pair = tf.function(self._encode_pair, input_signature=_pair_signature())
+        if mlm_head is not None:
+            self.fill_mask = tf.function(
+                self._fill_mask, input_signature=[_TEXT, tf.TensorSpec([], tf.int32, name="top_k")]
+            )
+        if classifier is not None:
+            self._labels = tf.constant(self.label_names, tf.string)
+            self._run_classifier = tf.function(self._probabilities, input_signature=[ids, ids])
+            self.classify = tf.function(self._classify, input_signature=[_TEXT])
+            self.classify_pair = tf.function(self._classify_pair, input_signature=_pair_signature())
+
+    def _pack(self, *texts):
+        token_ids, segment_ids, truncated = pack([self.tokenizer.tokenize(t) for t in texts], self.max_length)
+        return _at_least_two_columns(token_ids), _at_least_two_columns(segment_ids), truncated
+
+    def _backbone_outputs(self, token_ids, segment_ids):
+        outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        padding = tf.cast(tf.not_equal(token_ids, PAD_ID), tf.float32)[..., None]
+        return {
+            "pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
+            "sequence_output": tf.cast(outputs["sequence_output"], tf.float32) * padding,
+        }
+
+    def _encode(self, text):
+        token_ids, segment_ids, truncated = self._pack(text)
+        return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
+
+    def _encode_pair(self, text_a, text_b):
+        token_ids, segment_ids, truncated = self._pack(text_a, text_b)
+        return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
+
+    def _probabilities(self, token_ids, segment_ids):
+        logits = self.classifier({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
+        label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"label": tf.gather(self._labels, label_id), "label_id": label_id, "probabilities": probabilities}
+
+    def _classify(self, text):
+        token_ids, segment_ids, _ = self._pack(text)
+        return self._run_classifier(token_ids, segment_ids)
+
+    def _classify_pair(self, text_a, text_b):
+        token_ids, segment_ids, _ = self._pack(text_a, text_b)
+        return self._run_classifier(token_ids, segment_ids)
+
+    def _fill_mask(self, text, top_k):
+        # One more (empty) row, taken off at the end: the head's gather needs a row.
+        outputs = self._fill_mask_rows(tf.concat([text, [""]], 0), top_k)
+        return {name: value[:-1] for name, value in outputs.items()}
+
+    def _fill_mask_rows(self, text, top_k):
+        ids, num_masks = self._tokenize_with_masks(text)
+        token_ids, segment_ids, truncated = pack([ids], self.max_length)
+        token_ids, segment_ids = _at_least_two_columns(token_ids), _at_least_two_columns(segment_ids)
+        sequence = self._run_backbone(token_ids, segment_ids)
+        length = tf.shape(token_ids)[1]
+        is_mask = tf.equal(token_ids, MASK_ID)
+        columns = tf.broadcast_to(tf.range(length), tf.shape(token_ids))
+        positions = tf.ragged.boolean_mask(columns, is_mask)[:, : self.max_predictions]
+        valid = tf.ones_like(positions, tf.bool).to_tensor(False)  # (B, M)
+        positions = positions.to_tensor(0)
+        logits = tf.cast(self.mlm_head(sequence["sequence_output"], positions), tf.float32)
+        special = tf.range(self.tokenizer.vocabulary_size) < len(SPECIAL_TOKENS)
+        logits = tf.where(special, tf.float32.min, logits)
+        k = tf.clip_by_value(top_k, 1, min(self.max_top_k, self.tokenizer.vocabulary_size - len(SPECIAL_TOKENS)))
+        best = tf.math.top_k(tf.nn.softmax(logits), k)
+        best_ids = tf.where(valid[..., None], best.indices, PAD_ID)
+        # Each predicted mask replaced by its best token, in place.
+        rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
+        updates = tf.boolean_mask(best_ids[..., 0], valid)
+        where = tf.boolean_mask(tf.stack([rows, positions], -1), valid)
+        filled = tf.tensor_scatter_nd_update(token_ids, where, updates)
+        return {
+            "tokens": tf.where(valid[..., None], self.tokenizer.id_to_token(best_ids), ""),
+            "scores": tf.where(valid[..., None], best.values, 0.0),
+            "filled": self.tokenizer.detokenize(filled),
+            "num_masks": num_masks,
+            "truncated": truncated,
+        }
+
+    def _tokenize_with_masks(self, text):
+        """`(B, None)` ids with `MASK_ID` where the text says `[MASK]`, and the mask counts."""
+        text = tf.strings.regex_replace(tf.convert_to_tensor(text), _MASK_TEXT, "[MASK]")
+        pieces = tf.strings.split(text, "[MASK]")  # (B, pieces): a mask between each two
+        piece_ids = self.tokenizer.tokenize(pieces.flat_values)
+        piece_rows = pieces.value_rowids()
+        last = tf.equal(tf.range(tf.shape(piece_rows, out_type=tf.int64)[0]) + 1, tf.gather(pieces.row_splits[1:], piece_rows))
+        followed_by_mask = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(~last, tf.int32))], MASK_ID), tf.cast(~last, tf.int64)
+        )
+        ids = tf.concat([piece_ids, followed_by_mask], axis=1)
+        ids = tf.RaggedTensor.from_row_splits(ids, pieces.row_splits).merge_dims(1, 2)
+        return ids, tf.cast(pieces.row_lengths() - 1, tf.int32)
+
+    def fingerprint(self):
+        """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.label_names]).encode())
+        digest.update(f"{self.max_length} {self.max_predictions} {self.max_top_k}".encode())
+        weights = [*self.backbone.weights]
+        for extra in (self.mlm_head, self.classifier):
+            weights += [w for w in (extra.weights if extra is not None else []) if all(w is not b for b in weights)]
+        for weight in weights:
+            value = np.asarray(weight.numpy())
+            digest.update(f"{weight.path} {value.dtype} {value.shape}".encode())
+            digest.update(value.tobytes())
+        return digest.hexdigest()
+
+    def signatures(self):
+        signatures = {"encode": self.encode, "encode_pair": self.encode_pair}
+        if self.mlm_head is not None:
+            signatures.update(fill_mask=self.fill_mask, serving_default=self.fill_mask)
+        if self.classifier is not None:
+            signatures.update(classify=self.classify, classify_pair=self.classify_pair, serving_default=self.classify)
+        signatures.setdefault("serving_default", self.encode)
+        return signatures
+
+    def write_assets_extra(self, folder):
+        """Writes the backbone's settings, weights and vocabulary into `folder` (for fine-tuning)."""
+        settings = {**self.backbone_settings, "lowercase": self.tokenizer.lowercase, "max_length": self.max_length}
+        with open(os.path.join(folder, BACKBONE_SETTINGS), "w") as file:
+            json.dump(settings, file, indent=1)
+        self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))
+        with open(os.path.join(folder, VOCABULARY), "w", encoding="utf-8") as file:
+            file.write("".join(token + "\n" for token in self.tokenizer.vocabulary))
+
+
+def load_backbone(model_dir, dropout=0.1):
+    """The pretrained backbone of a BERT export, to fine-tune.
+
+    Returns:
+        `(backbone, tokenizer, settings)`: a new `bert_backbone` with the
+        export's weights, its `WordPieceTokenizer`, and the settings it was
+        built with (with `lowercase` and `max_length`).
+
+    Raises:
+        ValueError: `model_dir` is not a keras-attn BERT export.
+    """
+    from keras_attn.models import bert_backbone
+
+    extra = os.path.join(model_dir, "assets.extra")
+    paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
+    if not all(os.path.isfile(path) for path in paths):
+        raise ValueError(f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra)")
+    with open(paths[0]) as file:
+        settings = json.load(file)
+    built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
+    backbone = bert_backbone(**built, dropout=dropout)
+    backbone.load_weights(paths[1])
+    tokenizer = WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"])
+    return backbone, tokenizer, settings
+
+
+def _pair_signature():
+    return [tf.TensorSpec([None], tf.string, name="text_a"), tf.TensorSpec([None], tf.string, name="text_b")]
+
+
+def _at_least_two_columns(ids):
+    """`(B, T ≥ 2)`: an empty batch still runs through the model."""
+    return tf.pad(ids, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(ids)[1])]])

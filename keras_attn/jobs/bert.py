@@ -1,0 +1,376 @@
+"""The BERT jobs: pretraining (MLM + NSP) and fine-tuning a classifier.
+
+`pretrain(PretrainConfig(...))` is what `keras-attn pretrain bert` runs:
+documents (files, or the built-in generated corpus) → an uncased
+WordPiece vocabulary → pairs and dynamic masks in tf.data → the runner
+(every strategy, backups, resume) → an export with `fill_mask` and
+`encode`. `finetune(FinetuneConfig(...))` is what `keras-attn finetune`
+runs: a pretrained export's backbone → a classifier trained on TSV files →
+test accuracy → an export with `classify` as well.
+"""
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from keras_attn import export
+from keras_attn.bert_server import BertServer, load_backbone
+from keras_attn.errors import UserError
+from keras_attn.jobs.bert_training import (
+    ClassificationLoss,
+    PretrainingLoss,
+    PretrainingMetrics,
+    WarmupLinearDecay,
+    adamw,
+)
+from keras_attn.jobs.common import (
+    bind_run_folder,
+    check_strategy_flags,
+    check_writable_folder,
+    describe_setup,
+    wait_for_chief,
+)
+from keras_attn.models import bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.training.runner import RunConfig, prepare, train
+from keras_attn.training.strategy import worker_role
+from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
+
+
+@dataclasses.dataclass
+class PretrainConfig(RunConfig):
+    """Everything `keras-attn pretrain bert` can be told (its flags map onto these fields).
+
+    The runner's own settings (run folder, epochs, batch size, strategy,
+    precision, seed, backups) are those of `RunConfig`.
+    """
+
+    run_dir: str = "runs/bert"
+    epochs: int = 10
+    batch_size: int = 32
+    backup_every: int = 500
+    data: list = None  # files or folders of documents; None: the built-in corpus
+    one_document_per_file: bool = False
+    builtin_documents: int = 3000
+    valid_fraction: float = 0.05
+    preset: str = "tiny"
+    max_length: int = 128
+    max_predictions: int = 20
+    vocab_size: int = 8000
+    mask_rate: float = 0.15
+    whole_word: bool = False
+    short_sequence_probability: float = 0.1
+    pairs_per_epoch: int = None  # None: the corpus's tokens / (max_length - 3)
+    dropout: float = 0.1
+    learning_rate: float = 1e-3
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    export_root: str = "saved_models"
+    name: str = "bert"
+    export: bool = True
+    force_export: bool = False
+
+    def bound_settings(self):
+        """Fields a run folder keeps: a rerun with other values is refused."""
+        return ("vocab_size", "preset", "max_length", "max_predictions", "whole_word", "mask_rate")
+
+
+@dataclasses.dataclass
+class FinetuneConfig(RunConfig):
+    """Everything `keras-attn finetune` can be told.
+
+    Attributes:
+        model_dir: a pretraining export (`saved_models/bert/<version>`).
+        train, valid, test: TSV files (`label<TAB>text` or
+            `label<TAB>text_a<TAB>text_b`); without `valid`, 10% of the
+            training examples are held out.
+    """
+
+    model_dir: str = None
+    train: str = None
+    valid: str = None
+    test: str = None
+    run_dir: str = "runs/bert-classifier"
+    epochs: int = 3
+    batch_size: int = 32
+    backup_every: int = 500
+    max_length: int = None  # None: the pretraining's
+    dropout: float = 0.1
+    learning_rate: float = 1e-4
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    export_root: str = "saved_models"
+    name: str = "bert-classifier"
+    export: bool = True
+    force_export: bool = False
+
+    def bound_settings(self):
+        return ("model_dir", "max_length")
+
+
+@dataclasses.dataclass
+class BertResult:
+    """What a BERT job gives back.
+
+    Attributes:
+        export_path: the export holding the model (None without export,
+            and on workers other than the chief).
+        metrics: pretraining: the validation `PretrainingMetrics`;
+            fine-tuning: `test_accuracy` (or `valid_accuracy` without a
+            test file) and `test_examples`.
+        history: per-epoch logs of this process's training.
+        model: the Keras model with its best validation weights.
+        steps: optimizer steps of the whole run.
+        new_export: whether `export_path` was written by this run.
+        already_finished: the run folder's run had ended: nothing trained.
+        server: the `BertServer` exported (chief only).
+    """
+
+    export_path: str
+    metrics: dict
+    history: dict
+    model: object = None
+    steps: int = 0
+    new_export: bool = False
+    already_finished: bool = False
+    server: object = None
+
+
+def load_documents(config):
+    """The `documents.Documents` of the run: `config.data`, or the built-in corpus."""
+    if config.data:
+        return documents.read_documents(config.data, config.one_document_per_file)
+    generated = synthetic_documents.document_corpus(config.builtin_documents, seed=config.seed)
+    return documents.Documents(generated, origin=f"built-in corpus ({config.builtin_documents} documents)")
+
+
+def build_tokenizer(config, sentences, chief=True):
+    """Learns the uncased WordPiece vocabulary, or reuses the run folder's (`vocab.txt`)."""
+    path = os.path.join(config.run_dir, "vocab.txt")
+    if wait_for_chief([path], chief):
+        return tokenizers.WordPieceTokenizer.load(path, lowercase=True)
+    vocabulary = tokenizers.learn_wordpiece_vocabulary(sentences, config.vocab_size, lowercase=True)
+    tokenizer = tokenizers.WordPieceTokenizer(vocabulary, lowercase=True)
+    tokenizer.save(path)
+    return tokenizer
+
+
+def _start(config, log):
+    """What both jobs do first; returns `(strategy, chief)`."""
+    check_strategy_flags(config)
+    strategy = prepare(config)  # the strategy first: see `runner.prepare`
+    chief, _ = worker_role(strategy)
+    for line in describe_setup(config, strategy):
+        log(line)
+    check_writable_folder(config.run_dir, "--run-dir")
+    if config.export and chief:
+        check_writable_folder(os.path.join(config.export_root, config.name), "--export")
+    return strategy, chief
+
+
+def _document_lines(docs):
+    """Documents as lines for the run folder's data hash: sentences, a blank line after each document."""
+    for document in docs:
+        yield from document
+        yield ""
+
+
+def pretrain(config, log=print):
+    """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`."""
+    started = time.time()
+    _, chief = _start(config, log)
+    read = load_documents(config)
+    train_docs, valid_docs = documents.hold_out_documents(
+        read.documents, config.valid_fraction, seed=config.seed, minimum=2
+    )
+    log(f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation documents")
+    os.makedirs(config.run_dir, exist_ok=True)
+    bind_run_folder(config, _document_lines(train_docs), chief)
+    tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
+    vocabulary = tokenizer.vocabulary
+    train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
+    valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
+    log(
+        f"vocabulary: {len(vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
+        + (f", {train_corpus.dropped_sentences} sentences without tokens dropped" if train_corpus.dropped_sentences else "")
+    )
+    settings = dict(
+        max_length=config.max_length, max_predictions=config.max_predictions, seed=config.seed,
+        mask_rate=config.mask_rate, whole_word=config.whole_word,
+        short_sequence_probability=config.short_sequence_probability,
+    )
+
+    def make_datasets(global_batch_size):
+        pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_length)
+        if pairs < global_batch_size:
+            raise UserError(
+                f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
+                "give more data, --pairs-per-epoch or a smaller --batch-size"
+            )
+        valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_length))
+        try:
+            return (
+                pretraining.pretraining_epochs(
+                    train_corpus, vocabulary, batch_size=global_batch_size, num_pairs=pairs, **settings
+                ),
+                # Fixed pairs and masks (epoch -1): every epoch is scored on the same.
+                pretraining.pretraining_dataset(
+                    valid_corpus, vocabulary, batch_size=global_batch_size, num_pairs=valid_pairs,
+                    epoch=-1, **settings,
+                ),
+            )
+        except ValueError as error:  # too few documents, or none of two sentences
+            raise text.DataError(str(error)) from None
+
+    backbone_settings = dict(
+        vocabulary_size=len(vocabulary), preset=config.preset, max_sequence_length=config.max_length
+    )
+
+    def build_model():
+        return bert_pretrainer(bert_backbone(**backbone_settings, dropout=config.dropout))
+
+    result = train(
+        config,
+        build_model=build_model,
+        make_datasets=make_datasets,
+        make_optimizer=lambda total_steps: adamw(
+            WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps),
+            config.weight_decay,
+        ),
+        make_loss=PretrainingLoss,
+        make_metrics=lambda: [PretrainingMetrics()],
+    )
+    model = result.model
+    _say_trained(log, result, started)
+    if not result.is_chief:
+        return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
+    _, valid_data = make_datasets(config.batch_size)
+    metrics = evaluate_pretraining(model, valid_data)
+    log("validation: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+    backbone = model.get_layer("bert_backbone")
+    server = BertServer(
+        backbone, tokenizer, config.max_length, backbone_settings,
+        mlm_head=model.get_layer("mlm_head"), max_predictions=config.max_predictions,
+    )
+    path, new_export = _export(config, server)
+    return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
+
+
+def evaluate_pretraining(model, dataset):
+    """`PretrainingMetrics` of `model` over `dataset`, as floats."""
+    metrics = PretrainingMetrics()
+    for features, labels in dataset:
+        metrics.update_state(labels, model(features, training=False))
+    return {name: float(value) for name, value in metrics.result().items()}
+
+
+def finetune(config, log=print):
+    """Fine-tunes a pretrained BERT export as a classifier; returns a `BertResult`."""
+    started = time.time()
+    if not config.model_dir or not config.train:
+        raise UserError("finetune needs a pretrained export (MODEL_DIR) and --train")
+    try:
+        _, tokenizer, pretrained = load_backbone(config.model_dir)  # checked before any training
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    max_length = config.max_length or pretrained["max_length"]
+    if max_length > pretrained["max_sequence_length"]:
+        raise UserError(f"--max-length {max_length}: the pretrained model has {pretrained['max_sequence_length']} positions")
+    config = dataclasses.replace(config, max_length=max_length)
+    _, chief = _start(config, log)
+    train_data = classification.read_labelled_tsv(config.train)
+    if config.valid:
+        valid_data = classification.read_labelled_tsv(config.valid)
+    else:
+        train_data, valid_data = _hold_out_examples(train_data, config.seed)
+    test_data = classification.read_labelled_tsv(config.test) if config.test else None
+    label_names = sorted(set(train_data.labels))
+    if len(label_names) < 2:
+        raise text.DataError(f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more")
+    label_ids = {label: index for index, label in enumerate(label_names)}
+    log(
+        f"data: {len(train_data)} training, {len(valid_data)} validation"
+        + (f", {len(test_data)} test" if test_data else "")
+        + f" examples; labels {', '.join(label_names)}"
+    )
+    os.makedirs(config.run_dir, exist_ok=True)
+    lines = (f"{label}\t{a}\t{b}" for label, a, b in zip(
+        train_data.labels, train_data.texts_a, train_data.texts_b or [""] * len(train_data)))
+    bind_run_folder(config, lines, chief)
+
+    def dataset(data, batch_size, shuffle):
+        return classification.classification_dataset(
+            data, label_ids, tokenizer, batch_size, max_length, shuffle=shuffle, seed=config.seed,
+            drop_remainder=shuffle,
+        )
+
+    def make_datasets(global_batch_size):
+        if len(train_data) < global_batch_size:
+            raise UserError(f"{config.train}: {len(train_data)} examples, fewer than the global batch {global_batch_size}")
+        return dataset(train_data, global_batch_size, True), dataset(valid_data, global_batch_size, False)
+
+    def build_model():
+        backbone, _, _ = load_backbone(config.model_dir, dropout=config.dropout)
+        return bert_classifier(backbone, len(label_names), dropout=config.dropout)
+
+    def make_optimizer(total_steps):
+        warmup = int(config.warmup_fraction * total_steps)
+        return adamw(WarmupLinearDecay(config.learning_rate, warmup, total_steps), config.weight_decay)
+
+    result = train(
+        config, build_model=build_model, make_datasets=make_datasets, make_optimizer=make_optimizer,
+        make_loss=ClassificationLoss, make_metrics=lambda: [_accuracy()],
+    )
+    model = result.model
+    _say_trained(log, result, started)
+    if not result.is_chief:
+        return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
+    scored, split = (test_data, "test") if test_data else (valid_data, "valid")
+    accuracy = _accuracy()
+    for features, labels in dataset(scored, 64, False):
+        accuracy.update_state(labels, model(features, training=False))
+    metrics = {f"{split}_accuracy": float(accuracy.result()), f"{split}_examples": len(scored)}
+    log(f"{split}: accuracy {metrics[f'{split}_accuracy']:.4f} on {len(scored)} examples")
+    backbone = model.get_layer("bert_backbone")
+    settings = {k: v for k, v in pretrained.items() if k not in ("lowercase", "max_length")}
+    server = BertServer(backbone, tokenizer, max_length, settings, classifier=model, label_names=label_names)
+    path, new_export = _export(config, server)
+    return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
+
+
+def _accuracy():
+    import keras
+
+    return keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+
+
+def _hold_out_examples(data, seed, fraction=0.1):
+    if len(data) < 10:
+        raise text.DataError(f"{data.origin}: {len(data)} examples; give --valid or 10 examples or more")
+    order = np.random.default_rng(seed).permutation(len(data))
+    count = max(1, int(len(data) * fraction))
+
+    def subset(indices, origin):
+        indices = sorted(indices)
+        pick = lambda values: None if values is None else [values[i] for i in indices]  # noqa: E731
+        return classification.LabelledTexts(pick(data.labels), pick(data.texts_a), pick(data.texts_b), 0, origin)
+
+    return subset(order[count:], data.origin), subset(order[:count], f"{data.origin} ({fraction:.0%} held out)")
+
+
+def _say_trained(log, result, started):
+    if result.already_finished:
+        log(f"nothing trained: the run had already finished after {result.steps} steps")
+    else:
+        log(
+            f"trained {result.model.count_params():,} parameters for {result.steps} steps on "
+            f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
+            f"{result.global_batch_size}, in {time.time() - started:.0f} s"
+        )
+
+
+def _export(config, server):
+    if not config.export:
+        return None, False
+    return export.export_if_changed(server, config.export_root, config.name, force=config.force_export)

@@ -1,0 +1,148 @@
+"""What every job does around the runner: flag checks, the setup report, the run folder.
+
+A job checks its strategy flags and output folders before any training
+(`check_strategy_flags`, `check_writable_folder`), prints what it chose
+(`describe_setup`), binds its run folder to its training data and settings
+(`bind_run_folder`) and, under several workers, lets only the chief learn
+vocabularies while the others wait for its files (`wait_for_chief`).
+"""
+
+import hashlib
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from keras_attn.errors import UserError
+from keras_attn.training.checkpoints import write_text_atomically
+from keras_attn.training.precision import describe_precision
+from keras_attn.training.strategy import worker_role
+
+
+def bind_run_folder(config, training_lines, chief=True):
+    """Records what the run folder starts with, or refuses a run that changes it.
+
+    `<run_dir>/settings.json` holds a SHA-256 of the training data and the
+    `config.bound_settings()`; a rerun with others raises a one-line `UserError`
+    instead of resuming the saved model. Only the chief writes the file.
+
+    Args:
+        config: the job's config (a `RunConfig` with `bound_settings()`).
+        training_lines: the training data as an iterable of strings (each
+            hashed with a newline after it).
+        chief: whether this process writes the file.
+    """
+    digest = hashlib.sha256()
+    for line in training_lines:
+        digest.update(f"{line}\n".encode())
+    settings = {
+        "training_data": digest.hexdigest(),
+        **{k: getattr(config, k) for k in config.bound_settings()},
+    }
+    path = os.path.join(config.run_dir, "settings.json")
+    if os.path.exists(path):
+        with open(path) as file:
+            kept = json.load(file)
+        changed = [
+            "other training data" if key == "training_data" else f"{key} {kept.get(key)} (now {value})"
+            for key, value in settings.items()
+            if kept.get(key) != value
+        ]
+        if changed:
+            raise UserError(
+                f"{config.run_dir} was started with other settings: {', '.join(changed)}; "
+                "use another --run-dir, or delete it to start over"
+            )
+    elif chief:
+        write_text_atomically(path, json.dumps(settings, indent=1))
+
+
+def wait_for_chief(paths, chief, wait_seconds=600):
+    """Waits, on a worker that is not the chief, until the chief has written `paths`.
+
+    Learning a vocabulary is not deterministic across processes (ties in
+    the trainer), so under several workers only the chief learns it; the
+    others read the chief's files from the (shared) run folder.
+
+    Returns:
+        Whether all `paths` exist (always, for a worker that is not the chief).
+    """
+    waited = 0.0
+    while not chief and not all(os.path.exists(path) for path in paths):
+        if waited >= wait_seconds:
+            from pipelines.text import DataError
+
+            raise DataError(
+                f"{paths[-1]}: the chief wrote no vocabulary within {wait_seconds} s; "
+                "every worker must see the chief's run folder (put --run-dir on shared storage)"
+            )
+        time.sleep(0.5)
+        waited += 0.5
+    return all(os.path.exists(path) for path in paths)
+
+
+def describe_setup(config, strategy):
+    """The lines a job prints first: how, and where, it is going to train."""
+    replicas = strategy.num_replicas_in_sync
+    backup = tf.train.latest_checkpoint(os.path.join(config.run_dir, "checkpoints"))
+    state = f"continues from its backup {os.path.basename(backup)}" if backup else "a new run"
+    return [
+        f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
+        f"precision: {describe_precision(config.mixed_precision)}",
+        f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
+        f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)",
+        f"run folder: {config.run_dir} ({state})",
+    ]
+
+
+def _strategy_name(strategy):
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # its class: CollectiveAllReduceStrategy
+        return f"MultiWorkerMirroredStrategy, this process the {worker_role(strategy)[1]}"
+    name = type(strategy).__name__
+    return "default (no tf.distribute strategy)" if name.startswith("_Default") else name
+
+
+def _devices(strategy):
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: TensorFlow's default device
+        gpus = tf.config.list_logical_devices("GPU")
+        return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
+
+
+def check_strategy_flags(config):
+    """Refuses in one line a `TF_CONFIG` that is not JSON, or `--devices` this machine lacks.
+
+    (TensorFlow would raise from deep inside, or quietly place the work on
+    another device.) Devices are looked up only for `one_device` and
+    `mirrored`: `multi_worker` must start before TensorFlow lists devices.
+    """
+    if config.strategy == "multi_worker":
+        try:
+            json.loads(os.environ.get("TF_CONFIG") or "{}")
+        except ValueError as error:
+            raise UserError(f"TF_CONFIG is not valid JSON ({error})") from None
+        return
+    if not config.devices or config.strategy not in ("one_device", "mirrored"):
+        return
+    present = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
+    for name in config.devices:
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except ValueError:
+            raise UserError(f"--devices {name}: not a device name (e.g. /gpu:0, /cpu:0)") from None
+        if (spec.device_type and spec.device_type.upper(), spec.device_index or 0) not in present:
+            names = ", ".join(f"/{kind.lower()}:{index}" for kind, index in sorted(present))
+            raise UserError(f"--devices {name}: no such device here (there are {names})")
+
+
+def check_writable_folder(path, flag):
+    """Refuses in one line, before any training, a folder that cannot be made or written."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{path} ({flag}): cannot be a folder, {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{path} ({flag}): no permission to write in {existing}")

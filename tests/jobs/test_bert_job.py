@@ -1,0 +1,175 @@
+"""The BERT jobs end to end through the CLI: pretrain, export, fill-mask, finetune, classify."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn import cli
+from pipelines import synthetic_documents
+
+PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
+    "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
+    "--epochs", "2", "--batch-size", "16", "--pairs-per-epoch", "160", "--vocab-size", "600",
+    "--warmup-steps", "5", "--precision", "float32",
+]
+HOSTILE = [
+    "the [MASK] sees the [mask] .", "", "   ", "no mask at all", "[MASK]" * 40, "\u200b\u200d",
+    b"\xff\xfe broken [MASK] bytes", "word " * 500 + "[MASK]", "[MASK] " + "x" * 300, "日本語 [MASK] ☃",
+]
+
+
+def _run(argv):
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):  # not a terminal, as in a log file
+        code = cli.main(argv)
+    return code, output.getvalue()
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """One CLI pretraining run: its folder, what it printed, the job's result."""
+    from keras_attn.jobs import bert
+
+    root = tmp_path_factory.mktemp("bert")
+    argv = [*PRETRAIN, "--run-dir", str(root / "run"), "--export", str(root / "saved_models")]
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        run = bert.pretrain
+        patch.setattr(bert, "pretrain", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+        code, printed = _run(argv)
+    assert code == 0, printed
+    return types.SimpleNamespace(
+        root=root, printed=printed, result=results[0], export=str(root / "saved_models" / "bert" / "1"),
+    )
+
+
+def test_pretraining_reports_both_tasks_and_exports(pretrained):
+    lines = pretrained.printed.splitlines()
+    assert lines[0] == "strategy: default (no tf.distribute strategy), 1 replica(s) on /device:CPU:0"
+    assert lines[3] == "global batch: 16 (16 per replica)"
+    assert lines[5].startswith("data: 200 documents, ") and lines[5].endswith("190 training, 10 validation documents")
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(" - ")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"]
+    for name in ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy", "val_mlm_accuracy"):
+        assert f" - {name}: " in epochs[-1]
+    assert pretrained.result.steps == 20
+    metrics = pretrained.result.metrics
+    assert metrics["mlm_perplexity"] == pytest.approx(np.exp(metrics["mlm_loss"]), rel=1e-5)
+    assert f"exported to {pretrained.export}" in lines
+    names = sorted(os.listdir(os.path.join(pretrained.export, "assets.extra")))
+    assert names == ["bert_backbone.json", "bert_backbone.weights.h5", "keras_attn.json", "vocab.txt"]
+
+
+_FRESH_PROCESS = """
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+model = tf.saved_model.load(sys.argv[1])
+texts = tf.constant([bytes.fromhex(h) for h in json.loads(sys.argv[2])])
+fill = model.signatures["fill_mask"](text=texts, top_k=tf.constant(3))
+encode = model.signatures["encode_pair"](text_a=texts, text_b=texts[::-1])
+empty = model.signatures["fill_mask"](text=tf.constant([], tf.string), top_k=tf.constant(0))
+print(json.dumps({
+    "signatures": sorted(model.signatures),
+    "tokens": fill["tokens"].numpy().astype(str).tolist(),
+    "scores": fill["scores"].numpy().tolist(),
+    "num_masks": fill["num_masks"].numpy().tolist(),
+    "truncated": fill["truncated"].numpy().tolist(),
+    "pooled": encode["pooled_output"].numpy().tolist(),
+    "empty": {k: list(v.shape) for k, v in empty.items()},
+    "imported": sorted(m for m in sys.modules if m.split(".")[0] in ("keras_attn", "pipelines")),
+}))
+"""
+
+
+def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
+    encoded = [t if isinstance(t, bytes) else t.encode() for t in HOSTILE]
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, pretrained.export, json.dumps([t.hex() for t in encoded])],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    served = json.loads(done.stdout.splitlines()[-1])
+    assert served["imported"] == []  # TensorFlow and tensorflow-text only
+    assert served["signatures"] == ["encode", "encode_pair", "fill_mask", "serving_default"]
+    server = pretrained.result.server
+    expected = server.fill_mask(tf.constant(encoded), tf.constant(3))
+    assert served["tokens"] == expected["tokens"].numpy().astype(str).tolist()
+    np.testing.assert_allclose(served["scores"], expected["scores"].numpy(), atol=1e-5)
+    assert served["num_masks"] == [2, 0, 0, 0, 40, 0, 1, 1, 1, 1]
+    assert served["truncated"] == [False, False, False, False, True, False, False, True, False, False]
+    tokens = np.array(served["tokens"])  # (B, 4 = max_predictions, 3)
+    assert tokens.shape == (10, 4, 3)
+    assert all(t != "" for t in tokens[0, :2].ravel()) and (tokens[0, 2:] == "").all()
+    assert (tokens[[1, 2, 3, 5]] == "").all()  # no mask: nothing predicted
+    assert not any(t.startswith("[") and t.endswith("]") for t in tokens.ravel())  # no special token
+    assert np.array(served["pooled"]).shape == (10, 128)
+    assert served["empty"] == {"filled": [0], "num_masks": [0], "scores": [0, 0, 1], "tokens": [0, 0, 1], "truncated": [0]}
+
+
+def test_fill_mask_command(pretrained, capsys):
+    assert cli.main(["fill-mask", pretrained.export, "the [MASK] sees it .", "nothing to fill", "--top-k", "2"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == 3 and lines[1].startswith("  [MASK] 1: ") and lines[1].count(",") == 1
+    assert lines[2] == "nothing to fill"
+    assert captured.err.strip() == "keras-attn: input 2 has no [MASK]"
+
+
+def _topic_tsv(path, documents, pairs=False):
+    """label<TAB>sentence lines: the topic of the sentence's document (from its nouns)."""
+    topic_of = {n: t for t, (nouns, _, _) in synthetic_documents.TOPICS.items() for n in nouns}
+    lines = []
+    for document in documents:
+        words = [w.strip(".").lower() for s in document for w in s.split()]
+        topic = next(topic_of[w] for w in words if w in topic_of)
+        if topic in ("kitchen", "forest"):
+            text = "\t".join(document[:2]) if pairs else document[0]
+            lines.append(f"{topic}\t{text}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_finetune_and_classify(pretrained, tmp_path, capsys):
+    train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.document_corpus(500, seed=11))
+    test = _topic_tsv(tmp_path / "test.tsv", synthetic_documents.document_corpus(200, seed=12))
+    argv = [
+        "finetune", pretrained.export, "--train", str(train), "--test", str(test), "--epochs", "4",
+        "--batch-size", "8", "--learning-rate", "1e-3", "--precision", "float32",
+        "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "saved_models"),
+    ]
+    code, printed = _run(argv)
+    assert code == 0, printed
+    accuracy = float(next(line for line in printed.splitlines() if line.startswith("test: accuracy")).split()[2])
+    assert accuracy >= 0.8, printed  # two topics: the sentence's nouns say which
+    export = tmp_path / "saved_models" / "bert-classifier" / "1"
+    assert f"exported to {export}" in printed
+    capsys.readouterr()
+    assert cli.main(["classify", str(export), "Anna cuts the sharp knife.", "Leo follows the quick fox.\tHe sees two oaks."]) == 0
+    labels = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+    assert labels[0] in ("kitchen", "forest") and len(labels) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (lambda p, t: ["fill-mask", str(t / "missing"), "x"], "missing: no such folder"),
+        (lambda p, t: ["classify", p.export, "x"], "not a fine-tuned BERT export (keras-attn finetune)"),
+        (lambda p, t: ["finetune", p.export, "--train", str(t / "none.tsv")], "none.tsv: file not found"),
+        (lambda p, t: ["finetune", str(t), "--train", "x.tsv"], "not a SavedModel folder (no saved_model.pb)"),
+        (lambda p, t: ["pretrain", "bert", "--data", str(t / "none.txt"), "--run-dir", str(t / "r")], "none.txt: file not found"),
+    ],
+)
+def test_mistakes_are_one_line(pretrained, tmp_path, capsys, argv, message):
+    assert cli.main(argv(pretrained, tmp_path)) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error, error
