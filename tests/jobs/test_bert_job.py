@@ -18,8 +18,13 @@ from pipelines import synthetic_documents
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
     "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
     "--epochs", "2", "--batch-size", "16", "--pairs-per-epoch", "160", "--vocab-size", "600",
-    "--warmup-steps", "5", "--precision", "float32",
+    "--warmup-steps", "5", "--dropout", "0", "--precision", "float32",
 ]
+# The same run as a `PretrainConfig` (for the killed process), backed up every 4 steps.
+CONFIG = dict(
+    builtin_documents=200, max_length=32, max_predictions=4, epochs=2, batch_size=16, pairs_per_epoch=160,
+    vocab_size=600, warmup_steps=5, dropout=0.0, verbose=2, backup_every=4, export=False,
+)
 HOSTILE = [
     "the [MASK] sees the [mask] .", "", "   ", "no mask at all", "[MASK]" * 40, "\u200b\u200d",
     b"\xff\xfe broken [MASK] bytes", "word " * 500 + "[MASK]", "[MASK] " + "x" * 300, "日本語 [MASK] ☃",
@@ -173,3 +178,42 @@ def test_mistakes_are_one_line(pretrained, tmp_path, capsys, argv, message):
     assert cli.main(argv(pretrained, tmp_path)) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and message in error, error
+
+
+_KILLED_PROCESS = """
+import json, os, signal, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import keras
+from keras_attn.jobs import bert
+
+class Kill(keras.callbacks.Callback):  # a real SIGKILL: no handler, no cleanup
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= 7:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+train = bert.train
+bert.train = lambda *args, callbacks=(), **kwargs: train(*args, callbacks=[*callbacks, Kill()], **kwargs)
+bert.pretrain(bert.PretrainConfig(**json.loads(sys.argv[1])))
+"""
+
+
+def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, tmp_path):
+    from keras_attn.jobs import bert
+
+    run = tmp_path / "run"
+    run.mkdir()
+    # The fixture's vocabulary: learning one is not deterministic across processes.
+    (run / "vocab.txt").write_text((pretrained.root / "run" / "vocab.txt").read_text())
+    config = dict(CONFIG, run_dir=str(run))
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_PROCESS, json.dumps(config)], capture_output=True, text=True, timeout=240,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert "ckpt-4.index" in os.listdir(run / "checkpoints")  # backed up at step 4, killed after step 7
+    lines = []
+    resumed = bert.pretrain(bert.PretrainConfig(**config), log=lines.append)
+    assert f"run folder: {run} (continues from its backup ckpt-4)" in lines
+    assert resumed.steps == pretrained.result.steps == 20
+    for a, b in zip(resumed.model.get_weights(), pretrained.result.model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
