@@ -307,16 +307,16 @@ class AttentionDecoder(keras.layers.Layer):
         Returns:
             `(logits (R, V), new_state, weights (R, S) or None)`.
         """
+        embedded = self.dropout_layer(self.embedding(token_ids), training=training)
         output, new_state, weights = self._step(
-            token_ids, state, memory, memory_mask, index, training, memory_keys
+            embedded, state, memory, memory_mask, index, training, memory_keys
         )
         return self._project(self.dropout_layer(output, training=training)), new_state, weights
 
-    def _step(self, token_ids, state, memory, memory_mask, index, training, memory_keys):
-        """`step` up to o_t, before the output projection."""
+    def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys):
+        """`step` from the embedded tokens E y_{t-1} `(R, e)` up to o_t, before the output projection."""
         if memory_keys is None:
             memory_keys = self.attention_keys(memory)
-        embedded = self.dropout_layer(self.embedding(token_ids), training=training)
         previous = state["rnn"]
         new_state = {}
         x = embedded
@@ -390,12 +390,18 @@ class AttentionDecoder(keras.layers.Layer):
         source_length = 1 if memory is None else ops.shape(memory)[1]
         memory_keys = self.attention_keys(memory)
 
+        # The gold tokens embedded once, not one lookup (and one embedding gradient) per step.
+        embedded_gold = ops.transpose(
+            self.dropout_layer(self.embedding(target_in), training=training), (1, 0, 2)
+        )  # (T, B, e)
+
         def body(t, state, predicted, outputs_array, weights_array):
-            token = gold[t]
+            embedded = embedded_gold[t]
             if sampling:
-                token = ops.where(own[t], predicted, token)
+                own_embedded = self.dropout_layer(self.embedding(predicted), training=training)
+                embedded = ops.where(own[t][:, None], own_embedded, embedded)
             output, state, weights = self._step(
-                token, state, memory, memory_mask, t, training, memory_keys
+                embedded, state, memory, memory_mask, t, training, memory_keys
             )
             if sampling:  # the next step may feed this step's prediction
                 output = self._project(self.dropout_layer(output, training=training))

@@ -1,11 +1,11 @@
-"""The RNN encoder-decoder: stepper equals teacher forcing, attention masks, learning, serving."""
+"""The RNN encoder-decoder: stepper equals teacher forcing, attention masks, learning."""
 
 import numpy as np
 import keras
 import pytest
 import tensorflow as tf
 
-from keras_attn import decoding, export
+from keras_attn import decoding
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.models import Seq2SeqStepper, seq2seq
 from keras_attn.training import (
@@ -16,7 +16,7 @@ from keras_attn.training import (
     linear_decay,
     teacher_forcing_schedule,
 )
-from pipelines import synthetic, tokenizers
+from pipelines import synthetic
 
 BOS, EOS, FIRST, VOCAB = decoding.BOS_ID, decoding.EOS_ID, 4, 14
 
@@ -322,30 +322,5 @@ def test_mirrored_training_step_equals_one_device():
     assert not all(np.allclose(a, b) for a, b in zip(one, initial))
 
 
-SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
-TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
-
-
-def test_export_with_the_translator_loads_back_and_translates(tmp_path):
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
-    model = seq2seq(
-        source.vocabulary_size, target.vocabulary_size, hidden_dim=8, attention="bahdanau",
-        bidirectional=True, dropout=0.0,
-    )
-    translator = export.Translator(Seq2SeqStepper(model), source, target, max_length=12)
-    path = export.export(translator, str(tmp_path), "seq2seq")
-    served = tf.saved_model.load(path)
-    texts = tf.constant(["ein hund läuft .".encode(), b"", b"\xff\xfe kaputt", b"hund " * 30])
-    for width in (1, 3):
-        expected = translator.translate(texts, tf.constant(width))
-        result = served.signatures["translate"](text=texts, beam_width=tf.constant(width))
-        np.testing.assert_array_equal(result["translation"], expected["translation"])
-        np.testing.assert_allclose(result["score"], expected["score"], atol=1e-5)
-        assert result["translation"].numpy()[1] == b"" and result["truncated"].numpy()[3]
-    attention = served.signatures["attention"](text=texts)
-    weights = attention["cross_attention"].numpy()  # (B, L, 1, 1, S)
-    assert weights.shape[2:4] == (1, 1)
-    assert np.all(weights[1] == 0.0)
-    sums = weights[0, :, 0, 0].sum(-1)
-    np.testing.assert_allclose(sums[sums > 0], 1.0, atol=1e-5)
+# The export (hostile strings, a fresh TensorFlow-only process, attention) is tested with
+# the Transformer's in tests/test_export.py.
