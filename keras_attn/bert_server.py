@@ -65,6 +65,7 @@ class BertServer(tf.Module):
         classifier: a `bert_classifier` model on `backbone` (for `classify`).
         label_names: the classifier's labels, by id.
         max_predictions: the most masks predicted per text.
+        max_top_k: the most candidates `fill_mask` gives per mask.
     """
 
     def __init__(
@@ -212,30 +213,41 @@ class BertServer(tf.Module):
             file.write("".join(token + "\n" for token in self.tokenizer.vocabulary))
 
 
-def load_backbone(model_dir, dropout=0.1):
-    """The pretrained backbone of a BERT export, to fine-tune.
+def read_pretrained(model_dir):
+    """What a BERT export keeps for fine-tuning, without building a model.
 
     Returns:
-        `(backbone, tokenizer, settings)`: a new `bert_backbone` with the
-        export's weights, its `WordPieceTokenizer`, and the settings it was
-        built with (with `lowercase` and `max_length`).
+        `(tokenizer, settings)`: its `WordPieceTokenizer` and the
+        `bert_backbone` arguments it was built with (with `lowercase` and
+        `max_length`).
 
     Raises:
         ValueError: `model_dir` is not a keras-attn BERT export.
     """
-    from keras_attn.models import bert_backbone
-
     extra = os.path.join(model_dir, "assets.extra")
     paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
     if not all(os.path.isfile(path) for path in paths):
         raise ValueError(f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra)")
     with open(paths[0]) as file:
         settings = json.load(file)
+    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
+
+
+def load_backbone(model_dir, dropout=0.1):
+    """A new `bert_backbone` with the weights of a BERT export, to fine-tune.
+
+    Build it inside the strategy scope it trains under.
+
+    Raises:
+        ValueError: `model_dir` is not a keras-attn BERT export.
+    """
+    from keras_attn.models import bert_backbone
+
+    _, settings = read_pretrained(model_dir)
     built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
     backbone = bert_backbone(**built, dropout=dropout)
-    backbone.load_weights(paths[1])
-    tokenizer = WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"])
-    return backbone, tokenizer, settings
+    backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
+    return backbone
 
 
 def _pair_signature():

@@ -239,7 +239,8 @@ def _add_bert_commands(command):
     data.add_argument("--one-document-per-file", action="store_true", help="each file is one document")
     data.add_argument("--builtin-documents", type=_at_least(10), default=3000, help="documents of the built-in corpus")
     data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="uncased WordPiece vocabulary size")
-    data.add_argument("--max-length", type=_at_least(8), default=128, help="tokens per sentence pair")
+    data.add_argument("--max-length", type=_at_least(8), default=None,
+                      help="tokens per sentence pair (default: 128, or 64 on the built-in documents)")
     data.add_argument("--max-predictions", type=_at_least(1), default=20, help="most masked tokens per pair")
     data.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
     data.add_argument("--pairs-per-epoch", type=_at_least(1), default=None,

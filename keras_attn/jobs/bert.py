@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from keras_attn import export
-from keras_attn.bert_server import BertServer, load_backbone
+from keras_attn.bert_server import BertServer, load_backbone, read_pretrained
 from keras_attn.errors import UserError
 from keras_attn.jobs.bert_training import (
     ClassificationLoss,
@@ -55,7 +55,7 @@ class PretrainConfig(RunConfig):
     builtin_documents: int = 3000
     valid_fraction: float = 0.05
     preset: str = "tiny"
-    max_length: int = 128
+    max_length: int = None  # 128 on --data, 64 on the built-in corpus (its documents are short)
     max_predictions: int = 20
     vocab_size: int = 8000
     mask_rate: float = 0.15
@@ -179,6 +179,7 @@ def _document_lines(docs):
 def pretrain(config, log=print):
     """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`."""
     started = time.time()
+    config = dataclasses.replace(config, max_length=config.max_length or (128 if config.data else 64))
     _, chief = _start(config, log)
     read = load_documents(config)
     train_docs, valid_docs = documents.hold_out_documents(
@@ -271,7 +272,7 @@ def finetune(config, log=print):
     if not config.model_dir or not config.train:
         raise UserError("finetune needs a pretrained export (MODEL_DIR) and --train")
     try:
-        _, tokenizer, pretrained = load_backbone(config.model_dir)  # checked before any training
+        tokenizer, pretrained = read_pretrained(config.model_dir)  # checked before any training
     except ValueError as error:
         raise UserError(str(error)) from None
     max_length = config.max_length or pretrained["max_length"]
@@ -311,7 +312,7 @@ def finetune(config, log=print):
         return dataset(train_data, global_batch_size, True), dataset(valid_data, global_batch_size, False)
 
     def build_model():
-        backbone, _, _ = load_backbone(config.model_dir, dropout=config.dropout)
+        backbone = load_backbone(config.model_dir, dropout=config.dropout)
         return bert_classifier(backbone, len(label_names), dropout=config.dropout)
 
     def make_optimizer(total_steps):

@@ -117,8 +117,8 @@ def test_the_pretrainer_saves_and_loads_as_a_keras_file(pretrainer, tmp_path):
     assert NextSentenceHead.from_config(NextSentenceHead().get_config()).compute_output_shape((3, 8)) == (3, 2)
 
 
-def test_the_classifier_reads_single_sentences_and_pairs():
-    model = bert_classifier(bert_backbone(VOCABULARY, max_sequence_length=16), num_classes=3)
+def test_the_classifier_reads_single_sentences_and_pairs(pretrainer):
+    model = bert_classifier(pretrainer.get_layer("bert_backbone"), num_classes=3)
     batch = _batch()
     logits = model({"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})
     assert logits.shape == (4, 3)
