@@ -172,7 +172,8 @@ class BertServer(tf.Module):
         pieces = tf.strings.split(text, "[MASK]")  # (B, pieces): a mask between each two
         piece_ids = self.tokenizer.tokenize(pieces.flat_values)
         piece_rows = pieces.value_rowids()
-        last = tf.equal(tf.range(tf.shape(piece_rows, out_type=tf.int64)[0]) + 1, tf.gather(pieces.row_splits[1:], piece_rows))
+        piece_index = tf.range(tf.shape(piece_rows, out_type=tf.int64)[0])
+        last = tf.equal(piece_index + 1, tf.gather(pieces.row_splits[1:], piece_rows))  # a row's last piece
         followed_by_mask = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(~last, tf.int32))], MASK_ID), tf.cast(~last, tf.int64)
         )

@@ -113,8 +113,10 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
     >>> corpus.documents[0][:2]
     ['Valkyria Chronicles III is a tactical role-playing game.', 'It was released in 2011.']
     """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     files = _files(paths)
-    result = Documents([], origin=", ".join(str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)))
+    result = Documents([], origin=", ".join(str(path) for path in paths))
     for path in files:
         lines = text.read_lines(path)
         if not any(lines):
@@ -138,8 +140,6 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
 
 
 def _files(paths):
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
     files = []
     for path in paths:
         if os.path.isdir(path):

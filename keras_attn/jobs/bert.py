@@ -192,9 +192,10 @@ def pretrain(config, log=print):
     vocabulary = tokenizer.vocabulary
     train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
     valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
+    dropped = train_corpus.dropped_sentences
     log(
         f"vocabulary: {len(vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
-        + (f", {train_corpus.dropped_sentences} sentences without tokens dropped" if train_corpus.dropped_sentences else "")
+        + (f", {dropped} sentences without tokens dropped" if dropped else "")
     )
     settings = dict(
         max_length=config.max_length, max_predictions=config.max_predictions, seed=config.seed,
