@@ -134,8 +134,10 @@ def test_pairs_fill_the_length_and_short_sequences_are_drawn(corpus):
     )
     lengths = np.array([(p["token_ids"] != PAD_ID).sum() for p in _pairs(long, 1000)])
     assert lengths.max() <= MAX_LENGTH
-    assert (lengths >= MAX_LENGTH - 2).mean() > 0.7  # the target length is reached, then cut
-    assert 0.05 < (lengths < MAX_LENGTH / 2).mean() < 0.15  # short_sequence_probability 0.1
+    full = lengths >= MAX_LENGTH - 2  # the target length is reached, then cut
+    assert full.mean() > 0.8  # 0.85 seen
+    # short_sequence_probability 0.1 (targets uniform in [2, 61]), and a few chunks ending with their document.
+    assert 0.08 < (~full).mean() < 0.2 and (lengths < MAX_LENGTH / 2).mean() > 0.02
 
 
 def test_a_batch_has_the_shapes_the_model_takes(corpus):
