@@ -179,7 +179,7 @@ class AdditiveAttention(_AlignmentAttention):
         return self.key_projection(key)
 
     def score(self, query, projected_key):
-        return additive_score(self.query_projection(query), projected_key, self.v)
+        return additive_score(_dense(self.query_projection, query), projected_key, self.v)
 
     def get_config(self):
         config = super().get_config()
@@ -325,7 +325,7 @@ class DotProductAttention(_AlignmentAttention):
     def score(self, query, projected_key):
         mode = self.score_mode
         if mode == "concat":
-            return additive_score(self.query_projection(query), projected_key, self.v)
+            return additive_score(_dense(self.query_projection, query), projected_key, self.v)
         if mode == "general":
             query = ops.matmul(query, self.kernel)
         elif mode == "cosine":
@@ -349,7 +349,7 @@ class DotProductAttention(_AlignmentAttention):
             centres = ops.arange(ops.shape(query)[1]) + start
             centres = ops.minimum(ops.cast(centres, "float32")[None, :, None], last)
         else:  # local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t))
-            centres = last * self.position_output(self.position_hidden(query))
+            centres = last * _dense(self.position_output, _dense(self.position_hidden, query))
         distance = key_positions[None, None, :] - centres  # (B, Tq, Tk)
         mask = ops.less_equal(ops.abs(distance), self.window)
         if self.alignment == "monotonic":
@@ -369,6 +369,18 @@ class DotProductAttention(_AlignmentAttention):
             }
         )
         return config
+
+
+def _dense(layer, x):
+    """`layer(x)` for `x` `(B, T, d)`, computed on `(B·T, d)`.
+
+    The same values; a plain matmul whose gradient XLA can compile inside a
+    decoder's time loop (Dense on rank 3 is a tensordot with a transpose
+    computed at run time).
+    """
+    shape = ops.shape(x)
+    flat = layer(ops.reshape(x, (-1, shape[-1])))
+    return ops.reshape(flat, (*shape[:-1], layer.units))
 
 
 def _l2_normalize(x):

@@ -236,6 +236,10 @@ class AttentionDecoder(keras.layers.Layer):
                 self.hidden_dim, "attentional_layer", activation="tanh", use_bias=False
             )
             self.output_layer.build((None, memory_dim + self.hidden_dim))
+        self._features_size = (  # what `_step` hands `_readout`
+            self.hidden_dim + memory_dim + self.embedding_dim
+            if self.attention == "bahdanau" else self.hidden_dim
+        )
 
         if self.tie_output:
             self.output_bias = self.add_weight(
@@ -308,13 +312,19 @@ class AttentionDecoder(keras.layers.Layer):
             `(logits (R, V), new_state, weights (R, S) or None)`.
         """
         embedded = self.dropout_layer(self.embedding(token_ids), training=training)
-        output, new_state, weights = self._step(
+        features, new_state, weights = self._step(
             embedded, state, memory, memory_mask, index, training, memory_keys
         )
-        return self._project(self.dropout_layer(output, training=training)), new_state, weights
+        return self._logits(features, training), new_state, weights
 
     def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys):
-        """`step` from the embedded tokens E y_{t-1} `(R, e)` up to o_t, before the output projection."""
+        """`step` from the embedded tokens E y_{t-1} `(R, e)` to what o_t is made of.
+
+        Returns `(features, new_state, weights)`: o_t itself, or with
+        Bahdanau [s_t; c_t; E y_{t-1}], which `_readout` turns into o_t
+        (nothing feeds o_t back, so teacher forcing reads out all steps at
+        once after the loop).
+        """
         if memory_keys is None:
             memory_keys = self.attention_keys(memory)
         previous = state["rnn"]
@@ -335,7 +345,7 @@ class AttentionDecoder(keras.layers.Layer):
             states.append(list(cell_state))
         new_state["rnn"] = states
         if self.attention == "bahdanau":
-            output = self.output_layer(ops.concatenate([x, context, embedded], axis=-1))
+            output = ops.concatenate([x, context, embedded], axis=-1)
         elif self.attention == "luong":  # scored from h_t
             context, weights = self._attend(x, memory, memory_keys, memory_mask, index, training)
             output = self.output_layer(ops.concatenate([context, x], axis=-1))
@@ -364,6 +374,13 @@ class AttentionDecoder(keras.layers.Layer):
             ops.reshape(weights, (rows, ops.shape(memory)[1])),
         )
 
+    def _readout(self, features):
+        """o_t: Bahdanau's tanh(W_o [s_t; c_t; E y_{t-1}]); the features themselves otherwise."""
+        return self.output_layer(features) if self.attention == "bahdanau" else features
+
+    def _logits(self, features, training):
+        return self._project(self.dropout_layer(self._readout(features), training=training))
+
     def _project(self, output):
         if self.tie_output:
             table = ops.cast(self.embedding.embeddings, output.dtype)
@@ -390,13 +407,15 @@ class AttentionDecoder(keras.layers.Layer):
         source_length = 1 if memory is None else ops.shape(memory)[1]
         memory_keys = self.attention_keys(memory)
 
-        # The gold tokens embedded once, not one lookup (and one embedding gradient) per step.
-        embedded_gold = ops.transpose(
-            self.dropout_layer(self.embedding(target_in), training=training), (1, 0, 2)
-        )  # (T, B, e)
+        # The gold tokens embedded once, not one lookup (and one embedding gradient) per
+        # step, and read through a TensorArray (the gradient of slicing a (T, B, e) tensor
+        # at every step would be a (T, B, e) tensor per step).
+        embedded_gold = tf.TensorArray(self.compute_dtype, size=length).unstack(
+            ops.transpose(self.dropout_layer(self.embedding(target_in), training=training), (1, 0, 2))
+        )
 
         def body(t, state, predicted, outputs_array, weights_array):
-            embedded = embedded_gold[t]
+            embedded = embedded_gold.read(t)
             if sampling:
                 own_embedded = self.dropout_layer(self.embedding(predicted), training=training)
                 embedded = ops.where(own[t][:, None], own_embedded, embedded)
@@ -404,7 +423,7 @@ class AttentionDecoder(keras.layers.Layer):
                 embedded, state, memory, memory_mask, t, training, memory_keys
             )
             if sampling:  # the next step may feed this step's prediction
-                output = self._project(self.dropout_layer(output, training=training))
+                output = self._logits(output, training)
                 predicted = self._predict(output, draws[t])
             if weights is None:
                 weights = ops.zeros((batch, source_length), output.dtype)
@@ -414,7 +433,7 @@ class AttentionDecoder(keras.layers.Layer):
             )
 
         state = self.initial_state(encoder_states)
-        output_size = self.vocabulary_size if sampling else self.hidden_dim
+        output_size = self.vocabulary_size if sampling else self._features_size
         arrays = [
             tf.TensorArray(self.compute_dtype, size=length, element_shape=shape)
             for shape in ((None, output_size), (None, None))
@@ -425,11 +444,11 @@ class AttentionDecoder(keras.layers.Layer):
             (tf.constant(0), state, gold[0], *arrays),
             maximum_iterations=length,  # XLA needs it to size the gradient's accumulators
         )
-        outputs = ops.transpose(outputs.stack(), (1, 0, 2))  # (B, T, d) or (B, T, V)
+        outputs = ops.transpose(outputs.stack(), (1, 0, 2))  # (B, T, features) or (B, T, V)
         if sampling:
             logits = outputs
-        else:  # all steps' o_t projected at once, one large matmul instead of T small ones
-            logits = self._project(self.dropout_layer(outputs, training=training))
+        else:  # all steps read out and projected at once: large matmuls, not T small ones
+            logits = self._logits(outputs, training)
         if return_attention_scores:
             return logits, ops.transpose(weights.stack(), (1, 0, 2))  # (B, T, S)
         return logits

@@ -17,10 +17,11 @@ def _sum_over_replicas(value):
 
 
 def token_cross_entropy(targets, logits, label_smoothing=0.0):
-    """Per-token cross-entropy against `(1 - ε)·one_hot + ε / V`, no one-hot.
+    """Per-token cross-entropy against q = `(1 - ε)·one_hot + ε / V`.
 
-    With log p = logits − logsumexp(logits):
-    loss = (1 − ε)·(−log p[y]) + ε·mean_k(−log p[k]).
+    loss = −Σ_k q_k log p_k = (1 − ε)·(−log p[y]) + ε·mean_k(−log p[k]),
+    computed by TensorFlow's fused softmax cross-entropy, whose gradient
+    (p − q) comes out of the same pass over the `(B·T, V)` logits.
 
     Args:
         targets: `(B, T)` integer ids.
@@ -30,16 +31,21 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     Returns:
         `(B, T)` float32 losses (padding included; mask them yourself).
     """
-    logits = ops.cast(logits, "float32")
-    log_normalizer = ops.logsumexp(logits, axis=-1)
-    true_logit = ops.take_along_axis(
-        logits, ops.expand_dims(ops.cast(targets, "int32"), -1), axis=-1
-    )[..., 0]
-    loss = log_normalizer - true_logit
+    vocabulary_size = ops.shape(logits)[-1]
+    flat_logits = ops.reshape(ops.cast(logits, "float32"), (-1, vocabulary_size))
+    flat_targets = ops.reshape(ops.cast(targets, "int32"), (-1,))
     if label_smoothing:
-        uniform = log_normalizer - ops.mean(logits, axis=-1)
-        loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
-    return loss
+        uniform = label_smoothing / vocabulary_size
+        smoothed = tf.one_hot(
+            flat_targets, vocabulary_size, on_value=1.0 - label_smoothing + uniform,
+            off_value=uniform, dtype="float32",
+        )
+        losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=flat_logits)
+    else:
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=flat_targets, logits=flat_logits
+        )
+    return ops.reshape(losses, ops.shape(targets))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
