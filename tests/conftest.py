@@ -34,6 +34,7 @@ SLOWEST_FIRST = (
     "tests/training/test_fault_tolerance.py",
     "tests/jobs/test_translation_job.py",
     "tests/training/test_runner.py",
+    "tests/jobs/test_bert_job.py",
     "tests/jobs/test_seq2seq_job.py",
     "tests/layers/test_learning.py",
     "tests/test_examples.py",
