@@ -48,6 +48,7 @@ def main():
     parser.add_argument("--attention", choices=["bahdanau", "luong", "none"], default="bahdanau",
                         help="seq2seq only")
     parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm", help="seq2seq only")
+    parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
     parser.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"],
                         default=None, help="seq2seq only")
     parser.add_argument("--preset", default="small")
@@ -77,7 +78,7 @@ def main():
     if args.model == "seq2seq":
         job = dict(
             config=seq2seq.Seq2SeqConfig, attention=args.attention, cell=args.cell,
-            scheduled_sampling=args.scheduled_sampling,
+            bidirectional=args.bidirectional, scheduled_sampling=args.scheduled_sampling,
         )
     make_config = job.pop("config")
     config = make_config(
