@@ -25,16 +25,10 @@ from keras_attn.jobs.bert_training import (
     WarmupLinearDecay,
     adamw,
 )
-from keras_attn.jobs.common import (
-    bind_run_folder,
-    check_strategy_flags,
-    check_writable_folder,
-    describe_setup,
-    wait_for_chief,
-)
+from keras_attn.jobs import common
+from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import bert_backbone, bert_classifier, bert_pretrainer
-from keras_attn.training.runner import RunConfig, prepare, train
-from keras_attn.training.strategy import worker_role
+from keras_attn.training.runner import RunConfig, train
 from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
 
 
@@ -156,19 +150,6 @@ def build_tokenizer(config, sentences, chief=True):
     return tokenizer
 
 
-def _start(config, log):
-    """What both jobs do first; returns `(strategy, chief)`."""
-    check_strategy_flags(config)
-    strategy = prepare(config)  # the strategy first: see `runner.prepare`
-    chief, _ = worker_role(strategy)
-    for line in describe_setup(config, strategy):
-        log(line)
-    check_writable_folder(config.run_dir, "--run-dir")
-    if config.export and chief:
-        check_writable_folder(os.path.join(config.export_root, config.name), "--export")
-    return strategy, chief
-
-
 def _document_lines(docs):
     """Documents as lines for the run folder's data hash: sentences, a blank line after each document."""
     for document in docs:
@@ -180,7 +161,7 @@ def pretrain(config, log=print):
     """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`."""
     started = time.time()
     config = dataclasses.replace(config, max_length=config.max_length or (128 if config.data else 64))
-    _, chief = _start(config, log)
+    chief = common.start(config, log)
     read = load_documents(config)
     train_docs, valid_docs = documents.hold_out_documents(
         read.documents, config.valid_fraction, seed=config.seed, minimum=2
@@ -280,7 +261,7 @@ def finetune(config, log=print):
     if max_length > pretrained["max_sequence_length"]:
         raise UserError(f"--max-length {max_length}: the pretrained model has {pretrained['max_sequence_length']} positions")
     config = dataclasses.replace(config, max_length=max_length)
-    _, chief = _start(config, log)
+    chief = common.start(config, log)
     train_data = classification.read_labelled_tsv(config.train)
     if config.valid:
         valid_data = classification.read_labelled_tsv(config.valid)

@@ -1,8 +1,8 @@
 """What every job does around the runner: flag checks, the setup report, the run folder.
 
-A job checks its strategy flags and output folders before any training
-(`check_strategy_flags`, `check_writable_folder`), prints what it chose
-(`describe_setup`), binds its run folder to its training data and settings
+A job starts with `start`: it checks its strategy flags and output folders
+before any training (`check_strategy_flags`, `check_writable_folder`) and
+prints what it chose (`describe_setup`); then it binds its run folder to its training data and settings
 (`bind_run_folder`) and, under several workers, lets only the chief learn
 vocabularies while the others wait for its files (`wait_for_chief`).
 """
@@ -17,8 +17,27 @@ import tensorflow as tf
 from keras_attn.errors import UserError
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.precision import describe_precision
+from keras_attn.training.runner import prepare
 from keras_attn.training.strategy import worker_role
 
+
+
+def start(config, log):
+    """What a job does before it reads any data; returns whether this process is the chief.
+
+    Checks the strategy flags, starts the strategy (`runner.prepare`: before
+    any other TensorFlow work), logs the setup and checks that the run
+    folder and, on the chief, the export folder can be written.
+    """
+    check_strategy_flags(config)
+    strategy = prepare(config)
+    chief, _ = worker_role(strategy)
+    for line in describe_setup(config, strategy):
+        log(line)
+    check_writable_folder(config.run_dir, "--run-dir")
+    if config.export and chief:
+        check_writable_folder(os.path.join(config.export_root, config.name), "--export")
+    return chief
 
 def bind_run_folder(config, training_lines, chief=True):
     """Records what the run folder starts with, or refuses a run that changes it.

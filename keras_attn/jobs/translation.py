@@ -33,8 +33,7 @@ from keras_attn.training import (
     warmup_cosine,
 )
 from keras_attn.training.checkpoints import write_text_atomically
-from keras_attn.training.runner import RunConfig, prepare, train
-from keras_attn.training.strategy import worker_role
+from keras_attn.training.runner import RunConfig, train
 from pipelines import synthetic, text, tokenizers, translation
 
 
@@ -255,14 +254,7 @@ def run(config, log=print):
     (or `force_export`).
     """
     started = time.time()
-    check_strategy_flags(config)
-    strategy = prepare(config)  # the strategy first: see `prepare`
-    chief, _ = worker_role(strategy)
-    for line in describe_setup(config, strategy):
-        log(line)
-    check_writable_folder(config.run_dir, "--run-dir")
-    if config.export and chief:
-        check_writable_folder(os.path.join(config.export_root, config.name), "--export")
+    chief = common.start(config, log)
     corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
