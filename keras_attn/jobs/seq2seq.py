@@ -87,4 +87,7 @@ class Seq2SeqConfig(TranslationConfig):
         return [ScheduledSampling(teacher_forcing_schedule(decay, **DECAY_PARAMETERS[decay]))]
 
     def bound_settings(self):
-        return BOUND_SETTINGS + ("attention", "cell", "score", "local", "window", "bidirectional")
+        # scheduled_sampling too: it adds a weight (the sampling probability) to the model.
+        return BOUND_SETTINGS + (
+            "attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling",
+        )

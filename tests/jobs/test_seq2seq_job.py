@@ -53,6 +53,12 @@ def test_the_run_folder_is_bound_to_its_model_settings(trained):
                           vocab_size=200, builtin_size=640),
             translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
         )
+    with pytest.raises(UserError, match=r"scheduled_sampling None \(now linear\)"):
+        translation.bind_run_folder(
+            Seq2SeqConfig(run_dir=str(root / "run"), attention="luong", cell="gru",
+                          vocab_size=200, builtin_size=640, scheduled_sampling="linear"),
+            translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
+        )
 
 
 def test_model_flags_belong_to_their_job(capsys):

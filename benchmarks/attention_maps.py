@@ -1,0 +1,96 @@
+"""Attention heat maps of trained translation runs, side by side, for the README.
+
+    python benchmarks/attention_maps.py --out benchmarks/attention_maps.png \
+        --run bahdanau=seq2seq:runs/multi30k-bahdanau \
+        --run transformer=transformer:runs/multi30k-de-en-transformer \
+        --sentences 2
+
+Each `--run LABEL=MODEL:RUN_DIR` names a finished run folder of `benchmarks/multi30k.py`
+(or of `keras-attn train`): its vocabularies, `settings.json` and best weights are
+loaded, and the first `--sentences` sentences of its `test.src` are translated greedily.
+A row per sentence, a column per run: the RNN's one attention, and the Transformer's
+last decoder layer's cross-attention averaged over its heads (what its output is read
+from). Rebuilding the model takes the settings the run folder keeps, so only runs of
+those two jobs load.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def load_translator(model, run_dir):
+    """An in-process `export.Translator` of a finished run folder."""
+    from keras_attn import export
+    from keras_attn.jobs.seq2seq import Seq2SeqConfig
+    from keras_attn.jobs.translation import TranslationConfig
+    from pipelines import tokenizers
+
+    with open(os.path.join(run_dir, "settings.json")) as f:
+        settings = json.load(f)
+    make = Seq2SeqConfig if model == "seq2seq" else TranslationConfig
+    known = {k: v for k, v in settings.items() if k in make.__dataclass_fields__}
+    config = make(run_dir=run_dir, **known)
+    lowercase = bool(settings.get("lowercase"))
+    source = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.source.txt"), lowercase)
+    target = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.target.txt"), lowercase)
+    model = config.build_model(source.vocabulary_size, target.vocabulary_size, 0.0)
+    model.load_weights(os.path.join(run_dir, "best.weights.h5"))
+    return export.Translator(config.stepper(model), source, target, max_length=config.max_length)
+
+
+def sentence_attention(translator, sentence):
+    """`(weights (L, S), source tokens, output tokens)`: the last layer, heads averaged."""
+    import numpy as np
+    import tensorflow as tf
+
+    out = translator.attention(tf.constant([sentence]))
+    source = [t.decode() for t in out["source_tokens"].numpy()[0] if t != b"[PAD]"]
+    output = [t.decode() for t in out["output_tokens"].numpy()[0] if t != b"[PAD]"]
+    weights = out["cross_attention"].numpy()[0, :, -1].mean(axis=1)  # (L, S)
+    return np.asarray(weights)[: len(output), : len(source)], source, output
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", action="append", required=True, help="LABEL=MODEL:RUN_DIR")
+    parser.add_argument("--sentences", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/attention_maps.png")
+    args = parser.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = []
+    for spec in args.run:
+        label, rest = spec.split("=", 1)
+        model, run_dir = rest.split(":", 1)
+        runs.append((label, load_translator(model, run_dir)))
+    with open(os.path.join(args.run[0].split(":", 1)[1], "test.src")) as f:
+        sentences = [line.strip() for line in f][: args.sentences]
+
+    figure, axes = plt.subplots(
+        len(sentences), len(runs), figsize=(5.2 * len(runs), 4.2 * len(sentences)),
+        squeeze=False, layout="constrained",
+    )
+    for row, sentence in enumerate(sentences):
+        for column, (label, translator) in enumerate(runs):
+            weights, source, output = sentence_attention(translator, sentence)
+            axis = axes[row][column]
+            image = axis.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            axis.set_xticks(range(len(source)), source, rotation=90, fontsize=7)
+            axis.set_yticks(range(len(output)), output, fontsize=7)
+            axis.set_title(label, fontsize=9)
+    figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    figure.savefig(args.out, dpi=80)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
