@@ -1,0 +1,46 @@
+"""Sentences per second of a trained run's translator: cached greedy and beam 4.
+
+    python benchmarks/translation_speed.py seq2seq:runs/multi30k-bahdanau [--batch-size 64]
+
+Loads a finished run folder (`MODEL:RUN_DIR`, as in `attention_maps.py`), and
+translates its whole `test.src` (Multi30k test2016 for `benchmarks/multi30k.py`
+runs) in batches through the same `export.Translator` an export serves, once to
+warm up (traces) and once timed, at beam width 1 (greedy) and 4.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from attention_maps import load_translator  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="MODEL:RUN_DIR, MODEL seq2seq or transformer")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    model, run_dir = args.run.split(":", 1)
+    translator = load_translator(model, run_dir)
+    with open(os.path.join(run_dir, "test.src")) as f:
+        sentences = [line.strip() for line in f]
+    batches = [sentences[i : i + args.batch_size] for i in range(0, len(sentences), args.batch_size)]
+    for beam_width in (1, 4):
+        for timed in (False, True):
+            started, cpu = time.perf_counter(), time.process_time()
+            for batch in batches:
+                translator.translate(tf.constant(batch), tf.constant(beam_width))
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        print(f"beam {beam_width}: {len(sentences)} sentences in {wall:.1f} s "
+              f"({len(sentences) / wall:.1f} sentences/s, {cpu / wall:.2f} cores busy), batch {args.batch_size}")
+
+
+if __name__ == "__main__":
+    main()
