@@ -33,7 +33,7 @@ from pipelines import classification, documents, pretraining, synthetic_document
 
 
 @dataclasses.dataclass
-class PretrainConfig(RunConfig):
+class PretrainConfig(RunConfig, common.ExportSettings):
     """Everything `keras-attn pretrain bert` can be told (its flags map onto these fields).
 
     The runner's own settings (run folder, epochs, batch size, strategy,
@@ -60,10 +60,7 @@ class PretrainConfig(RunConfig):
     learning_rate: float = 1e-3
     warmup_steps: int = 200
     weight_decay: float = 0.01
-    export_root: str = "saved_models"
     name: str = "bert"
-    export: bool = True
-    force_export: bool = False
 
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values is refused."""
@@ -71,7 +68,7 @@ class PretrainConfig(RunConfig):
 
 
 @dataclasses.dataclass
-class FinetuneConfig(RunConfig):
+class FinetuneConfig(RunConfig, common.ExportSettings):
     """Everything `keras-attn finetune` can be told.
 
     Attributes:
@@ -94,10 +91,7 @@ class FinetuneConfig(RunConfig):
     learning_rate: float = 1e-4
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
-    export_root: str = "saved_models"
     name: str = "bert-classifier"
-    export: bool = True
-    force_export: bool = False
 
     def bound_settings(self):
         return ("model_dir", "max_length")

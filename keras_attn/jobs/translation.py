@@ -38,7 +38,7 @@ from pipelines import synthetic, text, tokenizers, translation
 
 
 @dataclasses.dataclass
-class TranslationConfig(RunConfig):
+class TranslationConfig(RunConfig, common.ExportSettings):
     """Everything the job can be told; the CLI flags map onto these fields.
 
     The runner's own settings (run folder, epochs, batch size, strategy,
@@ -68,10 +68,7 @@ class TranslationConfig(RunConfig):
     learning_rate: float = 2e-3
     warmup_steps: int = 200
     beam_width: int = 4
-    export_root: str = "saved_models"
     name: str = "transformer"
-    export: bool = True
-    force_export: bool = False  # a new version even when the newest export holds this model
     samples: int = 5
 
     # What makes this config the Transformer's; `Seq2SeqConfig` overrides them.
