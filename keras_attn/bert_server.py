@@ -26,6 +26,7 @@ from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceToken
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
+RUN_SETTINGS, RUN_WEIGHTS = "settings.json", "best.weights.h5"  # in a pretraining run folder
 _MASK_TEXT = r"(?i)\[mask\]"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
@@ -215,7 +216,12 @@ class BertServer(tf.Module):
 
 
 def read_pretrained(model_dir):
-    """What a BERT export keeps for fine-tuning, without building a model.
+    """What a BERT export or pretraining run folder keeps for fine-tuning, without building a model.
+
+    Args:
+        model_dir: an export (`saved_models/bert/<version>`) or the run
+            folder of `keras-attn pretrain bert` (`runs/bert`: its
+            `vocab.txt`, `settings.json` and best weights).
 
     Returns:
         `(tokenizer, settings)`: its `WordPieceTokenizer` and the
@@ -223,31 +229,63 @@ def read_pretrained(model_dir):
         `max_length`).
 
     Raises:
-        ValueError: `model_dir` is not a keras-attn BERT export.
+        ValueError: `model_dir` is neither, or a run folder without best
+            weights yet.
     """
+    if os.path.isfile(os.path.join(model_dir, RUN_SETTINGS)):
+        return _read_run_folder(model_dir)
     extra = os.path.join(model_dir, "assets.extra")
     paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
     if not all(os.path.isfile(path) for path in paths):
-        raise ValueError(f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra)")
+        raise ValueError(
+            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra) "
+            "nor a pretraining run folder (no settings.json)"
+        )
     with open(paths[0]) as file:
         settings = json.load(file)
     return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
 
 
+def _read_run_folder(run_dir):
+    paths = [os.path.join(run_dir, name) for name in (RUN_SETTINGS, VOCABULARY, RUN_WEIGHTS)]
+    if not os.path.isfile(paths[1]) or "preset" not in _read_json(paths[0]):
+        raise ValueError(f"{run_dir}: not a BERT pretraining run folder (no vocab.txt or preset in settings.json)")
+    if not os.path.isfile(paths[2]):
+        raise ValueError(f"{run_dir}: no {RUN_WEIGHTS} yet (the run has not finished an epoch)")
+    bound = _read_json(paths[0])
+    tokenizer = WordPieceTokenizer.load(paths[1], lowercase=True)
+    settings = dict(
+        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
+        max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
+    )
+    return tokenizer, settings
+
+
+def _read_json(path):
+    try:
+        with open(path) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return {}
+
+
 def load_backbone(model_dir, dropout=0.1):
-    """A new `bert_backbone` with the weights of a BERT export, to fine-tune.
+    """A new `bert_backbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
 
     Build it inside the strategy scope it trains under.
 
     Raises:
-        ValueError: `model_dir` is not a keras-attn BERT export.
+        ValueError: as `read_pretrained`.
     """
-    from keras_attn.models import bert_backbone
+    from keras_attn.models import bert_backbone, bert_pretrainer
 
     _, settings = read_pretrained(model_dir)
     built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
     backbone = bert_backbone(**built, dropout=dropout)
-    backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
+    if os.path.isfile(os.path.join(model_dir, RUN_SETTINGS)):
+        bert_pretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
+    else:
+        backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
     return backbone
 
 

@@ -6,7 +6,7 @@
     keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png
     keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
     keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
-    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]
+    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export or a run folder)
     keras-attn classify MODEL_DIR [TEXT ...]         (TEXT_A<TAB>TEXT_B for a pair)
 
 User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
@@ -256,8 +256,9 @@ def _add_bert_commands(command):
     fill.add_argument("text", nargs="*", help="texts with [MASK] in them (default: one per line on standard input)")
     fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
 
-    finetune = command("finetune", "fine-tune a pretrained BERT export as a classifier and export it")
-    finetune.add_argument("model_dir", help="a pretraining export: saved_models/bert/<version>")
+    finetune = command("finetune", "fine-tune a pretrained BERT (export or run folder) as a classifier and export it")
+    finetune.add_argument(
+        "model_dir", help="a pretraining export (saved_models/bert/<version>) or run folder (runs/bert)")
     finetune.add_argument("--train", required=True, help="label<TAB>text or label<TAB>text_a<TAB>text_b lines")
     finetune.add_argument("--valid", help="validation examples, same format (default: 10%% of --train)")
     finetune.add_argument("--test", help="test examples, scored once at the end")

@@ -35,6 +35,7 @@ SLOWEST_FIRST = (
     "tests/jobs/test_translation_job.py",
     "tests/training/test_runner.py",
     "tests/jobs/test_bert_job.py",
+    "tests/jobs/test_bert_learning.py",
     "tests/jobs/test_seq2seq_job.py",
     "tests/layers/test_learning.py",
     "tests/test_examples.py",

@@ -72,7 +72,8 @@ class FinetuneConfig(RunConfig, common.ExportSettings):
     """Everything `keras-attn finetune` can be told.
 
     Attributes:
-        model_dir: a pretraining export (`saved_models/bert/<version>`).
+        model_dir: a pretraining export (`saved_models/bert/<version>`) or
+            pretraining run folder (`runs/bert`, its best weights).
         train, valid, test: TSV files (`label<TAB>text` or
             `label<TAB>text_a<TAB>text_b`); without `valid`, 10% of the
             training examples are held out.
@@ -151,8 +152,12 @@ def _document_lines(docs):
         yield ""
 
 
-def pretrain(config, log=print):
-    """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`."""
+def pretrain(config, log=print, callbacks=()):
+    """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`.
+
+    `callbacks` are Keras callbacks for the training loop (one that sets
+    `model.stop_training` ends the run early, e.g. at a time budget).
+    """
     started = time.time()
     config = dataclasses.replace(config, max_length=config.max_length or (128 if config.data else 64))
     chief = common.start(config, log)
@@ -217,6 +222,7 @@ def pretrain(config, log=print):
         ),
         make_loss=PretrainingLoss,
         make_metrics=lambda: [PretrainingMetrics()],
+        callbacks=callbacks,
     )
     model = result.model
     _say_trained(log, result, started)
@@ -243,10 +249,10 @@ def evaluate_pretraining(model, dataset):
 
 
 def finetune(config, log=print):
-    """Fine-tunes a pretrained BERT export as a classifier; returns a `BertResult`."""
+    """Fine-tunes a pretrained BERT (export or run folder) as a classifier; returns a `BertResult`."""
     started = time.time()
     if not config.model_dir or not config.train:
-        raise UserError("finetune needs a pretrained export (MODEL_DIR) and --train")
+        raise UserError("finetune needs a pretrained export or run folder (MODEL_DIR) and --train")
     try:
         tokenizer, pretrained = read_pretrained(config.model_dir)  # checked before any training
     except ValueError as error:

@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -142,6 +143,26 @@ def _topic_tsv(path, documents, pairs=False):
             lines.append(f"{topic}\t{text}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
+    from keras_attn.bert_server import load_backbone, read_pretrained
+
+    run = str(pretrained.root / "run")
+    (from_run, run_settings), (from_export, export_settings) = read_pretrained(run), read_pretrained(pretrained.export)
+    assert run_settings == export_settings
+    assert from_run.vocabulary == from_export.vocabulary
+    for a, b in zip(load_backbone(run).weights, load_backbone(pretrained.export).weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # the export holds the run's best weights
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    for name in ("settings.json", "vocab.txt"):
+        shutil.copy(os.path.join(run, name), unfinished / name)
+    with pytest.raises(ValueError, match="no best.weights.h5 yet"):
+        read_pretrained(str(unfinished))
+    (unfinished / "settings.json").write_text('{"model_dir": "x"}')  # a fine-tuning run folder
+    with pytest.raises(ValueError, match="not a BERT pretraining run folder"):
+        read_pretrained(str(unfinished))
 
 
 def test_finetune_and_classify(pretrained, tmp_path, capsys):

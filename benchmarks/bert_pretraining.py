@@ -1,0 +1,460 @@
+"""BERT-mini pretraining on real text against keras-hub's BertMaskedLM, then SST-2 fine-tuning.
+
+    python benchmarks/bert_pretraining.py                    # about 65 minutes: all of the below
+    python benchmarks/bert_pretraining.py --only speed       # about 5 minutes
+    python benchmarks/bert_pretraining.py --minutes 2 --sst2-train 500   # a quick look
+
+1. Speed: training tokens/s of our `bert_pretrainer` (MLM + NSP) and of
+   keras-hub's `BertMaskedLM` (MLM only), both preset mini (L4/H256/A4),
+   sequence 128, batch 32, in float32 and mixed_bfloat16, the same
+   `tf.function` training step for both, alternated twice in this process.
+2. Quality at a time budget: our `keras-attn pretrain bert` job
+   (`keras_attn.jobs.bert.pretrain`) and keras-hub's `BertMaskedLM`
+   (`fit`), each given `--minutes` of training. Each model's schedule
+   (linear warm-up over 10% of its steps, then linear decay) spans the
+   steps its measured step time fits in 90% of the budget, and a callback
+   stops either at the budget. Both train on the same masked pairs (our
+   tf.data pipeline: dynamic 15% masks, 80/10/10, a new mask each epoch),
+   with the same vocabulary, optimizer (AdamW) and peak learning rate.
+   Scored on the WikiText-2 test articles: masked-token accuracy and
+   perplexity over the same three draws of 15% masks for both, and our
+   next-sentence accuracy (keras-hub has no NSP).
+3. SST-2: our classifier fine-tuned (`keras_attn.jobs.bert.finetune`) from
+   that pretraining and from the same architecture and vocabulary with
+   random weights; a random sample of `--sst2-train` training rows, dev for
+   the best epoch, the labelled test split reported once.
+
+Data, read from ../shared/data and never copied into the project (temporary
+files only): training documents are the WikiText-2 validation articles
+(tokens version; `@-@`, `@,@`, `@.@` joined, `<unk>` dropped) and the 65 State
+of the Union addresses (one document each; six files are Latin-1, read as
+such); the job holds 5% of them out for validation. WikiText-2's test split
+(raw version, its articles as documents) is only scored.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import random
+import re
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_attn.bert_server import BertServer  # noqa: E402
+from keras_attn.export import export  # noqa: E402
+from keras_attn.jobs import bert as bert_job  # noqa: E402
+from keras_attn.jobs.bert_training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
+from keras_attn.models import bert_backbone, bert_pretrainer  # noqa: E402
+from keras_attn.models.bert import PRESETS  # noqa: E402
+from keras_attn.training import token_cross_entropy  # noqa: E402
+from pipelines import documents, pretraining  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+_TITLE = re.compile(r"^ = [^=].* =$")  # a WikiText article's title line
+
+
+# --- data ------------------------------------------------------------------
+
+def wikitext_articles(path):
+    """WikiText lines grouped by article (a top-level ` = Title = ` starts one)."""
+    articles = []
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        for line in file.read().splitlines():
+            line = line.rstrip()
+            if _TITLE.match(line):
+                articles.append([])
+            if articles and line.strip():
+                articles[-1].append(line)
+    return articles
+
+
+def clean_wikitext(line):
+    line = line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+    return re.sub(r" ?<unk>", "", line)
+
+
+def write_documents(folder):
+    """Writes the training documents and the test articles as files, one document each."""
+    train, test = Path(folder, "train"), Path(folder, "test")
+    train.mkdir(), test.mkdir()
+    for index, article in enumerate(wikitext_articles(DATA / "wikitext-2" / "tokens" / "valid.txt.gz")):
+        (train / f"wikitext-{index:03d}.txt").write_text("\n".join(map(clean_wikitext, article)) + "\n")
+    with zipfile.ZipFile(DATA / "state-union" / "state_union.zip") as archive:
+        for name in archive.namelist():
+            if name.endswith(".txt"):
+                raw = archive.read(name)
+                try:
+                    content = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    content = raw.decode("latin-1")
+                (train / f"sotu-{Path(name).name}").write_text(content)
+    for index, article in enumerate(wikitext_articles(DATA / "wikitext-2" / "raw" / "wiki.test.raw.gz")):
+        (test / f"wikitext-{index:03d}.txt").write_text("\n".join(line.strip() for line in article) + "\n")
+    return train, test
+
+
+def write_sst2(folder, train_rows, seed):
+    """SST-2 as headerless TSVs: a random sample of the training rows, dev and test whole."""
+    def rows(path):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as file:
+            return [line for line in file.read().splitlines()[1:] if line.strip()]
+
+    train = rows(DATA / "sst2" / "train.tsv.gz")
+    random.Random(seed).shuffle(train)
+    paths = {}
+    for split, lines in (("train", train[:train_rows]), ("dev", rows(DATA / "sst2" / "dev.tsv")),
+                         ("test", rows(DATA / "sst2" / "test.tsv"))):
+        paths[split] = Path(folder, f"sst2-{split}.tsv")
+        paths[split].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+# --- models ------------------------------------------------------------------
+
+def keras_hub_model(vocabulary_size, preset, max_length, dropout=0.1):
+    import keras_hub
+
+    settings = PRESETS[preset]
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size, settings["num_layers"], settings["num_heads"], settings["hidden_dim"],
+        4 * settings["hidden_dim"], dropout=dropout, max_sequence_length=max_length,
+    )
+    return keras_hub.models.BertMaskedLM(backbone)
+
+
+def keras_hub_inputs(features):
+    return {**features, "padding_mask": tf.not_equal(features["token_ids"], 0)}
+
+
+def masked_lm_loss(targets, logits):
+    """Mean cross-entropy over the masked tokens (keras-hub's MLM objective)."""
+    weights = tf.cast(targets["mlm_weights"], tf.float32)
+    losses = token_cross_entropy(targets["mlm_labels"], logits)
+    return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+# --- 1. speed ------------------------------------------------------------------
+
+def training_step(model, loss, adapt=lambda x: x, jit_compile=False):
+    optimizer = adamw(1e-4)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            value = loss(labels, model(adapt(features), training=True))
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(value, variables), variables))
+        return value
+
+    return step
+
+
+def measure_speed(batch, vocabulary_size, preset, max_length, xla_precision, repeats=2, steps=8):
+    """Tokens/s of both models' training steps, float32 and mixed_bfloat16, alternated.
+
+    Under `xla_precision`, each model's step is also timed compiled with XLA.
+    """
+    features, labels = batch
+    tokens = int(np.prod(features["token_ids"].shape))
+    real = int(np.count_nonzero(features["token_ids"]))
+    results = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(precision)
+        ours = bert_pretrainer(bert_backbone(vocabulary_size, preset, max_sequence_length=max_length))
+        theirs = keras_hub_model(vocabulary_size, preset, max_length)
+        cases = {
+            "keras-attn": training_step(ours, PretrainingLoss()),
+            "keras-hub": training_step(theirs, masked_lm_loss, keras_hub_inputs),
+        }
+        if precision == xla_precision:
+            cases["keras-attn XLA"] = training_step(ours, PretrainingLoss(), jit_compile=True)
+            cases["keras-hub XLA"] = training_step(theirs, masked_lm_loss, keras_hub_inputs, jit_compile=True)
+        for name, step in cases.items():
+            for _ in range(2):
+                step(features, labels)  # trace, warm up
+        times = {name: [] for name in cases}
+        for _ in range(repeats):
+            for name, step in cases.items():
+                started = time.perf_counter()
+                for _ in range(steps):
+                    float(step(features, labels))
+                times[name].append((time.perf_counter() - started) / steps)
+        for name, values in times.items():
+            seconds = min(values)
+            model, _, compiled = name.partition(" ")
+            results[f"{model} {precision}" + (" XLA" if compiled else "")] = {
+                "ms_per_step": [round(1000 * v, 1) for v in values],
+                "tokens_per_s": round(tokens / seconds),
+                "real_tokens_per_s": round(real / seconds),
+            }
+            print(f"speed {name:14s} {precision:15s} {1000 * seconds:7.1f} ms/step "
+                  f"{tokens / seconds:8.0f} tokens/s ({real / seconds:.0f} real)", flush=True)
+    keras.mixed_precision.set_global_policy("float32")
+    return results
+
+
+# --- 2. pretraining at a time budget -----------------------------------------------
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `seconds` have passed since training began."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+        self.started = None
+        self.stopped_at = None
+
+    def on_train_begin(self, logs=None):
+        self.started = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() - self.started > self.seconds:
+            self.model.stop_training = True
+            self.stopped_at = self.stopped_at or time.time() - self.started
+
+    def on_train_end(self, logs=None):
+        self.elapsed = time.time() - self.started
+
+
+def plan_steps(seconds_per_step, budget_seconds, pairs_per_epoch, batch_size):
+    """Epochs and pairs per epoch so that the schedule fills 90% of the budget."""
+    steps = max(1, int(0.9 * budget_seconds / seconds_per_step))
+    epoch_steps = max(1, min(steps, pairs_per_epoch // batch_size))
+    epochs = max(1, round(steps / epoch_steps))
+    return epochs, epoch_steps * batch_size
+
+
+def test_batches(corpus, vocabulary, args, draws=3):
+    """The test articles' pairs with `draws` different 15% masks (fixed: epochs -1, -2, ...)."""
+    settings = dict(batch_size=64, max_length=args.max_length, max_predictions=args.max_predictions,
+                    seed=1234, drop_remainder=False)
+    return [pretraining.pretraining_dataset(corpus, vocabulary, epoch=-1 - draw, **settings)
+            for draw in range(draws)]
+
+
+def score(predict, batches):
+    """MLM loss, accuracy and perplexity (and NSP accuracy when `predict` gives it)."""
+    metrics = PretrainingMetrics()
+    has_nsp = True
+    for dataset in batches:
+        for features, labels in dataset:
+            outputs = predict(features)
+            if not isinstance(outputs, dict):
+                has_nsp = False
+                outputs = {"mlm": outputs, "nsp": tf.zeros([tf.shape(outputs)[0], 2])}
+            metrics.update_state(labels, outputs)
+    result = {name: float(value) for name, value in metrics.result().items()}
+    if not has_nsp:
+        result.pop("nsp_loss"), result.pop("nsp_accuracy")
+    result["masked_tokens"] = int(metrics.sums["mlm_count"].numpy())
+    return result
+
+
+def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch, jit_compile):
+    epochs, pairs = plan_steps(seconds_per_step, 60 * args.minutes, pairs_per_epoch, args.batch_size)
+    steps = epochs * (pairs // args.batch_size)
+    budget = TimeBudget(60 * args.minutes)
+    config = bert_job.PretrainConfig(
+        run_dir=str(run_dir), data=[str(train_folder)], one_document_per_file=True, preset=args.preset,
+        max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
+        pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, warmup_steps=max(1, steps // 10),
+        mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
+        verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
+    )
+    print(f"keras-attn: {epochs} epochs of {pairs} pairs ({steps} steps) planned", flush=True)
+    result = bert_job.pretrain(config, log=lambda line: print("  " + line, flush=True), callbacks=[budget])
+    keras.mixed_precision.set_global_policy("float32")
+    return result, {"planned_steps": steps, "steps": result.steps, "train_seconds": round(budget.elapsed),
+                    "history": result.history}
+
+
+def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step, pairs_per_epoch, jit_compile):
+    epochs, pairs = plan_steps(seconds_per_step, 60 * args.minutes, pairs_per_epoch, args.batch_size)
+    steps_per_epoch = pairs // args.batch_size
+    steps = epochs * steps_per_epoch
+    keras.mixed_precision.set_global_policy(args.precision)
+    keras.utils.set_random_seed(args.seed)
+    model = keras_hub_model(len(vocabulary), args.preset, args.max_length)
+    model.compile(
+        optimizer=adamw(WarmupLinearDecay(args.learning_rate, max(1, steps // 10), steps)),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
+    )
+    settings = dict(batch_size=args.batch_size, max_length=args.max_length,
+                    max_predictions=args.max_predictions, seed=args.seed)
+
+    def for_keras_hub(features, labels):
+        return keras_hub_inputs(features), labels["mlm_labels"], labels["mlm_weights"]
+
+    train = None
+    for epoch in range(epochs):  # the same pairs and masks as our job's epochs
+        data = pretraining.pretraining_dataset(corpus, vocabulary, num_pairs=pairs, epoch=epoch, **settings)
+        train = data if train is None else train.concatenate(data)
+    valid = pretraining.pretraining_dataset(
+        valid_corpus, vocabulary, num_pairs=max(args.batch_size, pretraining.pairs_per_epoch(valid_corpus, args.max_length)),
+        epoch=-1, **settings,
+    )
+    budget = TimeBudget(60 * args.minutes)
+    print(f"keras-hub: {epochs} epochs of {pairs} pairs ({steps} steps) planned", flush=True)
+    history = model.fit(
+        train.map(for_keras_hub).repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
+        validation_data=valid.map(for_keras_hub), callbacks=[budget], verbose=2,
+    )
+    return model, {"planned_steps": steps, "steps": int(model.optimizer.iterations.numpy()),
+                   "train_seconds": round(budget.elapsed), "history": history.history}
+
+
+# --- 3. SST-2 ------------------------------------------------------------------------
+
+def finetune(args, model_dir, sst2, run_dir, name):
+    keras.mixed_precision.set_global_policy("float32")
+    config = bert_job.FinetuneConfig(
+        model_dir=str(model_dir), train=str(sst2["train"]), valid=str(sst2["dev"]), test=str(sst2["test"]),
+        run_dir=str(run_dir / name), epochs=args.sst2_epochs, batch_size=32, max_length=64,
+        learning_rate=args.sst2_learning_rate, mixed_precision=args.precision == "mixed_bfloat16",
+        export_root=str(run_dir / "export"), name=name, verbose=2, seed=args.seed,
+    )
+    started = time.time()
+    result = bert_job.finetune(config, log=lambda line: print("  " + line, flush=True))
+    keras.mixed_precision.set_global_policy("float32")
+    return {"test_accuracy": result.metrics["test_accuracy"], "seconds": round(time.time() - started),
+            "val_accuracy": result.history.get("val_accuracy")}
+
+
+def export_untrained(pretrained_dir, run_dir):
+    """The pretrained export's architecture and vocabulary with new random weights, exported."""
+    from keras_attn.bert_server import read_pretrained
+
+    tokenizer, settings = read_pretrained(pretrained_dir)
+    built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
+    keras.utils.set_random_seed(1)
+    server = BertServer(bert_backbone(**built), tokenizer, settings["max_length"], built)
+    return export(server, str(run_dir / "export"), "bert-untrained")
+
+
+# --- main --------------------------------------------------------------------------------
+
+def cpu_description():
+    flags = ""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"model name\s*:\s*(.*)", info).group(1)
+        flags = " ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f" {f}" in info)
+    except (OSError, AttributeError):
+        model = platform.processor()
+    return f"{model}, {os.cpu_count()} cores, {flags or 'no avx512/bf16 flags'}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["speed", "pretrain", "all"], default="all")
+    parser.add_argument("--minutes", type=float, default=25.0, help="training budget of each pretraining")
+    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-predictions", type=int, default=20)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
+    parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
+    parser.add_argument("--sst2-epochs", type=int, default=3)
+    parser.add_argument("--sst2-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", default="runs/bert-benchmark")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    if not (DATA / "wikitext-2").is_dir():
+        sys.exit(f"{DATA}: no WikiText-2 here (this benchmark needs ../shared/data)")
+    run_dir = Path(args.run_dir)
+    if run_dir.exists():
+        sys.exit(f"{run_dir} exists: give a new --run-dir (this benchmark trains from scratch)")
+    run_dir.mkdir(parents=True)
+    results = {"cpu": cpu_description(), "args": vars(args)}
+    print(f"CPU: {results['cpu']}; TensorFlow {tf.__version__}, Keras {keras.__version__}", flush=True)
+
+    with tempfile.TemporaryDirectory() as folder:
+        train_folder, test_folder = write_documents(folder)
+        read = documents.read_documents(str(train_folder), one_document_per_file=True)
+        print(f"training documents: {read.summary()}", flush=True)
+        keras.mixed_precision.set_global_policy("float32")
+        keras.utils.set_random_seed(args.seed)
+        (run_dir / "ours").mkdir()
+        # The vocabulary our job will learn (same documents, same held-out split, same seed).
+        train_docs, valid_docs = documents.hold_out_documents(read.documents, 0.05, seed=args.seed, minimum=2)
+        tokenizer = bert_job.build_tokenizer(
+            bert_job.PretrainConfig(run_dir=str(run_dir / "ours"), vocab_size=args.vocab_size),
+            [s for d in train_docs for s in d],
+        )
+        vocabulary = tokenizer.vocabulary
+        corpus = pretraining.tokenize_documents(train_docs, tokenizer)
+        valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
+        test_docs = documents.read_documents(str(test_folder), one_document_per_file=True)
+        test_corpus = pretraining.tokenize_documents(test_docs.documents, tokenizer)
+        pairs_per_epoch = pretraining.pairs_per_epoch(corpus, args.max_length)
+        print(f"{corpus.num_tokens} training tokens ({pairs_per_epoch} pairs an epoch), "
+              f"{test_corpus.num_tokens} test tokens; {len(vocabulary)} WordPieces", flush=True)
+        batch = next(iter(pretraining.pretraining_dataset(
+            corpus, vocabulary, args.batch_size, args.max_length, args.max_predictions, seed=args.seed)))
+
+        results["speed"] = measure_speed(batch, len(vocabulary), args.preset, args.max_length, args.precision)
+        if args.only == "speed":
+            return finish(results, args)
+        # Each model trains in its faster mode here, with or without XLA.
+        step_seconds, xla = {}, {}
+        for name in ("keras-attn", "keras-hub"):
+            plain, compiled = (min(results["speed"][f"{name} {args.precision}{suffix}"]["ms_per_step"]) / 1000
+                               for suffix in ("", " XLA"))
+            xla[name] = compiled < plain
+            step_seconds[name] = min(plain, compiled)
+        results["xla"] = xla
+        print(f"XLA where faster: {xla}", flush=True)
+        ours, results["keras-attn"] = pretrain_ours(
+            args, train_folder, run_dir / "ours", step_seconds["keras-attn"], pairs_per_epoch, xla["keras-attn"])
+        tests = test_batches(test_corpus, vocabulary, args)
+        results["keras-attn"]["test"] = score(
+            tf.function(lambda f: ours.model(f, training=False), autograph=False), tests)
+        print(f"keras-attn test: {results['keras-attn']['test']}", flush=True)
+        theirs, results["keras-hub"] = pretrain_keras_hub(
+            args, corpus, valid_corpus, vocabulary, step_seconds["keras-hub"], pairs_per_epoch, xla["keras-hub"])
+        # In a tf.function: keras-hub's bfloat16 MLM head fails when called eagerly (a float32 bias).
+        results["keras-hub"]["test"] = score(
+            tf.function(lambda f: theirs(keras_hub_inputs(f), training=False), autograph=False), tests)
+        print(f"keras-hub test: {results['keras-hub']['test']}", flush=True)
+        keras.mixed_precision.set_global_policy("float32")
+        if args.only == "pretrain":
+            return finish(results, args)
+
+        sst2 = write_sst2(folder, args.sst2_train, args.seed)
+        untrained = export_untrained(ours.export_path, run_dir)
+        results["sst2"] = {
+            "pretrained": finetune(args, ours.export_path, sst2, run_dir, "sst2-pretrained"),
+            "from_scratch": finetune(args, untrained, sst2, run_dir, "sst2-from-scratch"),
+        }
+        print(f"SST-2: {results['sst2']}", flush=True)
+    return finish(results, args)
+
+
+def finish(results, args):
+    text = json.dumps(results, indent=1, default=float)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""BERT pretraining learns both tasks on the built-in corpus (a learning curve with bars).
+
+Its own file, so that pytest-xdist runs it beside the other BERT tests.
+"""
+
+import pytest
+
+
+def test_pretraining_learns_masked_tokens_and_next_sentences(tmp_path):
+    from keras_attn.jobs import bert
+
+    config = bert.PretrainConfig(
+        run_dir=str(tmp_path / "run"), preset="tiny", epochs=7, batch_size=32, learning_rate=2e-3,
+        warmup_steps=50, dropout=0.0, export=False, verbose=0, backup_every=0,
+    )
+    result = bert.pretrain(config, log=lambda line: None)
+    history, metrics = result.history, result.metrics
+    # NSP stays at chance while the MLM learns word frequencies, then both use the context:
+    # a masked word's noun or name, and the other segment's topic and person.
+    assert history["val_nsp_accuracy"][0] < 0.6
+    assert metrics["mlm_accuracy"] >= 0.40, history
+    assert metrics["nsp_accuracy"] >= 0.70, history
+    assert metrics["mlm_loss"] < history["val_mlm_loss"][0] - 1.5, history
+    assert metrics["mlm_perplexity"] == pytest.approx(2.718281828 ** metrics["mlm_loss"], rel=1e-4)
