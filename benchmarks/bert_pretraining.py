@@ -3,6 +3,8 @@
     python benchmarks/bert_pretraining.py                    # about 65 minutes: all of the below
     python benchmarks/bert_pretraining.py --only speed       # about 5 minutes
     python benchmarks/bert_pretraining.py --minutes 2 --sst2-train 500   # a quick look
+    python benchmarks/bert_pretraining.py --only pretrain --models keras-attn --steps 500 --minutes 10
+        # a fixed number of steps (no speed section), e.g. to compare two versions of the code
 
 1. Speed: training tokens/s of our `bert_pretrainer` (MLM + NSP) and of
    keras-hub's `BertMaskedLM` (MLM only), both preset mini (L4/H256/A4),
@@ -55,7 +57,7 @@ import tensorflow as tf  # noqa: E402
 from keras_attn.bert_server import BertServer  # noqa: E402
 from keras_attn.export import export  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
-from keras_attn.jobs.bert_training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
+from keras_attn.training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
 from keras_attn.models import bert_backbone, bert_pretrainer  # noqa: E402
 from keras_attn.models.bert import PRESETS  # noqa: E402
 from keras_attn.training import token_cross_entropy  # noqa: E402
@@ -364,6 +366,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["speed", "pretrain", "all"], default="all")
     parser.add_argument("--minutes", type=float, default=25.0, help="training budget of each pretraining")
+    parser.add_argument("--steps", type=int, help="plan this many steps instead of timing the models")
+    parser.add_argument("--models", nargs="+", choices=["keras-attn", "keras-hub"], default=["keras-attn", "keras-hub"])
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--max-predictions", type=int, default=20)
@@ -411,32 +415,38 @@ def main():
         batch = next(iter(pretraining.pretraining_dataset(
             corpus, vocabulary, args.batch_size, args.max_length, args.max_predictions, seed=args.seed)))
 
-        results["speed"] = measure_speed(batch, len(vocabulary), args.preset, args.max_length, args.precision)
-        if args.only == "speed":
-            return finish(results, args)
-        # Each model trains in its faster mode here, with or without XLA.
-        step_seconds, xla = {}, {}
-        for name in ("keras-attn", "keras-hub"):
-            plain, compiled = (min(results["speed"][f"{name} {args.precision}{suffix}"]["ms_per_step"]) / 1000
-                               for suffix in ("", " XLA"))
-            xla[name] = compiled < plain
-            step_seconds[name] = min(plain, compiled)
-        results["xla"] = xla
-        print(f"XLA where faster: {xla}", flush=True)
-        ours, results["keras-attn"] = pretrain_ours(
-            args, train_folder, run_dir / "ours", step_seconds["keras-attn"], pairs_per_epoch, xla["keras-attn"])
+        if args.steps:
+            step_seconds = {name: 0.9 * 60 * args.minutes / args.steps for name in ("keras-attn", "keras-hub")}
+            xla = {"keras-attn": False, "keras-hub": False}
+        else:
+            results["speed"] = measure_speed(batch, len(vocabulary), args.preset, args.max_length, args.precision)
+            if args.only == "speed":
+                return finish(results, args)
+            # Each model trains in its faster mode here, with or without XLA.
+            step_seconds, xla = {}, {}
+            for name in ("keras-attn", "keras-hub"):
+                plain, compiled = (min(results["speed"][f"{name} {args.precision}{suffix}"]["ms_per_step"]) / 1000
+                                   for suffix in ("", " XLA"))
+                xla[name] = compiled < plain
+                step_seconds[name] = min(plain, compiled)
+            results["xla"] = xla
+            print(f"XLA where faster: {xla}", flush=True)
         tests = test_batches(test_corpus, vocabulary, args)
-        results["keras-attn"]["test"] = score(
-            tf.function(lambda f: ours.model(f, training=False), autograph=False), tests)
-        print(f"keras-attn test: {results['keras-attn']['test']}", flush=True)
-        theirs, results["keras-hub"] = pretrain_keras_hub(
-            args, corpus, valid_corpus, vocabulary, step_seconds["keras-hub"], pairs_per_epoch, xla["keras-hub"])
-        # In a tf.function: keras-hub's bfloat16 MLM head fails when called eagerly (a float32 bias).
-        results["keras-hub"]["test"] = score(
-            tf.function(lambda f: theirs(keras_hub_inputs(f), training=False), autograph=False), tests)
-        print(f"keras-hub test: {results['keras-hub']['test']}", flush=True)
+        if "keras-attn" in args.models:
+            ours, results["keras-attn"] = pretrain_ours(
+                args, train_folder, run_dir / "ours", step_seconds["keras-attn"], pairs_per_epoch, xla["keras-attn"])
+            results["keras-attn"]["test"] = score(
+                tf.function(lambda f: ours.model(f, training=False), autograph=False), tests)
+            print(f"keras-attn test: {results['keras-attn']['test']}", flush=True)
+        if "keras-hub" in args.models:
+            theirs, results["keras-hub"] = pretrain_keras_hub(
+                args, corpus, valid_corpus, vocabulary, step_seconds["keras-hub"], pairs_per_epoch, xla["keras-hub"])
+            # In a tf.function: keras-hub's bfloat16 MLM head fails when called eagerly (a float32 bias).
+            results["keras-hub"]["test"] = score(
+                tf.function(lambda f: theirs(keras_hub_inputs(f), training=False), autograph=False), tests)
+            print(f"keras-hub test: {results['keras-hub']['test']}", flush=True)
         keras.mixed_precision.set_global_policy("float32")
-        if args.only == "pretrain":
+        if args.only == "pretrain" or "keras-attn" not in args.models:
             return finish(results, args)
 
         sst2 = write_sst2(folder, args.sst2_train, args.seed)

@@ -18,13 +18,7 @@ import numpy as np
 from keras_attn import export
 from keras_attn.bert_server import BertServer, load_backbone, read_pretrained
 from keras_attn.errors import UserError
-from keras_attn.jobs.bert_training import (
-    ClassificationLoss,
-    PretrainingLoss,
-    PretrainingMetrics,
-    WarmupLinearDecay,
-    adamw,
-)
+from keras_attn.training import ClassificationLoss, PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw
 from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import bert_backbone, bert_classifier, bert_pretrainer

@@ -1,7 +1,8 @@
 """Training: losses, metrics, schedules, strategies and the runner every job uses."""
 
-from keras_attn.training.losses import MaskedSparseCrossEntropy, token_cross_entropy
-from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
+from keras_attn.training.losses import ClassificationLoss, MaskedSparseCrossEntropy, PretrainingLoss, token_cross_entropy
+from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy, PretrainingMetrics
+from keras_attn.training.optimizers import adamw
 from keras_attn.training.scheduled_sampling import (
     ScheduledSampling,
     exponential_decay,
@@ -9,5 +10,5 @@ from keras_attn.training.scheduled_sampling import (
     linear_decay,
     teacher_forcing_schedule,
 )
-from keras_attn.training.schedules import TransformerSchedule, warmup_cosine
+from keras_attn.training.schedules import TransformerSchedule, WarmupLinearDecay, warmup_cosine
 from keras_attn.training.strategy import get_strategy

@@ -1,4 +1,9 @@
-"""Masked sparse cross-entropy with label smoothing (Szegedy et al. 2016)."""
+"""Losses: masked sparse cross-entropy with label smoothing (Szegedy et al. 2016), BERT's.
+
+Under a `tf.distribute` strategy the runner's steps call a loss on every
+replica and sum the gradients, so each loss returns its replica's share of
+the global batch's mean: sums divided by the count over all replicas.
+"""
 
 import keras
 import tensorflow as tf
@@ -87,3 +92,40 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
         config.update({"label_smoothing": self.label_smoothing, "pad_id": self.pad_id})
         config.pop("reduction", None)
         return config
+
+
+def count_rows(labels):
+    """The batch size of `labels`, as a float32 scalar."""
+    return ops.cast(ops.shape(labels)[0], "float32")
+
+
+def classification_losses(labels, logits):
+    """`(B,)` cross-entropies of `(B, C)` logits."""
+    return token_cross_entropy(ops.expand_dims(labels, 1), ops.expand_dims(logits, 1))[:, 0]
+
+
+class PretrainingLoss:
+    """Masked-LM loss (mean over masked tokens) plus next-sentence loss (mean over pairs).
+
+    Call arguments:
+        targets: `{"mlm_labels": (B, P), "mlm_weights": (B, P), "nsp_labels": (B,)}`.
+        outputs: `{"mlm": (B, P, V), "nsp": (B, 2)}` logits.
+
+    Returns:
+        This replica's share of the global batch's loss, a float32 scalar.
+    """
+
+    def __call__(self, targets, outputs):
+        weights = ops.cast(targets["mlm_weights"], "float32")
+        mlm = ops.sum(token_cross_entropy(targets["mlm_labels"], outputs["mlm"]) * weights)
+        mlm = mlm / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1.0)
+        nsp = ops.sum(classification_losses(targets["nsp_labels"], outputs["nsp"]))
+        return mlm + nsp / ops.maximum(_sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
+
+
+class ClassificationLoss:
+    """Mean cross-entropy over the global batch, for `(B,)` labels and `(B, C)` logits."""
+
+    def __call__(self, labels, logits):
+        losses = classification_losses(labels, logits)
+        return ops.sum(losses) / ops.maximum(_sum_over_replicas(count_rows(labels)), 1.0)

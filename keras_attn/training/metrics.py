@@ -1,9 +1,9 @@
-"""Token-level metrics that ignore padding."""
+"""Metrics: token-level ones that ignore padding, and BERT pretraining's."""
 
 import keras
 from keras import ops
 
-from keras_attn.training.losses import token_cross_entropy
+from keras_attn.training.losses import classification_losses, count_rows, token_cross_entropy
 
 
 class _MaskedTokenMean(keras.metrics.Metric):
@@ -60,3 +60,59 @@ class MaskedPerplexity(_MaskedTokenMean):
 
     def result(self):
         return ops.exp(ops.divide_no_nan(self.total, self.count))
+
+
+class PretrainingMetrics(keras.metrics.Metric):
+    """mlm_loss, mlm_accuracy, mlm_perplexity, nsp_loss and nsp_accuracy of BERT pretraining.
+
+    MLM values are over the masked tokens (weight 1), NSP values over the
+    pairs; all are running means since the last reset.
+
+    Example:
+
+    >>> metrics = PretrainingMetrics()
+    >>> metrics.update_state(targets, model(features))
+    >>> metrics.result()["mlm_accuracy"]
+    """
+
+    NAMES = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
+
+    def __init__(self, name="pretraining", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.sums = {
+            key: self.add_variable(shape=(), initializer="zeros", name=key)
+            for key in ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
+        }
+
+    def update_state(self, targets, outputs, sample_weight=None):
+        weights = ops.cast(targets["mlm_weights"], "float32")
+        labels = ops.cast(targets["mlm_labels"], "int32")
+        mlm_logits = outputs["mlm"]
+        correct = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, -1), "int32"), labels), "float32")
+        nsp_labels = ops.cast(targets["nsp_labels"], "int32")
+        nsp_correct = ops.equal(ops.cast(ops.argmax(outputs["nsp"], -1), "int32"), nsp_labels)
+        updates = {
+            "mlm_loss": ops.sum(token_cross_entropy(labels, mlm_logits) * weights),
+            "mlm_correct": ops.sum(correct * weights),
+            "mlm_count": ops.sum(weights),
+            "nsp_loss": ops.sum(classification_losses(nsp_labels, outputs["nsp"])),
+            "nsp_correct": ops.sum(ops.cast(nsp_correct, "float32")),
+            "nsp_count": count_rows(nsp_labels),
+        }
+        for key, value in updates.items():
+            self.sums[key].assign_add(value)
+
+    def result(self):
+        mlm = lambda key: ops.divide_no_nan(self.sums[key], self.sums["mlm_count"])  # noqa: E731
+        nsp = lambda key: ops.divide_no_nan(self.sums[key], self.sums["nsp_count"])  # noqa: E731
+        return {
+            "mlm_loss": mlm("mlm_loss"),
+            "mlm_accuracy": mlm("mlm_correct"),
+            "mlm_perplexity": ops.exp(mlm("mlm_loss")),
+            "nsp_loss": nsp("nsp_loss"),
+            "nsp_accuracy": nsp("nsp_correct"),
+        }
+
+    def reset_state(self):
+        for variable in self.sums.values():
+            variable.assign(0.0)

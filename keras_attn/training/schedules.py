@@ -1,4 +1,4 @@
-"""Learning-rate schedules: the Transformer paper's (5.3), and warm-up + cosine."""
+"""Learning-rate schedules: the Transformer paper's (5.3), warm-up + cosine, BERT's warm-up + linear decay."""
 
 import keras
 from keras import ops
@@ -55,3 +55,37 @@ def warmup_cosine(peak, warmup_steps, total_steps, final_fraction=0.02):
         warmup_target=peak,
         warmup_steps=warmup_steps,
     )
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """BERT's schedule: linear warm-up to `peak`, then linear decay to 0 at `total_steps`.
+
+    Args:
+        peak: the learning rate at the end of the warm-up.
+        warmup_steps: steps of warm-up (BERT: 10,000 of 1M; fine-tuning:
+            about a tenth of the run).
+        total_steps: the run's steps; the rate is 0 from there on.
+
+    Example:
+
+    >>> schedule = WarmupLinearDecay(1e-4, warmup_steps=100, total_steps=1000)
+    >>> [round(float(schedule(step)), 6) for step in (0, 50, 100, 550, 1000)]
+    [0.0, 5e-05, 0.0001, 5e-05, 0.0]
+    """
+
+    def __init__(self, peak, warmup_steps, total_steps):
+        self.peak = peak
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        warmup = float(max(self.warmup_steps, 1))
+        decay = float(max(self.total_steps - self.warmup_steps, 1))
+        rising = step / warmup
+        falling = ops.maximum(0.0, (float(self.total_steps) - step) / decay)
+        return self.peak * ops.where(step < self.warmup_steps, rising, falling)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.jobs.bert_training import PretrainingLoss, PretrainingMetrics
+from keras_attn.training import PretrainingLoss, PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
 from keras_attn.models import BERT_PRESETS, bert_backbone, bert_classifier, bert_pretrainer
 from keras_attn.models.bert import token_embedding
