@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_attn.layers.initializers import clone_initializer
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class FeedForward(keras.layers.Layer):
@@ -13,6 +15,7 @@ class FeedForward(keras.layers.Layer):
         intermediate_dim: the inner width d_ff (2048 in the base model).
         activation: the inner activation, `"relu"` in the paper.
         dropout: dropout rate on the inner activations.
+        kernel_initializer: initializer of W1 and W2 (each draws its own).
 
     Call arguments:
         x: `(B, T, d)`.
@@ -27,13 +30,16 @@ class FeedForward(keras.layers.Layer):
     TensorShape([2, 5, 8])
     """
 
-    def __init__(self, intermediate_dim, activation="relu", dropout=0.0, **kwargs):
+    def __init__(self, intermediate_dim, activation="relu", dropout=0.0,
+                 kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
         self.activation = keras.activations.get(activation)
         self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.inner = keras.layers.Dense(
             intermediate_dim, activation=self.activation, name="inner",
+            kernel_initializer=clone_initializer(self.kernel_initializer, "inner"),
             dtype=self.dtype_policy,
         )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
@@ -42,7 +48,9 @@ class FeedForward(keras.layers.Layer):
     def build(self, x_shape):
         self.inner.build(x_shape)
         self.outer = keras.layers.Dense(
-            x_shape[-1], name="outer", dtype=self.dtype_policy
+            x_shape[-1], name="outer",
+            kernel_initializer=clone_initializer(self.kernel_initializer, "outer"),
+            dtype=self.dtype_policy,
         )
         self.outer.build(tuple(x_shape[:-1]) + (self.intermediate_dim,))
 
@@ -57,6 +65,7 @@ class FeedForward(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "activation": keras.activations.serialize(self.activation),
                 "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

@@ -6,6 +6,7 @@ from keras import ops
 from keras_attn.layers import masking
 from keras_attn.layers.add_and_norm import AddAndNorm
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 
 
@@ -21,9 +22,11 @@ class _TransformerBlock(keras.layers.Layer):
         norm_first=False,
         attention_dropout=0.0,
         layer_norm_epsilon=1e-5,
+        kernel_initializer="glorot_uniform",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
@@ -53,6 +56,7 @@ class _TransformerBlock(keras.layers.Layer):
             self.num_heads,
             width // self.num_heads,
             dropout=self.attention_dropout,
+            kernel_initializer=clone_initializer(self.kernel_initializer, name),
             name=name,
             dtype=self.dtype_policy,
         )
@@ -66,6 +70,7 @@ class _TransformerBlock(keras.layers.Layer):
     def _feed_forward(self):
         return FeedForward(
             self.intermediate_dim, self.activation, name="feed_forward",
+            kernel_initializer=clone_initializer(self.kernel_initializer, "feed_forward"),
             dtype=self.dtype_policy,
         )
 
@@ -80,6 +85,7 @@ class _TransformerBlock(keras.layers.Layer):
                 "norm_first": self.norm_first,
                 "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config
@@ -100,6 +106,8 @@ class TransformerEncoderBlock(_TransformerBlock):
         norm_first: pre-norm instead of the paper's post-norm.
         attention_dropout: dropout on the attention weights.
         layer_norm_epsilon: LayerNorm epsilon.
+        kernel_initializer: initializer of every projection kernel (each
+            draws its own); BERT uses `TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         x: `(B, T, d)`.
@@ -191,6 +199,8 @@ class TransformerDecoderBlock(_TransformerBlock):
         norm_first: pre-norm instead of the paper's post-norm.
         attention_dropout: dropout on the attention weights.
         layer_norm_epsilon: LayerNorm epsilon.
+        kernel_initializer: initializer of every projection kernel (each
+            draws its own); BERT uses `TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         x: `(B, T, d)` decoder inputs (embedded, shifted right).

@@ -88,6 +88,7 @@ def bert_backbone(
         x = TransformerEncoderBlock(
             settings["num_heads"], intermediate_dim or 4 * hidden, dropout=dropout,
             activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
             name=f"encoder_block_{index}", dtype=dtype,
         )(x)
     first = x[:, 0, :]  # the [CLS] state
