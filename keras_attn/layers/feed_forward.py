@@ -15,7 +15,8 @@ class FeedForward(keras.layers.Layer):
         intermediate_dim: the inner width d_ff (2048 in the base model).
         activation: the inner activation, `"relu"` in the paper.
         dropout: dropout rate on the inner activations.
-        kernel_initializer: initializer of W1 and W2 (each draws its own).
+        kernel_initializer: initializer of W1 and W2 (each draws its own);
+            `None`: Keras's Dense default (Glorot uniform).
 
     Call arguments:
         x: `(B, T, d)`.
@@ -31,16 +32,15 @@ class FeedForward(keras.layers.Layer):
     """
 
     def __init__(self, intermediate_dim, activation="relu", dropout=0.0,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
         self.activation = keras.activations.get(activation)
         self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer) if kernel_initializer else None
         self.inner = keras.layers.Dense(
             intermediate_dim, activation=self.activation, name="inner",
-            kernel_initializer=clone_initializer(self.kernel_initializer, "inner"),
-            dtype=self.dtype_policy,
+            **self._initializer("inner"), dtype=self.dtype_policy,
         )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = True
@@ -48,11 +48,14 @@ class FeedForward(keras.layers.Layer):
     def build(self, x_shape):
         self.inner.build(x_shape)
         self.outer = keras.layers.Dense(
-            x_shape[-1], name="outer",
-            kernel_initializer=clone_initializer(self.kernel_initializer, "outer"),
-            dtype=self.dtype_policy,
+            x_shape[-1], name="outer", **self._initializer("outer"), dtype=self.dtype_policy
         )
         self.outer.build(tuple(x_shape[:-1]) + (self.intermediate_dim,))
+
+    def _initializer(self, salt):
+        if self.kernel_initializer is None:
+            return {}
+        return {"kernel_initializer": clone_initializer(self.kernel_initializer, salt)}
 
     def call(self, x, training=None):
         hidden = self.dropout_layer(self.inner(x), training=training)
@@ -65,7 +68,8 @@ class FeedForward(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "activation": keras.activations.serialize(self.activation),
                 "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_initializer": self.kernel_initializer
+                and keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

@@ -22,11 +22,11 @@ class _TransformerBlock(keras.layers.Layer):
         norm_first=False,
         attention_dropout=0.0,
         layer_norm_epsilon=1e-5,
-        kernel_initializer="glorot_uniform",
+        kernel_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer) if kernel_initializer else None
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
@@ -56,10 +56,15 @@ class _TransformerBlock(keras.layers.Layer):
             self.num_heads,
             width // self.num_heads,
             dropout=self.attention_dropout,
-            kernel_initializer=clone_initializer(self.kernel_initializer, name),
+            **self._initializer(name),
             name=name,
             dtype=self.dtype_policy,
         )
+
+    def _initializer(self, salt):
+        if self.kernel_initializer is None:
+            return {}
+        return {"kernel_initializer": clone_initializer(self.kernel_initializer, salt)}
 
     def _add_and_norm(self, name):
         return AddAndNorm(
@@ -70,7 +75,7 @@ class _TransformerBlock(keras.layers.Layer):
     def _feed_forward(self):
         return FeedForward(
             self.intermediate_dim, self.activation, name="feed_forward",
-            kernel_initializer=clone_initializer(self.kernel_initializer, "feed_forward"),
+            **self._initializer("feed_forward"),
             dtype=self.dtype_policy,
         )
 
@@ -85,7 +90,8 @@ class _TransformerBlock(keras.layers.Layer):
                 "norm_first": self.norm_first,
                 "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_initializer": self.kernel_initializer
+                and keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config
@@ -107,7 +113,8 @@ class TransformerEncoderBlock(_TransformerBlock):
         attention_dropout: dropout on the attention weights.
         layer_norm_epsilon: LayerNorm epsilon.
         kernel_initializer: initializer of every projection kernel (each
-            draws its own); BERT uses `TruncatedNormal(stddev=0.02)`.
+            draws its own); `None`: the sublayers' Glorot uniform. BERT
+            uses `TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         x: `(B, T, d)`.
@@ -200,7 +207,8 @@ class TransformerDecoderBlock(_TransformerBlock):
         attention_dropout: dropout on the attention weights.
         layer_norm_epsilon: LayerNorm epsilon.
         kernel_initializer: initializer of every projection kernel (each
-            draws its own); BERT uses `TruncatedNormal(stddev=0.02)`.
+            draws its own); `None`: the sublayers' Glorot uniform. BERT
+            uses `TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         x: `(B, T, d)` decoder inputs (embedded, shifted right).
