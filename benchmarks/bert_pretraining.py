@@ -217,7 +217,6 @@ class TimeBudget(keras.callbacks.Callback):
         super().__init__()
         self.seconds = seconds
         self.started = None
-        self.stopped_at = None
 
     def on_train_begin(self, logs=None):
         self.started = time.time()
@@ -225,7 +224,6 @@ class TimeBudget(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if time.time() - self.started > self.seconds:
             self.model.stop_training = True
-            self.stopped_at = self.stopped_at or time.time() - self.started
 
     def on_train_end(self, logs=None):
         self.elapsed = time.time() - self.started
@@ -340,10 +338,10 @@ def finetune(args, model_dir, sst2, run_dir, name):
 
 def export_untrained(pretrained_dir, run_dir):
     """The pretrained export's architecture and vocabulary with new random weights, exported."""
-    from keras_attn.bert_server import read_pretrained
+    from keras_attn.bert_server import backbone_arguments, read_pretrained
 
     tokenizer, settings = read_pretrained(pretrained_dir)
-    built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
+    built = backbone_arguments(settings)
     keras.utils.set_random_seed(1)
     server = BertServer(bert_backbone(**built), tokenizer, settings["max_length"], built)
     return export(server, str(run_dir / "export"), "bert-untrained")

@@ -247,13 +247,12 @@ def read_pretrained(model_dir):
 
 
 def _read_run_folder(run_dir):
-    paths = [os.path.join(run_dir, name) for name in (RUN_SETTINGS, VOCABULARY, RUN_WEIGHTS)]
-    if not os.path.isfile(paths[1]) or "preset" not in _read_json(paths[0]):
+    bound = _read_json(os.path.join(run_dir, RUN_SETTINGS))
+    if not os.path.isfile(os.path.join(run_dir, VOCABULARY)) or "preset" not in bound:
         raise ValueError(f"{run_dir}: not a BERT pretraining run folder (no vocab.txt or preset in settings.json)")
-    if not os.path.isfile(paths[2]):
+    if not os.path.isfile(os.path.join(run_dir, RUN_WEIGHTS)):
         raise ValueError(f"{run_dir}: no {RUN_WEIGHTS} yet (the run has not finished an epoch)")
-    bound = _read_json(paths[0])
-    tokenizer = WordPieceTokenizer.load(paths[1], lowercase=True)
+    tokenizer = WordPieceTokenizer.load(os.path.join(run_dir, VOCABULARY), lowercase=True)
     settings = dict(
         vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
         max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
@@ -269,6 +268,11 @@ def _read_json(path):
         return {}
 
 
+def backbone_arguments(settings):
+    """The `bert_backbone` arguments among `read_pretrained`'s settings (without `lowercase`, `max_length`)."""
+    return {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
+
+
 def load_backbone(model_dir, dropout=0.1):
     """A new `bert_backbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
 
@@ -280,8 +284,7 @@ def load_backbone(model_dir, dropout=0.1):
     from keras_attn.models import bert_backbone, bert_pretrainer
 
     _, settings = read_pretrained(model_dir)
-    built = {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
-    backbone = bert_backbone(**built, dropout=dropout)
+    backbone = bert_backbone(**backbone_arguments(settings), dropout=dropout)
     if os.path.isfile(os.path.join(model_dir, RUN_SETTINGS)):
         bert_pretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
     else:

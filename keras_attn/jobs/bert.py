@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from keras_attn import export
-from keras_attn.bert_server import BertServer, load_backbone, read_pretrained
+from keras_attn.bert_server import BertServer, backbone_arguments, load_backbone, read_pretrained
 from keras_attn.errors import UserError
 from keras_attn.training import ClassificationLoss, PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw
 from keras_attn.jobs import common
@@ -310,8 +310,7 @@ def finetune(config, log=print):
     metrics = {f"{split}_accuracy": float(accuracy.result()), f"{split}_examples": len(scored)}
     log(f"{split}: accuracy {metrics[f'{split}_accuracy']:.4f} on {len(scored)} examples")
     backbone = model.get_layer("bert_backbone")
-    settings = {k: v for k, v in pretrained.items() if k not in ("lowercase", "max_length")}
-    server = BertServer(backbone, tokenizer, max_length, settings, classifier=model, label_names=label_names)
+    server = BertServer(backbone, tokenizer, max_length, backbone_arguments(pretrained), classifier=model, label_names=label_names)
     path, new_export = _export(config, server)
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
 

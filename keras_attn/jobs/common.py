@@ -22,8 +22,6 @@ from keras_attn.training.runner import prepare
 from keras_attn.training.strategy import worker_role
 
 
-
-
 @dataclasses.dataclass
 class ExportSettings:
     """Where a job exports its model (each job adds its `name`).
@@ -37,6 +35,7 @@ class ExportSettings:
     export_root: str = "saved_models"
     export: bool = True
     force_export: bool = False
+
 
 def start(config, log):
     """What a job does before it reads any data; returns whether this process is the chief.

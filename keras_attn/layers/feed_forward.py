@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.initializers import kernel_initializer_argument
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -40,7 +40,8 @@ class FeedForward(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer) if kernel_initializer else None
         self.inner = keras.layers.Dense(
             intermediate_dim, activation=self.activation, name="inner",
-            **self._initializer("inner"), dtype=self.dtype_policy,
+            **kernel_initializer_argument(self.kernel_initializer, "inner"),
+            dtype=self.dtype_policy,
         )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = True
@@ -48,14 +49,11 @@ class FeedForward(keras.layers.Layer):
     def build(self, x_shape):
         self.inner.build(x_shape)
         self.outer = keras.layers.Dense(
-            x_shape[-1], name="outer", **self._initializer("outer"), dtype=self.dtype_policy
+            x_shape[-1], name="outer",
+            **kernel_initializer_argument(self.kernel_initializer, "outer"),
+            dtype=self.dtype_policy,
         )
         self.outer.build(tuple(x_shape[:-1]) + (self.intermediate_dim,))
-
-    def _initializer(self, salt):
-        if self.kernel_initializer is None:
-            return {}
-        return {"kernel_initializer": clone_initializer(self.kernel_initializer, salt)}
 
     def call(self, x, training=None):
         hidden = self.dropout_layer(self.inner(x), training=training)

@@ -43,3 +43,14 @@ def clone_initializer(initializer, salt):
     if isinstance(seed, int) and not isinstance(seed, bool):
         config["seed"] = (seed + zlib.crc32(salt.encode())) % (2**31 - 1)
     return type(initializer).from_config(config)
+
+
+def kernel_initializer_argument(initializer, salt):
+    """`{"kernel_initializer": a clone of it}` for a sublayer, or `{}` when `initializer` is None.
+
+    A composite layer whose `kernel_initializer` is None leaves each
+    sublayer its own default (and its random draws as they were).
+    """
+    if initializer is None:
+        return {}
+    return {"kernel_initializer": clone_initializer(initializer, salt)}

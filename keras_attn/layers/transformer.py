@@ -6,7 +6,7 @@ from keras import ops
 from keras_attn.layers import masking
 from keras_attn.layers.add_and_norm import AddAndNorm
 from keras_attn.layers.feed_forward import FeedForward
-from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.initializers import kernel_initializer_argument
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 
 
@@ -56,15 +56,10 @@ class _TransformerBlock(keras.layers.Layer):
             self.num_heads,
             width // self.num_heads,
             dropout=self.attention_dropout,
-            **self._initializer(name),
+            **kernel_initializer_argument(self.kernel_initializer, name),
             name=name,
             dtype=self.dtype_policy,
         )
-
-    def _initializer(self, salt):
-        if self.kernel_initializer is None:
-            return {}
-        return {"kernel_initializer": clone_initializer(self.kernel_initializer, salt)}
 
     def _add_and_norm(self, name):
         return AddAndNorm(
@@ -75,7 +70,7 @@ class _TransformerBlock(keras.layers.Layer):
     def _feed_forward(self):
         return FeedForward(
             self.intermediate_dim, self.activation, name="feed_forward",
-            **self._initializer("feed_forward"),
+            **kernel_initializer_argument(self.kernel_initializer, "feed_forward"),
             dtype=self.dtype_policy,
         )
 
