@@ -252,7 +252,7 @@ class AttentionDecoder(keras.layers.Layer):
         if self.scheduled_sampling:
             self.sampling_probability = self.add_weight(
                 name="sampling_probability", shape=(), initializer="zeros",
-                trainable=False, dtype="float32",
+                trainable=False, dtype="float32", autocast=False,  # compared with float32 draws
             )
 
     # ------------------------------------------------------------------

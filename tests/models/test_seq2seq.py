@@ -244,6 +244,23 @@ def test_sampling_probability_one_feeds_the_models_own_argmax():
     np.testing.assert_allclose(teacher_forced(model, source, target_in), forced, atol=1e-6)
 
 
+def test_scheduled_sampling_trains_under_mixed_bfloat16():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = small_model(attention="bahdanau", scheduled_sampling="sample")
+    decoder = model.get_layer("decoder")
+    inputs = {"source": SOURCE, "target_in": TARGET_IN}
+    forced = np.asarray(model(inputs, training=False), "float32")
+    np.testing.assert_array_equal(np.asarray(model(inputs, training=True), "float32"), forced)  # p = 0
+    decoder.sampling_probability.assign(1.0)
+    sampled = np.asarray(model(inputs, training=True), "float32")
+    assert np.max(np.abs(sampled - forced)) > 1e-4  # untrained logits are ~1e-3
+    decoder.sampling_probability.assign(0.3)  # float32 inside the bfloat16 call, not rounded to 0.30078
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(inputs, TARGET_IN, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert decoder.sampling_probability.dtype == "float32"
+
+
 # --------------------------------------------------------------------------
 # Configuration, saving, strategies, export.
 
