@@ -47,6 +47,7 @@ def translation_dataset(
     repeat=False,
     drop_remainder=False,
     reshuffle_each_iteration=True,
+    length_multiple=1,
 ):
     """Batches of token ids for teacher-forced training of a translator.
 
@@ -76,6 +77,9 @@ def translation_dataset(
             static batch size.
         reshuffle_each_iteration: a new order every epoch (still determined
             by `seed`).
+        length_multiple: pad each batch's columns up to a multiple of this
+            (never beyond `max_length`), so a batch has one of few shapes:
+            XLA compiles one program per shape.
 
     Returns:
         A `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)},
@@ -94,7 +98,7 @@ def translation_dataset(
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
     return _batches(
         pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
-        reshuffle_each_iteration,
+        reshuffle_each_iteration, _width(max_length, length_multiple),
     )
 
 
@@ -108,6 +112,7 @@ def translation_epochs(
     seed=0,
     bucket=True,
     drop_remainder=False,
+    length_multiple=1,
 ):
     """`translation_dataset` one epoch at a time, each epoch in an order of its own.
 
@@ -135,7 +140,8 @@ def translation_epochs(
     def epoch_batches(epoch):
         epoch_seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
         return _batches(
-            pairs, len(sources), batch_size, True, epoch_seed, bucket, False, drop_remainder, False
+            pairs, len(sources), batch_size, True, epoch_seed, bucket, False, drop_remainder, False,
+            _width(max_length, length_multiple),
         )
 
     return epoch_batches
@@ -175,8 +181,11 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
     return dataset.cache() if cache else dataset
 
 
-def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle):
-    """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs."""
+def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width):
+    """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
+
+    `width(length)` is the number of columns of a batch whose longest row has `length` ids.
+    """
     dataset = pairs
     if shuffle:
         dataset = dataset.shuffle(max(count, 1), seed=seed, reshuffle_each_iteration=reshuffle)
@@ -191,7 +200,9 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
             drop_remainder=drop_remainder,
         )
     dataset = dataset.map(
-        lambda s, t_in, t_out: ({"source": _trim(s), "target_in": _trim(t_in)}, _trim(t_out)),
+        lambda s, t_in, t_out: (
+            {"source": _trim(s, width), "target_in": _trim(t_in, width)}, _trim(t_out, width)
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     if not repeat:
@@ -244,9 +255,20 @@ def _lengths(ids):
     return tf.math.count_nonzero(ids, axis=1, dtype=tf.int32)
 
 
-def _trim(ids):
-    """Drops the columns that are padding in every row."""
-    return ids[:, : tf.reduce_max(_lengths(ids))]
+def _trim(ids, width):
+    """Drops the columns that are padding in every row, then pads to `width(longest row)`."""
+    longest = tf.reduce_max(_lengths(ids))
+    ids = ids[:, :longest]
+    return tf.pad(ids, [[0, 0], [0, width(longest) - longest]], constant_values=PAD_ID)
+
+
+def _width(max_length, multiple):
+    """`length -> columns`: `length` rounded up to a multiple of `multiple`, at most `max_length`."""
+    if multiple < 1:
+        raise ValueError(f"length_multiple must be >= 1, got {multiple}.")
+    if multiple == 1:
+        return lambda length: length
+    return lambda length: tf.minimum(-(-length // multiple) * multiple, max(max_length, 1))
 
 
 def padding_fraction(dataset, max_batches=None):

@@ -218,6 +218,8 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 # What a run folder is bound to: resuming with other values would train
 # the saved model on other data, or restore weights of another shape.
 BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length")
+# With --jit-compile, batches are padded to lengths that are multiples of this.
+XLA_LENGTH_MULTIPLE = 8
 
 
 def bind_run_folder(config, train, chief=True):
@@ -269,10 +271,19 @@ def run(config, log=print):
         f"{target_tokenizer.vocabulary_size} target WordPieces"
     )
 
+    length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
+    if config.jit_compile:
+        widths = -(-config.max_length // length_multiple)
+        log(
+            f"XLA: batch lengths rounded up to multiples of {length_multiple} ids: at most "
+            f"{widths} x {widths} (source x target) shapes, XLA compiles a program for each"
+        )
+
     def make_datasets(global_batch_size):
         pipeline = dict(
             source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
             batch_size=global_batch_size, max_length=config.max_length, seed=config.seed,
+            length_multiple=length_multiple,
         )
         return (
             translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline),

@@ -152,6 +152,27 @@ def test_drop_remainder_and_repeat(corpus, tokenizers):
     assert len(list(repeated.take(3 * batches_per_epoch))) == 3 * batches_per_epoch
 
 
+def test_length_multiple_bounds_the_batch_shapes_and_only_adds_padding(corpus, tokenizers):
+    max_length = 20  # not a multiple of 8: the longest batches are 20 wide
+    options = dict(max_length=max_length, seed=3, reshuffle_each_iteration=False)
+    plain = dataset(corpus, tokenizers, **options)
+    padded = dataset(corpus, tokenizers, **options, length_multiple=8)
+    assert rows(padded) == rows(plain)  # the same pairs in the same order
+    shapes = collections.Counter(
+        (inputs["source"].shape[1], inputs["target_in"].shape[1], out.shape[1]) for inputs, out in padded
+    )
+    widths = {width for shape in shapes for width in shape}
+    assert widths <= {8, 16, 20} and len(widths) > 1, shapes
+    assert all(t_in == t_out for _, t_in, t_out in shapes)
+    for (inputs, _), (unpadded, _) in zip(padded, plain):  # the fewest columns that hold the batch
+        for key in ("source", "target_in"):
+            assert inputs[key].shape[1] == min(-(-unpadded[key].shape[1] // 8) * 8, max_length)
+    epochs = translation_epochs(corpus.sources, corpus.targets, *tokenizers, 32, 64, length_multiple=16)
+    assert all(inputs["source"].shape[1] % 16 == 0 for inputs, _ in epochs(0))
+    with pytest.raises(ValueError, match="length_multiple must be >= 1, got 0"):
+        dataset(corpus, tokenizers, length_multiple=0)
+
+
 def test_bucketing_keeps_padding_low(corpus, tokenizers):
     bucketed = padding_fraction(dataset(corpus, tokenizers, batch_size=16))
     unbucketed = padding_fraction(dataset(corpus, tokenizers, batch_size=16, bucket=False))

@@ -190,6 +190,7 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     for name in ("worker0", "worker1", "single"):
         log = (tmp_path / f"{name}.log").read_text()
         assert "precision: mixed_bfloat16" in log and "XLA: on" in log
+        assert "XLA: batch lengths rounded up to multiples of 8 ids: at most 1 x 1 (source x target)" in log
     assert chief["steps"] == other["steps"] == single["steps"] == 2
     _assert_identical(chief["weights"], other["weights"])
     # It learns: on the same 32 pairs the loss falls by over 1.5 after the
