@@ -268,7 +268,7 @@ def _width(max_length, multiple):
         raise ValueError(f"length_multiple must be >= 1, got {multiple}.")
     if multiple == 1:
         return lambda length: length
-    return lambda length: tf.minimum(-(-length // multiple) * multiple, max(max_length, 1))
+    return lambda length: tf.minimum(-(-length // multiple) * multiple, max_length)
 
 
 def padding_fraction(dataset, max_batches=None):
