@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--attention", choices=["bahdanau", "luong", "none"], default="bahdanau",
                         help="seq2seq only")
     parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm", help="seq2seq only")
+    parser.add_argument("--score", choices=["dot", "general", "scaled_general", "concat"], default="general",
+                        help="seq2seq with Luong's attention only")
     parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
     parser.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"],
                         default=None, help="seq2seq only")
@@ -77,7 +79,7 @@ def main():
     job = dict(config=translation.TranslationConfig)
     if args.model == "seq2seq":
         job = dict(
-            config=seq2seq.Seq2SeqConfig, attention=args.attention, cell=args.cell,
+            config=seq2seq.Seq2SeqConfig, attention=args.attention, cell=args.cell, score=args.score,
             bidirectional=args.bidirectional, scheduled_sampling=args.scheduled_sampling,
         )
     make_config = job.pop("config")

@@ -145,7 +145,7 @@ def build_parser():
                      help="bahdanau: additive, from the previous state; luong: multiplicative, from the current "
                           "state, input feeding; none: the fixed-context baseline (default: bahdanau)")
     rnn.add_argument("--cell", choices=["lstm", "gru"], default=None, help="recurrent cell (default: lstm)")
-    rnn.add_argument("--score", choices=["dot", "general", "concat"], default=None,
+    rnn.add_argument("--score", choices=["dot", "general", "scaled_general", "concat"], default=None,
                      help="Luong's score function (default: general)")
     rnn.add_argument("--local", choices=["monotonic", "predictive"], default=None,
                      help="Luong's local attention, local-m or local-p (default: global)")

@@ -16,7 +16,7 @@ from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
 
 ATTENTIONS = ("bahdanau", "luong", "none")
 CELLS = ("lstm", "gru")
-SCORES = ("dot", "general", "concat")
+SCORES = ("dot", "general", "scaled_general", "concat")
 LOCALS = ("monotonic", "predictive")
 DECAYS = ("linear", "exponential", "inverse_sigmoid")
 
@@ -37,7 +37,7 @@ class Seq2SeqConfig(TranslationConfig):
         attention: `"bahdanau"`, `"luong"` or `"none"` (the fixed-context
             baseline).
         cell: `"lstm"` or `"gru"`.
-        score: Luong's score, `"dot"`, `"general"` or `"concat"`.
+        score: Luong's score, `"dot"`, `"general"`, `"scaled_general"` or `"concat"`.
         local: Luong's local attention, `None`, `"monotonic"` or
             `"predictive"`.
         window: the half-width D of local attention.

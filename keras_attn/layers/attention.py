@@ -11,7 +11,7 @@ from keras import ops
 
 from keras_attn.layers import masking
 
-LUONG_SCORES = ("dot", "scaled_dot", "general", "concat", "cosine")
+LUONG_SCORES = ("dot", "scaled_dot", "general", "scaled_general", "concat", "cosine")
 LOCAL_ALIGNMENTS = ("monotonic", "predictive")
 
 
@@ -205,6 +205,8 @@ class DotProductAttention(_AlignmentAttention):
     - `"dot"`: qᵀk
     - `"scaled_dot"`: qᵀk / √d (Vaswani et al. 2017)
     - `"general"`: qᵀ W k
+    - `"scaled_general"`: qᵀ W k / √d, d the key size (the general score with
+      the Transformer's scaling: large keys do not saturate the softmax early)
     - `"concat"`: vᵀ tanh(W [q; k])
     - `"cosine"`: qᵀk / (|q| |k|)
 
@@ -218,8 +220,8 @@ class DotProductAttention(_AlignmentAttention):
     Gaussian exp(-(s - p)² / (2σ²)) with σ = D / 2.
 
     Args:
-        score: one of `"dot"`, `"scaled_dot"`, `"general"`, `"concat"`,
-            `"cosine"`.
+        score: one of `"dot"`, `"scaled_dot"`, `"general"`,
+            `"scaled_general"`, `"concat"`, `"cosine"`.
         units: hidden size of `"concat"` and of the local-p position
             network; defaults to the query's feature size.
         window: `None` for global attention, or the half-width D.
@@ -289,7 +291,7 @@ class DotProductAttention(_AlignmentAttention):
                 f"key {key_dim}; use score='general' or 'concat' otherwise."
             )
         units = self.units or query_dim
-        if self.score_mode == "general":
+        if self.score_mode in ("general", "scaled_general"):
             self.kernel = self.add_weight(
                 name="kernel", shape=(query_dim, key_dim), initializer="glorot_uniform"
             )
@@ -326,12 +328,12 @@ class DotProductAttention(_AlignmentAttention):
         mode = self.score_mode
         if mode == "concat":
             return additive_score(_dense(self.query_projection, query), projected_key, self.v)
-        if mode == "general":
+        if mode in ("general", "scaled_general"):
             query = ops.matmul(query, self.kernel)
         elif mode == "cosine":
             query = _l2_normalize(query)
         scores = ops.matmul(query, ops.swapaxes(projected_key, -1, -2))
-        if mode == "scaled_dot":
+        if mode in ("scaled_dot", "scaled_general"):
             scores = scores / math.sqrt(query.shape[-1])
         return scores
 

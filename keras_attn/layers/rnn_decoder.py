@@ -58,7 +58,8 @@ class AttentionDecoder(keras.layers.Layer):
         num_layers: stacked RNN layers.
         attention: `"bahdanau"`, `"luong"` or `"none"`.
         score: Luong's score, `"dot"`, `"general"` or `"concat"` (and
-            `"scaled_dot"`, `"cosine"`); see `DotProductAttention`.
+            `"scaled_dot"`, `"scaled_general"`, `"cosine"`); see
+            `DotProductAttention`.
         local: Luong's local attention, `None` (global), `"monotonic"`
             (local-m) or `"predictive"` (local-p).
         window: the half-width D of local attention.

@@ -64,7 +64,8 @@ def seq2seq(
         hidden_dim: units of every RNN layer (per direction).
         embedding_dim: width of both embeddings; defaults to `hidden_dim`.
         attention: `"bahdanau"`, `"luong"` or `"none"`.
-        score: Luong's score: `"dot"`, `"general"` or `"concat"`. `"dot"`
+        score: Luong's score: `"dot"`, `"general"`, `"scaled_general"` or
+            `"concat"`. `"dot"`
             needs encoder outputs as wide as the decoder's (not
             bidirectional).
         local: Luong's local attention: `None` (global), `"monotonic"`

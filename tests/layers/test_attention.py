@@ -72,7 +72,7 @@ def test_keras_masks_flow_in_and_out():
     )
 
 
-@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "concat", "cosine"])
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "scaled_general", "concat", "cosine"])
 def test_luong_scores_match_their_formulas(score):
     layer = DotProductAttention(score, units=5)
     output, weights = layer(QUERY, VALUE, value_mask=KEEP, return_attention_scores=True)
@@ -83,6 +83,8 @@ def test_luong_scores_match_their_formulas(score):
         logits = q @ k.transpose(0, 2, 1) / np.sqrt(6)
     elif score == "general":
         logits = q @ np.asarray(layer.kernel) @ k.transpose(0, 2, 1)
+    elif score == "scaled_general":
+        logits = q @ np.asarray(layer.kernel) @ k.transpose(0, 2, 1) / np.sqrt(6)
     elif score == "concat":
         w_q, b_q = [np.asarray(w) for w in layer.query_projection.weights]
         w_k = np.asarray(layer.key_projection.kernel)
