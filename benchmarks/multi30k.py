@@ -42,16 +42,18 @@ def bleu_by_source_length(sources, hypotheses, references):
 
 
 def main():
+    from keras_attn import choices
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--direction", choices=["de-en", "en-de"], default="de-en")
     parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
-    parser.add_argument("--attention", choices=["bahdanau", "luong", "none"], default="bahdanau",
+    parser.add_argument("--attention", choices=choices.ATTENTIONS, default="bahdanau",
                         help="seq2seq only")
-    parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm", help="seq2seq only")
-    parser.add_argument("--score", choices=["dot", "general", "scaled_general", "concat"], default="general",
+    parser.add_argument("--cell", choices=choices.CELLS, default="lstm", help="seq2seq only")
+    parser.add_argument("--score", choices=choices.SCORES, default="general",
                         help="seq2seq with Luong's attention only")
     parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
-    parser.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"],
+    parser.add_argument("--scheduled-sampling", choices=choices.DECAYS,
                         default=None, help="seq2seq only")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=20)

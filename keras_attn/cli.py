@@ -18,6 +18,7 @@ import shlex
 import sys
 import tempfile
 
+from keras_attn import choices
 from keras_attn.errors import UserError
 
 
@@ -141,17 +142,17 @@ def build_parser():
     model.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
     rnn = train.add_argument_group("seq2seq only (train seq2seq)")
-    rnn.add_argument("--attention", choices=["bahdanau", "luong", "none"], default=None,
+    rnn.add_argument("--attention", choices=choices.ATTENTIONS, default=None,
                      help="bahdanau: additive, from the previous state; luong: multiplicative, from the current "
                           "state, input feeding; none: the fixed-context baseline (default: bahdanau)")
-    rnn.add_argument("--cell", choices=["lstm", "gru"], default=None, help="recurrent cell (default: lstm)")
-    rnn.add_argument("--score", choices=["dot", "general", "scaled_general", "concat"], default=None,
+    rnn.add_argument("--cell", choices=choices.CELLS, default=None, help="recurrent cell (default: lstm)")
+    rnn.add_argument("--score", choices=choices.SCORES, default=None,
                      help="Luong's score function (default: general)")
-    rnn.add_argument("--local", choices=["monotonic", "predictive"], default=None,
+    rnn.add_argument("--local", choices=choices.LOCALS, default=None,
                      help="Luong's local attention, local-m or local-p (default: global)")
     rnn.add_argument("--window", type=_at_least(0), default=None, help="half-width D of local attention (default: 10)")
     rnn.add_argument("--bidirectional", action="store_true", default=None, help="a bidirectional encoder")
-    rnn.add_argument("--scheduled-sampling", choices=["linear", "exponential", "inverse_sigmoid"], default=None,
+    rnn.add_argument("--scheduled-sampling", choices=choices.DECAYS, default=None,
                      help="feed the model's own predictions with a probability that rises as the "
                           "teacher-forcing ratio decays this way (Bengio et al. 2015)")
     output = train.add_argument_group("output")

@@ -184,7 +184,8 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
 def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width):
     """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
 
-    `width(length)` is the number of columns of a batch whose longest row has `length` ids.
+    `width(length)` is the number of columns of a batch whose longest row has `length` ids
+    (`None`: that length).
     """
     dataset = pairs
     if shuffle:
@@ -259,15 +260,18 @@ def _trim(ids, width):
     """Drops the columns that are padding in every row, then pads to `width(longest row)`."""
     longest = tf.reduce_max(_lengths(ids))
     ids = ids[:, :longest]
+    if width is None:
+        return ids
     return tf.pad(ids, [[0, 0], [0, width(longest) - longest]], constant_values=PAD_ID)
 
 
 def _width(max_length, multiple):
-    """`length -> columns`: `length` rounded up to a multiple of `multiple`, at most `max_length`."""
+    """`length -> columns`: `length` rounded up to a multiple of `multiple`, at most
+    `max_length`; `None` for `multiple` 1 (a batch keeps its own length)."""
     if multiple < 1:
         raise ValueError(f"length_multiple must be >= 1, got {multiple}.")
     if multiple == 1:
-        return lambda length: length
+        return None
     return lambda length: tf.minimum(-(-length // multiple) * multiple, max_length)
 
 

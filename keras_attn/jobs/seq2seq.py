@@ -14,11 +14,7 @@ from keras_attn.jobs.translation import BOUND_SETTINGS, TranslationConfig, run  
 from keras_attn.models import SEQ2SEQ_PRESETS, Seq2SeqStepper, seq2seq
 from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
 
-ATTENTIONS = ("bahdanau", "luong", "none")
-CELLS = ("lstm", "gru")
-SCORES = ("dot", "general", "scaled_general", "concat")
-LOCALS = ("monotonic", "predictive")
-DECAYS = ("linear", "exponential", "inverse_sigmoid")
+from keras_attn.choices import ATTENTIONS, CELLS, DECAYS, LOCALS, SCORES
 
 # The decay of the teacher-forcing ratio ε(step) (Bengio et al. 2015, section
 # 2.4), set so that ε is about 0.5 after a few thousand steps.
