@@ -249,7 +249,11 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
     assert first["steps"] == second["steps"] == STEPS
     assert "ckpt-14: epoch 2, 4 steps done in it, 14 in all" in cluster.log(workers[0])
     _assert_identical(first["weights"], second["weights"])
-    _assert_equal_but_for_sign_flips(first["weights"], uninterrupted["weights"])
+    # Two workers sum each step's gradients in another order than one process
+    # does: a CI run had 0.098% of the weights off by more than 1e-4 (1,063 of
+    # 1,079,296). A resume that gets anything wrong moves most weights: a run
+    # whose warm-up is 6 steps instead of 5 differs in 75% of them (measured).
+    _assert_equal_but_for_sign_flips(first["weights"], uninterrupted["weights"], share=0.995)
     np.testing.assert_allclose(first["history"]["loss"], uninterrupted["history"]["loss"][-1:], rtol=1e-4)
     np.testing.assert_allclose(first["history"]["val_loss"], uninterrupted["history"]["val_loss"][-1:], rtol=1e-4)
     # (This test also stands for "two workers equal one process": the restarted
