@@ -69,6 +69,8 @@ def main():
     parser.add_argument("--mixed-precision", action="store_true")
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--out", default=None, help="write the metrics as JSON here")
+    parser.add_argument("--export-root", default=None,
+                        help="also export the model as a SavedModel under DIR/<transformer|seq2seq>/<version>")
     args = parser.parse_args()
     if not os.path.isdir(DATA):
         sys.exit(f"Multi30k not found at {DATA}")
@@ -95,7 +97,8 @@ def main():
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
         mixed_precision=args.mixed_precision, max_length=64,
-        run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", export=False, verbose=2,
+        run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", verbose=2,
+        export=args.export_root is not None, export_root=args.export_root or "saved_models",
     )
     started = time.time()
     result = translation.run(config)
