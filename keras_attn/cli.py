@@ -88,6 +88,11 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+JIT_HELP = (
+    "compile the train step with XLA (off by default: slower than without on the CPUs measured, "
+    "compilations included; benchmarks/RESULTS.md)"
+)
+
 def build_parser():
     from keras_attn import __version__
 
@@ -139,7 +144,7 @@ def build_parser():
     model.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
     model.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
                        help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
-    model.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    model.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
     model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
     rnn = train.add_argument_group("seq2seq only (train seq2seq)")
     rnn.add_argument("--attention", choices=choices.ATTENTIONS, default=None,
@@ -206,7 +211,7 @@ def _runner_flags(parser, name, epochs, batch_size, learning_rate):
     run.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
     run.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
                      help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
-    run.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    run.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
     run.add_argument("--seed", type=int, default=0, help="seeds the data, the initial weights and dropout")
     output = parser.add_argument_group("output")
     output.add_argument("--run-dir", default=None,
