@@ -9,7 +9,6 @@ alternated three times in one process. Prints ms/step of each repeat and the med
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -22,6 +21,8 @@ def main():
     from keras_attn.models.bert import bert_backbone, bert_pretrainer
     from keras_attn.training import PretrainingLoss, PretrainingMetrics, adamw
     from keras_attn.training.steps import TrainingSteps
+
+    from alternate import alternate  # benchmarks/alternate.py (this script's folder)
 
     batch, length, predictions, vocabulary = 32, 128, 20, 8000
     rng = np.random.default_rng(0)
@@ -48,14 +49,11 @@ def main():
         for _ in range(3):  # trace and warm up
             steps.train(iterator)
         runs[name] = (steps, iterator)
-    times = {name: [] for name in runs}
-    for _ in range(3):
-        for name, (steps, iterator) in runs.items():
-            started = time.perf_counter()
-            for _ in range(15):
-                logs = steps.train(iterator)
-            float(logs["loss"])
-            times[name].append((time.perf_counter() - started) / 15 * 1000)
+    times = alternate(
+        {name: (lambda steps=steps, iterator=iterator: steps.train(iterator)["loss"])
+         for name, (steps, iterator) in runs.items()},
+        repeats=3, calls=15,
+    )
     for name, values in times.items():
         print(f"{name}: {[round(v) for v in values]} ms/step, median {sorted(values)[1]:.0f}")
     print(f"load average: {os.getloadavg()}")

@@ -15,12 +15,12 @@ and checks that each pair agrees.
 """
 
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from alternate import alternate  # noqa: E402  (benchmarks/alternate.py, this script's folder)
 
 VOCABULARY = 8000
 
@@ -69,14 +69,7 @@ def main():
         (a, grad_a), (b, grad_b) = (step() for step in steps.values())
         print(f"{name}: losses differ by {abs(float(a - b)) / float(a):.1e} (relative), "
               f"gradients by {float(tf.reduce_max(tf.abs(grad_a - grad_b))):.1e}")
-        times = {form: [] for form in steps}
-        for _ in range(3):
-            for form, step in steps.items():
-                start = time.perf_counter()
-                for _ in range(30):
-                    value, grad = step()
-                grad.numpy()
-                times[form].append((time.perf_counter() - start) / 30 * 1000)
+        times = alternate(steps, repeats=3, calls=30)
         for form, values in times.items():
             print(f"  {form:<16} {' '.join(f'{v:6.2f}' for v in values)} ms, median {sorted(values)[1]:.2f}")
     print(f"load average {os.getloadavg()[0]:.1f}")
