@@ -109,8 +109,8 @@ def prepare(config):
     """
     strategy = get_strategy(config.strategy, config.devices)
     keras.utils.set_random_seed(config.seed)
-    if config.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    # Both ways: a float32 run after a bfloat16 one in the same process must not inherit its policy.
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if config.mixed_precision else "float32")
     return strategy
 
 

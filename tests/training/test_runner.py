@@ -189,3 +189,13 @@ def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path):
     again = _job(tmp_path, epochs=3)
     assert again.already_finished and again.steps == 3
     assert int(again.model.optimizer.iterations) == 1  # what the best weights brought back
+
+
+def test_each_run_sets_its_own_precision_policy_in_a_shared_process():
+    from keras_attn.training.runner import prepare
+
+    prepare(RunConfig(run_dir="unused", mixed_precision=True))
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    # A float32 run after it in the same process (a notebook, a benchmark) trains in float32.
+    prepare(RunConfig(run_dir="unused", mixed_precision=False))
+    assert keras.mixed_precision.global_policy().name == "float32"
