@@ -50,19 +50,22 @@ def job_config(run_dir, precision, xla, batch_size):
     )
 
 
-def batch_shapes(config, length_multiple):
-    """The distinct (source, target) batch shapes of the epoch: one XLA program each."""
+def batch_shapes(config, length_multiples):
+    """`{multiple: distinct (source, target) batch shapes of the epoch}`: one XLA program each."""
     from keras_attn.jobs import translation as job
     from pipelines import translation
 
-    train = job.load_corpora(config)["train"]
+    train = job.load_corpora(config)["train"]  # read once for every multiple
     source_tokenizer, target_tokenizer = job.build_tokenizers(config, train)
-    epoch = translation.translation_epochs(
-        train.sources, train.targets, source_tokenizer, target_tokenizer,
-        batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
-        length_multiple=length_multiple,
-    )(0)
-    return len({(tuple(x["source"].shape), tuple(y.shape)) for x, y in epoch})
+    counts = {}
+    for multiple in length_multiples:
+        epoch = translation.translation_epochs(
+            train.sources, train.targets, source_tokenizer, target_tokenizer,
+            batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
+            length_multiple=multiple,
+        )(0)
+        counts[multiple] = len({(tuple(x["source"].shape), tuple(y.shape)) for x, y in epoch})
+    return counts
 
 
 def run_case(case, root, vocabularies, batch_size):
@@ -98,10 +101,11 @@ def main():
     try:
         first = job_config(root / "vocabularies", "float32", False, args.batch_size)
         os.makedirs(first.run_dir)
+        multiple = translation.XLA_LENGTH_MULTIPLE
+        shapes = batch_shapes(first, (1, multiple))
         print(f"load average {os.getloadavg()[0]:.1f}; distinct batch shapes in an epoch: "
-              f"{batch_shapes(first, 1)} as batched, "
-              f"{batch_shapes(first, translation.XLA_LENGTH_MULTIPLE)} rounded to multiples of "
-              f"{translation.XLA_LENGTH_MULTIPLE} (XLA)", flush=True)
+              f"{shapes[1]} as batched, {shapes[multiple]} rounded to multiples of {multiple} (XLA)",
+              flush=True)
         vocabularies = sorted((root / "vocabularies").glob("vocab.*.txt"))
         results = {case: [] for case in args.cases}
         for repeat in range(args.repeats):
