@@ -13,7 +13,8 @@
 2. Quality at a time budget: our `keras-attn pretrain bert` job
    (`keras_attn.jobs.bert.pretrain`) and keras-hub's `BertMaskedLM`
    (`fit`), each given `--minutes` of training. Each model's schedule
-   (linear warm-up over 10% of its steps, then linear decay) spans the
+   (linear warm-up over `--warmup-fraction`, 10%, of its steps, then
+   linear decay; ours sums MLM and `--nsp-weight` times NSP) spans the
    steps its measured step time fits in 90% of the budget, and a callback
    stops either at the budget. Both train on the same masked pairs (our
    tf.data pipeline: dynamic 15% masks, 80/10/10, a new mask each epoch),
@@ -271,7 +272,8 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         run_dir=str(run_dir), data=[str(train_folder)], one_document_per_file=True, preset=args.preset,
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, warmup_steps=max(1, steps // 10),
+        learning_rate=args.learning_rate, warmup_steps=max(1, round(steps * args.warmup_fraction)),
+        nsp_weight=args.nsp_weight,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
     )
@@ -290,7 +292,7 @@ def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step,
     keras.utils.set_random_seed(args.seed)
     model = keras_hub_model(len(vocabulary), args.preset, args.max_length)
     model.compile(
-        optimizer=adamw(WarmupLinearDecay(args.learning_rate, max(1, steps // 10), steps)),
+        optimizer=adamw(WarmupLinearDecay(args.learning_rate, max(1, round(steps * args.warmup_fraction)), steps)),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,
@@ -372,6 +374,8 @@ def main():
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--warmup-fraction", type=float, default=0.1, help="of the planned steps, both models")
+    parser.add_argument("--nsp-weight", type=float, default=1.0, help="ours: the NSP loss's weight (0: MLM alone)")
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
     parser.add_argument("--sst2-epochs", type=int, default=3)

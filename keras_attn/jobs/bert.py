@@ -50,6 +50,7 @@ class PretrainConfig(RunConfig, common.ExportSettings):
     whole_word: bool = False
     short_sequence_probability: float = 0.1
     pairs_per_epoch: int = None  # None: the corpus's tokens / (max_length - 3)
+    nsp_weight: float = 1.0  # the next-sentence loss's weight beside the masked LM's (0: MLM alone)
     dropout: float = 0.1
     learning_rate: float = 1e-3
     warmup_steps: int = 200
@@ -214,7 +215,7 @@ def pretrain(config, log=print, callbacks=()):
             WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps),
             config.weight_decay,
         ),
-        make_loss=PretrainingLoss,
+        make_loss=lambda: PretrainingLoss(config.nsp_weight),
         make_metrics=lambda: [PretrainingMetrics()],
         callbacks=callbacks,
     )

@@ -107,6 +107,10 @@ def classification_losses(labels, logits):
 class PretrainingLoss:
     """Masked-LM loss (mean over masked tokens) plus next-sentence loss (mean over pairs).
 
+    Args:
+        nsp_weight: what the next-sentence loss counts for: 1 is BERT's sum,
+            0 trains the masked LM alone (the NSP head then learns nothing).
+
     Call arguments:
         targets: `{"mlm_labels": (B, P), "mlm_weights": (B, P), "nsp_labels": (B,)}`.
         outputs: `{"mlm": (B, P, V), "nsp": (B, 2)}` logits.
@@ -115,12 +119,16 @@ class PretrainingLoss:
         This replica's share of the global batch's loss, a float32 scalar.
     """
 
+    def __init__(self, nsp_weight=1.0):
+        self.nsp_weight = float(nsp_weight)
+
     def __call__(self, targets, outputs):
         weights = ops.cast(targets["mlm_weights"], "float32")
         mlm = ops.sum(token_cross_entropy(targets["mlm_labels"], outputs["mlm"]) * weights)
         mlm = mlm / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1.0)
         nsp = ops.sum(classification_losses(targets["nsp_labels"], outputs["nsp"]))
-        return mlm + nsp / ops.maximum(_sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
+        nsp = nsp / ops.maximum(_sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
+        return mlm + self.nsp_weight * nsp
 
 
 class ClassificationLoss:

@@ -6,6 +6,7 @@ from keras_attn.training import (
     MaskedPerplexity,
     MaskedSparseCrossEntropy,
     MaskedTokenAccuracy,
+    PretrainingLoss,
     TransformerSchedule,
     get_strategy,
 )
@@ -50,6 +51,27 @@ def test_replicas_with_different_padding_sum_to_the_global_token_mean():
     losses = strategy.run(tf.function(lambda pair: loss(*pair)), args=(per_replica,))
     total = strategy.reduce("SUM", losses, axis=None)
     np.testing.assert_allclose(float(total), _numpy_loss(TARGETS, LOGITS, 0.1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("nsp_weight", [1.0, 0.5, 0.0])
+def test_pretraining_loss_is_the_masked_lm_mean_plus_the_weighted_nsp_mean(nsp_weight):
+    mlm_logits = RNG.normal(size=(2, 3, 9)).astype("float32") * 3
+    mlm_labels = np.array([[4, 8, 0], [2, 0, 0]])
+    mlm_weights = np.array([[1, 1, 0], [1, 0, 0]], "float32")
+    nsp_logits = RNG.normal(size=(2, 2)).astype("float32") * 3
+    nsp_labels = np.array([1, 0])
+
+    def negative_log_softmax(logits, labels):
+        log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        return -np.take_along_axis(log_p, labels[..., None], -1)[..., 0]
+
+    mlm = (negative_log_softmax(mlm_logits, mlm_labels) * mlm_weights).sum() / mlm_weights.sum()
+    nsp = negative_log_softmax(nsp_logits, nsp_labels).mean()
+    loss = PretrainingLoss(nsp_weight)(
+        {"mlm_labels": mlm_labels, "mlm_weights": mlm_weights, "nsp_labels": nsp_labels},
+        {"mlm": mlm_logits, "nsp": nsp_logits},
+    )
+    np.testing.assert_allclose(float(loss), mlm + nsp_weight * nsp, rtol=1e-5)
 
 
 def test_token_accuracy_and_perplexity_ignore_padding():

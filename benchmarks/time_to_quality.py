@@ -1,0 +1,156 @@
+"""Time to quality: training wall time until test2016 BLEU first reaches a bar.
+
+    python benchmarks/time_to_quality.py --epochs 5 --batch-size 64 --learning-rate 1e-3 \
+        --warmup-steps 800 --run-dir runs/ttq-5
+
+Issue 13, goal 1. The Transformer job (`translation.run`, Multi30k de→en,
+preset small, beam 4) trains with validation after every epoch, as a
+normal run does; a callback keeps each epoch's weights and the wall time
+since training began (the first step's tracing and every validation
+included, the snapshot writes excluded). After training, each epoch is
+scored the way a run stopped there would be: the weights of the epoch with
+the lowest validation loss so far (the model selection uses val only), on
+val and on test2016, tokenized-lowercased BLEU (how the published 36.52
+of ../shared/data/REFERENCES.md was computed). Prints a row per epoch and
+the first epoch whose chosen model reaches `--bar` on test2016. Start from
+an empty run folder: the times of a resumed run would miss its first part.
+The data is read from ../shared/data/multi30k, never copied.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
+
+
+def snapshot_config_class():
+    """`TranslationConfig` whose runs keep every epoch's weights and time in `snapshot_dir`."""
+    import keras
+
+    from keras_attn.jobs import translation
+
+    class EpochSnapshots(keras.callbacks.Callback):
+        def __init__(self, folder):
+            super().__init__()
+            self.folder = folder
+            self.rows = []
+
+        def on_train_begin(self, logs=None):
+            os.makedirs(self.folder, exist_ok=True)
+            self.started, self.excluded = time.time(), 0.0
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds = time.time() - self.started - self.excluded
+            writing = time.time()
+            self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
+            self.rows.append(
+                {"epoch": epoch + 1, "seconds": round(seconds, 1), "val_loss": float(logs["val_loss"])}
+            )
+            with open(os.path.join(self.folder, "epochs.json"), "w") as f:
+                json.dump(self.rows, f, indent=1)
+            self.excluded += time.time() - writing
+
+    @dataclasses.dataclass
+    class SnapshotConfig(translation.TranslationConfig):
+        snapshot_dir: str = None
+
+        def callbacks(self):
+            return [EpochSnapshots(self.snapshot_dir)]
+
+    return SnapshotConfig
+
+
+def score_epochs(config, model, rows):
+    """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
+    from keras_attn import evaluation, export
+    from keras_attn.jobs import translation
+
+    corpora = translation.load_corpora(config)
+    source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
+    translator = export.Translator(
+        config.stepper(model), source_tokenizer, target_tokenizer, config.max_length
+    )
+    scored = {}
+    table = []
+    for row in rows:
+        so_far = rows[: row["epoch"]]
+        chosen = min(so_far, key=lambda r: r["val_loss"])["epoch"]
+        if chosen not in scored:
+            model.load_weights(os.path.join(config.snapshot_dir, f"epoch-{chosen}.weights.h5"))
+            scored[chosen] = {
+                split: evaluation.bleu(
+                    translation.translate_all(translator, corpora[split].sources, config.beam_width),
+                    corpora[split].targets,
+                )["bleu_tok_lc"]
+                for split in ("valid", "test")
+            }
+        table.append(
+            dict(row, chosen_epoch=chosen, val_bleu=round(scored[chosen]["valid"], 2),
+                 test_bleu=round(scored[chosen]["test"], 2))
+        )
+    return table
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--warmup-steps", type=int, default=800)
+    parser.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights, data order and dropout")
+    parser.add_argument("--bar", type=float, default=36.5, help="test2016 lc-BLEU to reach")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--out", default=None, help="write the table as JSON here")
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"Multi30k not found at {DATA}")
+
+    from keras_attn.jobs import translation
+    from keras_attn.training.precision import describe_precision, resolve_mixed_precision
+
+    mixed_precision = resolve_mixed_precision(args.precision)
+    path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
+    config = snapshot_config_class()(
+        src=path("train", "de"), tgt=path("train", "en"),
+        valid_src=path("val", "de"), valid_tgt=path("val", "en"),
+        test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),
+        preset="small", epochs=args.epochs, batch_size=args.batch_size, max_length=64,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=0.1,
+        mixed_precision=mixed_precision, seed=args.seed, run_dir=args.run_dir, verbose=2, export=False,
+        snapshot_dir=os.path.join(args.run_dir, "epochs"),
+    )
+    print(describe_precision(mixed_precision))
+    result = translation.run(config)
+    with open(os.path.join(config.snapshot_dir, "epochs.json")) as f:
+        rows = json.load(f)
+    table = score_epochs(config, result.model, rows)
+    print("epoch  train s  val loss  chosen  val BLEU  test2016 BLEU")
+    for row in table:
+        print(
+            f"{row['epoch']:5d}  {row['seconds']:7.0f}  {row['val_loss']:8.4f}  {row['chosen_epoch']:6d}"
+            f"  {row['val_bleu']:8.2f}  {row['test_bleu']:13.2f}"
+        )
+    reached = next((row for row in table if row["test_bleu"] >= args.bar), None)
+    if reached:
+        print(f"test2016 lc-BLEU {reached['test_bleu']} >= {args.bar} after epoch {reached['epoch']}, "
+              f"{reached['seconds']:.0f} s of training")
+    else:
+        print(f"test2016 lc-BLEU never reached {args.bar}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "epochs": table,
+                       "final_test": {k: v for k, v in result.metrics.items() if k != "hypotheses"}},
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
