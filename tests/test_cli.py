@@ -60,6 +60,8 @@ MISTAKES = {
         "(--export): cannot be a folder"),
     # argparse
     "train: bad flag value": (lambda p: ["train", "transformer", "--epochs", "0"], "must be >= 1, got 0 (see keras-attn train --help)"),
+    "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],
+                                      "must be >= 0, got -1.0 (see keras-attn pretrain --help)"),
     "unknown command": (lambda p: ["trian"], "invalid choice: 'trian'"),
     "translate: bad beam": (lambda p: ["translate", p.export, "x", "--beam-width", "0"], "must be >= 1"),
     # translate: model folders
