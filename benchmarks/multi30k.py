@@ -41,6 +41,15 @@ def bleu_by_source_length(sources, hypotheses, references):
     return scores
 
 
+def run_history(run_dir):
+    """The run folder's per-epoch logs (those of earlier processes too, for a resumed or finished run)."""
+    path = os.path.join(run_dir, "history.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)["history"]
+
+
 def main():
     from keras_attn import choices
 
@@ -109,7 +118,7 @@ def main():
     )
     metrics.update(
         direction=args.direction, wall_seconds=round(time.time() - started),
-        epochs=args.epochs, best_val_loss=min(result.history.get("val_loss", [float("nan")])),
+        epochs=args.epochs, best_val_loss=min(run_history(config.run_dir).get("val_loss", [float("nan")])),
         command=" ".join(sys.argv),
     )
     print(json.dumps(metrics, indent=2))
