@@ -5,6 +5,8 @@
     python benchmarks/bert_pretraining.py --minutes 2 --sst2-train 500   # a quick look
     python benchmarks/bert_pretraining.py --only pretrain --models keras-attn --steps 500 --minutes 10
         # a fixed number of steps (no speed section), e.g. to compare two versions of the code
+    python benchmarks/bert_pretraining.py --only sst2 --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-b
+        # SST-2 only, from an earlier pretraining's export and from scratch
 
 1. Speed: training tokens/s of our `bert_pretrainer` (MLM + NSP) and of
    keras-hub's `BertMaskedLM` (MLM only), both preset mini (L4/H256/A4),
@@ -364,7 +366,9 @@ def cpu_description():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["speed", "pretrain", "all"], default="all")
+    parser.add_argument("--only", choices=["speed", "pretrain", "sst2", "all"], default="all",
+                        help="sst2: fine-tune from --pretrained and from scratch, no pretraining")
+    parser.add_argument("--pretrained", help="with --only sst2: a pretraining export (e.g. RUN_DIR/ours/export/bert/1)")
     parser.add_argument("--minutes", type=float, default=25.0, help="training budget of each pretraining")
     parser.add_argument("--steps", type=int, help="plan this many steps instead of timing the models")
     parser.add_argument("--models", nargs="+", choices=["keras-attn", "keras-hub"], default=["keras-attn", "keras-hub"])
@@ -392,6 +396,12 @@ def main():
     run_dir.mkdir(parents=True)
     results = {"cpu": cpu_description(), "args": vars(args)}
     print(f"CPU: {results['cpu']}; TensorFlow {tf.__version__}, Keras {keras.__version__}", flush=True)
+    if args.only == "sst2":
+        if not args.pretrained:
+            sys.exit("--only sst2 needs --pretrained EXPORT_DIR")
+        with tempfile.TemporaryDirectory() as folder:
+            results["sst2"] = fine_tune_both(args, args.pretrained, write_sst2(folder, args.sst2_train, args.seed), run_dir)
+        return finish(results, args)
 
     with tempfile.TemporaryDirectory() as folder:
         train_folder, test_folder = write_documents(folder)
@@ -451,14 +461,19 @@ def main():
         if args.only == "pretrain" or "keras-attn" not in args.models:
             return finish(results, args)
 
-        sst2 = write_sst2(folder, args.sst2_train, args.seed)
-        untrained = export_untrained(ours.export_path, run_dir)
-        results["sst2"] = {
-            "pretrained": finetune(args, ours.export_path, sst2, run_dir, "sst2-pretrained"),
-            "from_scratch": finetune(args, untrained, sst2, run_dir, "sst2-from-scratch"),
-        }
-        print(f"SST-2: {results['sst2']}", flush=True)
+        results["sst2"] = fine_tune_both(args, ours.export_path, write_sst2(folder, args.sst2_train, args.seed), run_dir)
     return finish(results, args)
+
+
+def fine_tune_both(args, pretrained, sst2, run_dir):
+    """SST-2 from the pretrained export and from the same architecture with random weights."""
+    untrained = export_untrained(pretrained, run_dir)
+    results = {
+        "pretrained": finetune(args, pretrained, sst2, run_dir, "sst2-pretrained"),
+        "from_scratch": finetune(args, untrained, sst2, run_dir, "sst2-from-scratch"),
+    }
+    print(f"SST-2: {results}", flush=True)
+    return results
 
 
 def finish(results, args):
