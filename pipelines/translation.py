@@ -275,6 +275,17 @@ def _width(max_length, multiple):
     return lambda length: tf.minimum(-(-length // multiple) * multiple, max_length)
 
 
+def width_count(max_length, multiple):
+    """How many column counts a batch can have with `length_multiple=multiple`.
+
+    Example:
+
+    >>> width_count(64, 8)  # 8, 16, ..., 64
+    8
+    """
+    return -(-max_length // multiple)
+
+
 def padding_fraction(dataset, max_batches=None):
     """Fraction of the ids in `source`, `target_in` and `target_out` that are padding.
 

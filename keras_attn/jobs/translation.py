@@ -273,7 +273,7 @@ def run(config, log=print):
 
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:
-        widths = -(-config.max_length // length_multiple)
+        widths = translation.width_count(config.max_length, length_multiple)
         log(
             f"XLA: batch lengths rounded up to multiples of {length_multiple} ids: at most "
             f"{widths} x {widths} (source x target) shapes, XLA compiles a program for each"

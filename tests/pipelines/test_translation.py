@@ -17,6 +17,7 @@ from pipelines.translation import (
     padding_fraction,
     translation_dataset,
     translation_epochs,
+    width_count,
 )
 
 MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
@@ -163,6 +164,7 @@ def test_length_multiple_bounds_the_batch_shapes_and_only_adds_padding(corpus, t
     )
     widths = {width for shape in shapes for width in shape}
     assert widths <= {8, 16, 20} and len(widths) > 1, shapes
+    assert width_count(max_length, 8) == 3  # 8, 16, 20: what the job's XLA log line counts
     assert all(t_in == t_out for _, t_in, t_out in shapes)
     for (inputs, _), (unpadded, _) in zip(padded, plain):  # the fewest columns that hold the batch
         for key in ("source", "target_in"):
