@@ -78,10 +78,13 @@ def bind_run_folder(config, training_lines, chief=True):
     if os.path.exists(path):
         with open(path) as file:
             kept = json.load(file)
+        # A folder started before a setting existed ran with that setting's default.
+        defaults = {field.name: field.default for field in dataclasses.fields(config)}
+        kept = {key: kept.get(key, defaults.get(key)) for key in settings}
         changed = [
-            "other training data" if key == "training_data" else f"{key} {kept.get(key)} (now {value})"
+            "other training data" if key == "training_data" else f"{key} {kept[key]} (now {value})"
             for key, value in settings.items()
-            if kept.get(key) != value
+            if kept[key] != value
         ]
         if changed:
             raise UserError(

@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import re
 import shutil
@@ -157,6 +158,14 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
         start(dataclasses.replace(config, vocab_size=300), train)
     with pytest.raises(UserError, match="shared_vocab False \\(now True\\), preset tiny \\(now small\\)"):
         start(dataclasses.replace(config, shared_vocab=True, preset="small"), train)
+    # A folder from before a setting existed ran with the setting's default.
+    settings = tmp_path / "settings.json"
+    kept = json.loads(settings.read_text())
+    del kept["preset"]
+    settings.write_text(json.dumps(kept))
+    start(config, train)
+    with pytest.raises(UserError, match="preset tiny \\(now small\\)"):
+        start(dataclasses.replace(config, preset="small"), train)
     other = synthetic.translation_corpus(seed=1, train_size=300)["train"]
     with pytest.raises(UserError, match="other training data"):
         start(config, other)
