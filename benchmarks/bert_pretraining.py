@@ -275,7 +275,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=max(1, round(steps * args.warmup_fraction)),
-        nsp_weight=args.nsp_weight, norm_first=args.norm_first,
+        nsp_weight=args.nsp_weight,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
     )
@@ -379,7 +379,6 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-fraction", type=float, default=0.1, help="of the planned steps, both models")
-    parser.add_argument("--norm-first", action="store_true", help="ours: pre-norm blocks (keras-hub's stay post-norm)")
     parser.add_argument("--nsp-weight", type=float, default=1.0, help="ours: the NSP loss's weight (0: MLM alone)")
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")

@@ -259,8 +259,6 @@ def _add_bert_commands(command):
     model.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base"], default="tiny",
                        help="tiny (L2/H128), mini (L4/H256), small (L4/H512), medium (L8/H512), base (L12/H768)")
     model.add_argument("--warmup-steps", type=_at_least(0), default=200, help="steps of linear warm-up")
-    model.add_argument("--norm-first", action="store_true",
-                       help="pre-norm blocks and a final LayerNorm (Xiong et al. 2020) instead of BERT's post-norm")
     model.add_argument("--nsp-weight", type=_non_negative, default=1.0,
                        help="weight of the next-sentence loss beside the masked LM's (BERT: 1; 0: MLM alone)")
     _runner_flags(pretrain, "bert", epochs=10, batch_size=32, learning_rate=1e-3)
@@ -526,7 +524,6 @@ def _pretrain(args):
         builtin_documents=args.builtin_documents, preset=args.preset, max_length=args.max_length,
         max_predictions=args.max_predictions, vocab_size=args.vocab_size, whole_word=args.whole_word,
         pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps, nsp_weight=args.nsp_weight,
-        norm_first=args.norm_first,
     )
     result = bert.pretrain(config)
     _say_exported(result)

@@ -3,9 +3,6 @@
     token_ids, segment_ids ─► BertEmbedding ─► N × TransformerEncoderBlock
         (GELU, post-norm) ─► sequence_output ─► [CLS] ─► tanh dense ─► pooled_output
 
-(`norm_first=True`: pre-norm blocks and a LayerNorm after the last one, the
-layout of Xiong et al. 2020, which trains faster at higher learning rates.)
-
 `bert_pretrainer` puts the masked-LM head (on the masked positions only,
 output weights tied to the token embedding) and the next-sentence head on
 a backbone; `bert_classifier` a dropout and a dense layer on its pooled
@@ -42,7 +39,6 @@ def bert_backbone(
     hidden_dim=None,
     num_heads=None,
     intermediate_dim=None,
-    norm_first=False,
     dtype=None,
     name="bert_backbone",
 ):
@@ -60,9 +56,6 @@ def bert_backbone(
         hidden_dim: the model width.
         num_heads: attention heads.
         intermediate_dim: the feed-forward width; 4 × `hidden_dim` by default.
-        norm_first: pre-norm blocks (LayerNorm before attention and the
-            feed-forward block) with a final LayerNorm (2 × `hidden_dim`
-            more weights), instead of BERT's post-norm.
         dtype: the layers' dtype policy, e.g. `"mixed_bfloat16"`.
         name: the model name.
 
@@ -94,12 +87,10 @@ def bert_backbone(
     for index in range(settings["num_layers"]):
         x = TransformerEncoderBlock(
             settings["num_heads"], intermediate_dim or 4 * hidden, dropout=dropout,
-            activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12, norm_first=norm_first,
+            activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
             name=f"encoder_block_{index}", dtype=dtype,
         )(x)
-    if norm_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-12, name="final_norm", dtype=dtype)(x)
     first = x[:, 0, :]  # the [CLS] state
     pooled = keras.layers.Dense(
         hidden, activation="tanh", kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),

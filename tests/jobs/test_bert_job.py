@@ -154,22 +154,6 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
     assert from_run.vocabulary == from_export.vocabulary
     for a, b in zip(load_backbone(run).weights, load_backbone(pretrained.export).weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())  # the export holds the run's best weights
-    # A pre-norm run folder gives a pre-norm backbone (settings.json says so; post-norm ones predate the key).
-    from keras_attn.models import bert_backbone, bert_pretrainer
-
-    assert "norm_first" not in run_settings
-    pre_norm = tmp_path / "pre-norm"
-    pre_norm.mkdir()
-    shutil.copy(os.path.join(run, "vocab.txt"), pre_norm / "vocab.txt")
-    bound = json.loads(open(os.path.join(run, "settings.json")).read())
-    (pre_norm / "settings.json").write_text(json.dumps({**bound, "norm_first": True}))
-    saved = bert_pretrainer(bert_backbone(from_run.vocabulary_size, preset="tiny", max_sequence_length=32,
-                                          norm_first=True))
-    saved.save_weights(str(pre_norm / "best.weights.h5"))
-    loaded = load_backbone(str(pre_norm))
-    assert loaded.get_layer("final_norm") is not None
-    for a, b in zip(loaded.weights, saved.get_layer("bert_backbone").weights, strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     for name in ("settings.json", "vocab.txt"):

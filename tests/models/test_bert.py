@@ -39,22 +39,6 @@ def test_compact_presets_have_their_sizes(preset):
     assert blocks[0].activation == "gelu" and not blocks[0].norm_first  # post-norm, as in BERT
 
 
-def test_the_pre_norm_backbone_adds_only_a_final_layer_norm_and_keeps_padding_out():
-    keras.utils.set_random_seed(5)
-    backbone = bert_backbone(VOCABULARY, preset="tiny", max_sequence_length=16, dropout=0.0, norm_first=True)
-    hidden = BERT_PRESETS["tiny"]["hidden_dim"]
-    assert backbone.count_params() == expected_parameters(VOCABULARY, 16, **BERT_PRESETS["tiny"]) + 2 * hidden
-    assert all(layer.norm_first for layer in backbone.layers if layer.name.startswith("encoder_block_"))
-    batch = _batch(seed=6)
-    inputs = {k: batch[k] for k in ("token_ids", "segment_ids")}
-    sequence = np.asarray(backbone(inputs)["sequence_output"])
-    real = sequence[inputs["token_ids"] != 0]  # the final LayerNorm's output: mean 0, variance 1 per token
-    np.testing.assert_allclose(real.mean(-1), 0, atol=1e-5)
-    np.testing.assert_allclose(real.var(-1), 1, atol=1e-3)
-    padded = {k: np.pad(v, [[0, 0], [0, 3]]) for k, v in inputs.items()}
-    np.testing.assert_allclose(np.asarray(backbone(padded)["sequence_output"])[:, :10], sequence, atol=1e-5)
-
-
 @pytest.fixture(scope="module")
 def pretrainer():
     keras.utils.set_random_seed(3)
