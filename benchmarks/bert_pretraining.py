@@ -240,6 +240,11 @@ def plan_steps(seconds_per_step, budget_seconds, pairs_per_epoch, batch_size):
     return epochs, epoch_steps * batch_size
 
 
+def warmup_steps(args, steps):
+    """Both models warm up over `--warmup-fraction` of their planned steps."""
+    return max(1, round(steps * args.warmup_fraction))
+
+
 def test_batches(corpus, vocabulary, args, draws=3):
     """The test articles' pairs with `draws` different 15% masks (fixed: epochs -1, -2, ...)."""
     settings = dict(batch_size=64, max_length=args.max_length, max_predictions=args.max_predictions,
@@ -274,7 +279,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         run_dir=str(run_dir), data=[str(train_folder)], one_document_per_file=True, preset=args.preset,
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, warmup_steps=max(1, round(steps * args.warmup_fraction)),
+        learning_rate=args.learning_rate, warmup_steps=warmup_steps(args, steps),
         nsp_weight=args.nsp_weight,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
@@ -294,7 +299,7 @@ def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step,
     keras.utils.set_random_seed(args.seed)
     model = keras_hub_model(len(vocabulary), args.preset, args.max_length)
     model.compile(
-        optimizer=adamw(WarmupLinearDecay(args.learning_rate, max(1, round(steps * args.warmup_fraction)), steps)),
+        optimizer=adamw(WarmupLinearDecay(args.learning_rate, warmup_steps(args, steps), steps)),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,

@@ -41,15 +41,6 @@ def bleu_by_source_length(sources, hypotheses, references):
     return scores
 
 
-def run_history(run_dir):
-    """The run folder's per-epoch logs (those of earlier processes too, for a resumed or finished run)."""
-    path = os.path.join(run_dir, "history.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)["history"]
-
-
 def main():
     from keras_attn import choices
 
@@ -85,6 +76,7 @@ def main():
         sys.exit(f"Multi30k not found at {DATA}")
 
     from keras_attn.jobs import seq2seq, translation
+    from keras_attn.training.runner import read_history
     from pipelines import text
 
     src, tgt = args.direction.split("-")
@@ -118,7 +110,7 @@ def main():
     )
     metrics.update(
         direction=args.direction, wall_seconds=round(time.time() - started),
-        epochs=args.epochs, best_val_loss=min(run_history(config.run_dir).get("val_loss", [float("nan")])),
+        epochs=args.epochs, best_val_loss=min(read_history(config.run_dir).get("val_loss", [float("nan")])),
         command=" ".join(sys.argv),
     )
     print(json.dumps(metrics, indent=2))

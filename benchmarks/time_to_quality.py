@@ -28,51 +28,52 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
+
+from keras_attn import evaluation, export  # noqa: E402
+from keras_attn.jobs import translation  # noqa: E402
+from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
 
 
-def snapshot_config_class():
+class EpochSnapshots(keras.callbacks.Callback):
+    """Saves each epoch's weights and `{epoch, seconds, val_loss}` rows (`epochs.json`) in `folder`.
+
+    `seconds`: wall time since training began, without the time spent saving.
+    """
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+        self.rows = []
+
+    def on_train_begin(self, logs=None):
+        os.makedirs(self.folder, exist_ok=True)
+        self.started, self.excluded = time.time(), 0.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.time() - self.started - self.excluded
+        writing = time.time()
+        self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
+        self.rows.append({"epoch": epoch + 1, "seconds": round(seconds, 1), "val_loss": float(logs["val_loss"])})
+        with open(os.path.join(self.folder, "epochs.json"), "w") as f:
+            json.dump(self.rows, f, indent=1)
+        self.excluded += time.time() - writing
+
+
+@dataclasses.dataclass
+class SnapshotConfig(translation.TranslationConfig):
     """`TranslationConfig` whose runs keep every epoch's weights and time in `snapshot_dir`."""
-    import keras
 
-    from keras_attn.jobs import translation
+    snapshot_dir: str = None
 
-    class EpochSnapshots(keras.callbacks.Callback):
-        def __init__(self, folder):
-            super().__init__()
-            self.folder = folder
-            self.rows = []
-
-        def on_train_begin(self, logs=None):
-            os.makedirs(self.folder, exist_ok=True)
-            self.started, self.excluded = time.time(), 0.0
-
-        def on_epoch_end(self, epoch, logs=None):
-            seconds = time.time() - self.started - self.excluded
-            writing = time.time()
-            self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
-            self.rows.append(
-                {"epoch": epoch + 1, "seconds": round(seconds, 1), "val_loss": float(logs["val_loss"])}
-            )
-            with open(os.path.join(self.folder, "epochs.json"), "w") as f:
-                json.dump(self.rows, f, indent=1)
-            self.excluded += time.time() - writing
-
-    @dataclasses.dataclass
-    class SnapshotConfig(translation.TranslationConfig):
-        snapshot_dir: str = None
-
-        def callbacks(self):
-            return [EpochSnapshots(self.snapshot_dir)]
-
-    return SnapshotConfig
+    def callbacks(self):
+        return [EpochSnapshots(self.snapshot_dir)]
 
 
 def score_epochs(config, model, rows):
     """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
-    from keras_attn import evaluation, export
-    from keras_attn.jobs import translation
-
     corpora = translation.load_corpora(config)
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
     translator = export.Translator(
@@ -114,12 +115,9 @@ def main():
     if not DATA.is_dir():
         sys.exit(f"Multi30k not found at {DATA}")
 
-    from keras_attn.jobs import translation
-    from keras_attn.training.precision import describe_precision, resolve_mixed_precision
-
     mixed_precision = resolve_mixed_precision(args.precision)
     path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
-    config = snapshot_config_class()(
+    config = SnapshotConfig(
         src=path("train", "de"), tgt=path("train", "en"),
         valid_src=path("val", "de"), valid_tgt=path("val", "en"),
         test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),

@@ -94,6 +94,7 @@ JIT_HELP = (
     "compilations included; benchmarks/RESULTS.md)"
 )
 
+
 def build_parser():
     from keras_attn import __version__
 

@@ -440,13 +440,24 @@ def _first_line(message):
     return lines[0] if lines else "a worker failed."
 
 
+def read_history(run_dir):
+    """`{metric: [value per epoch]}` of every epoch the run folder has trained, by any process.
+
+    `TrainingResult.history` holds only the epochs of the process that
+    returned it; a resumed or finished run's whole history is here.
+    `{}` before the first epoch ends.
+    """
+    path = os.path.join(run_dir, "history.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)["history"]
+
+
 def _append_history(run_dir, logs, steps):
     """Adds one epoch's logs to `<run_dir>/history.json`, atomically."""
     path = os.path.join(run_dir, "history.json")
-    history = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            history = json.load(f)["history"]
+    history = read_history(run_dir)
     for name, value in logs.items():
         history.setdefault(name, []).append(value)
     write_text_atomically(path, json.dumps({"steps": steps, "history": history}, indent=1))

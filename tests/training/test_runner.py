@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_attn.models import transformer
 from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
-from keras_attn.training.runner import RunConfig, train
+from keras_attn.training.runner import RunConfig, read_history, train
 
 RNG = np.random.default_rng(0)
 
@@ -145,6 +145,9 @@ def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, refer
 
     # history.json holds every epoch once, as the uninterrupted run's does.
     kept, straight = _history_json(tmp_path), _history_json(reference.run_dir)
+    # read_history gives the whole run's epochs, where a result holds its process's only.
+    assert len(read_history(tmp_path)["loss"]) == 6 and len(longer.history["loss"]) == 2
+    assert read_history(tmp_path / "no-run") == {}
     assert kept["steps"] == straight["steps"] == reference.steps
     assert sorted(kept["history"]) == sorted(straight["history"])
     for name, values in straight["history"].items():
