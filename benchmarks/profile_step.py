@@ -21,7 +21,7 @@ WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
 `--synthetic` uses random ids of the same lengths instead):
 
 - `transformer-train`: `transformer(..., preset="small")`, batch 64,
-  `model.fit` steps with Adam and the label-smoothed loss (as
+  `model.fit` steps with the job's optimizer (`transformer_adam`) and the label-smoothed loss (as
   benchmarks/training.py), over the first `--steps` batches of the
   pipeline held in memory (tf.data runs far ahead of training: see
   RESULTS.md), warmed up on those same batches so no step retraces.
@@ -63,7 +63,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
 from keras_attn.models import Seq2SeqStepper, TransformerStepper, seq2seq, transformer  # noqa: E402
-from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule  # noqa: E402
+from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
@@ -124,7 +124,7 @@ def build_model(kind, vocab_sizes, dropout):
 # The profiled work.
 
 
-def training_case(kind, train, source_tokenizer, target_tokenizer, steps):
+def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimizer):
     data = translation.translation_dataset(
         train.sources, train.targets, source_tokenizer, target_tokenizer,
         batch_size=BATCH[kind], max_length=MAX_LENGTH, repeat=True,
@@ -132,7 +132,7 @@ def training_case(kind, train, source_tokenizer, target_tokenizer, steps):
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.1)
     model.compile(
-        optimizer=keras.optimizers.Adam(TransformerSchedule(256, 4000), beta_2=0.98, epsilon=1e-9),
+        optimizer=transformer_adam(TransformerSchedule(256, 4000), fused=optimizer == "fused"),
         loss=MaskedSparseCrossEntropy(0.1),
     )
     # The profiled batches, held in memory: a `fit` call over the pipeline itself
@@ -396,11 +396,13 @@ def main():
     parser.add_argument("--case", choices=CASES, required=True)
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"])
     parser.add_argument("--steps", type=int, default=10, help="training steps profiled")
+    parser.add_argument("--optimizer", choices=["fused", "keras"], default="fused",
+                        help="training: the job's FusedAdam or keras.optimizers.Adam")
     parser.add_argument("--searches", type=int, default=2, help="beam searches profiled")
     parser.add_argument("--warmup", type=int, default=2, help="searches run first (beam cases)")
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--by", choices=["region", "op"], default="region",
-                        help="top table: op type × model region, or every op by name")
+    parser.add_argument("--by", choices=["region", "op", "type"], default="region",
+                        help="top table: op type × model region, every op by name, or op type")
     parser.add_argument("--synthetic", action="store_true", help="random ids, Multi30k's lengths")
     parser.add_argument("--no-xprof", action="store_true", help="read the XSpace without xprof")
     parser.add_argument("--logdir", default=None, help="keep the trace here (TensorBoard/xprof)")
@@ -415,7 +417,7 @@ def main():
     data_name = f"{name}{' (synthetic ids)' if args.synthetic else ''}"
     if what == "train":
         run, steps, unit, shape = training_case(
-            kind, train, source_tokenizer, target_tokenizer, args.steps
+            kind, train, source_tokenizer, target_tokenizer, args.steps, args.optimizer
         )
     else:
         run, steps, unit, shape = beam_case(
@@ -469,12 +471,13 @@ def main():
     for op_type, op_name, count, us in rows:
         categories[category(op_type, op_name)] += us
         regions[region(op_type, op_name)] += us
-        key = f"{op_type} | {region(op_type, op_name) if args.by == 'region' else op_name}"
+        detail = {"region": region(op_type, op_name), "op": op_name, "type": "all"}[args.by]
+        key = f"{op_type} | {detail}"
         groups[key] += us
         calls[key] += count
     table("category", unit, dict(categories, **overheads), steps, total_us)
     table("region", unit, dict(regions, **overheads), steps, total_us)
-    where = "region" if args.by == "region" else "op"
+    where = {"region": "region", "op": "op", "type": "where"}[args.by]
     print(f"\n| op type | {where} | calls / {unit} | ms / {unit} | % |")
     print("|---|---|---:|---:|---:|")
     for key, us in groups.most_common(args.top):

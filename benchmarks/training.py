@@ -9,6 +9,8 @@ shared data is missing), batch 64, max_length 64, preset "small" (3+3
 layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
 - training steps/s and tokens/s (source + target, padding excluded) with
   `model.fit` in float32 and in `mixed_bfloat16` (and with XLA on request),
+  with the job's optimizer (`transformer_adam`: `FusedAdam`, clipnorm 1)
+  or, with `--optimizer keras fused`, also Keras's Adam to compare,
   and the resulting time per Multi30k epoch (the brief's anchor: a keras-hub
   Transformer of this size, padded to 40 tokens, float32, takes about 6
   minutes per epoch on this machine); with `--model seq2seq`, the RNN
@@ -18,6 +20,7 @@ layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
 """
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -31,7 +34,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn.models import seq2seq, transformer  # noqa: E402
-from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule  # noqa: E402
+from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
@@ -72,9 +75,9 @@ def build_model(vocab_sizes, kind, attention):
     return transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
 
 
-def training_steps_per_second(data, model, precision, jit, steps):
+def training_steps_per_second(data, model, optimizer, jit, steps):
     model.compile(
-        optimizer=keras.optimizers.Adam(TransformerSchedule(256, 4000), beta_2=0.98, epsilon=1e-9),
+        optimizer=transformer_adam(TransformerSchedule(256, 4000), fused=optimizer == "fused"),
         loss=MaskedSparseCrossEntropy(0.1),
         jit_compile=jit,
     )
@@ -93,6 +96,8 @@ def main():
     parser.add_argument("--attention", nargs="+", default=["bahdanau"],
                         help="seq2seq only: the attention types to measure")
     parser.add_argument("--precision", nargs="+", default=["float32", "mixed_bfloat16"])
+    parser.add_argument("--optimizer", nargs="+", choices=["fused", "keras"], default=["fused"],
+                        help="the job's FusedAdam, or keras.optimizers.Adam (same arguments)")
     args = parser.parse_args()
 
     name, pairs = corpus()
@@ -106,19 +111,23 @@ def main():
     print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {BATCH} per epoch, "
           f"{tokens:.0f} real tokens per batch")
     print(f"input pipeline alone: {pipeline_rate:.0f} batches/s")
-    print(f"{'model':<20} {'precision':<16} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} {'epoch':>8} "
-          f"{'pipeline/train':>15}")
-    for attention in args.attention if args.model == "seq2seq" else ["-"]:
-        for precision in args.precision:
-            for jit in (False, True) if args.jit else (False,):
-                keras.mixed_precision.set_global_policy(precision)
-                keras.utils.set_random_seed(0)
-                model = build_model(vocab_sizes, args.model, attention)
-                rate = training_steps_per_second(data, model, precision, jit, args.steps)
-                keras.mixed_precision.set_global_policy("float32")
-                label = args.model if args.model == "transformer" else f"seq2seq {attention}"
-                print(f"{label:<20} {precision:<16} {str(jit):<5} {rate:8.2f} {rate * tokens:9.0f} "
-                      f"{batches_per_epoch / rate / 60:7.1f}m {pipeline_rate / rate:14.0f}x", flush=True)
+    print(f"{'model':<20} {'precision':<16} {'optimizer':<10} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} "
+          f"{'epoch':>8} {'pipeline/train':>15}")
+    cases = itertools.product(
+        args.attention if args.model == "seq2seq" else ["-"],
+        args.precision,
+        args.optimizer,
+        (False, True) if args.jit else (False,),
+    )
+    for attention, precision, optimizer, jit in cases:
+        keras.mixed_precision.set_global_policy(precision)
+        keras.utils.set_random_seed(0)
+        model = build_model(vocab_sizes, args.model, attention)
+        rate = training_steps_per_second(data, model, optimizer, jit, args.steps)
+        keras.mixed_precision.set_global_policy("float32")
+        label = args.model if args.model == "transformer" else f"seq2seq {attention}"
+        print(f"{label:<20} {precision:<16} {optimizer:<10} {str(jit):<5} {rate:8.2f} {rate * tokens:9.0f} "
+              f"{batches_per_epoch / rate / 60:7.1f}m {pipeline_rate / rate:14.0f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from keras_attn.training import (
     MaskedSparseCrossEntropy,
     MaskedTokenAccuracy,
     TransformerSchedule,
+    transformer_adam,
     warmup_cosine,
 )
 from keras_attn.training.checkpoints import write_text_atomically
@@ -305,9 +306,8 @@ def run(config, log=print):
         config,
         build_model=build_model,
         make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: keras.optimizers.Adam(
-            learning_rate_schedule(config, total_steps),
-            beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0,
+        make_optimizer=lambda total_steps: transformer_adam(
+            learning_rate_schedule(config, total_steps)
         ),
         make_loss=lambda: MaskedSparseCrossEntropy(config.label_smoothing),
         make_metrics=lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
