@@ -93,6 +93,10 @@ JIT_HELP = (
     "compile the train step with XLA (off by default: slower than without on the CPUs measured, "
     "compilations included; benchmarks/RESULTS.md)"
 )
+AVERAGE_HELP = (
+    "also validate the mean of the last K epochs' weights after each epoch; the best of it and the "
+    "single epochs is kept (checkpoint averaging, Vaswani et al. 2017; 1: off)"
+)
 
 
 def build_parser():
@@ -148,6 +152,7 @@ def build_parser():
                        help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
     model.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
     model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
+    model.add_argument("--average-epochs", type=_at_least(1), default=1, metavar="K", help=AVERAGE_HELP)
     rnn = train.add_argument_group("seq2seq only (train seq2seq)")
     rnn.add_argument("--attention", choices=choices.ATTENTIONS, default=None,
                      help="bahdanau: additive, from the previous state; luong: multiplicative, from the current "
@@ -215,6 +220,7 @@ def _runner_flags(parser, name, epochs, batch_size, learning_rate):
                      help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
     run.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
     run.add_argument("--seed", type=int, default=0, help="seeds the data, the initial weights and dropout")
+    run.add_argument("--average-epochs", type=_at_least(1), default=1, metavar="K", help=AVERAGE_HELP)
     output = parser.add_argument_group("output")
     output.add_argument("--run-dir", default=None,
                         help=f"backups and logs (default: runs/<name>, runs/{name}); rerun to resume")
@@ -237,7 +243,7 @@ def _runner_settings(args):
         strategy=args.strategy, devices=args.devices, mixed_precision=resolve_mixed_precision(args.precision),
         jit_compile=args.jit_compile, seed=args.seed, run_dir=args.run_dir or os.path.join("runs", args.name),
         backup_every=args.backup_every, export_root=args.export, name=args.name, export=not args.no_export,
-        force_export=args.force_export,
+        force_export=args.force_export, average_epochs=args.average_epochs,
     )
 
 
@@ -364,7 +370,7 @@ def _train(args):
         beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", name),
         export_root=args.export, name=name, export=not args.no_export,
         force_export=args.force_export, seed=args.seed,
-        backup_every=args.backup_every,
+        backup_every=args.backup_every, average_epochs=args.average_epochs,
     )
     result = translation.run(config)
     if not result.samples:  # a worker other than the chief: it only trains

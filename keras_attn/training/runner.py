@@ -24,6 +24,7 @@ many steps as a run that was never stopped.
 Run folder layout:
     checkpoints/        backups: model, optimizer, epoch, step in the epoch
     best.weights.h5     the weights with the lowest validation loss
+    epochs/             with average_epochs > 1: the last epochs' weights
     history.json        per-epoch logs and the step count (chief only)
     STOPPED             present when a callback stopped the run (early stopping)
     logs/               TensorBoard (chief only)
@@ -39,6 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_attn.errors import UserError
+from keras_attn.training.averaging import EpochAverage
 from keras_attn.training.checkpoints import (
     Backups,
     Progress,
@@ -73,6 +75,10 @@ class RunConfig:
         backup_every: also back up every this many steps within an epoch
             (0: only at the end of each epoch).
         keep_checkpoints: how many backups to keep.
+        average_epochs: after each epoch, also validate the mean of the
+            last this many epochs' weights (checkpoint averaging), which
+            becomes the best weights when its validation loss is lower
+            (logged as `val_loss_averaged`); 1: off.
     """
 
     run_dir: str
@@ -86,6 +92,7 @@ class RunConfig:
     verbose: object = "auto"
     backup_every: int = 0
     keep_checkpoints: int = 2
+    average_epochs: int = 1
 
 
 @dataclasses.dataclass
@@ -209,10 +216,14 @@ def train(
             epochs=config.epochs,
             steps=steps_per_epoch,
         )
+        average = None
+        if config.average_epochs > 1 and valid_data is not None:
+            average = EpochAverage(config.run_dir, config.average_epochs, chief)
+            average.restore(model, initial_epoch)
         try:
             history = _loop(
                 config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-                progress, backups, callback_list, chief, best_path,
+                progress, backups, callback_list, chief, best_path, average,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -337,7 +348,7 @@ class _EpochLines(keras.callbacks.Callback):
 
 
 def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
-          progress, backups, callbacks, chief, best_path):
+          progress, backups, callbacks, chief, best_path, average=None):
     """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
 
     A backup is written every `config.backup_every` steps within an epoch
@@ -375,6 +386,8 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
             if chief:
                 save_weights_atomically(model, best_path)
         finished = done == steps_per_epoch
+        if average is not None and finished:
+            logs.update(_validate_average(average, model, epoch + 1, steps, valid, progress, chief, best_path))
         progress.epoch.assign(epoch + 1 if finished else epoch)
         progress.step.assign(0 if finished else done)
         backups.save(int(steps.optimizer.iterations.numpy()))
@@ -388,6 +401,21 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
     callbacks.on_train_end()
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
     return history.history
+
+
+def _validate_average(average, model, epoch, steps, valid, progress, chief, best_path):
+    """Keeps the epoch's weights, validates the mean of the last epochs; the best may be that mean."""
+    average.add(model, epoch)
+    if average.count < 2:
+        return {}
+    own = average.use_mean(model)
+    val_loss = steps.evaluate(valid)["loss"]
+    if val_loss < progress.best_val_loss.numpy():
+        progress.best_val_loss.assign(val_loss)
+        if chief:
+            save_weights_atomically(model, best_path)
+    model.set_weights(own)
+    return {"val_loss_averaged": val_loss}
 
 
 def _stopping(model, strategy):

@@ -27,7 +27,8 @@ def _data(count=16, length=7, vocab=20):
 INPUTS, TARGETS = _data(count=17)
 
 
-def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, **options):
+def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, learning_rate=1e-2,
+         **options):
     def make_datasets(global_batch):
         data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).take(rows).batch(global_batch)
         return data, data
@@ -40,7 +41,7 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
         build_model=lambda: transformer(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
                                         num_heads=2, intermediate_dim=32, dropout=0.0),
         make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-2, clipnorm=0.05),  # always clips
+        make_optimizer=lambda total_steps: keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
         make_loss=lambda: MaskedSparseCrossEntropy(label_smoothing=0.1),
         make_metrics=lambda: [MaskedTokenAccuracy()],
         callbacks=callbacks,
@@ -202,3 +203,43 @@ def test_each_run_sets_its_own_precision_policy_in_a_shared_process():
     # A float32 run after it in the same process (a notebook, a benchmark) trains in float32.
     prepare(RunConfig(run_dir="unused", mixed_precision=False))
     assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def _validation_loss(model):
+    """The runner's validation loss of `model` on the 16 rows every `_job` validates on."""
+    inputs = {name: values[:16] for name, values in INPUTS.items()}
+    return float(MaskedSparseCrossEntropy(label_smoothing=0.1)(TARGETS[:16], model(inputs, training=False)))
+
+
+def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path):
+    """Checkpoint averaging: each epoch also validates the mean of the last 3 epochs' weights."""
+    # A rate high enough to make the weights jump about: then their mean validates best.
+    options = dict(average_epochs=3, learning_rate=0.1)
+    straight = _job(tmp_path / "straight", epochs=5, **options)
+    averaged = straight.history["val_loss_averaged"]
+    assert len(averaged) == 4  # from epoch 2 on, when there are two epochs to average
+    # The mean of the files of epochs 3-5 (older ones are deleted) gives the last logged loss.
+    files = sorted((tmp_path / "straight" / "epochs").glob("epoch-*.weights.h5"))
+    assert [f.name for f in files] == [f"epoch-{e}.weights.h5" for e in (3, 4, 5)]
+    model = straight.model
+    snapshots = []
+    for path in files:
+        model.load_weights(path)
+        snapshots.append(model.get_weights())
+    model.set_weights([np.mean(ws, axis=0) for ws in zip(*snapshots)])
+    assert _validation_loss(model) == pytest.approx(averaged[-1], rel=1e-4)
+    # The best weights are the best of the single epochs and the means, and are what it returns.
+    best = min(averaged)
+    assert best < min(straight.history["val_loss"]) and straight.best_val_loss == pytest.approx(best)
+    model.load_weights(tmp_path / "straight" / "best.weights.h5")
+    assert _validation_loss(model) == pytest.approx(best, rel=1e-4)
+    # Training goes on from each epoch's own weights: the losses are those of a run without averaging.
+    plain = _job(tmp_path / "plain", epochs=5, learning_rate=0.1)
+    np.testing.assert_allclose(straight.history["loss"], plain.history["loss"], rtol=1e-6)
+
+    # Interrupted after epoch 2 and resumed: the mean after the restart includes the epochs before it.
+    with pytest.raises(KeyboardInterrupt):
+        _job(tmp_path / "resumed", epochs=5, callbacks=[_Interrupt()], **options)
+    resumed = _job(tmp_path / "resumed", epochs=5, **options)
+    np.testing.assert_allclose(resumed.history["val_loss_averaged"], averaged[1:], rtol=1e-5)
+    assert resumed.best_val_loss == pytest.approx(straight.best_val_loss, rel=1e-5)
