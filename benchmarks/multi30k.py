@@ -67,6 +67,8 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=1000)
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--mixed-precision", action="store_true")
+    parser.add_argument("--average-epochs", type=int, default=1,
+                        help="checkpoint averaging: also validate the mean of the last K epochs' weights")
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--out", default=None, help="write the metrics as JSON here")
     parser.add_argument("--export-root", default=None,
@@ -97,7 +99,7 @@ def main():
         vocab_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
-        mixed_precision=args.mixed_precision, max_length=64,
+        mixed_precision=args.mixed_precision, max_length=64, average_epochs=args.average_epochs,
         run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", verbose=2,
         export=args.export_root is not None, export_root=args.export_root or "saved_models",
     )
@@ -108,9 +110,10 @@ def main():
     metrics["bleu_by_source_length"] = bleu_by_source_length(
         test.sources, result.metrics["hypotheses"], test.targets
     )
+    history = read_history(config.run_dir)
     metrics.update(
-        direction=args.direction, wall_seconds=round(time.time() - started),
-        epochs=args.epochs, best_val_loss=min(read_history(config.run_dir).get("val_loss", [float("nan")])),
+        direction=args.direction, wall_seconds=round(time.time() - started), epochs=args.epochs,
+        best_val_loss=min(history.get("val_loss", [float("nan")]) + history.get("val_loss_averaged", [])),
         command=" ".join(sys.argv),
     )
     print(json.dumps(metrics, indent=2))
