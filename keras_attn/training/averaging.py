@@ -21,6 +21,7 @@ class EpochAverage:
 
     The files (`<run_dir>/epochs/epoch-N.weights.h5`, written by the chief
     only) let a resumed run average over the epochs before its restart.
+    Memory: `k` copies of the weights in host memory.
 
     Args:
         run_dir: the run folder.
@@ -55,8 +56,11 @@ class EpochAverage:
             save_weights_atomically(model, self._path(epoch))
         for old in [e for e in self.snapshots if e <= epoch - self.k]:
             del self.snapshots[old]
-            if self.chief and os.path.exists(self._path(old)):
-                os.remove(self._path(old))
+        if self.chief:  # also the files of an earlier run of this folder with a larger k
+            for name in os.listdir(self.folder):
+                kept = name.removeprefix("epoch-").removesuffix(".weights.h5")
+                if kept.isdigit() and int(kept) <= epoch - self.k:
+                    os.remove(os.path.join(self.folder, name))
 
     def restore(self, model, epoch):
         """On resume after `epoch` finished epochs: reads the files of the epochs before it.
