@@ -88,8 +88,8 @@ def training_steps_per_second(data, model, optimizer, jit, steps):
     """Steps/s of `fit` after warm-up, timed between steps.
 
     Not around the `fit` call: each call starts a new iterator over the
-    pipeline, whose whole-dataset shuffle buffer then refills (up to 8 s
-    before the cache is complete), which a training run pays once per epoch.
+    pipeline, which took up to 8.5 s outside any step (its whole-dataset
+    shuffle buffer refilling, most likely), a cost a run pays once per epoch.
     """
     model.compile(
         optimizer=transformer_adam(TransformerSchedule(256, 4000), fused=optimizer == "fused"),
