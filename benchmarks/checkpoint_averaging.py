@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
+from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
 from pipelines import translation as pipelines  # noqa: E402
 
@@ -71,7 +71,7 @@ def main():
 
     def use(first, last):
         """Loads the mean of epochs first..last (1-based, inclusive)."""
-        model.set_weights([np.mean(ws, axis=0) for ws in zip(*snapshots[first - 1:last])])
+        model.set_weights(mean_weights(snapshots[first - 1:last]))
 
     def bleu(split):
         hypotheses = translation.translate_all(translator, corpora[split].sources, 4)

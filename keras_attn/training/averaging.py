@@ -16,6 +16,11 @@ import numpy as np
 from keras_attn.training.checkpoints import save_weights_atomically
 
 
+def mean_weights(snapshots):
+    """The elementwise mean of several `model.get_weights()` lists."""
+    return [np.mean(arrays, axis=0) for arrays in zip(*snapshots)]
+
+
 class EpochAverage:
     """The weights of the last `k` epochs, kept in memory and in the run folder.
 
@@ -51,12 +56,12 @@ class EpochAverage:
     def add(self, model, epoch):
         """Keeps the model's weights as those of `epoch` (counted from 1); drops older ones."""
         self.snapshots[epoch] = model.get_weights()
+        for old in [e for e in self.snapshots if e <= epoch - self.k]:
+            del self.snapshots[old]
         if self.chief:
             os.makedirs(self.folder, exist_ok=True)
             save_weights_atomically(model, self._path(epoch))
-        for old in [e for e in self.snapshots if e <= epoch - self.k]:
-            del self.snapshots[old]
-        if self.chief:  # also the files of an earlier run of this folder with a larger k
+            # Older files, also those of an earlier run of this folder with a larger k.
             for name in os.listdir(self.folder):
                 kept = name.removeprefix("epoch-").removesuffix(".weights.h5")
                 if kept.isdigit() and int(kept) <= epoch - self.k:
@@ -81,5 +86,5 @@ class EpochAverage:
     def use_mean(self, model):
         """Sets the model to the mean of the kept epochs; returns its own weights, to set back."""
         own = model.get_weights()
-        model.set_weights([np.mean(ws, axis=0) for ws in zip(*self.snapshots.values())])
+        model.set_weights(mean_weights(self.snapshots.values()))
         return own

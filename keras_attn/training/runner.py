@@ -380,11 +380,8 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
         logs = {name: float(value) for name, value in logs.items()}
         if valid is not None:
             logs.update({f"val_{name}": value for name, value in steps.evaluate(valid).items()})
-        val_loss = logs.get("val_loss")
-        if val_loss is not None and val_loss < progress.best_val_loss.numpy():
-            progress.best_val_loss.assign(val_loss)
-            if chief:
-                save_weights_atomically(model, best_path)
+        if logs.get("val_loss") is not None:
+            _keep_if_best(logs["val_loss"], model, progress, chief, best_path)
         finished = done == steps_per_epoch
         if average is not None and finished:
             logs.update(_validate_average(average, model, epoch + 1, steps, valid, progress, chief, best_path))
@@ -410,12 +407,17 @@ def _validate_average(average, model, epoch, steps, valid, progress, chief, best
         return {}
     own = average.use_mean(model)
     val_loss = steps.evaluate(valid)["loss"]
+    _keep_if_best(val_loss, model, progress, chief, best_path)
+    model.set_weights(own)
+    return {"val_loss_averaged": val_loss}
+
+
+def _keep_if_best(val_loss, model, progress, chief, best_path):
+    """Makes the model's weights the best ones when `val_loss` is the lowest so far."""
     if val_loss < progress.best_val_loss.numpy():
         progress.best_val_loss.assign(val_loss)
         if chief:
             save_weights_atomically(model, best_path)
-    model.set_weights(own)
-    return {"val_loss_averaged": val_loss}
 
 
 def _stopping(model, strategy):
