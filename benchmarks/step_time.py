@@ -7,7 +7,8 @@
 
 Imports `keras_attn` from the checkout given first, builds each case
 `MODEL,BATCH,JIT,PRECISION` (MODEL: a Seq2Seq attention, `bahdanau`, `luong`
-or `none`, with preset "small", or `transformer`, preset "small"; JIT 1 or 0)
+or `none`, with preset "small", `-bi` appended for a bidirectional encoder, or
+`transformer`, preset "small"; JIT 1 or 0)
 on random ids (8,000-token vocabularies, source and target 24 tokens), runs two
 warm-up `train_on_batch` steps and prints the mean wall and process-CPU time of
 15 more. Alternate the checkouts in one shell, as above: the machine's speed
@@ -36,7 +37,9 @@ def step_time(model_name, batch, jit, precision):
     if model_name == "transformer":
         model = transformer(VOCAB, VOCAB, max_sequence_length=64, preset="small", dropout=0.1)
     else:
-        model = seq2seq(VOCAB, VOCAB, preset="small", attention=model_name, dropout=0.1)
+        attention, _, bidirectional = model_name.partition("-")
+        model = seq2seq(VOCAB, VOCAB, preset="small", attention=attention, bidirectional=bidirectional == "bi",
+                        dropout=0.1)
     model.compile(optimizer="adam", loss=MaskedSparseCrossEntropy(0.1), jit_compile=jit)
     rng = np.random.default_rng(0)
     inputs = {side: rng.integers(4, VOCAB, (batch, LENGTH)).astype("int32") for side in ("source", "target_in")}

@@ -25,6 +25,7 @@ from keras import ops
 
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.rnn_cells import cell_step, cell_weights
 from keras_attn.layers.rnn_encoder import RNN_CELLS
 
 ATTENTIONS = ("bahdanau", "luong", "none")
@@ -294,7 +295,7 @@ class AttentionDecoder(keras.layers.Layer):
         return self.attention_layer.project_key(memory)
 
     def step(self, token_ids, state, memory=None, memory_mask=None, index=0, training=None,
-             memory_keys=None):
+             memory_keys=None, rnn_weights=None):
         """Feeds one token per row; the shared step of training and decoding.
 
         Args:
@@ -308,17 +309,29 @@ class AttentionDecoder(keras.layers.Layer):
             training: whether dropout is active.
             memory_keys: `attention_keys(memory)`, computed once per source;
                 computed here when `None`.
+            rnn_weights: `rnn_weights()`, read once for many steps; read
+                here when `None`.
 
         Returns:
             `(logits (R, V), new_state, weights (R, S) or None)`.
         """
         embedded = self.dropout_layer(self.embedding(token_ids), training=training)
         features, new_state, weights = self._step(
-            embedded, state, memory, memory_mask, index, training, memory_keys
+            embedded, state, memory, memory_mask, index, training, memory_keys, rnn_weights
         )
         return self._logits(features, training), new_state, weights
 
-    def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys):
+    def rnn_weights(self):
+        """Every RNN layer's weights in the compute dtype, for `step` to reuse.
+
+        Read once for a whole sequence: under mixed precision each read of
+        a float32 variable is a cast, and a time loop would cast every
+        kernel again at every step (forward and backward).
+        """
+        return [cell_weights(cell, self.compute_dtype) for cell in self.cells]
+
+    def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys,
+              rnn_weights=None):
         """`step` from the embedded tokens E y_{t-1} `(R, e)` to what o_t is made of.
 
         Returns `(features, new_state, weights)`: o_t itself, or with
@@ -328,6 +341,8 @@ class AttentionDecoder(keras.layers.Layer):
         """
         if memory_keys is None:
             memory_keys = self.attention_keys(memory)
+        if rnn_weights is None:
+            rnn_weights = self.rnn_weights()
         previous = state["rnn"]
         new_state = {}
         x = embedded
@@ -339,11 +354,11 @@ class AttentionDecoder(keras.layers.Layer):
         if self.feeds_output:
             x = ops.concatenate([x, state["feed"]], axis=-1)
         states = []
-        for i, (cell, cell_state) in enumerate(zip(self.cells, previous)):
+        for i, (layer_weights, cell_state) in enumerate(zip(rnn_weights, previous)):
             if i:
                 x = self.dropout_layer(x, training=training)
-            x, cell_state = cell(x, cell_state, training=training)
-            states.append(list(cell_state))
+            x, cell_state = cell_step(self.cell, x, cell_state, layer_weights)
+            states.append(cell_state)
         new_state["rnn"] = states
         if self.attention == "bahdanau":
             output = ops.concatenate([x, context, embedded], axis=-1)
@@ -407,6 +422,7 @@ class AttentionDecoder(keras.layers.Layer):
             draws = keras.random.uniform((length, batch), seed=self.seed_generator)
         source_length = 1 if memory is None else ops.shape(memory)[1]
         memory_keys = self.attention_keys(memory)
+        rnn_weights = self.rnn_weights()
 
         # The gold tokens embedded once, not one lookup (and one embedding gradient) per
         # step, and read through a TensorArray (the gradient of slicing a (T, B, e) tensor
@@ -421,7 +437,7 @@ class AttentionDecoder(keras.layers.Layer):
                 own_embedded = self.dropout_layer(self.embedding(predicted), training=training)
                 embedded = ops.where(own[t][:, None], own_embedded, embedded)
             output, state, weights = self._step(
-                embedded, state, memory, memory_mask, t, training, memory_keys
+                embedded, state, memory, memory_mask, t, training, memory_keys, rnn_weights
             )
             if sampling:  # the next step may feed this step's prediction
                 output = self._logits(output, training)

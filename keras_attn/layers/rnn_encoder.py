@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
 
 RNN_CELLS = ("lstm", "gru")
 
@@ -122,14 +123,25 @@ class RNNEncoder(keras.layers.Layer):
         for i, rnn in enumerate(self.rnn_layers):
             if i:
                 x = self.dropout_layer(x, training=training)
-            x, *states = rnn(x, mask=mask, training=training)
-            if self.bidirectional:  # [forward states..., backward states...]
-                half = len(states) // 2
-                states = [
-                    ops.concatenate([forward, backward], axis=-1)
-                    for forward, backward in zip(states[:half], states[half:])
-                ]
-            final_states.append(list(states))
+            directions = (
+                [rnn.forward_layer, rnn.backward_layer] if self.bidirectional else [rnn]
+            )
+            # Keras's layers hold the weights; the loop is `masked_rnn`'s, which
+            # projects the inputs once for all steps instead of once per step.
+            runs = [
+                masked_rnn(
+                    self.cell, x, mask, cell_weights(layer.cell, self.compute_dtype),
+                    go_backwards=layer.go_backwards,
+                )
+                for layer in directions
+            ]
+            if self.bidirectional:  # h_j = [h→_j; h←_j], final states [h→_S; h←_1]
+                (forward, forward_state), (backward, backward_state) = runs
+                x = ops.concatenate([forward, backward], axis=-1)
+                states = [ops.concatenate(pair, axis=-1) for pair in zip(forward_state, backward_state)]
+            else:
+                ((x, states),) = runs
+            final_states.append(states)
         return x, final_states
 
     def compute_output_spec(self, token_ids, training=None):
