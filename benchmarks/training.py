@@ -3,6 +3,7 @@
     python benchmarks/training.py                 # Multi30k if ../shared/data has it
     python benchmarks/training.py --steps 60 --jit
     python benchmarks/training.py --model seq2seq --attention bahdanau luong none
+    python benchmarks/training.py --model seq2seq --bidirectional --batch-size 32   # the RNN's Multi30k recipe
 
 In one process, on Multi30k de→en train (or the built-in corpus when the
 shared data is missing), batch 64, max_length 64, preset "small" (3+3
@@ -14,7 +15,8 @@ layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
   and the resulting time per Multi30k epoch (the brief's anchor: a keras-hub
   Transformer of this size, padded to 40 tokens, float32, takes about 6
   minutes per epoch on this machine); with `--model seq2seq`, the RNN
-  Seq2Seq preset "small" (2 × 256 LSTM) with each `--attention` instead;
+  Seq2Seq preset "small" (2 × 256 LSTM; `--bidirectional` encoder) with each
+  `--attention` instead (`--batch-size` for another batch than 64);
 - the input pipeline alone (cached epochs, drained without Python work per
   batch) in batches/s, and its ratio to the training step rate (goal ≥ 20).
 """
@@ -47,10 +49,10 @@ def corpus():
     return "built-in corpus", synthetic.translation_corpus()["train"]
 
 
-def dataset(pairs, source_tokenizer, target_tokenizer):
+def dataset(pairs, source_tokenizer, target_tokenizer, batch_size=BATCH):
     return translation.translation_dataset(
         pairs.sources, pairs.targets, source_tokenizer, target_tokenizer,
-        batch_size=BATCH, max_length=MAX_LENGTH, repeat=True,
+        batch_size=batch_size, max_length=MAX_LENGTH, repeat=True,
     )
 
 
@@ -69,9 +71,9 @@ def tokens_per_batch(data, batches=200):
     return float(np.mean(counts))
 
 
-def build_model(vocab_sizes, kind, attention):
+def build_model(vocab_sizes, kind, attention, bidirectional=False):
     if kind == "seq2seq":
-        return seq2seq(*vocab_sizes, preset="small", attention=attention, dropout=0.1)
+        return seq2seq(*vocab_sizes, preset="small", attention=attention, bidirectional=bidirectional, dropout=0.1)
     return transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
 
 
@@ -109,6 +111,8 @@ def main():
     parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
     parser.add_argument("--attention", nargs="+", default=["bahdanau"],
                         help="seq2seq only: the attention types to measure")
+    parser.add_argument("--bidirectional", action="store_true", help="seq2seq only: a bidirectional encoder")
+    parser.add_argument("--batch-size", type=int, default=BATCH)
     parser.add_argument("--precision", nargs="+", default=["float32", "mixed_bfloat16"])
     parser.add_argument("--optimizer", nargs="+", choices=["fused", "keras"], default=["fused"],
                         help="the job's FusedAdam, or keras.optimizers.Adam (same arguments)")
@@ -117,12 +121,12 @@ def main():
     name, pairs = corpus()
     source_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.sources, 8000))
     target_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.targets, 8000))
-    data = dataset(pairs, source_tokenizer, target_tokenizer)
+    data = dataset(pairs, source_tokenizer, target_tokenizer, args.batch_size)
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
-    batches_per_epoch = -(-len(pairs) // BATCH)
+    batches_per_epoch = -(-len(pairs) // args.batch_size)
     tokens = tokens_per_batch(data)
     pipeline_rate = pipeline_batches_per_second(data)
-    print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {BATCH} per epoch, "
+    print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {args.batch_size} per epoch, "
           f"{tokens:.0f} real tokens per batch")
     print(f"input pipeline alone: {pipeline_rate:.0f} batches/s")
     print(f"{'model':<20} {'precision':<16} {'optimizer':<10} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} "
@@ -136,7 +140,7 @@ def main():
     for attention, precision, optimizer, jit in cases:
         keras.mixed_precision.set_global_policy(precision)
         keras.utils.set_random_seed(0)
-        model = build_model(vocab_sizes, args.model, attention)
+        model = build_model(vocab_sizes, args.model, attention, args.bidirectional)
         rate = training_steps_per_second(data, model, optimizer, jit, args.steps)
         keras.mixed_precision.set_global_policy("float32")
         label = args.model if args.model == "transformer" else f"seq2seq {attention}"
