@@ -10,6 +10,7 @@ from keras_attn.training import (
     TransformerSchedule,
     get_strategy,
 )
+from keras_attn.training.losses import token_cross_entropy, token_negative_log_likelihood
 
 RNG = np.random.default_rng(0)
 TARGETS = np.array([[5, 2, 7, 0, 0], [1, 3, 3, 3, 0]])
@@ -86,6 +87,15 @@ def test_token_accuracy_and_perplexity_ignore_padding():
     perplexity.update_state(TARGETS, LOGITS)
     np.testing.assert_allclose(
         float(perplexity.result()), np.exp(_numpy_loss(TARGETS, LOGITS, 0.0)), rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_metrics_likelihood_equals_the_fused_cross_entropy(dtype):
+    logits = tf.cast(RNG.normal(size=(3, 4, 50)).astype("float32") * 4, dtype)
+    targets = RNG.integers(0, 50, (3, 4))
+    np.testing.assert_allclose(
+        token_negative_log_likelihood(targets, logits), token_cross_entropy(targets, logits), rtol=1e-5, atol=1e-5
     )
 
 
