@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
+from multi30k import job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
@@ -30,8 +31,6 @@ from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
 from pipelines import translation as pipelines  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
 
 
 def main():
@@ -44,11 +43,8 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
-    config = translation.TranslationConfig(
-        src=path("train", "de"), tgt=path("train", "en"),
-        valid_src=path("val", "de"), valid_tgt=path("val", "en"),
-        test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),
+    config = job_config(
+        argparse.Namespace(model="transformer"), "de-en",
         preset="small", max_length=64, dropout=0.1, run_dir=args.run_dir, export=False,
         mixed_precision=resolve_mixed_precision("auto"),
     )

@@ -41,11 +41,10 @@ def bleu_by_source_length(sources, hypotheses, references):
     return scores
 
 
-def main():
+def add_model_arguments(parser):
+    """`--model` and the Seq2Seq model's flags."""
     from keras_attn import choices
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--direction", choices=["de-en", "en-de"], default="de-en")
     parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
     parser.add_argument("--attention", choices=choices.ATTENTIONS, default="bahdanau",
                         help="seq2seq only")
@@ -55,6 +54,36 @@ def main():
     parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
     parser.add_argument("--scheduled-sampling", choices=choices.DECAYS,
                         default=None, help="seq2seq only")
+
+
+def job_config(args, direction, transformer_config=None, seq2seq_config=None, **settings):
+    """The job's config for `args.model` on Multi30k `direction` (train, val, test2016).
+
+    `transformer_config` / `seq2seq_config`: config classes to use instead of
+    the jobs' own (e.g. subclasses that add callbacks).
+    """
+    from keras_attn.jobs import seq2seq, translation
+
+    src, tgt = direction.split("-")
+    path = lambda split, lang: os.path.join(DATA, f"{split}.{lang}.gz")  # noqa: E731
+    data = dict(
+        src=path("train", src), tgt=path("train", tgt),
+        valid_src=path("val", src), valid_tgt=path("val", tgt),
+        test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
+    )
+    if args.model == "seq2seq":
+        model = dict(
+            attention=args.attention, cell=args.cell, score=args.score,
+            bidirectional=args.bidirectional, scheduled_sampling=args.scheduled_sampling,
+        )
+        return (seq2seq_config or seq2seq.Seq2SeqConfig)(**model, **data, **settings)
+    return (transformer_config or translation.TranslationConfig)(**data, **settings)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--direction", choices=["de-en", "en-de"], default="de-en")
+    add_model_arguments(parser)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=128)
@@ -77,24 +106,12 @@ def main():
     if not os.path.isdir(DATA):
         sys.exit(f"Multi30k not found at {DATA}")
 
-    from keras_attn.jobs import seq2seq, translation
+    from keras_attn.jobs import translation
     from keras_attn.training.runner import read_history
     from pipelines import text
 
-    src, tgt = args.direction.split("-")
-    path = lambda split, lang: os.path.join(DATA, f"{split}.{lang}.gz")  # noqa: E731
-    job = dict(config=translation.TranslationConfig)
-    if args.model == "seq2seq":
-        job = dict(
-            config=seq2seq.Seq2SeqConfig, attention=args.attention, cell=args.cell, score=args.score,
-            bidirectional=args.bidirectional, scheduled_sampling=args.scheduled_sampling,
-        )
-    make_config = job.pop("config")
-    config = make_config(
-        **job,
-        src=path("train", src), tgt=path("train", tgt),
-        valid_src=path("val", src), valid_tgt=path("val", tgt),
-        test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
+    config = job_config(
+        args, args.direction,
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
         vocab_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
@@ -106,7 +123,7 @@ def main():
     started = time.time()
     result = translation.run(config)
     metrics = {k: v for k, v in result.metrics.items() if k != "hypotheses"}
-    test = text.read_parallel(path("test_2016_flickr", src), path("test_2016_flickr", tgt))
+    test = text.read_parallel(config.test_src, config.test_tgt)
     metrics["bleu_by_source_length"] = bleu_by_source_length(
         test.sources, result.metrics["hypotheses"], test.targets
     )

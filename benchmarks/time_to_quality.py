@@ -2,19 +2,22 @@
 
     python benchmarks/time_to_quality.py --epochs 5 --batch-size 64 --learning-rate 1e-3 \
         --warmup-steps 800 --run-dir runs/ttq-5
+    python benchmarks/time_to_quality.py --model seq2seq --attention luong --bar 30 ...
 
-Issue 13, goal 1. The Transformer job (`translation.run`, Multi30k de→en,
-preset small, beam 4) trains with validation after every epoch, as a
-normal run does; a callback keeps each epoch's weights and the wall time
-since training began (the first step's tracing and every validation
-included, the snapshot writes excluded). After training, each epoch is
-scored the way a run stopped there would be: the weights of the epoch with
-the lowest validation loss so far (the model selection uses val only), on
-val and on test2016, tokenized-lowercased BLEU (how the published 36.52
-of ../shared/data/REFERENCES.md was computed). Prints a row per epoch and
-the first epoch whose chosen model reaches `--bar` on test2016. Start from
-an empty run folder: the times of a resumed run would miss its first part.
-The data is read from ../shared/data/multi30k, never copied.
+Issue 13, goal 1, and issue 11's 30 minutes. The Transformer job
+(`translation.run`, Multi30k de→en, preset small, beam 4), or with
+`--model seq2seq` the RNN job with multi30k.py's model flags, trains with
+validation after every epoch, as a normal run does; a callback keeps each
+epoch's weights and the wall time since training began (the first step's
+tracing and every validation included, the snapshot writes excluded).
+After training, each epoch is scored the way a run stopped there would be:
+the weights of the epoch with the lowest validation loss so far (the model
+selection uses val only), on val and on test2016, tokenized-lowercased
+BLEU (how the published scores of ../shared/data/REFERENCES.md were
+computed). Prints a row per epoch, the first epoch whose chosen model
+reaches `--bar` on test2016, and the final model's BLEU by source length.
+Start from an empty run folder: the times of a resumed run would miss its
+first part. The data is read from ../shared/data/multi30k, never copied.
 """
 
 import argparse
@@ -29,12 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
+from multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
-from keras_attn.jobs import translation  # noqa: E402
+from keras_attn.jobs import seq2seq, translation  # noqa: E402
 from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
 
 
 class EpochSnapshots(keras.callbacks.Callback):
@@ -62,14 +64,21 @@ class EpochSnapshots(keras.callbacks.Callback):
         self.excluded += time.time() - writing
 
 
-@dataclasses.dataclass
-class SnapshotConfig(translation.TranslationConfig):
-    """`TranslationConfig` whose runs keep every epoch's weights and time in `snapshot_dir`."""
-
-    snapshot_dir: str = None
+class _Snapshots:
+    """A job config whose runs also keep every epoch's weights and time in `snapshot_dir`."""
 
     def callbacks(self):
-        return [EpochSnapshots(self.snapshot_dir)]
+        return [*super().callbacks(), EpochSnapshots(self.snapshot_dir)]
+
+
+@dataclasses.dataclass
+class SnapshotConfig(_Snapshots, translation.TranslationConfig):
+    snapshot_dir: str = None
+
+
+@dataclasses.dataclass
+class Seq2SeqSnapshotConfig(_Snapshots, seq2seq.Seq2SeqConfig):
+    snapshot_dir: str = None
 
 
 def score_epochs(config, model, rows):
@@ -102,27 +111,26 @@ def score_epochs(config, model, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=800)
+    parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto")
     parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights, data order and dropout")
     parser.add_argument("--bar", type=float, default=36.5, help="test2016 lc-BLEU to reach")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
-    if not DATA.is_dir():
+    if not os.path.isdir(DATA):
         sys.exit(f"Multi30k not found at {DATA}")
 
     mixed_precision = resolve_mixed_precision(args.precision)
-    path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
-    config = SnapshotConfig(
-        src=path("train", "de"), tgt=path("train", "en"),
-        valid_src=path("val", "de"), valid_tgt=path("val", "en"),
-        test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),
+    config = job_config(
+        args, "de-en", transformer_config=SnapshotConfig, seq2seq_config=Seq2SeqSnapshotConfig,
         preset="small", epochs=args.epochs, batch_size=args.batch_size, max_length=64,
-        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=0.1,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=args.dropout,
         mixed_precision=mixed_precision, seed=args.seed, run_dir=args.run_dir, verbose=2, export=False,
         snapshot_dir=os.path.join(args.run_dir, "epochs"),
     )
@@ -143,9 +151,12 @@ def main():
               f"{reached['seconds']:.0f} s of training")
     else:
         print(f"test2016 lc-BLEU never reached {args.bar}")
+    corpus = translation.load_corpora(config)["test"]
+    by_length = bleu_by_source_length(corpus.sources, result.metrics["hypotheses"], corpus.targets)
+    print("the final model (chosen on val) by source length:", json.dumps(by_length))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "epochs": table,
+            json.dump({"command": " ".join(sys.argv), "epochs": table, "bleu_by_source_length": by_length,
                        "final_test": {k: v for k, v in result.metrics.items() if k != "hypotheses"}},
                       f, indent=1)
 
