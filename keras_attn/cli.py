@@ -165,7 +165,7 @@ def build_parser():
     rnn.add_argument("--window", type=_at_least(0), default=None, help="half-width D of local attention (default: 10)")
     rnn.add_argument(
         "--bidirectional", action="store_true", default=None,
-        help="a bidirectional encoder (Luong's attention did worse with one on Multi30k: benchmarks/RESULTS.md)",
+        help="a bidirectional encoder (both attentions learned more slowly with one on Multi30k: benchmarks/RESULTS.md)",
     )
     rnn.add_argument("--scheduled-sampling", choices=choices.DECAYS, default=None,
                      help="feed the model's own predictions with a probability that rises as the "
