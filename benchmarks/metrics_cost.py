@@ -1,12 +1,24 @@
-"""What `PretrainingMetrics` costs a BERT pretraining step (its second cross-entropy and argmax).
+"""What the training metrics cost a step: BERT's `PretrainingMetrics`, the translators' token metrics.
 
-    python benchmarks/bert_metrics_cost.py
+    python benchmarks/metrics_cost.py                       # BERT-mini pretraining
+    python benchmarks/metrics_cost.py --model seq2seq       # Bahdanau, bidirectional, mixed_bfloat16
+    python benchmarks/metrics_cost.py --model transformer --precision float32
 
-BERT-mini, sequence 128, 20 predictions, vocabulary 8,000, batch 32, float32: the runner's
-`TrainingSteps` with and without the metric, on one fixed random batch, 15 steps at a time,
-alternated three times in one process. Prints ms/step of each repeat and the medians.
+The runner's `TrainingSteps` with and without the metrics, on one fixed
+random batch, 15 steps at a time, alternated three times in one process;
+prints ms/step of each repeat and the medians.
+
+- `bert`: BERT-mini, sequence 128, 20 predictions, vocabulary 8,000,
+  batch 32, with and without `PretrainingMetrics`.
+- `seq2seq` / `transformer`: preset "small" (the Seq2Seq model Bahdanau
+  with a bidirectional encoder), batch 64, source and target 24 tokens,
+  vocabularies 8,000, with the translation job's `MaskedTokenAccuracy`
+  and `MaskedPerplexity`, without them, and with the metrics as they were
+  computed before (`keras.ops.argmax`, and the fused cross-entropy, which
+  also computes a gradient, for the perplexity).
 """
 
+import argparse
 import os
 import sys
 
@@ -14,18 +26,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def main():
+def bert_case(rng):
     import numpy as np
-    import tensorflow as tf
 
     from keras_attn.models.bert import bert_backbone, bert_pretrainer
     from keras_attn.training import PretrainingLoss, PretrainingMetrics, adamw
-    from keras_attn.training.steps import TrainingSteps
-
-    from alternate import alternate  # benchmarks/alternate.py (this script's folder)
 
     batch, length, predictions, vocabulary = 32, 128, 20, 8000
-    rng = np.random.default_rng(0)
     features = {
         "token_ids": rng.integers(5, vocabulary, (batch, length)).astype("int32"),
         "segment_ids": np.zeros((batch, length), "int32"),
@@ -36,15 +43,83 @@ def main():
         "mlm_weights": np.ones((batch, predictions), "float32"),
         "nsp_labels": rng.integers(0, 2, (batch,)).astype("int32"),
     }
-    data = tf.data.Dataset.from_tensors((features, targets)).repeat()
+
+    def build():
+        backbone = bert_backbone(vocabulary_size=vocabulary, preset="mini", max_sequence_length=length)
+        return bert_pretrainer(backbone), adamw(1e-4)
+
+    metrics = {"with PretrainingMetrics": lambda: [PretrainingMetrics()], "without": lambda: []}
+    return (features, targets), build, PretrainingLoss(), metrics
+
+
+def translation_case(rng, model_name):
+    import keras
+
+    from keras_attn.models import seq2seq, transformer
+    from keras_attn.training import MaskedPerplexity, MaskedSparseCrossEntropy, MaskedTokenAccuracy
+    from keras_attn.training.losses import token_cross_entropy
+    from keras_attn.training.optimizers import transformer_adam
+
+    class KerasArgmaxAccuracy(MaskedTokenAccuracy):
+        def token_values(self, targets, logits):
+            predicted = keras.ops.cast(keras.ops.argmax(logits, axis=-1), "int32")
+            return keras.ops.cast(keras.ops.equal(predicted, targets), "float32")
+
+    class FusedCrossEntropyPerplexity(MaskedPerplexity):
+        def token_values(self, targets, logits):
+            return token_cross_entropy(targets, logits)
+
+    batch, length, vocabulary = 64, 24, 8000
+    source = rng.integers(4, vocabulary, (batch, length)).astype("int32")
+    target = rng.integers(4, vocabulary, (batch, length + 1)).astype("int32")
+    inputs = {"source": source, "target_in": target[:, :-1]}
+
+    def build():
+        if model_name == "transformer":
+            model = transformer(vocabulary, vocabulary, max_sequence_length=64, preset="small", dropout=0.1)
+        else:
+            model = seq2seq(vocabulary, vocabulary, preset="small", attention="bahdanau",
+                            bidirectional=True, dropout=0.2)
+        return model, transformer_adam(1e-3)
+
+    metrics = {
+        "with the token metrics": lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
+        "without": lambda: [],
+        "with them as before": lambda: [KerasArgmaxAccuracy(), FusedCrossEntropyPerplexity()],
+    }
+    return (inputs, target[:, 1:]), build, MaskedSparseCrossEntropy(0.1), metrics
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["bert", "seq2seq", "transformer"], default="bert")
+    parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default=None,
+                        help="default: float32 for bert, mixed_bfloat16 for the translators")
+    args = parser.parse_args()
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attn.training.steps import TrainingSteps
+
+    from alternate import alternate  # benchmarks/alternate.py (this script's folder)
+
+    precision = args.precision or ("float32" if args.model == "bert" else "mixed_bfloat16")
+    keras.mixed_precision.set_global_policy(precision)
+    rng = np.random.default_rng(0)
+    batch, build, loss, metric_cases = (
+        bert_case(rng) if args.model == "bert" else translation_case(rng, args.model)
+    )
+    data = tf.data.Dataset.from_tensors(batch).repeat()
     strategy = tf.distribute.get_strategy()
     runs = {}
-    for name, metrics in (("with PretrainingMetrics", [PretrainingMetrics]), ("without", [])):
-        model = bert_pretrainer(bert_backbone(vocabulary_size=vocabulary, preset="mini", max_sequence_length=length))
-        model(features)
-        optimizer = adamw(1e-4)
+    for name, make_metrics in metric_cases.items():
+        keras.utils.set_random_seed(0)
+        model, optimizer = build()
+        model(batch[0])
         optimizer.build(model.trainable_variables)
-        steps = TrainingSteps(model, optimizer, PretrainingLoss(), [m() for m in metrics], strategy)
+        steps = TrainingSteps(model, optimizer, loss, make_metrics(), strategy)
         iterator = iter(data)
         for _ in range(3):  # trace and warm up
             steps.train(iterator)
@@ -54,6 +129,7 @@ def main():
          for name, (steps, iterator) in runs.items()},
         repeats=3, calls=15,
     )
+    print(f"{args.model}, {precision}")
     for name, values in times.items():
         print(f"{name}: {[round(v) for v in values]} ms/step, median {sorted(values)[1]:.0f}")
     print(f"load average: {os.getloadavg()}")
