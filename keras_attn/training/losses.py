@@ -56,9 +56,9 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
 def token_negative_log_likelihood(targets, logits):
     """Per-token −log p[y] = logsumexp(logits) − logits[y], for metrics.
 
-    The same value as `token_cross_entropy` without smoothing, at a third
-    of its cost: TensorFlow's fused cross-entropy also computes its
-    gradient, which a metric never uses.
+    The same value as `token_cross_entropy` without smoothing, at about
+    half its cost (benchmarks/RESULTS.md, "The cross-entropy over the
+    vocabulary"): TensorFlow's fused op also computes a gradient.
 
     Args:
         targets: `(..., )` integer ids.
