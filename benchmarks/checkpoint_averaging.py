@@ -44,7 +44,7 @@ def main():
     args = parser.parse_args()
 
     config = job_config(
-        argparse.Namespace(model="transformer"), "de-en",
+        "de-en",
         preset="small", max_length=64, dropout=0.1, run_dir=args.run_dir, export=False,
         mixed_precision=resolve_mixed_precision("auto"),
     )

@@ -41,6 +41,9 @@ def bleu_by_source_length(sources, hypotheses, references):
     return scores
 
 
+SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampling")
+
+
 def add_model_arguments(parser):
     """`--model` and the Seq2Seq model's flags."""
     from keras_attn import choices
@@ -56,11 +59,12 @@ def add_model_arguments(parser):
                         default=None, help="seq2seq only")
 
 
-def job_config(args, direction, transformer_config=None, seq2seq_config=None, **settings):
-    """The job's config for `args.model` on Multi30k `direction` (train, val, test2016).
+def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, **settings):
+    """The job's config for Multi30k `direction` (train, val, test2016).
 
-    `transformer_config` / `seq2seq_config`: config classes to use instead of
-    the jobs' own (e.g. subclasses that add callbacks).
+    `model_args`: the flags of `add_model_arguments`, parsed (`None`: the
+    Transformer). `transformer_config` / `seq2seq_config`: config classes to
+    use instead of the jobs' own (e.g. subclasses that add callbacks).
     """
     from keras_attn.jobs import seq2seq, translation
 
@@ -71,11 +75,8 @@ def job_config(args, direction, transformer_config=None, seq2seq_config=None, **
         valid_src=path("val", src), valid_tgt=path("val", tgt),
         test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
     )
-    if args.model == "seq2seq":
-        model = dict(
-            attention=args.attention, cell=args.cell, score=args.score,
-            bidirectional=args.bidirectional, scheduled_sampling=args.scheduled_sampling,
-        )
+    if model_args is not None and model_args.model == "seq2seq":
+        model = {flag: getattr(model_args, flag) for flag in SEQ2SEQ_FLAGS}
         return (seq2seq_config or seq2seq.Seq2SeqConfig)(**model, **data, **settings)
     return (transformer_config or translation.TranslationConfig)(**data, **settings)
 
@@ -111,7 +112,7 @@ def main():
     from pipelines import text
 
     config = job_config(
-        args, args.direction,
+        args.direction, args,
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
         vocab_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,

@@ -6,6 +6,7 @@
     python benchmarks/profile_step.py --case transformer-beam4
     python benchmarks/profile_step.py --case seq2seq-beam4
     python benchmarks/profile_step.py --case seq2seq-train --top 40 --by op   # raw ops
+    python benchmarks/profile_step.py --case encoder-block --precision mixed_bfloat16 [--anchor]
 
 Benchmark-only requirement: the `xprof` package (`pip install xprof`; not a
 dependency of keras-attn). It turns the profiler's `*.xplane.pb` into
@@ -34,6 +35,12 @@ WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
   The weights are random, so `eos_id=-1` (never emitted) makes every search
   run its whole budget; times are per decode step (one token for all 128
   hypotheses).
+
+- `encoder-block`, `decoder-block`: one layer's forward + backward step as
+  `benchmarks/layers.py` times it (batch 32, length 64, width 256, 8 heads,
+  FFN 1024, dropout 0; the decoder block with cross-attention), ours or,
+  with `--anchor`, keras-hub's `TransformerEncoder` / `TransformerDecoder`.
+  No corpus is read.
 
 Each case warms up (traces), then profiles `--steps` steps (training) or
 `--searches` whole searches (decoding), and prints the wall time per step
@@ -67,7 +74,9 @@ from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, t
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
-CASES = ("transformer-train", "seq2seq-train", "transformer-beam4", "seq2seq-beam4")
+CASES = ("transformer-train", "seq2seq-train", "transformer-beam4", "seq2seq-beam4",
+         "encoder-block", "decoder-block")
+BLOCK_CASES = {"encoder-block": "encoder block", "decoder-block": "decoder block + cross"}
 BATCH = {"transformer": 64, "seq2seq": 128}
 MAX_LENGTH, VOCAB, BEAM_WIDTH, DECODE_BATCH = 64, 8000, 4, 32
 
@@ -152,6 +161,28 @@ def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimi
     source_len, target_len = np.mean(lengths, axis=0)
     shape = f"batch {BATCH[kind]}, padded lengths S {source_len:.1f} / T {target_len:.1f} (mean)"
     return run, steps, "training step", shape
+
+
+def block_case(case_name, anchor, steps):
+    """`benchmarks/layers.py`'s step of one block (ours, or keras-hub's with `anchor`)."""
+    import layers as layer_benchmark  # benchmarks/layers.py, beside this script
+
+    case = {case.name: case for case in layer_benchmark.CASES}[BLOCK_CASES[case_name]]
+    rng = np.random.default_rng(0)
+    shape = (layer_benchmark.BATCH, layer_benchmark.LENGTH, layer_benchmark.WIDTH)
+    x, memory = (tf.constant(rng.standard_normal(shape, np.float32)) for _ in range(2))
+    layer = case.anchor() if anchor else case.ours()
+    step = layer_benchmark.training_step(layer, case.call, x, memory, jit_compile=False)
+    for _ in range(3):
+        step(x, memory)[0].numpy()
+
+    def run():
+        for _ in range(steps):
+            loss = step(x, memory)[0]
+        loss.numpy()
+
+    who = "keras-hub's" if anchor else "ours"
+    return run, steps, "training step", f"{who}, batch {shape[0]}, length {shape[1]}, width {shape[2]}"
 
 
 def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup):
@@ -396,6 +427,8 @@ def main():
     parser.add_argument("--case", choices=CASES, required=True)
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"])
     parser.add_argument("--steps", type=int, default=10, help="training steps profiled")
+    parser.add_argument("--anchor", action="store_true",
+                        help="block cases: profile keras-hub's block instead of ours")
     parser.add_argument("--optimizer", choices=["fused", "keras"], default="fused",
                         help="training: the job's FusedAdam or keras.optimizers.Adam")
     parser.add_argument("--searches", type=int, default=2, help="beam searches profiled")
@@ -412,17 +445,21 @@ def main():
     keras.mixed_precision.set_global_policy(args.precision)
     kind, _, what = args.case.partition("-")
     started = time.perf_counter()
-    name, train, test = corpus()
-    source_tokenizer, target_tokenizer = make_tokenizers(train, args.synthetic)
-    data_name = f"{name}{' (synthetic ids)' if args.synthetic else ''}"
-    if what == "train":
-        run, steps, unit, shape = training_case(
-            kind, train, source_tokenizer, target_tokenizer, args.steps, args.optimizer
-        )
+    if args.case in BLOCK_CASES:
+        run, steps, unit, shape = block_case(args.case, args.anchor, args.steps)
+        data_name = "random inputs"
     else:
-        run, steps, unit, shape = beam_case(
-            kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup
-        )
+        name, train, test = corpus()
+        source_tokenizer, target_tokenizer = make_tokenizers(train, args.synthetic)
+        data_name = f"{name}{' (synthetic ids)' if args.synthetic else ''}"
+        if what == "train":
+            run, steps, unit, shape = training_case(
+                kind, train, source_tokenizer, target_tokenizer, args.steps, args.optimizer
+            )
+        else:
+            run, steps, unit, shape = beam_case(
+                kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup
+            )
     setup = time.perf_counter() - started
 
     start = time.perf_counter()

@@ -81,9 +81,8 @@ class Seq2SeqSnapshotConfig(_Snapshots, seq2seq.Seq2SeqConfig):
     snapshot_dir: str = None
 
 
-def score_epochs(config, model, rows):
+def score_epochs(config, model, rows, corpora):
     """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
-    corpora = translation.load_corpora(config)
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
     translator = export.Translator(
         config.stepper(model), source_tokenizer, target_tokenizer, config.max_length
@@ -128,7 +127,7 @@ def main():
 
     mixed_precision = resolve_mixed_precision(args.precision)
     config = job_config(
-        args, "de-en", transformer_config=SnapshotConfig, seq2seq_config=Seq2SeqSnapshotConfig,
+        "de-en", args, transformer_config=SnapshotConfig, seq2seq_config=Seq2SeqSnapshotConfig,
         preset="small", epochs=args.epochs, batch_size=args.batch_size, max_length=64,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=args.dropout,
         mixed_precision=mixed_precision, seed=args.seed, run_dir=args.run_dir, verbose=2, export=False,
@@ -138,7 +137,8 @@ def main():
     result = translation.run(config)
     with open(os.path.join(config.snapshot_dir, "epochs.json")) as f:
         rows = json.load(f)
-    table = score_epochs(config, result.model, rows)
+    corpora = translation.load_corpora(config)
+    table = score_epochs(config, result.model, rows, corpora)
     print("epoch  train s  val loss  chosen  val BLEU  test2016 BLEU")
     for row in table:
         print(
@@ -151,7 +151,7 @@ def main():
               f"{reached['seconds']:.0f} s of training")
     else:
         print(f"test2016 lc-BLEU never reached {args.bar}")
-    corpus = translation.load_corpora(config)["test"]
+    corpus = corpora["test"]
     by_length = bleu_by_source_length(corpus.sources, result.metrics["hypotheses"], corpus.targets)
     print("the final model (chosen on val) by source length:", json.dumps(by_length))
     if args.out:
