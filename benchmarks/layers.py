@@ -136,6 +136,14 @@ def training_step(layer, call, x, memory, jit_compile):
     return step.get_concrete_function(x, memory)
 
 
+def random_inputs():
+    """`(x, memory)`: the layer input and the encoder outputs, `(BATCH, LENGTH, WIDTH)`."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((BATCH, LENGTH, WIDTH), np.float32))
+    memory = tf.constant(rng.standard_normal((BATCH, LENGTH, WIDTH), np.float32))
+    return x, memory
+
+
 def seconds_per_call(fn, args, n):
     start = time.perf_counter()
     for _ in range(n):
@@ -193,9 +201,7 @@ def matmul_peak_gflops(dtype, repeats, repeat_seconds):
 def time_case(case, precision, args):
     """Milliseconds per step and ours/anchor ratios of one case."""
     keras.mixed_precision.set_global_policy(precision)
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.standard_normal((BATCH, LENGTH, WIDTH), np.float32))
-    memory = tf.constant(rng.standard_normal((BATCH, LENGTH, WIDTH), np.float32))
+    x, memory = random_inputs()
     fns = {}
     for suffix, jit in (("", False), (" xla", True))[: 2 if args.jit else 1]:
         fns["ours" + suffix] = training_step(case.ours(), case.call, x, memory, jit)

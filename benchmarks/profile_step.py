@@ -168,9 +168,7 @@ def block_case(case_name, anchor, steps):
     import layers as layer_benchmark  # benchmarks/layers.py, beside this script
 
     case = {case.name: case for case in layer_benchmark.CASES}[BLOCK_CASES[case_name]]
-    rng = np.random.default_rng(0)
-    shape = (layer_benchmark.BATCH, layer_benchmark.LENGTH, layer_benchmark.WIDTH)
-    x, memory = (tf.constant(rng.standard_normal(shape, np.float32)) for _ in range(2))
+    x, memory = layer_benchmark.random_inputs()
     layer = case.anchor() if anchor else case.ours()
     step = layer_benchmark.training_step(layer, case.call, x, memory, jit_compile=False)
     for _ in range(3):
@@ -182,7 +180,8 @@ def block_case(case_name, anchor, steps):
         loss.numpy()
 
     who = "keras-hub's" if anchor else "ours"
-    return run, steps, "training step", f"{who}, batch {shape[0]}, length {shape[1]}, width {shape[2]}"
+    batch, length, width = x.shape
+    return run, steps, "training step", f"{who}, batch {batch}, length {length}, width {width}"
 
 
 def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup):

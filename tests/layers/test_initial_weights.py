@@ -101,8 +101,8 @@ def assert_independent(weights, min_size=64):
     draws from one seed share their prefix whatever the shape and scale.
     """
     values = [(w.path, np.asarray(w).ravel()) for w in weights if np.prod(w.shape) >= min_size]
-    # A weight with at most two values has at most two in its first 4096 elements
-    # too; checking those is as exact and spares sorting millions (the base presets).
+    # Counted on the first 4096 elements: a constant or 0/1 weight has at most two
+    # values there too, a drawn one thousands; sorting millions (the base presets) is spared.
     drawn = [(path, x) for path, x in values if len(np.unique(x[:4096])) > 2]
     assert len(drawn) >= 1
     for (path_a, a), (path_b, b) in itertools.combinations(drawn, 2):
