@@ -280,7 +280,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=warmup_steps(args, steps),
-        nsp_weight=args.nsp_weight,
+        nsp_weight=args.nsp_weight, dropout=args.dropout,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
     )
@@ -297,7 +297,7 @@ def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step,
     steps = epochs * steps_per_epoch
     keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(args.seed)
-    model = keras_hub_model(len(vocabulary), args.preset, args.max_length)
+    model = keras_hub_model(len(vocabulary), args.preset, args.max_length, dropout=args.dropout)
     model.compile(
         optimizer=adamw(WarmupLinearDecay(args.learning_rate, warmup_steps(args, steps), steps)),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -384,6 +384,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-fraction", type=float, default=0.1, help="of the planned steps, both models")
+    parser.add_argument("--dropout", type=float, default=0.1, help="pretraining dropout, both models")
     parser.add_argument("--nsp-weight", type=float, default=1.0, help="ours: the NSP loss's weight (0: MLM alone)")
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
