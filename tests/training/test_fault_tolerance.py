@@ -50,10 +50,7 @@ class Cluster:
         self.processes = []
 
     def start(self, name, batch_size, run_dir, tf_config=None, **overrides):
-        # One thread each: up to three of these processes run beside the other
-        # pytest-xdist worker on 2 cores (measured: this file and test_runner.py
-        # together in 291 s instead of 331 s).
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         env.pop("TF_CONFIG", None)
         if tf_config:
             env["TF_CONFIG"] = tf_config
