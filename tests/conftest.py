@@ -1,4 +1,5 @@
-"""Test setup: two logical CPU devices, so MirroredStrategy runs with 2 replicas.
+"""Test setup: two logical CPU devices, so MirroredStrategy runs with 2 replicas;
+one intra-op thread per process.
 
 The split must happen before TensorFlow initializes its devices, so it is
 done here, at import time, before any test module imports Keras layers.
@@ -8,6 +9,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# One intra-op thread per process (the subprocesses of the fault-tolerance
+# tests inherit it): two pytest-xdist processes, and the job processes some
+# tests start, share 2 cores, and TensorFlow's thread pools spin while they
+# wait. On the AMD EPYC of RESULTS.md's suite section the whole suite took
+# 12:16 with the default (two threads each) and 7:03 with one, in CPU time
+# 1,224 s against 732 s: the same work.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import tensorflow as tf  # noqa: E402
 
