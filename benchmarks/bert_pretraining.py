@@ -280,7 +280,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=warmup_steps(args, steps),
-        nsp_weight=args.nsp_weight, dropout=args.dropout,
+        nsp_weight=args.nsp_weight, dropout=args.dropout, norm_first=args.norm_first,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
     )
@@ -386,6 +386,7 @@ def main():
     parser.add_argument("--warmup-fraction", type=float, default=0.1, help="of the planned steps, both models")
     parser.add_argument("--dropout", type=float, default=0.1, help="pretraining dropout, both models")
     parser.add_argument("--nsp-weight", type=float, default=1.0, help="ours: the NSP loss's weight (0: MLM alone)")
+    parser.add_argument("--norm-first", action="store_true", help="ours: pre-norm blocks and a final LayerNorm")
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
     parser.add_argument("--sst2-epochs", type=int, default=3)

@@ -265,6 +265,8 @@ def _add_bert_commands(command):
     model = pretrain.add_argument_group("model")
     model.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base"], default="tiny",
                        help="tiny (L2/H128), mini (L4/H256), small (L4/H512), medium (L8/H512), base (L12/H768)")
+    model.add_argument("--norm-first", action="store_true",
+                       help="pre-norm blocks and a final LayerNorm instead of BERT's post-norm")
     model.add_argument("--warmup-steps", type=_at_least(0), default=200, help="steps of linear warm-up")
     model.add_argument("--nsp-weight", type=_non_negative, default=1.0,
                        help="weight of the next-sentence loss beside the masked LM's (BERT: 1; 0: MLM alone)")
@@ -528,7 +530,8 @@ def _pretrain(args):
 
     config = bert.PretrainConfig(
         **_runner_settings(args), data=args.data, one_document_per_file=args.one_document_per_file,
-        builtin_documents=args.builtin_documents, preset=args.preset, max_length=args.max_length,
+        builtin_documents=args.builtin_documents, preset=args.preset, norm_first=args.norm_first,
+        max_length=args.max_length,
         max_predictions=args.max_predictions, vocab_size=args.vocab_size, whole_word=args.whole_word,
         pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps, nsp_weight=args.nsp_weight,
     )

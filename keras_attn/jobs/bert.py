@@ -43,6 +43,7 @@ class PretrainConfig(RunConfig, common.ExportSettings):
     builtin_documents: int = 3000
     valid_fraction: float = 0.05
     preset: str = "tiny"
+    norm_first: bool = False  # pre-norm blocks and a final LayerNorm instead of BERT's post-norm
     max_length: int = None  # 128 on --data, 64 on the built-in corpus (its documents are short)
     max_predictions: int = 20
     vocab_size: int = 8000
@@ -59,7 +60,7 @@ class PretrainConfig(RunConfig, common.ExportSettings):
 
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values is refused."""
-        return ("vocab_size", "preset", "max_length", "max_predictions", "whole_word", "mask_rate")
+        return ("vocab_size", "preset", "norm_first", "max_length", "max_predictions", "whole_word", "mask_rate")
 
 
 @dataclasses.dataclass
@@ -201,7 +202,8 @@ def pretrain(config, log=print, callbacks=()):
             raise text.DataError(str(error)) from None
 
     backbone_settings = dict(
-        vocabulary_size=len(vocabulary), preset=config.preset, max_sequence_length=config.max_length
+        vocabulary_size=len(vocabulary), preset=config.preset, max_sequence_length=config.max_length,
+        **({"norm_first": True} if config.norm_first else {}),  # older exports' settings lack it
     )
 
     def build_model():

@@ -39,6 +39,7 @@ def bert_backbone(
     hidden_dim=None,
     num_heads=None,
     intermediate_dim=None,
+    norm_first=False,
     dtype=None,
     name="bert_backbone",
 ):
@@ -56,13 +57,16 @@ def bert_backbone(
         hidden_dim: the model width.
         num_heads: attention heads.
         intermediate_dim: the feed-forward width; 4 × `hidden_dim` by default.
+        norm_first: pre-norm blocks (Xiong et al. 2020) and a final
+            LayerNorm, instead of BERT's post-norm.
         dtype: the layers' dtype policy, e.g. `"mixed_bfloat16"`.
         name: the model name.
 
     Returns:
         A `keras.Model` mapping `{"token_ids", "segment_ids"}` (int `(B, T)`)
         to `{"sequence_output": (B, T, d), "pooled_output": (B, d)}`. Its
-        layers are `embedding`, `encoder_block_{i}` and `pooler`.
+        layers are `embedding`, `encoder_block_{i}` (then `final_norm` with
+        `norm_first`) and `pooler`.
 
     Example:
 
@@ -87,10 +91,12 @@ def bert_backbone(
     for index in range(settings["num_layers"]):
         x = TransformerEncoderBlock(
             settings["num_heads"], intermediate_dim or 4 * hidden, dropout=dropout,
-            activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12,
+            activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12, norm_first=norm_first,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
             name=f"encoder_block_{index}", dtype=dtype,
         )(x)
+    if norm_first:
+        x = keras.layers.LayerNormalization(epsilon=1e-12, name="final_norm", dtype=dtype)(x)
     first = x[:, 0, :]  # the [CLS] state
     pooled = keras.layers.Dense(
         hidden, activation="tanh", kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),

@@ -39,6 +39,19 @@ def test_compact_presets_have_their_sizes(preset):
     assert blocks[0].activation == "gelu" and not blocks[0].norm_first  # post-norm, as in BERT
 
 
+def test_pre_norm_blocks_end_in_a_final_layer_norm():
+    backbone = bert_backbone(1000, preset="tiny", max_sequence_length=16, norm_first=True, dropout=0.0)
+    hidden = BERT_PRESETS["tiny"]["hidden_dim"]
+    assert backbone.count_params() == expected_parameters(1000, 16, **BERT_PRESETS["tiny"]) + 2 * hidden
+    assert all(layer.norm_first for layer in backbone.layers if layer.name.startswith("encoder_block_"))
+    ids = np.random.default_rng(0).integers(7, 1000, size=(2, 9)).astype("int32")
+    states = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)})["sequence_output"].numpy()
+    # A pre-norm block adds to its input unnormalized (measured: variances 1.00-1.03 after the
+    # two blocks); the final LayerNorm (scale 1, offset 0 at first) gives mean 0, variance 1.
+    np.testing.assert_allclose(states.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(states.var(-1), 1.0, rtol=1e-3)
+
+
 @pytest.fixture(scope="module")
 def pretrainer():
     keras.utils.set_random_seed(3)
