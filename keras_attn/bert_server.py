@@ -256,7 +256,7 @@ def _read_run_folder(run_dir):
     settings = dict(
         vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
         max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
-        **({"norm_first": True} if bound.get("norm_first") else {}),
+        norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
     )
     return tokenizer, settings
 

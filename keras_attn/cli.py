@@ -531,8 +531,8 @@ def _pretrain(args):
     config = bert.PretrainConfig(
         **_runner_settings(args), data=args.data, one_document_per_file=args.one_document_per_file,
         builtin_documents=args.builtin_documents, preset=args.preset, norm_first=args.norm_first,
-        max_length=args.max_length,
-        max_predictions=args.max_predictions, vocab_size=args.vocab_size, whole_word=args.whole_word,
+        max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
+        whole_word=args.whole_word,
         pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps, nsp_weight=args.nsp_weight,
     )
     result = bert.pretrain(config)

@@ -203,7 +203,7 @@ def pretrain(config, log=print, callbacks=()):
 
     backbone_settings = dict(
         vocabulary_size=len(vocabulary), preset=config.preset, max_sequence_length=config.max_length,
-        **({"norm_first": True} if config.norm_first else {}),  # older exports' settings lack it
+        norm_first=config.norm_first,
     )
 
     def build_model():

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import cli
+from keras_attn.errors import UserError
 from pipelines import synthetic_documents
 
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
@@ -184,7 +185,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
         assert backbone.get_layer("final_norm") and backbone.get_layer("encoder_block_0").norm_first
         np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
     # The same run folder is bound to pre-norm: a post-norm rerun is refused.
-    with pytest.raises(Exception, match="norm_first"):
+    with pytest.raises(UserError, match="norm_first True \\(now False\\)"):
         bert.pretrain(bert.PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
 
 
