@@ -345,15 +345,28 @@ def finetune(args, model_dir, sst2, run_dir, name):
             "val_accuracy": result.history.get("val_accuracy")}
 
 
-def export_untrained(pretrained_dir, run_dir):
-    """The pretrained export's architecture and vocabulary with new random weights, exported."""
-    from keras_attn.bert_server import backbone_arguments, read_pretrained
+def export_untrained(pretrained_dir, run_dir, keep_blocks=None):
+    """The pretrained export's architecture and vocabulary with new random weights, exported.
+
+    `keep_blocks=k` keeps the pretrained embeddings and bottom `k` encoder
+    blocks instead (the blocks above them and the pooler random): the
+    re-initialization of the top layers for few-sample fine-tuning (Zhang et
+    al. 2021, "Revisiting few-sample BERT fine-tuning").
+    """
+    from keras_attn.bert_server import backbone_arguments, load_backbone, read_pretrained
 
     tokenizer, settings = read_pretrained(pretrained_dir)
     built = backbone_arguments(settings)
     keras.utils.set_random_seed(1)
-    server = BertServer(bert_backbone(**built), tokenizer, settings["max_length"], built)
-    return export(server, str(run_dir / "export"), "bert-untrained")
+    backbone = bert_backbone(**built)
+    name = "bert-untrained"
+    if keep_blocks is not None:
+        pretrained = load_backbone(pretrained_dir)
+        for layer in ["embedding"] + [f"encoder_block_{index}" for index in range(keep_blocks)]:
+            backbone.get_layer(layer).set_weights(pretrained.get_layer(layer).get_weights())
+        name = f"bert-pretrained-{keep_blocks}-blocks"
+    server = BertServer(backbone, tokenizer, settings["max_length"], built)
+    return export(server, str(run_dir / "export"), name)
 
 
 # --- main --------------------------------------------------------------------------------
@@ -391,6 +404,8 @@ def main():
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
     parser.add_argument("--sst2-epochs", type=int, default=3)
     parser.add_argument("--sst2-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--keep-pretrained-blocks", type=int, help="SST-2 from the pretrained embeddings and this many "
+                        "bottom blocks only, the rest re-initialized (default: the whole pretrained backbone)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default="runs/bert-benchmark")
     parser.add_argument("--out", help="write the results as JSON here")
@@ -475,6 +490,8 @@ def main():
 def fine_tune_both(args, pretrained, sst2, run_dir):
     """SST-2 from the pretrained export and from the same architecture with random weights."""
     untrained = export_untrained(pretrained, run_dir)
+    if args.keep_pretrained_blocks is not None:
+        pretrained = export_untrained(pretrained, run_dir, args.keep_pretrained_blocks)
     results = {
         "pretrained": finetune(args, pretrained, sst2, run_dir, "sst2-pretrained"),
         "from_scratch": finetune(args, untrained, sst2, run_dir, "sst2-from-scratch"),
