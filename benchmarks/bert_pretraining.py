@@ -345,10 +345,10 @@ def finetune(args, model_dir, sst2, run_dir, name):
             "val_accuracy": result.history.get("val_accuracy")}
 
 
-def export_untrained(pretrained_dir, run_dir, keep_blocks=None):
+def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     """The pretrained export's architecture and vocabulary with new random weights, exported.
 
-    `keep_blocks=k` keeps the pretrained embeddings and bottom `k` encoder
+    The random weights are the same in every call (seeded). `keep_blocks=k` keeps the pretrained embeddings and bottom `k` encoder
     blocks instead (the blocks above them and the pooler random): the
     re-initialization of the top layers for few-sample fine-tuning (Zhang et
     al. 2021, "Revisiting few-sample BERT fine-tuning").
@@ -489,9 +489,9 @@ def main():
 
 def fine_tune_both(args, pretrained, sst2, run_dir):
     """SST-2 from the pretrained export and from the same architecture with random weights."""
-    untrained = export_untrained(pretrained, run_dir)
+    untrained = export_reinitialized(pretrained, run_dir)
     if args.keep_pretrained_blocks is not None:
-        pretrained = export_untrained(pretrained, run_dir, args.keep_pretrained_blocks)
+        pretrained = export_reinitialized(pretrained, run_dir, args.keep_pretrained_blocks)
     results = {
         "pretrained": finetune(args, pretrained, sst2, run_dir, "sst2-pretrained"),
         "from_scratch": finetune(args, untrained, sst2, run_dir, "sst2-from-scratch"),
