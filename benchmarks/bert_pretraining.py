@@ -67,6 +67,7 @@ from keras_attn.training import token_cross_entropy  # noqa: E402
 from pipelines import documents, pretraining  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SST2_BATCH = 32
 _TITLE = re.compile(r"^ = [^=].* =$")  # a WikiText article's title line
 
 
@@ -330,11 +331,17 @@ def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step,
 
 # --- 3. SST-2 ------------------------------------------------------------------------
 
+def sst2_epochs(args):
+    if args.sst2_steps is None:
+        return args.sst2_epochs
+    return max(1, round(args.sst2_steps * SST2_BATCH / args.sst2_train))
+
+
 def finetune(args, model_dir, sst2, run_dir, name):
     keras.mixed_precision.set_global_policy("float32")
     config = bert_job.FinetuneConfig(
         model_dir=str(model_dir), train=str(sst2["train"]), valid=str(sst2["dev"]), test=str(sst2["test"]),
-        run_dir=str(run_dir / name), epochs=args.sst2_epochs, batch_size=32, max_length=64,
+        run_dir=str(run_dir / name), epochs=sst2_epochs(args), batch_size=SST2_BATCH, max_length=64,
         learning_rate=args.sst2_learning_rate, mixed_precision=args.precision == "mixed_bfloat16",
         export_root=str(run_dir / "export"), name=name, verbose=2, seed=args.seed,
     )
@@ -348,10 +355,11 @@ def finetune(args, model_dir, sst2, run_dir, name):
 def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     """The pretrained export's architecture and vocabulary with new random weights, exported.
 
-    The random weights are the same in every call (seeded). `keep_blocks=k` keeps the pretrained embeddings and bottom `k` encoder
-    blocks instead (the blocks above them and the pooler random): the
-    re-initialization of the top layers for few-sample fine-tuning (Zhang et
-    al. 2021, "Revisiting few-sample BERT fine-tuning").
+    The random weights are the same in every call (seeded). `keep_blocks=k`
+    keeps the pretrained embeddings and bottom `k` encoder blocks instead
+    (the blocks above them and the pooler random): the re-initialization of
+    the top layers for few-sample fine-tuning (Zhang et al. 2021, "Revisiting
+    few-sample BERT fine-tuning").
     """
     from keras_attn.bert_server import backbone_arguments, load_backbone, read_pretrained
 
@@ -403,6 +411,7 @@ def main():
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="mixed_bfloat16")
     parser.add_argument("--sst2-train", type=int, default=8000, help="SST-2 training rows sampled")
     parser.add_argument("--sst2-epochs", type=int, default=3)
+    parser.add_argument("--sst2-steps", type=int, help="instead of --sst2-epochs: as many epochs as make about this many steps")
     parser.add_argument("--sst2-learning-rate", type=float, default=1e-4)
     parser.add_argument("--keep-pretrained-blocks", type=int, help="SST-2 from the pretrained embeddings and this many "
                         "bottom blocks only, the rest re-initialized (default: the whole pretrained backbone)")

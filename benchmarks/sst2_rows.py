@@ -8,14 +8,16 @@ Pretraining is expected to help most where labelled rows are few; this runs
 `bert_pretraining.py --only sst2` (the pretrained backbone and the same
 architecture and vocabulary with random weights, fine-tuned alike) for each
 number of sampled training rows, seed (which also draws the sample) and
-fine-tuning peak learning rate, two processes at a time. Every run takes the
-same number of optimizer steps (`--steps`, 375 by default: 3 epochs of 4,000
-rows at batch 32), so fewer rows means more epochs.
+fine-tuning peak learning rate, two processes at a time. Every run takes about
+the same number of optimizer steps (`--steps`, 375 by default: 3 epochs of
+4,000 rows at batch 32; the epochs drop their last partial batch), so fewer
+rows means more epochs.
 
 For each row count and backbone the learning rate is chosen on SST-2 dev (the
-mean over seeds of the last epoch's dev accuracy); only for that choice is the
-test accuracy shown (mean and range over the seeds): the test split is looked
-at once per row count and backbone, never to choose.
+mean over seeds of the last epoch's dev accuracy), and the summary shows the
+test accuracy of that choice only (mean and range over the seeds): test never
+chooses. (Each run's log and JSON keep its own test score, which
+`bert_pretraining.py` always computes.)
 """
 
 import argparse
@@ -37,10 +39,9 @@ def run_one(args, rows, seed, learning_rate):
     out = Path(args.run_dir) / f"{name}.json"
     if not out.exists():
         shutil.rmtree(Path(args.run_dir) / name, ignore_errors=True)  # an interrupted run's folder
-        epochs = max(1, round(args.steps * 32 / rows))
         command = [
             sys.executable, str(HERE / "bert_pretraining.py"), "--only", "sst2", "--pretrained", args.pretrained,
-            "--sst2-train", str(rows), "--sst2-epochs", str(epochs), "--sst2-learning-rate", str(learning_rate),
+            "--sst2-train", str(rows), "--sst2-steps", str(args.steps), "--sst2-learning-rate", str(learning_rate),
             "--seed", str(seed), "--run-dir", str(Path(args.run_dir) / name), "--out", str(out),
         ]
         if args.keep_pretrained_blocks is not None:
@@ -91,7 +92,8 @@ def main():
     for (rows, backbone), row in table.items():
         print(f"{rows:>5}  {backbone:<12}  {row['learning_rate']:>8g}  {row['dev']:>6.3f}  "
               f"{row['test_mean']:>9.3f}  {row['test_min']:.3f}-{row['test_max']:.3f}")
-    Path(args.run_dir, "summary.json").write_text(json.dumps(
+    suffix = "" if args.keep_pretrained_blocks is None else f"-keep{args.keep_pretrained_blocks}"
+    Path(args.run_dir, f"summary{suffix}.json").write_text(json.dumps(
         {f"{rows} {backbone}": row for (rows, backbone), row in table.items()}, indent=1))
 
 
