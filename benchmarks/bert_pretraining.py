@@ -19,7 +19,8 @@
    linear decay; ours sums MLM and `--nsp-weight` times NSP) spans the
    steps its measured step time fits in 90% of the budget, and a callback
    stops either at the budget. Both train on the same masked pairs (our
-   tf.data pipeline: dynamic 15% masks, 80/10/10, a new mask each epoch),
+   tf.data pipeline: dynamic masks of `--mask-rate`, 15%, 80/10/10, a new
+   mask each epoch),
    with the same vocabulary, optimizer (AdamW) and peak learning rate.
    Scored on the WikiText-2 test articles: masked-token accuracy and
    perplexity over the same three draws of 15% masks for both, and our
@@ -246,9 +247,16 @@ def warmup_steps(args, steps):
     return max(1, round(steps * args.warmup_fraction))
 
 
+TEST_MAX_PREDICTIONS = 20  # 15% of 128 tokens, BERT's setting
+
+
 def test_batches(corpus, vocabulary, args, draws=3):
-    """The test articles' pairs with `draws` different 15% masks (fixed: epochs -1, -2, ...)."""
-    settings = dict(batch_size=64, max_length=args.max_length, max_predictions=args.max_predictions,
+    """The test articles' pairs with `draws` different 15% masks (fixed: epochs -1, -2, ...).
+
+    Whatever `--mask-rate` and `--max-predictions` the models trained with,
+    they are scored on the same masks: 15%, at most `TEST_MAX_PREDICTIONS`.
+    """
+    settings = dict(batch_size=64, max_length=args.max_length, max_predictions=TEST_MAX_PREDICTIONS,
                     seed=1234, drop_remainder=False)
     return [pretraining.pretraining_dataset(corpus, vocabulary, epoch=-1 - draw, **settings)
             for draw in range(draws)]
@@ -281,7 +289,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=warmup_steps(args, steps),
-        nsp_weight=args.nsp_weight, dropout=args.dropout, norm_first=args.norm_first,
+        nsp_weight=args.nsp_weight, dropout=args.dropout, norm_first=args.norm_first, mask_rate=args.mask_rate,
         mixed_precision=args.precision == "mixed_bfloat16", export_root=str(run_dir / "export"),
         verbose=2, backup_every=0, seed=args.seed, jit_compile=jit_compile,
     )
@@ -306,7 +314,7 @@ def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step,
         jit_compile=jit_compile,
     )
     settings = dict(batch_size=args.batch_size, max_length=args.max_length,
-                    max_predictions=args.max_predictions, seed=args.seed)
+                    max_predictions=args.max_predictions, mask_rate=args.mask_rate, seed=args.seed)
 
     def for_keras_hub(features, labels):
         return keras_hub_inputs(features), labels["mlm_labels"], labels["mlm_weights"]
@@ -400,7 +408,10 @@ def main():
     parser.add_argument("--models", nargs="+", choices=["keras-attn", "keras-hub"], default=["keras-attn", "keras-hub"])
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--max-predictions", type=int, default=20)
+    parser.add_argument("--max-predictions", type=int, help="in training (default: as our job's, "
+                        "--mask-rate of --max-length rounded up: 20 at 15%%)")
+    parser.add_argument("--mask-rate", type=float, default=0.15, help="of the tokens masked in training "
+                        "(both models); the test masks stay at 15%%")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
@@ -419,6 +430,8 @@ def main():
     parser.add_argument("--run-dir", default="runs/bert-benchmark")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
+    args.max_predictions = bert_job.with_lengths(bert_job.PretrainConfig(
+        max_length=args.max_length, max_predictions=args.max_predictions, mask_rate=args.mask_rate)).max_predictions
     if not (DATA / "wikitext-2").is_dir():
         sys.exit(f"{DATA}: no WikiText-2 here (this benchmark needs ../shared/data)")
     run_dir = Path(args.run_dir)

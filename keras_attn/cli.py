@@ -71,6 +71,7 @@ def _at_least(minimum):
 _fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
 _positive = _checked(float, lambda value: value > 0, "> 0")
 _non_negative = _checked(float, lambda value: value >= 0, ">= 0")
+_rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -258,7 +259,10 @@ def _add_bert_commands(command):
     data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="uncased WordPiece vocabulary size")
     data.add_argument("--max-length", type=_at_least(8), default=None,
                       help="tokens per sentence pair (default: 128, or 64 on the built-in documents)")
-    data.add_argument("--max-predictions", type=_at_least(1), default=20, help="most masked tokens per pair")
+    data.add_argument("--max-predictions", type=_at_least(1), default=None,
+                      help="most masked tokens per pair (default: --mask-rate of --max-length, rounded up)")
+    data.add_argument("--mask-rate", type=_rate, default=0.15,
+                      help="fraction of each pair's tokens masked (BERT: 0.15; see --max-predictions)")
     data.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
     data.add_argument("--pairs-per-epoch", type=_at_least(1), default=None,
                       help="sentence pairs per epoch (default: the corpus's tokens / (max-length - 3))")
@@ -532,7 +536,7 @@ def _pretrain(args):
         **_runner_settings(args), data=args.data, one_document_per_file=args.one_document_per_file,
         builtin_documents=args.builtin_documents, preset=args.preset, norm_first=args.norm_first,
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
-        whole_word=args.whole_word,
+        mask_rate=args.mask_rate, whole_word=args.whole_word,
         pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps, nsp_weight=args.nsp_weight,
     )
     result = bert.pretrain(config)

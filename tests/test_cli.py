@@ -63,6 +63,8 @@ MISTAKES = {
     "train: bad flag value": (lambda p: ["train", "transformer", "--epochs", "0"], "must be >= 1, got 0 (see keras-attn train --help)"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],
                                       "must be >= 0, got -1.0 (see keras-attn pretrain --help)"),
+    "pretrain: mask rate of 1": (lambda p: ["pretrain", "bert", "--mask-rate", "1"],
+                                 "must be in (0, 1), got 1.0 (see keras-attn pretrain --help)"),
     "unknown command": (lambda p: ["trian"], "invalid choice: 'trian'"),
     "translate: bad beam": (lambda p: ["translate", p.export, "x", "--beam-width", "0"], "must be >= 1"),
     # translate: model folders

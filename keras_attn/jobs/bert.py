@@ -10,6 +10,7 @@ test accuracy → an export with `classify` as well.
 """
 
 import dataclasses
+import math
 import os
 import time
 
@@ -45,7 +46,7 @@ class PretrainConfig(RunConfig, common.ExportSettings):
     preset: str = "tiny"
     norm_first: bool = False  # pre-norm blocks and a final LayerNorm instead of BERT's post-norm
     max_length: int = None  # 128 on --data, 64 on the built-in corpus (its documents are short)
-    max_predictions: int = 20
+    max_predictions: int = None  # None: mask_rate of max_length, rounded up (BERT: 20 of 128 at 15%)
     vocab_size: int = 8000
     mask_rate: float = 0.15
     whole_word: bool = False
@@ -148,6 +149,18 @@ def _document_lines(docs):
         yield ""
 
 
+def with_lengths(config):
+    """`config` with its defaults for `max_length` and `max_predictions` filled in.
+
+    `max_length`: 128 on given documents, 64 on the built-in ones (short);
+    `max_predictions`: `mask_rate` of `max_length`, rounded up, so that the
+    cap does not cut the rate (BERT's 20 for 128 tokens at 15%).
+    """
+    max_length = config.max_length or (128 if config.data else 64)
+    max_predictions = config.max_predictions or max(1, math.ceil(round(config.mask_rate * max_length, 6)))
+    return dataclasses.replace(config, max_length=max_length, max_predictions=max_predictions)
+
+
 def pretrain(config, log=print, callbacks=()):
     """Pretrains BERT (MLM + NSP), evaluates on held-out documents, exports; returns a `BertResult`.
 
@@ -155,7 +168,7 @@ def pretrain(config, log=print, callbacks=()):
     `model.stop_training` ends the run early, e.g. at a time budget).
     """
     started = time.time()
-    config = dataclasses.replace(config, max_length=config.max_length or (128 if config.data else 64))
+    config = with_lengths(config)
     chief = common.start(config, log)
     read = load_documents(config)
     train_docs, valid_docs = documents.hold_out_documents(

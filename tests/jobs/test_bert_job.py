@@ -262,3 +262,18 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
     assert resumed.steps == pretrained.result.steps == 20
     for a, b in zip(resumed.model.get_weights(), pretrained.result.model.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_rate", [0.15, 0.3, 0.4])
+@pytest.mark.parametrize("data, max_length", [(None, None), (["docs"], None), (None, 32), (["docs"], 512)])
+def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, mask_rate):
+    from keras_attn.jobs.bert import PretrainConfig, with_lengths
+
+    config = with_lengths(PretrainConfig(data=data, max_length=max_length, mask_rate=mask_rate))
+    assert config.max_length == max_length or (128 if data else 64)
+    # The masker's budget for a full pair (all but [CLS] and two [SEP]) fits under the cap.
+    assert round((config.max_length - 3) * mask_rate) <= config.max_predictions <= config.max_length
+    if mask_rate == 0.15 and config.max_length == 128:
+        assert config.max_predictions == 20  # BERT's max_predictions_per_seq
+    given = with_lengths(PretrainConfig(max_length=max_length, max_predictions=4, mask_rate=mask_rate))
+    assert given.max_predictions == 4
