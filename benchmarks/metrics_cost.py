@@ -3,6 +3,7 @@
     python benchmarks/metrics_cost.py                       # BERT-mini pretraining
     python benchmarks/metrics_cost.py --model seq2seq       # Bahdanau, bidirectional, mixed_bfloat16
     python benchmarks/metrics_cost.py --model transformer --precision float32
+    python benchmarks/metrics_cost.py --predictions 20 39 52 --precision mixed_bfloat16   # BERT's mask rates
 
 The runner's `TrainingSteps` with and without the metrics, on one fixed
 random batch, 15 steps at a time, alternated three times in one process;
@@ -16,6 +17,9 @@ prints ms/step of each repeat and the medians.
   and `MaskedPerplexity`, without them, and with the metrics as they were
   computed before (`keras.ops.argmax`, and the fused cross-entropy, which
   also computes a gradient, for the perplexity).
+- `--predictions N ...`: instead, the BERT step (with its metrics) at each
+  number of masked positions per pair (20, 39, 52: `--mask-rate` 0.15,
+  0.3, 0.4 of 128 tokens), what a higher mask rate costs.
 """
 
 import argparse
@@ -26,13 +30,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def bert_case(rng):
+def bert_case(rng, predictions=20):
     import numpy as np
 
     from keras_attn.models.bert import bert_backbone, bert_pretrainer
     from keras_attn.training import PretrainingLoss, PretrainingMetrics, adamw
 
-    batch, length, predictions, vocabulary = 32, 128, 20, 8000
+    batch, length, vocabulary = 32, 128, 8000
     features = {
         "token_ids": rng.integers(5, vocabulary, (batch, length)).astype("int32"),
         "segment_ids": np.zeros((batch, length), "int32"),
@@ -95,6 +99,8 @@ def main():
     parser.add_argument("--model", choices=["bert", "seq2seq", "transformer"], default="bert")
     parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default=None,
                         help="default: float32 for bert, mixed_bfloat16 for the translators")
+    parser.add_argument("--predictions", type=int, nargs="+",
+                        help="bert: time the step at these numbers of masked positions instead")
     args = parser.parse_args()
 
     import keras
@@ -108,13 +114,20 @@ def main():
     precision = args.precision or ("float32" if args.model == "bert" else "mixed_bfloat16")
     keras.mixed_precision.set_global_policy(precision)
     rng = np.random.default_rng(0)
-    batch, build, loss, metric_cases = (
-        bert_case(rng) if args.model == "bert" else translation_case(rng, args.model)
-    )
-    data = tf.data.Dataset.from_tensors(batch).repeat()
+    if args.predictions:  # one case per prediction count, each with the metrics
+        cases = {}
+        for count in args.predictions:
+            batch, build, loss, metric_cases = bert_case(rng, count)
+            cases[f"{count} predictions"] = (batch, build, loss, metric_cases["with PretrainingMetrics"])
+    else:
+        batch, build, loss, metric_cases = (
+            bert_case(rng) if args.model == "bert" else translation_case(rng, args.model)
+        )
+        cases = {name: (batch, build, loss, make) for name, make in metric_cases.items()}
     strategy = tf.distribute.get_strategy()
     runs = {}
-    for name, make_metrics in metric_cases.items():
+    for name, (batch, build, loss, make_metrics) in cases.items():
+        data = tf.data.Dataset.from_tensors(batch).repeat()
         keras.utils.set_random_seed(0)
         model, optimizer = build()
         model(batch[0])
