@@ -19,7 +19,7 @@
    linear decay; ours sums MLM and `--nsp-weight` times NSP) spans the
    steps its measured step time fits in 90% of the budget, and a callback
    stops either at the budget. Both train on the same masked pairs (our
-   tf.data pipeline: dynamic masks of `--mask-rate`, 15%, 80/10/10, a new
+   tf.data pipeline: dynamic masks of `--mask-rate` (15%), 80/10/10, a new
    mask each epoch),
    with the same vocabulary, optimizer (AdamW) and peak learning rate.
    Scored on the WikiText-2 test articles: masked-token accuracy and

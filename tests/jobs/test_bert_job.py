@@ -270,7 +270,7 @@ def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, 
     from keras_attn.jobs.bert import PretrainConfig, with_lengths
 
     config = with_lengths(PretrainConfig(data=data, max_length=max_length, mask_rate=mask_rate))
-    assert config.max_length == max_length or (128 if data else 64)
+    assert config.max_length == (max_length or (128 if data else 64))
     # The masker's budget for a full pair (all but [CLS] and two [SEP]) fits under the cap.
     assert round((config.max_length - 3) * mask_rate) <= config.max_predictions <= config.max_length
     if mask_rate == 0.15 and config.max_length == 128:
