@@ -430,8 +430,7 @@ def main():
     parser.add_argument("--run-dir", default="runs/bert-benchmark")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    args.max_predictions = bert_job.with_lengths(bert_job.PretrainConfig(
-        max_length=args.max_length, max_predictions=args.max_predictions, mask_rate=args.mask_rate)).max_predictions
+    args.max_predictions = args.max_predictions or pretraining.default_max_predictions(args.mask_rate, args.max_length)
     if not (DATA / "wikitext-2").is_dir():
         sys.exit(f"{DATA}: no WikiText-2 here (this benchmark needs ../shared/data)")
     run_dir = Path(args.run_dir)

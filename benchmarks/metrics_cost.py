@@ -102,6 +102,8 @@ def main():
     parser.add_argument("--predictions", type=int, nargs="+",
                         help="bert: time the step at these numbers of masked positions instead")
     args = parser.parse_args()
+    if args.predictions and args.model != "bert":
+        parser.error("--predictions is for --model bert")
 
     import keras
     import numpy as np

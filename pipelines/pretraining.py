@@ -27,6 +27,7 @@ Pair creation follows BERT's `create_pretraining_data.py` (Devlin et al.
 """
 
 import dataclasses
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -238,6 +239,14 @@ def _truncate_pair(tokens_a, tokens_b, max_tokens, key):
     return cut(tokens_a, remove_a, keys[0]), cut(tokens_b, remove_b, keys[1])
 
 
+def default_max_predictions(mask_rate, max_length):
+    """The most masked tokens per pair that never cut `mask_rate`: the rate of `max_length`, rounded up.
+
+    BERT's `max_predictions_per_seq`: 20 for 128 tokens at 15%.
+    """
+    return max(1, math.ceil(round(mask_rate * max_length, 6)))
+
+
 def masker(
     vocabulary,
     max_predictions,
@@ -334,7 +343,7 @@ def pretraining_dataset(
     vocabulary,
     batch_size,
     max_length=128,
-    max_predictions=20,
+    max_predictions=None,
     num_pairs=None,
     seed=0,
     epoch=0,
@@ -351,7 +360,8 @@ def pretraining_dataset(
         vocabulary: the tokenizer's tokens.
         batch_size: pairs per batch.
         max_length: tokens per pair.
-        max_predictions: most masked tokens per pair.
+        max_predictions: most masked tokens per pair (default:
+            `default_max_predictions`).
         num_pairs: pairs in the epoch; defaults to `pairs_per_epoch`.
         seed: the data's seed.
         epoch: the epoch, for new pairs and masks.
@@ -375,6 +385,7 @@ def pretraining_dataset(
         corpus, max_length, num_pairs, seed=seed, epoch=epoch,
         short_sequence_probability=short_sequence_probability, next_probability=next_probability,
     )
+    max_predictions = max_predictions or default_max_predictions(mask_rate, max_length)
     mask = masker(vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch)
     batches = pairs.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

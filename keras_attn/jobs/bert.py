@@ -10,7 +10,6 @@ test accuracy → an export with `classify` as well.
 """
 
 import dataclasses
-import math
 import os
 import time
 
@@ -153,11 +152,10 @@ def with_lengths(config):
     """`config` with its defaults for `max_length` and `max_predictions` filled in.
 
     `max_length`: 128 on given documents, 64 on the built-in ones (short);
-    `max_predictions`: `mask_rate` of `max_length`, rounded up, so that the
-    cap does not cut the rate (BERT's 20 for 128 tokens at 15%).
+    `max_predictions`: `pipelines.pretraining.default_max_predictions`.
     """
     max_length = config.max_length or (128 if config.data else 64)
-    max_predictions = config.max_predictions or max(1, math.ceil(round(config.mask_rate * max_length, 6)))
+    max_predictions = config.max_predictions or pretraining.default_max_predictions(config.mask_rate, max_length)
     return dataclasses.replace(config, max_length=max_length, max_predictions=max_predictions)
 
 
