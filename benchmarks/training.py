@@ -4,6 +4,7 @@
     python benchmarks/training.py --steps 60 --jit
     python benchmarks/training.py --model seq2seq --attention bahdanau luong none
     python benchmarks/training.py --model seq2seq --bidirectional --batch-size 32   # the RNN's Multi30k recipe
+    python benchmarks/training.py --batch-tokens 8192 --precision float32 mixed_bfloat16 float32 mixed_bfloat16
 
 In one process, on Multi30k de→en train (or the built-in corpus when the
 shared data is missing), batch 64, max_length 64, preset "small" (3+3
@@ -49,10 +50,10 @@ def corpus():
     return "built-in corpus", synthetic.translation_corpus()["train"]
 
 
-def dataset(pairs, source_tokenizer, target_tokenizer, batch_size=BATCH):
+def dataset(pairs, source_tokenizer, target_tokenizer, batch_size=BATCH, batch_tokens=None, repeat=True):
     return translation.translation_dataset(
         pairs.sources, pairs.targets, source_tokenizer, target_tokenizer,
-        batch_size=batch_size, max_length=MAX_LENGTH, repeat=True,
+        batch_size=batch_size, max_length=MAX_LENGTH, repeat=repeat, batch_tokens=batch_tokens,
     )
 
 
@@ -112,7 +113,9 @@ def main():
     parser.add_argument("--attention", nargs="+", default=["bahdanau"],
                         help="seq2seq only: the attention types to measure")
     parser.add_argument("--bidirectional", action="store_true", help="seq2seq only: a bidirectional encoder")
-    parser.add_argument("--batch-size", type=int, default=BATCH)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"pairs per batch (default {BATCH}; with --batch-tokens the most a batch holds: as many as fit)")
+    parser.add_argument("--batch-tokens", type=int, help="batches of up to this many ids (the job's --batch-tokens)")
     parser.add_argument("--precision", nargs="+", default=["float32", "mixed_bfloat16"])
     parser.add_argument("--optimizer", nargs="+", choices=["fused", "keras"], default=["fused"],
                         help="the job's FusedAdam, or keras.optimizers.Adam (same arguments)")
@@ -121,12 +124,15 @@ def main():
     name, pairs = corpus()
     source_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.sources, 8000))
     target_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.targets, 8000))
-    data = dataset(pairs, source_tokenizer, target_tokenizer, args.batch_size)
+    batch_size = args.batch_size or (args.batch_tokens // translation.BUDGET_GRANULARITY if args.batch_tokens else BATCH)
+    data = dataset(pairs, source_tokenizer, target_tokenizer, batch_size, args.batch_tokens)
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
-    batches_per_epoch = -(-len(pairs) // args.batch_size)
+    one_pass = dataset(pairs, source_tokenizer, target_tokenizer, batch_size, args.batch_tokens, repeat=False)
+    batches_per_epoch = int(one_pass.reduce(0, lambda count, _: count + 1))
     tokens = tokens_per_batch(data)
     pipeline_rate = pipeline_batches_per_second(data)
-    print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {args.batch_size} per epoch, "
+    size = f"up to {args.batch_tokens} ids" if args.batch_tokens else f"{batch_size} pairs"
+    print(f"{name}: {len(pairs)} pairs, {batches_per_epoch} batches of {size} per epoch, "
           f"{tokens:.0f} real tokens per batch")
     print(f"input pipeline alone: {pipeline_rate:.0f} batches/s")
     print(f"{'model':<20} {'precision':<16} {'optimizer':<10} {'xla':<5} {'steps/s':>8} {'tokens/s':>9} "

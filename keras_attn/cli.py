@@ -136,7 +136,12 @@ def build_parser():
                             "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)")
     model.add_argument("--epochs", type=_at_least(1), default=8,
                        help="passes over the training data, those of a resumed run included")
-    model.add_argument("--batch-size", type=_at_least(1), default=64, help="examples per replica")
+    model.add_argument("--batch-size", type=_at_least(1), default=None,
+                       help="examples per replica (default: 64; with --batch-tokens: the most a batch may hold, "
+                            "by default as many as fit)")
+    model.add_argument("--batch-tokens", type=_at_least(1), default=None, metavar="N",
+                       help="batches of up to N ids per replica (pairs x padded length) instead of "
+                            "--batch-size pairs: short pairs share a batch with more of their kind")
     model.add_argument("--dropout", type=_fraction, default=None,
                        help="dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)")
     model.add_argument("--label-smoothing", type=_fraction, default=0.1,
@@ -204,6 +209,17 @@ def build_parser():
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     _add_bert_commands(command)
     return parser
+
+
+def _pairs_per_batch(args):
+    """`--batch-size`, or with `--batch-tokens` alone as many pairs as the budget can hold."""
+    if args.batch_size is not None:
+        return args.batch_size
+    if args.batch_tokens is None:
+        return 64
+    from pipelines.translation import BUDGET_GRANULARITY
+
+    return max(1, args.batch_tokens // BUDGET_GRANULARITY)
 
 
 def _runner_flags(parser, name, epochs, batch_size, learning_rate):
@@ -366,7 +382,7 @@ def _train(args):
         src=args.src, tgt=args.tgt, data=args.data, builtin_size=args.builtin_size,
         valid_src=args.valid_src, valid_tgt=args.valid_tgt,
         test_src=args.test_src, test_tgt=args.test_tgt,
-        preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
+        preset=args.preset, epochs=args.epochs, batch_size=_pairs_per_batch(args), batch_tokens=args.batch_tokens,
         max_length=args.max_length, vocab_size=args.vocab_size,
         shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, label_smoothing=args.label_smoothing,

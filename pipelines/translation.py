@@ -28,6 +28,9 @@ import tensorflow as tf
 from pipelines.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 _TOKENIZE_BATCH = 1024
+# With a token budget, batch columns are counted in steps of this many ids.
+BUDGET_GRANULARITY = 8
+_TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
 # Bucketing sorts pools of this many batches; more means less padding but
 # longer runs of batches drawn from the same stretch of the shuffled data.
 POOL_BATCHES = 64
@@ -48,6 +51,7 @@ def translation_dataset(
     drop_remainder=False,
     reshuffle_each_iteration=True,
     length_multiple=1,
+    batch_tokens=None,
 ):
     """Batches of token ids for teacher-forced training of a translator.
 
@@ -62,7 +66,8 @@ def translation_dataset(
         source_tokenizer: a `WordPieceTokenizer` (anything with a batched
             in-graph `tokenize(strings) -> RaggedTensor`).
         target_tokenizer: the same for the targets.
-        batch_size: pairs per batch.
+        batch_size: pairs per batch (with `batch_tokens`: the most pairs
+            a batch may hold).
         max_length: the longest `source` and `target_in`/`target_out` rows.
         shuffle: shuffle the pairs (whole-dataset buffer) with `seed`.
         seed: seed of the shuffles. The order is a function of `seed` and
@@ -80,6 +85,13 @@ def translation_dataset(
         length_multiple: pad each batch's columns up to a multiple of this
             (never beyond `max_length`), so a batch has one of few shapes:
             XLA compiles one program per shape.
+        batch_tokens: a budget of ids instead of a number of pairs (the
+            `--max-tokens` of fairseq): each batch holds as many pairs of
+            similar length as fit in `rows x columns <= batch_tokens`,
+            columns being the longer side's padded length rounded up to a
+            multiple of 8 (a pair longer than the budget gets a batch of its
+            own). Needs `bucket`; batches then have varying sizes, and the
+            dataset does not declare its length (`translation_epochs` does).
 
     Returns:
         A `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)},
@@ -94,11 +106,12 @@ def translation_dataset(
     >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
     (TensorShape([64, 17]), True)
     """
-    _check(sources, targets, max_length, "translation_dataset")
+    _check(sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
     return _batches(
         pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
         reshuffle_each_iteration, _width(max_length, length_multiple),
+        _budget(batch_tokens, max_length, length_multiple),
     )
 
 
@@ -113,6 +126,7 @@ def translation_epochs(
     bucket=True,
     drop_remainder=False,
     length_multiple=1,
+    batch_tokens=None,
 ):
     """`translation_dataset` one epoch at a time, each epoch in an order of its own.
 
@@ -122,6 +136,11 @@ def translation_epochs(
     time. A training run that resumes in the middle of epoch `e` therefore
     sees the batches it had not seen yet, and every worker of a cluster sees
     the same global batches.
+
+    With `batch_tokens` the number of batches of a shuffled pass varies a
+    little with the order, so every epoch is cut (or topped up from another
+    pass) to the number of batches of epoch 0's pass: the runner needs epochs
+    of one declared length.
 
     Args: as `translation_dataset` (always shuffled, never repeated).
 
@@ -134,24 +153,37 @@ def translation_epochs(
     ...                             de_tokenizer, en_tokenizer, 64, 64)
     >>> remaining = epochs(3).skip(100)  # epoch 3 after its first 100 steps
     """
-    _check(sources, targets, max_length, "translation_epochs")
+    _check(sources, targets, max_length, "translation_epochs", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, True)
 
-    def epoch_batches(epoch):
-        epoch_seed = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+    def shuffled_pass(*key):
+        pass_seed = int(np.random.SeedSequence([seed, *key]).generate_state(1)[0])
         return _batches(
-            pairs, len(sources), batch_size, True, epoch_seed, bucket, False, drop_remainder, False,
-            _width(max_length, length_multiple),
+            pairs, len(sources), batch_size, True, pass_seed, bucket, False, drop_remainder, False,
+            _width(max_length, length_multiple), _budget(batch_tokens, max_length, length_multiple),
         )
+
+    if batch_tokens is None:
+        return shuffled_pass
+    steps = int(shuffled_pass(0).reduce(0, lambda count, _: count + 1))
+
+    def epoch_batches(epoch):
+        batches = shuffled_pass(epoch).concatenate(shuffled_pass(epoch, _TOP_UP))
+        return batches.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
 
     return epoch_batches
 
 
-def _check(sources, targets, max_length, caller):
+def _check(sources, targets, max_length, caller, bucket, drop_remainder, batch_tokens):
     if len(sources) != len(targets):
         raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets.")
     if max_length < 1:
         raise ValueError(f"{caller}: max_length must be >= 1, got {max_length}.")
+    if batch_tokens is not None:
+        if batch_tokens < 1:
+            raise ValueError(f"{caller}: batch_tokens must be >= 1, got {batch_tokens}.")
+        if not bucket or drop_remainder:
+            raise ValueError(f"{caller}: batch_tokens needs bucket=True and drop_remainder=False.")
 
 
 def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache):
@@ -181,11 +213,11 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
     return dataset.cache() if cache else dataset
 
 
-def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width):
+def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width, budget=None):
     """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
 
     `width(length)` is the number of columns of a batch whose longest row has `length` ids
-    (`None`: that length).
+    (`None`: that length); `budget` a `_Budget` (batches by tokens) or `None`.
     """
     dataset = pairs
     if shuffle:
@@ -193,7 +225,7 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
     if repeat:
         dataset = dataset.repeat()
     if bucket:
-        dataset = _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle)
+        dataset = _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget)
     else:
         dataset = dataset.padded_batch(
             batch_size,
@@ -206,7 +238,7 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    if not repeat:
+    if not repeat and budget is None:
         # Pools hold a whole number of batches, so bucketing makes as many
         # batches as plain batching; declaring it gives Keras's progress bar
         # its length from the first epoch on.
@@ -215,9 +247,9 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle):
+def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget=None):
     """Batches of similar length: sorts pools of pairs, then cuts them."""
-    pool_size = POOL_BATCHES * batch_size
+    pool_size = POOL_BATCHES * (batch_size if budget is None else budget.pool_rows(batch_size))
 
     def batches_of_pool(source, target_in, target_out):
         # (P, S), (P, T), (P, T) padded to the pool's longest. Ids are never
@@ -230,13 +262,21 @@ def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, res
         source, target_in, target_out = (
             tf.gather(ids, order) for ids in (source, target_in, target_out)
         )
+        if budget is None:
+            starts = tf.range(0, tf.shape(source)[0], batch_size)
+            ends = tf.minimum(starts + batch_size, tf.shape(source)[0])
+            sizes = ends - starts
+        else:
+            starts, ends, sizes = budget.cuts(tf.gather(longer, order), batch_size)
 
-        def batch(start):
-            rows = slice(start, start + batch_size)
-            return source[rows], target_in[rows], target_out[rows]
+        def batch(start, end, size):
+            ids = source[start:end], target_in[start:end], target_out[start:end]
+            if budget is None or not budget.fixed_rows:
+                return ids
+            # Rows of padding complete a short batch (their ids are all PAD, which no loss counts).
+            return tuple(tf.pad(x, [[0, size - (end - start)], [0, 0]], constant_values=PAD_ID) for x in ids)
 
-        starts = tf.range(0, tf.shape(source)[0], batch_size)
-        return tf.data.Dataset.from_tensor_slices(starts).map(batch)
+        return tf.data.Dataset.from_tensor_slices((starts, ends, sizes)).map(batch)
 
     dataset = dataset.padded_batch(pool_size, padding_values=(PAD_ID, PAD_ID, PAD_ID))
     dataset = dataset.flat_map(batches_of_pool)
@@ -250,6 +290,41 @@ def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, res
             POOL_BATCHES, seed=seed, reshuffle_each_iteration=reshuffle
         )
     return dataset
+
+
+class _Budget:
+    """Cuts a pool of pairs sorted by length into batches of at most `tokens` ids."""
+
+    def __init__(self, tokens, max_length, length_multiple):
+        self.tokens = tokens
+        self.max_length = max_length
+        # Columns are counted as the batch will be padded (`length_multiple`), at least in steps of 8.
+        self.step = max(length_multiple, BUDGET_GRANULARITY)
+        # Padded columns (for XLA) want few shapes: the last batch of a run of equal
+        # column counts is then padded with empty rows to its run's number of pairs.
+        self.fixed_rows = length_multiple > 1
+
+    def pool_rows(self, batch_size):
+        """Pairs per batch when every pair is as long as allowed: a pool holds at least `POOL_BATCHES` batches' worth."""
+        return max(1, min(batch_size, self.tokens // self.max_length))
+
+    def cuts(self, lengths, batch_size):
+        """`(starts, ends, rows)` of the batches of a pool whose longer sides have the (sorted) `lengths`."""
+        columns = tf.minimum(-(-lengths // self.step) * self.step, self.max_length)
+        rows_per_batch = tf.clip_by_value(self.tokens // columns, 1, batch_size)
+        index = tf.range(tf.shape(lengths)[0])
+        # Each run of equal column counts is cut from its first pair on.
+        run = tf.cumsum(tf.cast(tf.concat([[True], columns[1:] != columns[:-1]], 0), tf.int32)) - 1
+        first_of_run = tf.gather(tf.math.segment_min(index, run), run)
+        is_start = (index - first_of_run) % rows_per_batch == 0
+        starts = tf.boolean_mask(index, is_start)
+        ends = tf.concat([starts[1:], tf.shape(lengths)[:1]], 0)
+        rows = tf.boolean_mask(rows_per_batch, is_start) if self.fixed_rows else ends - starts
+        return starts, ends, rows
+
+
+def _budget(batch_tokens, max_length, length_multiple):
+    return None if batch_tokens is None else _Budget(batch_tokens, max_length, length_multiple)
 
 
 def _lengths(ids):

@@ -134,7 +134,7 @@ def test_help_shows_defaults_and_describes_every_argument(capsys):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8)",
-                  "(default: tiny)", "examples per replica (default: 64)", "built-in corpus (default: 20000)",
+                  "(default: tiny)", "examples per replica (default: 64;", "built-in corpus (default: 20000)",
                   "(default: auto)", "(default: 0.1)"):
         assert shown in text
     assert "default: None" not in text and "default: False" not in text

@@ -128,9 +128,19 @@ def describe_setup(config, strategy):
         f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
         f"precision: {describe_precision(config.mixed_precision)}",
         f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
-        f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)",
+        _describe_batch(config, replicas),
         f"run folder: {config.run_dir} ({state})",
     ]
+
+
+def _describe_batch(config, replicas):
+    tokens = getattr(config, "batch_tokens", None)
+    if tokens:
+        return (
+            f"global batch: up to {tokens * replicas} ids ({tokens} per replica), "
+            f"at most {config.batch_size * replicas} examples"
+        )
+    return f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)"
 
 
 def _strategy_name(strategy):

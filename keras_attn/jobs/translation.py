@@ -60,6 +60,7 @@ class TranslationConfig(RunConfig, common.ExportSettings):
     test_tgt: str = None
     preset: str = "tiny"
     max_length: int = 64
+    batch_tokens: int = None  # ids per replica per batch instead of batch_size pairs (batch_size then caps the pairs)
     vocab_size: int = 8000
     shared_vocab: bool = False
     lowercase: bool = False
@@ -218,7 +219,7 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 
 # What a run folder is bound to: resuming with other values would train
 # the saved model on other data, or restore weights of another shape.
-BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length")
+BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length", "batch_tokens")
 # With --jit-compile, batches are padded to lengths that are multiples of this.
 XLA_LENGTH_MULTIPLE = 8
 
@@ -281,10 +282,12 @@ def run(config, log=print):
         )
 
     def make_datasets(global_batch_size):
+        replicas = global_batch_size // config.batch_size
         pipeline = dict(
             source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
             batch_size=global_batch_size, max_length=config.max_length, seed=config.seed,
             length_multiple=length_multiple,
+            batch_tokens=config.batch_tokens and config.batch_tokens * replicas,
         )
         return (
             translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline),
@@ -321,7 +324,9 @@ def run(config, log=print):
         log(
             f"trained {model.count_params():,} parameters for {result.steps} steps on "
             f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
-            f"{result.global_batch_size}, in {time.time() - started:.0f} s"
+            + (f"up to {config.batch_tokens * result.strategy.num_replicas_in_sync} ids" if config.batch_tokens
+               else f"{result.global_batch_size}")
+            + f", in {time.time() - started:.0f} s"
         )
     if not result.is_chief:
         return TranslationResult(

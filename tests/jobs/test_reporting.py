@@ -39,6 +39,10 @@ def test_the_setup_names_strategy_devices_and_global_batch(tmp_path):
     )
     assert lines[2].startswith("XLA: on") and lines[3] == "global batch: 32 (16 per replica)"
     assert lines[4] == f"run folder: {tmp_path / 'run'} (a new run)"
+    by_tokens = translation.TranslationConfig(run_dir=str(tmp_path / "run"), batch_size=500, batch_tokens=4096)
+    assert translation.describe_setup(by_tokens, strategy)[3] == (
+        "global batch: up to 8192 ids (4096 per replica), at most 1000 examples"
+    )
 
 
 def test_the_progress_bar_leaves_the_first_step_out_of_its_estimate(monkeypatch, capsys):

@@ -166,9 +166,30 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
     start(config, train)
     with pytest.raises(UserError, match="preset tiny \\(now small\\)"):
         start(dataclasses.replace(config, preset="small"), train)
+    with pytest.raises(UserError, match="batch_tokens None \\(now 2048\\)"):  # another number of steps an epoch
+        start(dataclasses.replace(config, batch_tokens=2048), train)
     other = synthetic.translation_corpus(seed=1, train_size=300)["train"]
     with pytest.raises(UserError, match="other training data"):
         start(config, other)
+
+
+def test_the_job_trains_on_batches_by_tokens(tmp_path):
+    # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
+    from keras_attn.jobs import translation
+
+    config = translation.TranslationConfig(
+        run_dir=str(tmp_path), builtin_size=600, builtin_eval_size=20, epochs=2, batch_size=1000,
+        batch_tokens=700, warmup_steps=5, beam_width=1, export=False,
+    )
+    printed = []
+    result = translation.run(config, log=printed.append)
+    assert "global batch: up to 700 ids (700 per replica), at most 1000 examples" in printed
+    # Without the budget, one batch an epoch; with it, every pair counts at least 8 columns.
+    assert result.steps % 2 == 0 and result.steps // 2 >= -(-600 * 8 // 700)
+    losses = result.history["loss"]
+    assert len(losses) == 2 and losses[1] < losses[0]
+
+
 
 
 @pytest.mark.parametrize(

@@ -215,3 +215,46 @@ def test_sources_without_any_token_are_kept_as_empty_rows(tokenizers):
                                          shuffle=False, bucket=False))
         assert [source for source, _, _ in pairs] == [(), ()]
         assert [out[-1] for _, _, out in pairs] == [EOS_ID, EOS_ID]
+
+
+@pytest.mark.parametrize("length_multiple", [1, 16])
+def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(corpus, tokenizers, length_multiple):
+    budget = 300
+    batches = dataset(corpus, tokenizers, batch_size=1000, batch_tokens=budget, length_multiple=length_multiple)
+    step = max(length_multiple, 8)  # columns are counted in steps of 8 at least
+    sizes, shapes = [], set()
+    for inputs, target_out in batches:
+        pairs = target_out.shape[0]
+        columns = max(inputs["source"].shape[1], target_out.shape[1])
+        assert pairs * -(-columns // step) * step <= budget or pairs == 1, (pairs, columns)
+        sizes.append(pairs)
+        shapes.add((pairs, inputs["source"].shape[1], target_out.shape[1]))
+    assert len(set(sizes)) >= 2  # short pairs share a batch with more of their kind
+    got = [pair for pair in rows(batches) if pair != ((), (), ())]
+    assert collections.Counter(got) == collections.Counter(expected_rows(corpus, tokenizers, 64))
+    if length_multiple > 1:  # XLA's case: the pairs of a batch follow from its columns, so few shapes
+        assert len(shapes) <= width_count(64, 16) ** 2 and len({(s, t) for _, s, t in shapes}) == len(shapes)
+    capped = dataset(corpus, tokenizers, batch_size=8, batch_tokens=10_000)
+    assert max(out.shape[0] for _, out in capped) == 8  # batch_size still bounds the pairs
+
+
+def test_token_budget_epochs_have_one_declared_length_and_orders_of_their_own(corpus, tokenizers):
+    def epochs(seed):
+        return translation_epochs(corpus.sources, corpus.targets, *tokenizers, 1000, 64, seed=seed, batch_tokens=400)
+
+    first = epochs(1)
+    steps = int(first(0).cardinality())
+    for epoch in (0, 1, 5):
+        assert int(first(epoch).cardinality()) == len(list(first(epoch))) == steps
+    order = rows(first(3))
+    assert order == rows(epochs(1)(3)) and order != rows(first(4))
+    # An epoch may drop or repeat the few pairs of its last batches, no more.
+    assert len(set(order)) >= 0.95 * len(set(expected_rows(corpus, tokenizers, 64)))
+
+
+def test_a_token_budget_needs_bucketing_and_batches_of_varying_size(corpus, tokenizers):
+    for options in ({"bucket": False}, {"drop_remainder": True}):
+        with pytest.raises(ValueError, match="batch_tokens needs bucket=True and drop_remainder=False"):
+            dataset(corpus, tokenizers, batch_tokens=256, **options)
+    with pytest.raises(ValueError, match="batch_tokens must be >= 1, got 0"):
+        dataset(corpus, tokenizers, batch_tokens=0)
