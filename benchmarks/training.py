@@ -124,7 +124,7 @@ def main():
     name, pairs = corpus()
     source_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.sources, 8000))
     target_tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(pairs.targets, 8000))
-    batch_size = args.batch_size or (args.batch_tokens // translation.BUDGET_GRANULARITY if args.batch_tokens else BATCH)
+    batch_size = args.batch_size or (translation.most_pairs(args.batch_tokens) if args.batch_tokens else BATCH)
     data = dataset(pairs, source_tokenizer, target_tokenizer, batch_size, args.batch_tokens)
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     one_pass = dataset(pairs, source_tokenizer, target_tokenizer, batch_size, args.batch_tokens, repeat=False)

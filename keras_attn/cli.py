@@ -217,9 +217,9 @@ def _pairs_per_batch(args):
         return args.batch_size
     if args.batch_tokens is None:
         return 64
-    from pipelines.translation import BUDGET_GRANULARITY
+    from pipelines.translation import most_pairs
 
-    return max(1, args.batch_tokens // BUDGET_GRANULARITY)
+    return most_pairs(args.batch_tokens)
 
 
 def _runner_flags(parser, name, epochs, batch_size, learning_rate):

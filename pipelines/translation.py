@@ -323,6 +323,11 @@ class _Budget:
         return starts, ends, rows
 
 
+def most_pairs(batch_tokens):
+    """The most pairs a batch of `batch_tokens` ids can hold (each counts 8 columns at least)."""
+    return max(1, batch_tokens // BUDGET_GRANULARITY)
+
+
 def _budget(batch_tokens, max_length, length_multiple):
     return None if batch_tokens is None else _Budget(batch_tokens, max_length, length_multiple)
 
