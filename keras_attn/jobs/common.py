@@ -128,19 +128,19 @@ def describe_setup(config, strategy):
         f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
         f"precision: {describe_precision(config.mixed_precision)}",
         f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
-        _describe_batch(config, replicas),
+        f"global batch: {describe_global_batch(config, replicas, detail=True)}",
         f"run folder: {config.run_dir} ({state})",
     ]
 
 
-def _describe_batch(config, replicas):
+def describe_global_batch(config, replicas, detail=False):
+    """The global batch in words: `64`, or `up to 1400 ids` with a token budget (`detail`: per replica too)."""
     tokens = getattr(config, "batch_tokens", None)
     if tokens:
-        return (
-            f"global batch: up to {tokens * replicas} ids ({tokens} per replica), "
-            f"at most {config.batch_size * replicas} examples"
+        return f"up to {tokens * replicas} ids" + (
+            f" ({tokens} per replica), at most {config.batch_size * replicas} examples" if detail else ""
         )
-    return f"global batch: {config.batch_size * replicas} ({config.batch_size} per replica)"
+    return f"{config.batch_size * replicas}" + (f" ({config.batch_size} per replica)" if detail else "")
 
 
 def _strategy_name(strategy):

@@ -324,9 +324,8 @@ def run(config, log=print):
         log(
             f"trained {model.count_params():,} parameters for {result.steps} steps on "
             f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
-            + (f"up to {config.batch_tokens * result.strategy.num_replicas_in_sync} ids" if config.batch_tokens
-               else f"{result.global_batch_size}")
-            + f", in {time.time() - started:.0f} s"
+            f"{common.describe_global_batch(config, result.strategy.num_replicas_in_sync)}, "
+            f"in {time.time() - started:.0f} s"
         )
     if not result.is_chief:
         return TranslationResult(

@@ -190,8 +190,6 @@ def test_the_job_trains_on_batches_by_tokens(tmp_path):
     assert len(losses) == 2 and losses[1] < losses[0]
 
 
-
-
 @pytest.mark.parametrize(
     "flags, message",
     [
