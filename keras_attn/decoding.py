@@ -71,10 +71,10 @@ def greedy_search(
 
     Example:
 
-    >>> model = transformer(1000, 1000, preset="tiny")
-    >>> stepper = TransformerStepper(model)
+    >>> from keras_attn.models import TransformerStepper, transformer
+    >>> stepper = TransformerStepper(transformer(1000, 1000, preset="tiny"))
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
-    >>> outputs = greedy_search(stepper, source, max_length=20)
+    >>> outputs = greedy_search(stepper, source, max_length=5)
     >>> sorted(outputs), outputs["tokens"].shape[0]
     (['lengths', 'scores', 'tokens'], 2)
     """
@@ -174,10 +174,10 @@ def beam_search(
 
     Example:
 
-    >>> model = transformer(1000, 1000, preset="tiny")
-    >>> stepper = TransformerStepper(model)
+    >>> from keras_attn.models import TransformerStepper, transformer
+    >>> stepper = TransformerStepper(transformer(1000, 1000, preset="tiny"))
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
-    >>> outputs = beam_search(stepper, source, max_length=20, beam_width=4,
+    >>> outputs = beam_search(stepper, source, max_length=5, beam_width=4,
     ...                       return_all_beams=True)
     >>> outputs["beam_tokens"].shape[:2]
     TensorShape([2, 4])
@@ -333,9 +333,10 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
 
     Example:
 
+    >>> from keras_attn.models import transformer
     >>> model = transformer(1000, 1000, preset="tiny")
     >>> source = np.array([[5, 6, 7, 3]], "int32")
-    >>> sorted(uncached_greedy_search(model, source, max_length=20))
+    >>> sorted(uncached_greedy_search(model, source, max_length=5))
     ['lengths', 'scores', 'tokens']
     """
     source = tf.convert_to_tensor(source)

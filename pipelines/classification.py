@@ -43,7 +43,7 @@ class LabelledTexts:
 
 
 def read_labelled_tsv(path):
-    """Reads `label<TAB>text` or `label<TAB>text_a<TAB>text_b` lines.
+    r"""Reads `label<TAB>text` or `label<TAB>text_a<TAB>text_b` lines.
 
     Every non-blank line must have the columns of the first one.
 
@@ -57,7 +57,8 @@ def read_labelled_tsv(path):
 
     Example:
 
-    >>> data = read_labelled_tsv("sst2/train.tsv")
+    >>> _ = Path("train.tsv").write_text("0\thide new secretions from the parental units\n")
+    >>> data = read_labelled_tsv("train.tsv")
     >>> data.labels[0], data.texts_a[0]
     ('0', 'hide new secretions from the parental units')
     """

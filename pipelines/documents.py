@@ -89,7 +89,7 @@ def split_sentences(line):
 
 
 def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
-    """Reads documents from files and folders.
+    r"""Reads documents from files and folders.
 
     Args:
         paths: a path or a list of paths; a folder stands for every file
@@ -109,9 +109,10 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
 
     Example:
 
-    >>> corpus = read_documents(["wiki.train.txt", "more/"])
-    >>> corpus.documents[0][:2]
-    ['Valkyria Chronicles III is a tactical role-playing game.', 'It was released in 2011.']
+    >>> from pathlib import Path
+    >>> _ = Path("wiki.txt").write_text("The cat sat. It slept!\n\nA dog ran.\n")
+    >>> read_documents("wiki.txt").documents
+    [['The cat sat.', 'It slept!'], ['A dog ran.']]
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

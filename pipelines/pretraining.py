@@ -375,6 +375,11 @@ def pretraining_dataset(
 
     Example:
 
+    >>> from pipelines.synthetic_documents import document_corpus
+    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+    >>> documents = document_corpus(200)
+    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(sum(documents, []), 500))
+    >>> corpus = tokenize_documents(documents, tokenizer)
     >>> data = pretraining_dataset(corpus, tokenizer.vocabulary, batch_size=32)
     >>> features, labels = next(iter(data))
     >>> features["token_ids"].shape, labels["mlm_labels"].shape

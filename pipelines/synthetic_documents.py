@@ -91,7 +91,7 @@ def document_corpus(num_documents=2000, seed=0, min_sentences=3, max_sentences=1
     Example:
 
     >>> document_corpus(1, seed=0)[0][:2]
-    ['Yara weighs the woven basket.', 'Yara sells the salty fish.']
+    ['Yara weighs the woven basket in the market.', 'Yara wraps the low price in the market.']
     """
     rng = np.random.default_rng(seed)
     topics = list(TOPICS)

@@ -59,7 +59,7 @@ class ParallelCorpus:
 
 
 def read_lines(path):
-    """Reads a monolingual text file (plain or gzip) into stripped lines.
+    r"""Reads a monolingual text file (plain or gzip) into stripped lines.
 
     Blank lines are kept as `""` (they separate documents in BERT-style
     pretraining text); dropping them is the caller's choice.
@@ -75,14 +75,15 @@ def read_lines(path):
 
     Example:
 
-    >>> read_lines("multi30k/raw/train.en.gz")[0]
-    'Two young, White males are outside near many bushes.'
+    >>> _ = Path("train.en").write_text("Two dogs run.\n\nA cat sleeps.\n")
+    >>> read_lines("train.en")
+    ['Two dogs run.', '', 'A cat sleeps.']
     """
     return [line.strip() for line in _decoded_lines(Path(path))]
 
 
 def read_parallel(source_path, target_path):
-    """Reads two line-aligned files: line i of one translates line i of the other.
+    r"""Reads two line-aligned files: line i of one translates line i of the other.
 
     Args:
         source_path: source-language file, plain text or gzip.
@@ -98,9 +99,11 @@ def read_parallel(source_path, target_path):
 
     Example:
 
-    >>> corpus = read_parallel("multi30k/raw/train.de.gz", "multi30k/raw/train.en.gz")
+    >>> _ = Path("train.de").write_text("Zwei Hunde rennen.\n\nEine Katze schläft.\n")
+    >>> _ = Path("train.en").write_text("Two dogs run.\nA dog.\nA cat sleeps.\n")
+    >>> corpus = read_parallel("train.de", "train.en")
     >>> len(corpus), corpus.skipped_empty
-    (29000, 0)
+    (2, 1)
     """
     source_path, target_path = Path(source_path), Path(target_path)
     sources = read_lines(source_path)
@@ -114,7 +117,7 @@ def read_parallel(source_path, target_path):
 
 
 def read_tsv(path, source_column=0, target_column=1):
-    """Reads sentence pairs from one tab-separated file (plain text or gzip).
+    r"""Reads sentence pairs from one tab-separated file (plain text or gzip).
 
     Blank lines are skipped and counted like pairs with an empty side; any
     other line must have enough tab-separated columns.
@@ -133,7 +136,8 @@ def read_tsv(path, source_column=0, target_column=1):
 
     Example:
 
-    >>> corpus = read_tsv("spa-eng-manythings/spa.txt.gz")
+    >>> _ = Path("spa.txt").write_text("Go.\tVe.\nRun!\tCorre.\n")
+    >>> corpus = read_tsv("spa.txt")
     >>> corpus.sources[0], corpus.targets[0]
     ('Go.', 'Ve.')
     """

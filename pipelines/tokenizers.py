@@ -160,7 +160,8 @@ class WordPieceTokenizer(tf.Module):
 
     Example:
 
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts))
+    >>> texts = ["A man in a blue shirt.", "Two men, one dog."]
+    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts, 100))
     >>> ids = tokenizer.tokenize(["A man, in a blue shirt."])
     >>> tokenizer.detokenize(ids)
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A man, in a blue shirt.'], dtype=object)>

@@ -45,7 +45,7 @@ class AttentionDecoder(keras.layers.Layer):
     each training step feeds, in place of the gold token y_{t-1}, the
     model's own previous prediction with probability
     `sampling_probability` (a non-trainable weight, 0 at first, that
-    `keras_attn.models.ScheduledSampling` raises during training), drawn
+    `keras_attn.training.ScheduledSampling` raises during training), drawn
     per token. The prediction is the argmax (`"argmax"`) or a sample
     (`"sample"`) of the previous step's distribution. Inference
     (`training=False`) always feeds the given tokens.

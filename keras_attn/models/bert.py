@@ -70,9 +70,9 @@ def bert_backbone(
 
     Example:
 
-    >>> backbone = bert_backbone(30522, preset="base")
+    >>> backbone = bert_backbone(30522, preset="tiny")  # BERT-Tiny, L2/H128
     >>> backbone.count_params()
-    109482240
+    4385920
     """
     if preset not in PRESETS:
         raise ValueError(f"bert_backbone: preset must be one of {list(PRESETS)}, got {preset!r}.")

@@ -35,11 +35,15 @@ class EpochAverage:
 
     Example:
 
-    >>> average = EpochAverage("runs/transformer", k=5, chief=True)
-    >>> average.add(model, epoch=3)        # after epoch 3's validation
-    >>> own = average.use_mean(model)      # the model now holds the mean
-    >>> ...                                # validate it
-    >>> model.set_weights(own)
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> average = EpochAverage("runs/toy", k=5, chief=True)
+    >>> average.add(model, epoch=1)        # after epoch 1's validation
+    >>> model.set_weights([w + 1 for w in model.get_weights()])  # epoch 2 trains
+    >>> average.add(model, epoch=2)
+    >>> own = average.use_mean(model)      # the model now holds the mean: validate it
+    >>> float(model.layers[0].bias[0])
+    0.5
+    >>> model.set_weights(own)             # training goes on from epoch 2's weights
     """
 
     def __init__(self, run_dir, k, chief):

@@ -55,8 +55,8 @@ def describe_precision(mixed_precision):
 
     Example:
 
-    >>> describe_precision(False)  # on a CPU without AVX512-BF16 or AMX
-    'float32: this CPU has no native bfloat16 (AVX512-BF16 or AMX; on GPUs compute capability 8.0+)'
+    >>> describe_precision(False)  # and why, which depends on the hardware
+    'float32...'
     """
     native, hardware = bfloat16_support()
     if mixed_precision and native:

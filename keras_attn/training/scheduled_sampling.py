@@ -72,9 +72,12 @@ class ScheduledSampling(keras.callbacks.Callback):
 
     Example:
 
+    >>> from keras_attn.models import seq2seq
+    >>> from keras_attn.training import MaskedSparseCrossEntropy
     >>> model = seq2seq(1000, 1000, scheduled_sampling="argmax")
-    >>> model.fit(data, epochs=5,
-    ...           callbacks=[ScheduledSampling(inverse_sigmoid_decay)])
+    >>> model.compile("adam", MaskedSparseCrossEntropy())
+    >>> callback = ScheduledSampling(inverse_sigmoid_decay)
+    >>> model.fit(dataset, epochs=5, callbacks=[callback])  # doctest: +SKIP
     """
 
     def __init__(self, schedule):

@@ -47,10 +47,18 @@ class TrainingSteps:
 
     Example:
 
+    >>> strategy = tf.distribute.MirroredStrategy()
     >>> with strategy.scope():
+    ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    ...     optimizer = keras.optimizers.SGD(0.1)
+    ...     optimizer.build(model.trainable_variables)
+    ...     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    ...     accuracy = keras.metrics.SparseCategoricalAccuracy("accuracy")
     ...     steps = TrainingSteps(model, optimizer, loss, [accuracy], strategy)
+    >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
     >>> iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    >>> logs = steps.train(iterator)   # {"loss": ..., "accuracy": ...}
+    >>> sorted(steps.train(iterator))   # one step; the metrics so far
+    ['accuracy', 'loss']
     """
 
     def __init__(self, model, optimizer, loss, metrics, strategy, jit_compile=False):
