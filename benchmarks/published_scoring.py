@@ -5,8 +5,9 @@
     python benchmarks/published_scoring.py EXPORT --src test.de --ref test.en
 
 The published rows we set our scores beside (benchmarks/REFERENCES.md: the
-3+3 Transformer's 36.52 and the Bahdanau model's 28.30) decoded greedily in
-a loop of 50 (Transformer) or 25 (Bahdanau) steps and dropped the last token
+3+3 Transformer's 36.52, the Bahdanau model's 28.30, the GRU's 20.61)
+decoded greedily in a loop of 50 (Transformer) or 25 (the RNNs) steps and
+dropped the last token
 of what came out, [EOS] or not: at most 49 or 24 output words. They scored
 corpus BLEU-4 (uniform weights, no smoothing) on spaCy's English tokens,
 lowercased, hypotheses and references alike. Our other figures are beam 4
@@ -20,8 +21,8 @@ WordPieces, min(64, ⌈1.5 S⌉ + 10) for a source of S WordPieces with the
 Multi30k settings, which no cap in words can be set from, so the cut is
 made on the words of the finished translation: the same words a 50- or
 25-step word-level loop would have kept, as long as our own budget did not
-end the translation first (the script counts the greedy translations it
-ended: they have no [EOS]). Beside each: SacreBLEU 13a lowercased of the
+end the translation first (the script counts the greedy translations our
+budget ended: they have no [EOS]). Beside each: SacreBLEU 13a lowercased of the
 uncut translations, the figure RESULTS quotes elsewhere.
 
 spaCy's rule-based English tokenizer (`spacy.blank("en")`, no model to
@@ -41,7 +42,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../shared/data/multi30k/raw"))
 PUBLISHED_CAPS = (49, 24)  # words kept by a 50- and a 25-step loop that drops its last token
 BEAMS = (1, 4)
 
