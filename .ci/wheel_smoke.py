@@ -1,16 +1,18 @@
-"""Round trip through the installed wheel: export a tiny translator, translate with `keras-attn`.
+"""The installed wheel: every module of the checkout in it and importable, and a round trip.
 
-Run by `.ci/run` with the Python of an environment where the wheel (not the
-checkout) is installed, from a folder outside the checkout. The model is
-untrained, so its output is noise; what counts is that every module and file
-the command needs came with the wheel.
+`python wheel_smoke.py CHECKOUT`, run by `.ci/run` with the Python of an
+environment where the wheel (not the checkout) is installed, from a folder
+outside the checkout. It exports a tiny untrained translator (its output is
+noise) and translates with the `keras-attn` command.
 """
 
+import importlib
 import importlib.metadata
 import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -25,11 +27,22 @@ SOURCES = ["ein hund läuft .", "zwei katzen schlafen ."]
 TARGETS = ["a dog runs .", "two cats sleep ."]
 
 
-def main():
+def check_contents(checkout):
     assert "site-packages" in keras_attn.__file__, f"not the installed wheel: {keras_attn.__file__}"
-    files = [str(f) for f in importlib.metadata.distribution("keras-attn").files]
-    assert any(f.endswith("LICENSE") for f in files), "LICENSE is not in the wheel"
+    installed = {str(f) for f in importlib.metadata.distribution("keras-attn").files}
+    assert any(f.endswith("LICENSE") for f in installed), "LICENSE is not in the wheel"
+    modules = sorted(
+        str(path.relative_to(checkout)) for package in ("keras_attn", "pipelines")
+        for path in (checkout / package).rglob("*.py")
+    )
+    missing = [module for module in modules if module not in installed]
+    assert not missing, f"not in the wheel: {missing}"
+    for module in modules:  # also: what they import is installed with the wheel
+        importlib.import_module(module.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+    print(f"wheel: {len(modules)} modules, all importable")
 
+
+def round_trip():
     source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
     target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
     keras.utils.set_random_seed(7)
@@ -38,14 +51,15 @@ def main():
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
     translator = export.Translator(TransformerStepper(model), source, target, max_length=12)
-    path = export.export(translator, tempfile.mkdtemp(), "toy")
-
-    command = os.path.join(os.path.dirname(sys.executable), "keras-attn")
-    result = subprocess.run([command, "translate", path, "ein hund ."], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as root:
+        path = export.export(translator, root, "toy")
+        command = os.path.join(os.path.dirname(sys.executable), "keras-attn")
+        result = subprocess.run([command, "translate", path, "ein hund ."], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 1, result.stdout
-    print(f"wheel round trip: {path} translated 'ein hund .' to {result.stdout.strip()!r}")
+    print(f"wheel round trip: `keras-attn translate` on a fresh export: {result.stdout.strip()!r}")
 
 
 if __name__ == "__main__":
-    main()
+    check_contents(Path(sys.argv[1]))
+    round_trip()
