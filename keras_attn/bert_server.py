@@ -10,7 +10,8 @@ loads where only `tensorflow` and `tensorflow_text` are imported:
 
 Each version also holds, in `assets.extra/` (which servers ignore), the
 backbone's settings and weights and the vocabulary: what `load_backbone`
-reads to fine-tune it.
+reads to fine-tune it; and a classifier's labels by id and whether it was
+fine-tuned on single texts or pairs (`read_classifier`).
 """
 
 import hashlib
@@ -26,6 +27,7 @@ from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceToken
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
+CLASSIFIER = "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
 RUN_SETTINGS, RUN_WEIGHTS = "settings.json", "best.weights.h5"  # in a pretraining run folder
 _MASK_TEXT = r"(?i)\[mask\]"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -65,13 +67,14 @@ class BertServer(tf.Module):
         mlm_head: the pretrained model's `MaskedLMHead` (for `fill_mask`).
         classifier: a `bert_classifier` model on `backbone` (for `classify`).
         label_names: the classifier's labels, by id.
+        pairs: the classifier was fine-tuned on text pairs (else on single texts).
         max_predictions: the most masks predicted per text.
         max_top_k: the most candidates `fill_mask` gives per mask.
     """
 
     def __init__(
         self, backbone, tokenizer, max_length, backbone_settings, mlm_head=None, classifier=None,
-        label_names=None, max_predictions=20, max_top_k=50,
+        label_names=None, pairs=False, max_predictions=20, max_top_k=50,
     ):
         super().__init__(name="bert")
         self.backbone = backbone
@@ -83,6 +86,7 @@ class BertServer(tf.Module):
         self.mlm_head = mlm_head
         self.classifier = classifier
         self.label_names = list(label_names or [])
+        self.pairs = pairs
         ids = tf.TensorSpec([None, None], tf.int32)
         # The model is traced once, and every signature calls that graph.
         self._run_backbone = tf.function(self._backbone_outputs, input_signature=[ids, ids])
@@ -213,6 +217,14 @@ class BertServer(tf.Module):
         self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))
         with open(os.path.join(folder, VOCABULARY), "w", encoding="utf-8") as file:
             file.write("".join(token + "\n" for token in self.tokenizer.vocabulary))
+        if self.classifier is not None:
+            with open(os.path.join(folder, CLASSIFIER), "w", encoding="utf-8") as file:
+                json.dump({"labels": self.label_names, "pairs": self.pairs}, file, indent=1)
+
+
+def read_classifier(model_dir):
+    """`{"labels": [names by id], "pairs": bool}` of a fine-tuned export; `{}` for an export without them."""
+    return _read_json(os.path.join(model_dir, "assets.extra", CLASSIFIER))
 
 
 def read_pretrained(model_dir):
@@ -232,7 +244,7 @@ def read_pretrained(model_dir):
         ValueError: `model_dir` is neither, or a run folder without best
             weights yet.
     """
-    if os.path.isfile(os.path.join(model_dir, RUN_SETTINGS)):
+    if is_run_folder(model_dir):
         return _read_run_folder(model_dir)
     extra = os.path.join(model_dir, "assets.extra")
     paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
@@ -244,6 +256,11 @@ def read_pretrained(model_dir):
     with open(paths[0]) as file:
         settings = json.load(file)
     return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
+
+
+def is_run_folder(model_dir):
+    """Whether `model_dir` is a run folder (it has the run's `settings.json`), not an export."""
+    return os.path.isfile(os.path.join(model_dir, RUN_SETTINGS))
 
 
 def _read_run_folder(run_dir):
@@ -286,7 +303,7 @@ def load_backbone(model_dir, dropout=0.1):
 
     _, settings = read_pretrained(model_dir)
     backbone = bert_backbone(**backbone_arguments(settings), dropout=dropout)
-    if os.path.isfile(os.path.join(model_dir, RUN_SETTINGS)):
+    if is_run_folder(model_dir):
         bert_pretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
     else:
         backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))

@@ -13,6 +13,7 @@ User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
 
 import argparse
+import difflib
 import os
 import shlex
 import sys
@@ -75,17 +76,49 @@ _rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
 
 
 class _Parser(argparse.ArgumentParser):
-    """An `ArgumentParser` whose errors are one line pointing to `--help`."""
+    """An `ArgumentParser` whose errors are one line pointing to `--help`, with no abbreviated options.
+
+    (With abbreviations `--epoch 3` would be taken as `--epochs 3`.)
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _CommandParser(_Parser):
+    """A command's parser: options and positional arguments in any order.
+
+    `translate MODEL --beam-width 1 "A cat sleeps."` as well as options last
+    (argparse's intermixed parsing, which the top-level parser, holding the
+    commands, cannot use itself: its command parser does it for the rest).
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing:  # parse_known_intermixed_args calls this method twice
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+        if extras:  # refused here, so that the message points to this command's --help
+            options = [o for action in self._actions for o in action.option_strings]
+            close = difflib.get_close_matches(extras[0], options, n=1) if extras[0].startswith("--") else []
+            hint = f"; did you mean {close[0]}?" if close else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace, extras
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, unless it has none (None, or off for a switch)."""
+    """Shows each option's default, unless it has none (None, off for a switch, no texts)."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False:
+        if action.default is None or action.default is False or action.default == []:
             return action.help
         return super()._get_help_string(action)
 
@@ -109,7 +142,7 @@ def build_parser():
         formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"keras-attn {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name, description):
         return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
@@ -192,7 +225,7 @@ def build_parser():
 
     translate = command("translate", "translate with an exported model")
     translate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    translate.add_argument("text", nargs="*",
+    translate.add_argument("text", nargs="*", default=[],
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
     translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
@@ -202,7 +235,8 @@ def build_parser():
     evaluate.add_argument("--ref", help="reference translations, line-aligned with --src (default: runs/<name>/test.ref)")
     evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
-    plot = command("plot-attention", "cross-attention heat maps of one translation")
+    plot = command("plot-attention", "cross-attention heat maps of one translation, decoded greedily "
+                                     "(as translate --beam-width 1: a beam may translate otherwise)")
     plot.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
     plot.add_argument("text", help="the sentence to translate and plot")
     plot.add_argument("--out", default="attention.png",
@@ -222,13 +256,13 @@ def _pairs_per_batch(args):
     return most_pairs(args.batch_tokens)
 
 
-def _runner_flags(parser, name, epochs, batch_size, learning_rate):
+def _runner_flags(parser, name, epochs, batch_size, learning_rate, learning_rate_help="peak learning rate (AdamW)"):
     """The flags every job has: training length, strategy, precision, run folder, export."""
     run = parser.add_argument_group("training")
     run.add_argument("--epochs", type=_at_least(1), default=epochs,
                      help="passes over the training data, those of a resumed run included")
     run.add_argument("--batch-size", type=_at_least(1), default=batch_size, help="examples per replica")
-    run.add_argument("--learning-rate", type=_positive, default=learning_rate, help="peak learning rate (AdamW)")
+    run.add_argument("--learning-rate", type=_positive, default=learning_rate, help=learning_rate_help)
     run.add_argument("--dropout", type=_fraction, default=0.1, help="dropout rate")
     run.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
                      help="auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG")
@@ -294,7 +328,7 @@ def _add_bert_commands(command):
 
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    fill.add_argument("text", nargs="*", help="texts with [MASK] in them (default: one per line on standard input)")
+    fill.add_argument("text", nargs="*", default=[], help="texts with [MASK] in them (default: one per line on standard input)")
     fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
 
     finetune = command("finetune", "fine-tune a pretrained BERT (export or run folder) as a classifier and export it")
@@ -305,12 +339,17 @@ def _add_bert_commands(command):
     finetune.add_argument("--test", help="test examples, scored once at the end")
     finetune.add_argument("--max-length", type=_at_least(8), default=None,
                           help="tokens per example (default: the pretraining's)")
-    _runner_flags(finetune, "bert-classifier", epochs=3, batch_size=32, learning_rate=1e-4)
+    _runner_flags(finetune, "bert-classifier", epochs=3, batch_size=32, learning_rate=None,
+                  learning_rate_help="peak learning rate (AdamW; default: 1e-3 for a tiny backbone, "
+                                     "the default pretraining's, else 1e-4)")
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
     classify.add_argument("model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>")
-    classify.add_argument("text", nargs="*",
-                          help="texts, TEXT_A<TAB>TEXT_B for a pair (default: one per line on standard input)")
+    classify.add_argument("text", nargs="*", default=[],
+                          help="texts, TEXT_A<TAB>TEXT_B for a pair (default: one per line on standard input); "
+                               "pairs only for a model fine-tuned on pairs, single texts for one fine-tuned on those")
+    classify.add_argument("--top-k", type=_at_least(1), default=1,
+                          help="labels shown per text, most probable first, each with its probability")
 
 
 def main(argv=None):
@@ -426,8 +465,8 @@ def _load(model_dir):
     return loaded
 
 
-def _check_export_folder(model_dir):
-    """Refuses, before loading anything, a `model_dir` that is no SavedModel folder."""
+def _check_export_folder(model_dir, also=""):
+    """Refuses, before loading anything, a `model_dir` that is no SavedModel folder (`also`: what else it is not)."""
     if not os.path.exists(model_dir):
         raise UserError(f"{model_dir}: no such folder")
     if not os.path.isdir(model_dir):
@@ -435,7 +474,7 @@ def _check_export_folder(model_dir):
     if not os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
         versions = sorted((e for e in os.listdir(model_dir) if e.isdigit()), key=int)
         hint = f"; its versions: {', '.join(versions)}" if versions else ""
-        raise UserError(f"{model_dir}: not a SavedModel folder (no saved_model.pb){hint}")
+        raise UserError(f"{model_dir}: not a SavedModel folder (no saved_model.pb){' ' + also if also else ''}{hint}")
 
 
 def _read_lines(path):
@@ -497,7 +536,9 @@ def _evaluate(args):
     hypotheses = [t for t, _ in _translate_lines(translator, sources, args.beam_width)]
     scores = translation_scores(hypotheses, references)
     print(format_scores(scores))
-    print(f"BLEU signature: {scores['signature']}\nchrF signature: {scores['chrf_signature']}")
+    print(f"BLEU signature: {scores['signature']}")
+    print(f"tokenized lowercased BLEU signature: {scores['bleu_tok_lc_signature']}")
+    print(f"chrF signature: {scores['chrf_signature']}")
     return 0
 
 
@@ -541,7 +582,7 @@ def _plot_attention(args):
         plot_cross_attention(weights, source, output, args.out, title=translation)
     except OSError as error:
         raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
-    print(f"{translation}\nwrote {args.out}")
+    print(f"{translation}\nwrote {args.out} (the attention of greedy decoding, as translate --beam-width 1)")
     return 0
 
 
@@ -558,14 +599,17 @@ def _pretrain(args):
     result = bert.pretrain(config)
     _say_exported(result)
     if result.export_path:
-        print(f"try: keras-attn fill-mask {result.export_path} {shlex.quote('the [MASK] sat on the mat.')}")
+        example = bert.FILL_MASK_EXAMPLES["data" if args.data else "builtin"]
+        print(f"try: keras-attn fill-mask {result.export_path} {shlex.quote(example)}")
     return 0
 
 
 def _finetune(args):
+    from keras_attn.bert_server import is_run_folder
     from keras_attn.jobs import bert
 
-    _check_export_folder(args.model_dir)
+    if not is_run_folder(args.model_dir):
+        _check_export_folder(args.model_dir, "nor a pretraining run folder (no settings.json)")
     config = bert.FinetuneConfig(
         **_runner_settings(args), model_dir=args.model_dir, train=args.train, valid=args.valid,
         test=args.test, max_length=args.max_length,
@@ -627,17 +671,41 @@ def _fill_mask(args):
 
 
 def _classify(args):
+    import numpy as np
     import tensorflow as tf
 
+    from keras_attn.bert_server import read_classifier
+
     model = _load_bert(args.model_dir, "classify", "classify")
-    for line in _input_lines(args.text):
+    known = read_classifier(args.model_dir)  # {} for an export of an older keras-attn
+    if args.top_k > 1 and "labels" not in known:
+        raise UserError(f"--top-k {args.top_k}: {args.model_dir} does not list its labels (exported by an older keras-attn)")
+    lines = _input_lines(args.text)
+    _check_pairs(lines, known.get("pairs"), args.model_dir)
+    for line in lines:
         if b"\t" in line:
             text_a, text_b = line.split(b"\t", 1)
             out = model.signatures["classify_pair"](text_a=tf.constant([text_a]), text_b=tf.constant([text_b]))
         else:
             out = model.signatures["classify"](text=tf.constant([line]))
-        print(f"{out['label'].numpy()[0].decode()}\t{float(tf.reduce_max(out['probabilities'][0])):.3f}")
+        probabilities = out["probabilities"].numpy()[0]
+        if args.top_k == 1:
+            print(f"{out['label'].numpy()[0].decode()}\t{probabilities.max():.3f}")
+        else:
+            best = np.argsort(-probabilities, kind="stable")[: args.top_k]
+            print("\t".join(f"{known['labels'][i]}\t{probabilities[i]:.3f}" for i in best))
     return 0
+
+
+def _check_pairs(lines, pairs, model_dir):
+    """Refuses a TAB pair given to a model fine-tuned on single texts, or a single text to one fine-tuned on pairs."""
+    if pairs is None:  # an export that does not say
+        return
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and (b"\t" in line) != pairs:
+            given = "a TEXT_A<TAB>TEXT_B pair" if b"\t" in line else "a single text (no TAB)"
+            wanted = "pairs, TEXT_A<TAB>TEXT_B" if pairs else "single texts (a TAB makes a pair)"
+            raise UserError(f"input {number} is {given}, but {model_dir} was fine-tuned on {wanted}")
 
 
 COMMANDS = {

@@ -14,7 +14,8 @@ def bleu(hypotheses, references):
       were computed (see ../shared/data/REFERENCES.md: their tokenizers,
       spaCy or Moses, split apostrophes that 13a keeps, so expect small
       differences);
-    - `"signature"`: SacreBLEU's signature of the first score.
+    - `"signature"`, `"bleu_tok_lc_signature"`: SacreBLEU's signatures of
+      the two (`case:mixed` and `case:lc`).
 
     Args:
         hypotheses: list of strings.
@@ -23,13 +24,13 @@ def bleu(hypotheses, references):
     _check_aligned(hypotheses, references)
     cased = sacrebleu.metrics.BLEU()
     score = cased.corpus_score(list(hypotheses), [list(references)])
-    lowercased = sacrebleu.metrics.BLEU(lowercase=True).corpus_score(
-        list(hypotheses), [list(references)]
-    )
+    uncased = sacrebleu.metrics.BLEU(lowercase=True)
+    lowercased = uncased.corpus_score(list(hypotheses), [list(references)])
     return {
         "bleu": score.score,
         "bleu_tok_lc": lowercased.score,
         "signature": str(cased.get_signature()),
+        "bleu_tok_lc_signature": str(uncased.get_signature()),
     }
 
 

@@ -169,11 +169,12 @@ def test_evaluate_defaults_to_the_test_split_of_the_run(tiny_export, tiny_transl
     assert printed[0] == evaluation.format_scores(scores)
     assert printed[0].startswith("exact match 0.0%, BLEU ") and ", chrF " in printed[0]
     assert printed[1].startswith("BLEU signature: nrefs:1|case:mixed|")
-    assert printed[2].startswith("chrF signature: nrefs:1|case:mixed|") and "nc:6" in printed[2]
+    assert printed[2].startswith("tokenized lowercased BLEU signature: nrefs:1|case:lc|")
+    assert printed[3].startswith("chrF signature: nrefs:1|case:mixed|") and "nc:6" in printed[3]
 
 
 def test_plot_attention_creates_missing_folders(tiny_export, cli_loads_once, tmp_path, capsys):
     out = tmp_path / "missing" / "dir" / "attention.png"
     assert cli.main(["plot-attention", tiny_export, "ein hund läuft .", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
-    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {out}"
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"wrote {out} (")

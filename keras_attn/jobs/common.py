@@ -18,7 +18,7 @@ import tensorflow as tf
 from keras_attn.errors import UserError
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.precision import describe_precision
-from keras_attn.training.runner import prepare
+from keras_attn.training.runner import ANOTHER_RUN, prepare
 from keras_attn.training.strategy import worker_role
 
 
@@ -89,7 +89,7 @@ def bind_run_folder(config, training_lines, chief=True):
         if changed:
             raise UserError(
                 f"{config.run_dir} was started with other settings: {', '.join(changed)}; "
-                "use another --run-dir, or delete it to start over"
+                f"{ANOTHER_RUN}, or delete {config.run_dir} to start over"
             )
     elif chief:
         write_text_atomically(path, json.dumps(settings, indent=1))
@@ -131,6 +131,27 @@ def describe_setup(config, strategy):
         f"global batch: {describe_global_batch(config, replicas, detail=True)}",
         f"run folder: {config.run_dir} ({state})",
     ]
+
+
+def describe_training(config, result, seconds):
+    """The line a job prints when its training ends: what it trained, and on a resumed run what this run did.
+
+    Args:
+        config: the job's config.
+        result: the runner's `TrainingResult`.
+        seconds: the job's time in this process.
+    """
+    if result.already_finished:
+        return f"nothing trained: the run had already finished after {result.steps} steps"
+    replicas = result.strategy.num_replicas_in_sync
+    where = f"on {replicas} replica(s), global batch {describe_global_batch(config, replicas)}"
+    if not result.initial_steps:
+        return f"trained {result.model.count_params():,} parameters for {result.steps} steps {where}, in {seconds:.0f} s"
+    return (
+        f"trained {result.model.count_params():,} parameters for {result.steps} steps in all {where}; "
+        f"this run resumed after {result.initial_steps} and trained {result.steps - result.initial_steps} "
+        f"steps in {seconds:.0f} s"
+    )
 
 
 def describe_global_batch(config, replicas, detail=False):

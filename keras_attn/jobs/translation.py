@@ -255,8 +255,8 @@ def run(config, log=print):
     (or `force_export`).
     """
     started = time.time()
+    corpora = load_corpora(config)  # a data error stops the job before it names its run folder
     chief = common.start(config, log)
-    corpora = load_corpora(config)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
     skipped = sum(c.skipped_empty for c in (train_corpus, valid_corpus) if c is not None)
@@ -318,15 +318,7 @@ def run(config, log=print):
     )
     model = result.model
     train_seconds = time.time() - train_started
-    if result.already_finished:
-        log(f"nothing trained: the run had already finished after {result.steps} steps")
-    else:
-        log(
-            f"trained {model.count_params():,} parameters for {result.steps} steps on "
-            f"{result.strategy.num_replicas_in_sync} replica(s), global batch "
-            f"{common.describe_global_batch(config, result.strategy.num_replicas_in_sync)}, "
-            f"in {time.time() - started:.0f} s"
-        )
+    log(common.describe_training(config, result, time.time() - started))
     if not result.is_chief:
         return TranslationResult(
             None, {}, [], result.history, model, result.steps,

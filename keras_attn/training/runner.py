@@ -52,6 +52,9 @@ from keras_attn.training.strategy import get_strategy, worker_role
 
 
 STOPPED = "STOPPED"  # in a run folder: a callback stopped the run, a rerun trains no more
+# The way out of a run folder that cannot resume. (Another --run-dir alone would export
+# the new model as a new version of the old one's name.)
+ANOTHER_RUN = "train under another --name (it names both the run folder, runs/<name>, and the export)"
 
 
 @dataclasses.dataclass
@@ -97,6 +100,26 @@ class RunConfig:
 
 @dataclasses.dataclass
 class TrainingResult:
+    """What `train` gives back.
+
+    Attributes:
+        model: the model, with the best validation weights.
+        history: per-epoch logs of this process's training.
+        strategy: the strategy it trained under.
+        global_batch_size: examples per step, over all replicas.
+        initial_epoch: epochs done before this run (a resumed run's).
+        best_val_loss: the lowest validation loss of the run.
+        steps: optimizer steps of the whole run.
+        is_chief: whether this process is the chief.
+        already_finished: the run folder's run had ended: nothing was trained.
+        initial_steps: optimizer steps done before this run (a resumed run's).
+        evaluate: `(dataset=None) -> {name: value}`, the loss and metrics of
+            `model` over a dataset of global batches (by default the
+            validation data), computed as every epoch's validation is: the
+            same step, batches and strategy, so the same weights score the
+            same. Under several workers every worker must call it.
+    """
+
     model: keras.Model
     history: dict
     strategy: tf.distribute.Strategy
@@ -105,7 +128,9 @@ class TrainingResult:
     best_val_loss: float
     steps: int
     is_chief: bool
-    already_finished: bool = False  # the run folder's run had ended: nothing was trained
+    already_finished: bool = False
+    initial_steps: int = 0
+    evaluate: object = None
 
 
 def prepare(config):
@@ -188,21 +213,22 @@ def train(
         raise UserError(
             f"{config.run_dir} was trained with a global batch of "
             f"{int(progress.global_batch_size.numpy())}, this run has {global_batch_size}: "
-            "resume with the same batch size and replica count, or use a new --run-dir"
+            f"resume with the same batch size and replica count, or {ANOTHER_RUN}"
         )
     if int(progress.step.numpy()) >= steps_per_epoch:
         raise UserError(
             f"{config.run_dir}: its backup is {int(progress.step.numpy())} steps into an epoch, "
-            f"but an epoch now has {steps_per_epoch}: the data changed; use a new --run-dir"
+            f"but an epoch now has {steps_per_epoch}: the data changed; {ANOTHER_RUN}"
         )
     progress.global_batch_size.assign(global_batch_size)
-    initial_epoch = int(progress.epoch.numpy())
+    initial_epoch, initial_steps = int(progress.epoch.numpy()), int(optimizer.iterations.numpy())
     stopped = os.path.join(config.run_dir, STOPPED)
     already_finished = initial_epoch >= config.epochs or os.path.exists(stopped)
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, optimizer, already_finished))
     best_path = os.path.join(config.run_dir, "best.weights.h5")
 
+    valid = _distribute(strategy, valid_data) if valid_data is not None else None
     history = {}
     if not already_finished:
         tensorboard = keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))
@@ -222,7 +248,7 @@ def train(
             average.restore(model, initial_epoch)
         try:
             history = _loop(
-                config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
+                config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
                 progress, backups, callback_list, chief, best_path, average,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
@@ -237,6 +263,12 @@ def train(
     trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
     if os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
+
+    def evaluate(dataset=None):
+        if dataset is None and valid is None:
+            raise ValueError("The run has no validation data: give `evaluate` a dataset.")
+        return steps.evaluate(valid if dataset is None else _distribute(strategy, dataset))
+
     result = TrainingResult(
         model=model,
         history=history,
@@ -247,6 +279,8 @@ def train(
         steps=trained_steps,
         is_chief=chief,
         already_finished=already_finished,
+        initial_steps=initial_steps,
+        evaluate=evaluate,
     )
     return result
 
@@ -347,9 +381,11 @@ class _EpochLines(keras.callbacks.Callback):
         print(line, flush=True)
 
 
-def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strategy,
+def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
           progress, backups, callbacks, chief, best_path, average=None):
     """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
+
+    `valid` is the distributed validation dataset, or None.
 
     A backup is written every `config.backup_every` steps within an epoch
     and after each epoch (after validation, before the callbacks' epoch end,
@@ -358,7 +394,6 @@ def _loop(config, model, steps, epoch_data, valid_data, steps_per_epoch, strateg
     file `STOPPED` in the run folder tells a rerun not to train on.
     """
     model.stop_training = False
-    valid = _distribute(strategy, valid_data) if valid_data is not None else None
     callbacks.on_train_begin()
     for epoch in range(int(progress.epoch.numpy()), config.epochs):
         callbacks.on_epoch_begin(epoch)

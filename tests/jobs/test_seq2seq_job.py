@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import os
 
 import pytest
 
@@ -59,6 +60,24 @@ def test_the_run_folder_is_bound_to_its_model_settings(trained):
                           vocab_size=200, builtin_size=640, scheduled_sampling="linear"),
             translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
         )
+
+
+def test_the_readmes_commands_run_one_after_another_with_their_names(trained, capsys):
+    """A second variant in the same run folder is refused, and the advice (--name) gives it its own export."""
+    root, argv, _, _ = trained
+    bahdanau = [flag if flag != "luong" else "bahdanau" for flag in argv]
+    assert cli.main(bahdanau) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (
+        f"keras-attn: error: {root / 'run'} was started with other settings: attention luong (now bahdanau); "
+        "train under another --name (it names both the run folder, runs/<name>, and the export), "
+        f"or delete {root / 'run'} to start over"
+    )
+    configs = []  # what the advice gives: its own run folder and export name
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(translation, "run", lambda config: configs.append(config) or translation.TranslationResult(None, {}, [], {}))
+        assert cli.main(["train", "seq2seq", "--attention", "bahdanau", "--name", "seq2seq-bahdanau"]) == 0
+    assert (configs[0].run_dir, configs[0].name) == (os.path.join("runs", "seq2seq-bahdanau"), "seq2seq-bahdanau")
 
 
 def test_model_flags_belong_to_their_job(capsys):

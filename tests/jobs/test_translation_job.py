@@ -135,7 +135,9 @@ def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, 
     assert greedy
     out = tmp_path / "plots" / "attention.png"
     assert cli.main(["plot-attention", model_dir, sentence, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.splitlines() == [greedy, f"wrote {out}"]
+    assert capsys.readouterr().out.splitlines() == [
+        greedy, f"wrote {out} (the attention of greedy decoding, as translate --beam-width 1)"
+    ]
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
 
 

@@ -1,0 +1,240 @@
+"""What a new user trips on (issue 29), each through `keras_attn.cli.main`: the commands as documented."""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import types
+
+import pytest
+
+from keras_attn import cli
+from pipelines import synthetic_documents
+
+pytest_plugins = ["tests.fixtures_export"]
+
+# The tiniest pretraining that leaves a run folder with best weights, in mixed_bfloat16: where
+# the final validation drifted from the epoch's when it was computed another way.
+PRETRAIN = [
+    "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
+    "--epochs", "1", "--batch-size", "16", "--pairs-per-epoch", "64", "--vocab-size", "600",
+    "--warmup-steps", "2", "--precision", "mixed_bfloat16", "--no-export",
+]
+
+
+def _run(argv):
+    """`(exit code, standard output, standard error)` of one command (argparse's exits included)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit:
+            code = exit.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def _topic_tsv(path, documents):
+    """label<TAB>sentence: the 8-label task of the built-in documents (each first sentence's topic)."""
+    topic_of = {n: t for t, (nouns, _, _) in synthetic_documents.TOPICS.items() for n in nouns}
+    lines = []
+    for document in documents:
+        words = [w.strip(".").lower() for s in document for w in s.split()]
+        lines.append(f"{next(topic_of[w] for w in words if w in topic_of)}\t{document[0]}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _epochs(printed):
+    """`[{name: value}]` of the `epoch N/M - ...` lines."""
+    return [
+        {k: float(v) for k, v in re.findall(r" - (\w+): ([\d.]+)", line)}
+        for line in printed.splitlines() if line.startswith("epoch ")
+    ]
+
+
+@pytest.fixture(scope="module")
+def bert_runs(tmp_path_factory):
+    """A tiny pretraining run folder, and a fine-tuning from it with finetune's defaults, exported."""
+    root = tmp_path_factory.mktemp("new_user")
+    code, pretrained, err = _run([*PRETRAIN, "--run-dir", str(root / "bert")])
+    assert code == 0, err
+    train = _topic_tsv(root / "train.tsv", synthetic_documents.document_corpus(1000, seed=11))
+    finetune = [
+        "finetune", str(root / "bert"), "--train", train, "--precision", "float32",
+        "--run-dir", str(root / "classifier"), "--export", str(root / "saved_models"),
+    ]
+    code, finetuned, err = _run(finetune)
+    assert code == 0, err
+    return types.SimpleNamespace(
+        root=root, pretrained=pretrained, finetune=finetune, finetuned=finetuned, train=train,
+        export=str(root / "saved_models" / "bert-classifier" / "1"),
+    )
+
+
+# 1. Options anywhere: `translate MODEL --beam-width 4 "A cat sleeps."`.
+
+
+def test_options_may_come_before_the_texts(tiny_export, cli_loads_once, bert_runs):
+    last = _run(["translate", tiny_export, "ein hund", "--beam-width", "1"])
+    first = _run(["translate", tiny_export, "--beam-width", "1", "ein hund"])
+    assert first == last and last[0] == 0
+    classified = _run(["classify", bert_runs.export, "--top-k", "2", "Anna washes the sharp knife."])
+    assert classified[0] == 0 and len(classified[1].split("\t")) == 4, classified
+    parsed = cli.build_parser().parse_args(["translate", "M", "--beam-width", "4", "A cat sleeps."])
+    assert (parsed.beam_width, parsed.text) == (4, ["A cat sleeps."])
+    parsed = cli.build_parser().parse_args(["fill-mask", "M", "--top-k", "3", "the [MASK] knife", "x"])
+    assert (parsed.top_k, parsed.text) == (3, ["the [MASK] knife", "x"])
+    parsed = cli.build_parser().parse_args(["train", "--epochs", "2", "seq2seq", "--attention", "luong"])
+    assert (parsed.job, parsed.epochs, parsed.attention) == ("seq2seq", 2, "luong")
+
+
+# 9. No abbreviations; `translate` without a text reads standard input.
+
+
+def test_abbreviated_options_are_refused_with_the_right_name():
+    for argv, given, right in [
+        (["train", "transformer", "--epoch", "3"], "--epoch 3", "--epochs"),
+        (["pretrain", "bert", "--batch", "8"], "--batch 8", "--batch-size"),
+        (["translate", "model", "--beam", "2"], "--beam 2", "--beam-width"),
+    ]:
+        code, out, err = _run(argv)
+        assert code == 2 and not out and len(err.splitlines()) == 1, err
+        assert f"keras-attn {argv[0]}: error: unrecognized arguments: {given}; did you mean {right}?" in err, err
+
+
+def test_translate_without_arguments_asks_for_the_model_only():
+    code, _, err = _run(["translate"])
+    assert code == 2 and "the following arguments are required: model_dir (see keras-attn translate --help)" in err
+
+
+# 9. A data error stops a job before it prints its setup (which names a run folder it never makes).
+
+
+def test_a_data_error_comes_before_the_setup_lines(bert_runs, tmp_path):
+    missing = str(tmp_path / "missing.txt")
+    for argv in [
+        ["train", "transformer", "--src", missing, "--tgt", missing, "--run-dir", str(tmp_path / "t")],
+        ["pretrain", "bert", "--data", missing, "--run-dir", str(tmp_path / "b")],
+        ["finetune", str(bert_runs.root / "bert"), "--train", missing, "--run-dir", str(tmp_path / "c")],
+    ]:
+        code, out, err = _run(argv)
+        assert code == 2 and "missing.txt: file not found" in err, err
+        assert out == "", out  # no "strategy: ...", no "run folder: ..."
+        assert not os.listdir(tmp_path)
+
+
+# 2. `finetune runs/bert` (a pretraining run folder), as README and --help document it.
+
+
+def test_finetune_from_a_pretraining_run_folder(bert_runs):
+    lines = bert_runs.finetuned.splitlines()
+    assert f"exported to {bert_runs.export}" in lines
+    assert os.path.isfile(os.path.join(bert_runs.export, "saved_model.pb"))
+    code, _, err = _run(["finetune", str(bert_runs.root), "--train", bert_runs.train])
+    assert code == 2 and "not a SavedModel folder (no saved_model.pb) nor a pretraining run folder" in err, err
+
+
+# 5. finetune's defaults learn the 8-label task (its old 1e-4 for 3 epochs stayed near chance).
+
+
+def test_finetune_defaults_learn_an_eight_label_task(bert_runs):
+    accuracy = float(re.search(r"^valid: accuracy ([\d.]+) on 100 examples$", bert_runs.finetuned, re.M)[1])
+    assert accuracy >= 0.8, bert_runs.finetuned
+
+
+# 7. The final validation is the best epoch's, computed as each epoch's was.
+
+
+def test_the_final_validation_is_the_best_epochs(bert_runs):
+    (epoch,) = _epochs(bert_runs.pretrained)  # one epoch: its weights are the best
+    final = dict(re.findall(r"(\w+) ([\d.]+)", bert_runs.pretrained.split("\nvalidation: ")[1].splitlines()[0]))
+    for name in ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy"):
+        assert final[name] == f"{epoch['val_' + name]:.4f}", (name, bert_runs.pretrained)
+    epochs = _epochs(bert_runs.finetuned)
+    best = min(epochs, key=lambda logs: logs["val_loss"])
+    assert f"valid: accuracy {best['val_accuracy']:.4f} on 100 examples" in bert_runs.finetuned
+
+
+# 6. A resumed run says the steps in all and those of this run, with this run's time.
+
+
+def test_a_resumed_run_says_what_this_run_trained(bert_runs, tmp_path):
+    run = tmp_path / "classifier"
+    shutil.copytree(bert_runs.root / "classifier", run)
+    epochs = len(_epochs(bert_runs.finetuned))
+    done = json.loads((run / "history.json").read_text())["steps"]
+    argv = [*bert_runs.finetune, "--epochs", str(epochs + 1), "--run-dir", str(run), "--no-export"]
+    code, out, err = _run(argv)
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith("trained ")]
+    total = done * (epochs + 1) // epochs
+    assert re.fullmatch(
+        rf"trained [\d,]+ parameters for {total} steps in all on 1 replica\(s\), global batch \d+; "
+        rf"this run resumed after {done} and trained {total - done} steps in \d+ s", line), line
+
+
+# 8. classify: --top-k labels with probabilities; a pair refused by a single-text model (and vice versa).
+
+
+def test_classify_shows_the_top_labels_with_probabilities(bert_runs):
+    text = "Anna washes the sharp knife in the kitchen."
+    code, top1, _ = _run(["classify", bert_runs.export, text])
+    code_k, top8, _ = _run(["classify", bert_runs.export, text, "--top-k", "20"])
+    assert code == code_k == 0
+    fields = top8.strip().split("\t")
+    labels, probabilities = fields[0::2], [float(p) for p in fields[1::2]]
+    assert sorted(labels) == sorted(synthetic_documents.TOPICS)  # every label once: 8 of the 20 asked
+    assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) == pytest.approx(1, abs=0.01)
+    assert top1 == "\t".join(fields[:2]) + "\n"
+    assert labels[0] == "kitchen"
+
+
+def test_classify_refuses_a_pair_for_a_single_text_model_and_the_reverse(bert_runs, tmp_path):
+    code, out, err = _run(["classify", bert_runs.export, "Anna washes the sharp knife.", "A man.\tA person."])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert f"input 2 is a TEXT_A<TAB>TEXT_B pair, but {bert_runs.export} was fine-tuned on single texts" in err
+    pairs = tmp_path / "pairs"
+    shutil.copytree(bert_runs.export, pairs)
+    (pairs / "assets.extra" / "classifier.json").write_text(json.dumps({"labels": [], "pairs": True}))
+    code, _, err = _run(["classify", str(pairs), "A man.\tA person.", "One text."])
+    assert code == 2 and "input 2 is a single text (no TAB), but" in err and "fine-tuned on pairs" in err, err
+
+
+# 4. pretrain bert's `try:` line: a sentence the built-in corpus answers.
+
+
+def test_the_fill_mask_example_is_answered_by_the_builtin_corpus(monkeypatch, tmp_path):
+    from keras_attn.jobs import bert
+
+    export = str(tmp_path / "saved_models" / "bert" / "1")
+    monkeypatch.setattr(bert, "pretrain", lambda config: bert.BertResult(export, {}, {}, new_export=True))
+    code, out, _ = _run(["pretrain", "bert"])
+    example = bert.FILL_MASK_EXAMPLES["builtin"]
+    assert code == 0 and out.splitlines()[-1] == f"try: keras-attn fill-mask {export} '{example}'"
+    # Its words are the built-in corpus's, and the corpus puts one word only between the mask's neighbours.
+    corpus = " ".join(s.lower() for d in synthetic_documents.document_corpus(3000, seed=0) for s in d)
+    words = example.lower().replace(".", " .").split()
+    assert set(words) - {"[mask]"} <= set(corpus.replace(".", " .").split())
+    at = words.index("[mask]")
+    assert len(set(re.findall(rf"\b{words[at - 1]} (\w+) {words[at + 1]}\b", corpus))) == 1
+
+
+# 10. evaluate prints both BLEU signatures; plot-attention says it decodes greedily.
+
+
+def test_evaluate_prints_both_bleu_signatures(tiny_export, cli_loads_once):
+    code, out, _ = _run(["evaluate", tiny_export, "--beam-width", "1"])
+    lines = out.splitlines()
+    assert code == 0 and lines[1].startswith("BLEU signature: nrefs:1|case:mixed|")
+    assert lines[2].startswith("tokenized lowercased BLEU signature: nrefs:1|case:lc|")
+
+
+def test_plot_attention_says_it_decodes_greedily(tiny_export, cli_loads_once, tmp_path):
+    code, out, _ = _run(["plot-attention", tiny_export, "ein hund", "--out", str(tmp_path / "a.png")])
+    greedy = _run(["translate", tiny_export, "ein hund", "--beam-width", "1"])[1]
+    assert code == 0 and out.splitlines()[0] == greedy.strip()
+    assert "greedy decoding" in out.splitlines()[1]
+    assert "decoded greedily" in " ".join(cli.build_parser()._subparsers._group_actions[0].choices[
+        "plot-attention"].description.split())
