@@ -7,7 +7,9 @@
     keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
     keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export or a run folder)
-    keras-attn classify MODEL_DIR [TEXT ...]         (TEXT_A<TAB>TEXT_B for a pair)
+    keras-attn classify MODEL_DIR [TEXT ...] [--top-k K]   (TEXT_A<TAB>TEXT_B for a pair)
+
+Options and arguments may come in any order; options are never abbreviated.
 
 User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
