@@ -2,10 +2,12 @@
 one intra-op thread per process.
 
 The split must happen before TensorFlow initializes its devices, so it is
-done here, at import time, before any test module imports Keras layers.
+done in `pytest_configure`, before any test module is imported.
 """
 
+import contextlib
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -17,15 +19,6 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # 1,224 s against 732 s: the same work.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
-import tensorflow as tf  # noqa: E402
-
-_cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    _cpu,
-    [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()],
-)
-
-import keras  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
@@ -51,6 +44,43 @@ SLOWEST_FIRST = (
 )
 
 
+def pytest_configure(config):
+    """Starts TensorFlow where tests run: in this process, or in each pytest-xdist worker.
+
+    The xdist controller runs no test and so never loads TensorFlow, whose
+    native libraries would print their start-up lines (and a failed CUDA
+    probe) after pytest's summary. In a process that runs tests they are
+    held back unless the start fails.
+    """
+    controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
+    if controller:
+        return
+    with _stderr_held():
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+        )
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """Holds back what native code writes to standard error; replays it if the block fails."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            held.seek(0)
+            os.write(saved, held.read())
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         path = item.nodeid.split("::")[0]
@@ -62,6 +92,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Every test starts from float32, a fixed seed and a clean Keras session."""
+    import keras
+
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(1234)
     yield

@@ -18,6 +18,7 @@ def example(name):
     return module
 
 
+@pytest.mark.slow
 def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monkeypatch):
     # One MirroredStrategy per device set and process (see keras_attn.training.strategy):
     # a second one would reuse the collective keys of the other tests' strategy.
@@ -30,12 +31,14 @@ def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monk
     assert "exact match on held-out sequences" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_transformer_classifier_learns_the_order_of_two_tokens(capsys):
     result = example("transformer_classifier").main(["--tiny"])
     assert result["accuracy"] >= 0.9, result
     assert "accuracy on held-out sequences" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_bert_mlm_pretraining_learns_the_builtin_documents(capsys):
     result = example("bert_mlm_pretraining").main(["--tiny"])
     # 318 steps; predicting the most frequent token ("the") scores 0.196 on these masks.

@@ -107,6 +107,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_exports_reload_in_a_fresh_tensorflow_only_process(request, tmp_path):
     """Both models' exports, in one process (starting TensorFlow costs seconds)."""
     from tests.fixtures_export import SOURCES

@@ -5,6 +5,7 @@ would reach perfect teacher-forced accuracy and still fail greedy decoding.
 """
 
 import numpy as np
+import pytest
 import keras
 
 from keras_attn.layers import (
@@ -13,6 +14,8 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 from keras_attn.training import warmup_cosine
+
+pytestmark = pytest.mark.slow  # a training run
 
 PAD, BOS, EOS, FIRST_SYMBOL, VOCAB = 0, 1, 2, 3, 13
 MAX_LENGTH = 12

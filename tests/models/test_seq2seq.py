@@ -171,6 +171,7 @@ def trained(attention, steps=150):
     return model
 
 
+@pytest.mark.slow
 def test_attention_learns_to_reverse_and_no_attention_does_worse_on_long_inputs():
     """150 steps of 64 each per model, 5-10 s each on 2 shared cores.
 
@@ -309,6 +310,7 @@ def test_keras_file_round_trip_with_safe_mode(tmp_path):
     np.testing.assert_allclose(logits, teacher_forced(model), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_mirrored_training_step_equals_one_device():
     """An SGD step over 2 logical CPUs equals it on one; a plain mean loss, no padding."""
     source = np.tile(SOURCE[:1], (4, 1))

@@ -225,6 +225,7 @@ def test_save_and_load(tokenizer, tmp_path):
     assert loaded.tokenize(text).to_list() == tokenizer.tokenize(text).to_list()
 
 
+@pytest.mark.slow
 def test_saved_model_reloads_in_a_process_with_only_tensorflow_text(tokenizer, tmp_path):
     tokenizer.save(tmp_path / "vocab.txt")
     module = tf.Module()

@@ -22,6 +22,8 @@ import pytest
 
 from keras_attn.training.strategy import local_cluster
 
+pytestmark = pytest.mark.slow  # real processes
+
 WORKER = Path(__file__).with_name("translation_worker.py")
 TIMEOUT = 240  # seconds any one process may take
 
@@ -30,6 +32,7 @@ TIMEOUT = 240  # seconds any one process may take
 JOB = dict(
     builtin_size=320, builtin_eval_size=16, epochs=2, preset="tiny", warmup_steps=5,
     vocab_size=600, beam_width=1, verbose=2, backup_every=4, export=False,
+    translate_test_split=False,  # no test here reads the scores
 )
 STEPS_PER_EPOCH, STEPS = 10, 20
 

@@ -71,16 +71,18 @@ def _assert_same_weights(a, b, atol=1e-6):
         np.testing.assert_allclose(x, y, atol=atol)
 
 
+@pytest.mark.slow
 def test_two_replicas_give_the_losses_of_one_device(tmp_path):
     # 17 rows: a full batch of 16 (8 rows a replica), then a last batch of 1 row, one replica none.
-    one = _job(tmp_path / "one", epochs=6, rows=17)
-    two = _job(tmp_path / "two", epochs=6, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=17)
+    one = _job(tmp_path / "one", epochs=3, rows=17)
+    two = _job(tmp_path / "two", epochs=3, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=17)
     assert two.strategy.num_replicas_in_sync == 2 and two.global_batch_size == 16
     np.testing.assert_allclose(two.history["loss"], one.history["loss"], atol=1e-4)
     np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
     _assert_same_weights(one.model.get_weights(), two.model.get_weights(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_xla_and_bfloat16_equal_the_plain_float32_run(tmp_path, reference):
     """One device; several replicas in bfloat16 + XLA: tests/training/test_fault_tolerance.py."""
     xla = _job(tmp_path / "xla", epochs=6, jit_compile=True)  # a compiled step equals the plain one
@@ -106,6 +108,7 @@ def test_a_stopped_run_stays_stopped(tmp_path):
     assert again.history == {} and again.steps == stopped.steps == 2
 
 
+@pytest.mark.slow
 def test_resuming_with_another_global_batch_is_refused(reference):
     from keras_attn.errors import UserError
 
@@ -119,6 +122,7 @@ class _Interrupt(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, reference):
     """Interrupted after epoch 2 of 4, resumed, rerun when finished, then given 6 epochs."""
     with pytest.raises(KeyboardInterrupt):
@@ -162,6 +166,7 @@ class _InterruptAtStep(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
     from keras_attn.errors import UserError
 
@@ -182,6 +187,7 @@ def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
     _assert_same_weights(resumed.model.get_weights(), uninterrupted.model.get_weights())
 
 
+@pytest.mark.slow
 def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path):
     """The best weights file carries its epoch's optimizer; the run's step count must not."""
     import shutil
@@ -211,6 +217,7 @@ def _validation_loss(model):
     return float(MaskedSparseCrossEntropy(label_smoothing=0.1)(TARGETS[:16], model(inputs, training=False)))
 
 
+@pytest.mark.slow
 def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path):
     """Checkpoint averaging: each epoch also validates the mean of the last 3 epochs' weights."""
     # A rate high enough to make the weights jump about: then their mean validates best.
