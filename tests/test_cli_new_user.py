@@ -76,6 +76,7 @@ def bert_runs(tmp_path_factory):
 # 1. Options anywhere: `translate MODEL --beam-width 4 "A cat sleeps."`.
 
 
+@pytest.mark.slow
 def test_options_may_come_before_the_texts(tiny_export, cli_loads_once, bert_runs):
     last = _run(["translate", tiny_export, "ein hund", "--beam-width", "1"])
     first = _run(["translate", tiny_export, "--beam-width", "1", "ein hund"])
@@ -112,6 +113,7 @@ def test_translate_without_arguments_asks_for_the_model_only():
 # 9. A data error stops a job before it prints its setup (which names a run folder it never makes).
 
 
+@pytest.mark.slow
 def test_a_data_error_comes_before_the_setup_lines(bert_runs, tmp_path):
     missing = str(tmp_path / "missing.txt")
     for argv in [
@@ -128,6 +130,7 @@ def test_a_data_error_comes_before_the_setup_lines(bert_runs, tmp_path):
 # 2. `finetune runs/bert` (a pretraining run folder), as README and --help document it.
 
 
+@pytest.mark.slow
 def test_finetune_from_a_pretraining_run_folder(bert_runs):
     lines = bert_runs.finetuned.splitlines()
     assert f"exported to {bert_runs.export}" in lines
@@ -139,6 +142,7 @@ def test_finetune_from_a_pretraining_run_folder(bert_runs):
 # 5. finetune's defaults learn the 8-label task (its old 1e-4 for 3 epochs stayed near chance).
 
 
+@pytest.mark.slow
 def test_finetune_defaults_learn_an_eight_label_task(bert_runs):
     accuracy = float(re.search(r"^valid: accuracy ([\d.]+) on 100 examples$", bert_runs.finetuned, re.M)[1])
     assert accuracy >= 0.8, bert_runs.finetuned
@@ -147,6 +151,7 @@ def test_finetune_defaults_learn_an_eight_label_task(bert_runs):
 # 7. The final validation is the best epoch's, computed as each epoch's was.
 
 
+@pytest.mark.slow
 def test_the_final_validation_is_the_best_epochs(bert_runs):
     (epoch,) = _epochs(bert_runs.pretrained)  # one epoch: its weights are the best
     final = dict(re.findall(r"(\w+) ([\d.]+)", bert_runs.pretrained.split("\nvalidation: ")[1].splitlines()[0]))
@@ -160,6 +165,7 @@ def test_the_final_validation_is_the_best_epochs(bert_runs):
 # 6. A resumed run says the steps in all and those of this run, with this run's time.
 
 
+@pytest.mark.slow
 def test_a_resumed_run_says_what_this_run_trained(bert_runs, tmp_path):
     run = tmp_path / "classifier"
     shutil.copytree(bert_runs.root / "classifier", run)
@@ -178,6 +184,7 @@ def test_a_resumed_run_says_what_this_run_trained(bert_runs, tmp_path):
 # 8. classify: --top-k labels with probabilities; a pair refused by a single-text model (and vice versa).
 
 
+@pytest.mark.slow
 def test_classify_shows_the_top_labels_with_probabilities(bert_runs):
     text = "Anna washes the sharp knife in the kitchen."
     code, top1, _ = _run(["classify", bert_runs.export, text])
@@ -191,6 +198,7 @@ def test_classify_shows_the_top_labels_with_probabilities(bert_runs):
     assert labels[0] == "kitchen"
 
 
+@pytest.mark.slow
 def test_classify_refuses_a_pair_for_a_single_text_model_and_the_reverse(bert_runs, tmp_path):
     code, out, err = _run(["classify", bert_runs.export, "Anna washes the sharp knife.", "A man.\tA person."])
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err

@@ -31,6 +31,7 @@ def trained(tmp_path_factory):
     return root, argv, results[0], printed.getvalue()
 
 
+@pytest.mark.slow
 def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
     root, _, result, printed = trained
     decoder = result.model.get_layer("decoder")
@@ -46,6 +47,7 @@ def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_the_run_folder_is_bound_to_its_model_settings(trained):
     root = trained[0]
     with pytest.raises(UserError, match=r"attention luong \(now bahdanau\)"):
@@ -62,6 +64,7 @@ def test_the_run_folder_is_bound_to_its_model_settings(trained):
         )
 
 
+@pytest.mark.slow
 def test_the_readmes_commands_run_one_after_another_with_their_names(trained, capsys):
     """A second variant in the same run folder is refused, and the advice (--name) gives it its own export."""
     root, argv, _, _ = trained

@@ -44,6 +44,7 @@ def trained(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_the_job_learns_the_builtin_corpus_and_exports(trained):
     metrics = trained.result.metrics
     # 470 steps from scratch: an untrained model scores BLEU ~0 and no exact
@@ -58,6 +59,7 @@ def test_the_job_learns_the_builtin_corpus_and_exports(trained):
     assert os.path.isfile(trained.root / "saved_models" / "transformer" / "1" / "saved_model.pb")
 
 
+@pytest.mark.slow
 def test_the_job_says_what_it_chose_and_logs_one_line_per_epoch(trained):
     lines = trained.printed.splitlines()
     assert lines[:5] == [
@@ -74,6 +76,7 @@ def test_the_job_says_what_it_chose_and_logs_one_line_per_epoch(trained):
     assert f"exported to {trained.root / 'saved_models' / 'transformer' / '1'}" in lines
 
 
+@pytest.mark.slow
 def test_a_rerun_of_a_finished_run_trains_and_exports_nothing(trained):
     printed = trained.rerun_printed
     assert f"run folder: {trained.root / 'run'} (continues from its backup ckpt-470)" in printed
@@ -87,6 +90,7 @@ def test_a_rerun_of_a_finished_run_trains_and_exports_nothing(trained):
     assert trained.rerun.metrics["hypotheses"] == trained.result.metrics["hypotheses"]
 
 
+@pytest.mark.slow
 def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys):
     from keras_attn import export
 
@@ -104,6 +108,7 @@ def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys
     assert len(fingerprints) == 1  # the same model
 
 
+@pytest.mark.slow
 def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained, cli_loads_once, tmp_path, capsys):
     from keras_attn import evaluation, export
     from pipelines import synthetic
@@ -125,6 +130,7 @@ def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained,
     assert capsys.readouterr().out.splitlines()[0] == evaluation.format_scores(expected)
 
 
+@pytest.mark.slow
 def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, capsys):
     from pipelines import synthetic
 
@@ -175,6 +181,7 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
         start(config, other)
 
 
+@pytest.mark.slow
 def test_the_job_trains_on_batches_by_tokens(tmp_path):
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     from keras_attn.jobs import translation
