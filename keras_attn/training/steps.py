@@ -47,7 +47,7 @@ class TrainingSteps:
 
     Example:
 
-    >>> strategy = tf.distribute.MirroredStrategy()
+    >>> strategy = tf.distribute.get_strategy()  # or `keras_attn.training.get_strategy("mirrored")`
     >>> with strategy.scope():
     ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     ...     optimizer = keras.optimizers.SGD(0.1)
