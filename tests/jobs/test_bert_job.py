@@ -190,23 +190,59 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
 
 
 def test_finetune_and_classify(pretrained, tmp_path, capsys):
+    from keras_attn.bert_server import read_pretrained
+    from keras_attn.jobs import bert
+    from pipelines.classification import pack, read_labelled_tsv
+
     train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.document_corpus(500, seed=11))
-    test = _topic_tsv(tmp_path / "test.tsv", synthetic_documents.document_corpus(200, seed=12))
+    test_documents = synthetic_documents.document_corpus(200, seed=12)
+    test = _topic_tsv(tmp_path / "test.tsv", test_documents)
     argv = [
         "finetune", pretrained.export, "--train", str(train), "--test", str(test), "--epochs", "4",
         "--batch-size", "8", "--learning-rate", "1e-3", "--precision", "float32",
         "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "saved_models"),
     ]
-    code, printed = _run(argv)
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        run = bert.finetune
+        patch.setattr(bert, "finetune", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+        code, printed = _run(argv)
     assert code == 0, printed
     accuracy = float(next(line for line in printed.splitlines() if line.startswith("test: accuracy")).split()[2])
     assert accuracy >= 0.8, printed  # two topics: the sentence's nouns say which
     export = tmp_path / "saved_models" / "bert-classifier" / "1"
     assert f"exported to {export}" in printed
+
+    # The export against the in-process classifier on the first sentence of every test document,
+    # alone and paired with the second. Documents of every topic: the two trained topics'
+    # sentences all get about 0.07 / 0.93, so a wrong input or output shows on the others.
+    names = sorted(set(read_labelled_tsv(train).labels))  # the job's label ids: sorted training labels
+    tokenizer, settings = read_pretrained(pretrained.export)
+    served = tf.saved_model.load(str(export))
+    firsts, seconds = [tf.constant([d[i] for d in test_documents]) for i in (0, 1)]
+    for segments, outputs in (
+        ([firsts], served.signatures["classify"](text=firsts)),
+        ([firsts, seconds], served.signatures["classify_pair"](text_a=firsts, text_b=seconds)),
+    ):
+        token_ids, segment_ids, _ = pack([tokenizer.tokenize(texts) for texts in segments], settings["max_length"])
+        logits = results[0].model({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        probabilities = outputs["probabilities"].numpy()
+        np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-5)
+        best = probabilities.argmax(-1)
+        np.testing.assert_array_equal(outputs["label_id"].numpy(), best)
+        assert outputs["label"].numpy().astype(str).tolist() == [names[i] for i in best]
+    # The job's test accuracy is the export's, scored against the file's labels.
+    single = read_labelled_tsv(test)
+    labels = served.signatures["classify"](text=tf.constant(single.texts_a))["label"].numpy().astype(str)
+    assert np.mean(labels == np.array(single.labels)) == pytest.approx(accuracy, abs=1e-4)
+
     capsys.readouterr()
-    assert cli.main(["classify", str(export), "Anna cuts the sharp knife.", "Leo follows the quick fox.\tHe sees two oaks."]) == 0
-    labels = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
-    assert labels[0] in ("kitchen", "forest") and len(labels) == 2
+    texts = ["Anna cuts the sharp knife.", "Leo follows the quick fox."]
+    assert cli.main(["classify", str(export), *texts]) == 0
+    outputs = {k: v.numpy() for k, v in served.signatures["classify"](text=tf.constant(texts)).items()}
+    shown = [f"{label.decode()}\t{p.max():.3f}" for label, p in zip(outputs["label"], outputs["probabilities"])]
+    assert capsys.readouterr().out.splitlines() == shown
+    assert [line.split("\t")[0] for line in shown] == ["kitchen", "forest"]
 
 
 @pytest.mark.parametrize(

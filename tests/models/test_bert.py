@@ -130,11 +130,25 @@ def test_the_pretrainer_saves_and_loads_as_a_keras_file(pretrainer, tmp_path):
     assert NextSentenceHead.from_config(NextSentenceHead().get_config()).compute_output_shape((3, 8)) == (3, 2)
 
 
-def test_the_classifier_reads_single_sentences_and_pairs(pretrainer):
-    model = bert_classifier(pretrainer.get_layer("bert_backbone"), num_classes=3)
-    batch = _batch()
-    logits = model({"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})
+def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
+    backbone = pretrainer.get_layer("bert_backbone")
+    model = bert_classifier(backbone, num_classes=3)
+    assert model.get_layer("bert_backbone") is backbone  # fine-tuning trains the pretrained weights
+    pooler, head = backbone.get_layer("pooler"), model.get_layer("classifier")
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape))  # logits of order 1, not 0.02
+    batch = _batch(seed=5)
+    inputs = {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]}
+    logits = np.asarray(model(inputs))
     assert logits.shape == (4, 3)
+    # By hand: [CLS]'s state → the pooler's tanh dense → the classifier's dense (dropout off at inference).
+    states = np.asarray(backbone(inputs)["sequence_output"])
+    pooled = np.tanh(states[:, 0] @ pooler.kernel.numpy() + pooler.bias.numpy())
+    np.testing.assert_allclose(logits, pooled @ head.kernel.numpy() + head.bias.numpy(), atol=1e-5)
+    # Padding changes nothing; the segments (a pair, not one sentence) do.
+    padded = {k: np.pad(v, [[0, 0], [0, 4]]) for k, v in inputs.items()}
+    np.testing.assert_allclose(np.asarray(model(padded)), logits, atol=1e-5)
+    one_sentence = dict(inputs, segment_ids=np.zeros_like(inputs["segment_ids"]))
+    assert np.abs(np.asarray(model(one_sentence)) - logits).max(-1).min() > 1e-3
 
 
 def _targets(seed=0, batch=4, predictions=3):
