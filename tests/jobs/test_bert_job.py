@@ -58,6 +58,7 @@ def pretrained(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_pretraining_reports_both_tasks_and_exports(pretrained):
     lines = pretrained.printed.splitlines()
     assert lines[0] == "strategy: default (no tf.distribute strategy), 1 replica(s) on /device:CPU:0"
@@ -98,6 +99,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
     encoded = [t if isinstance(t, bytes) else t.encode() for t in HOSTILE]
     done = subprocess.run(
@@ -123,6 +125,7 @@ def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
     assert served["empty"] == {"filled": [0], "num_masks": [0], "scores": [0, 0, 1], "tokens": [0, 0, 1], "truncated": [0]}
 
 
+@pytest.mark.slow
 def test_fill_mask_command(pretrained, capsys):
     assert cli.main(["fill-mask", pretrained.export, "the [MASK] sees it .", "nothing to fill", "--top-k", "2"]) == 0
     captured = capsys.readouterr()
@@ -146,6 +149,7 @@ def _topic_tsv(path, documents, pairs=False):
     return path
 
 
+@pytest.mark.slow
 def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
     from keras_attn.bert_server import load_backbone, read_pretrained
 
@@ -166,6 +170,7 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
         read_pretrained(str(unfinished))
 
 
+@pytest.mark.slow
 def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
     from keras_attn.bert_server import load_backbone, read_pretrained
     from keras_attn.jobs import bert
@@ -189,6 +194,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
         bert.pretrain(bert.PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
 
 
+@pytest.mark.slow
 def test_finetune_and_classify(pretrained, tmp_path, capsys):
     from keras_attn.bert_server import read_pretrained
     from keras_attn.jobs import bert
@@ -255,6 +261,7 @@ def test_finetune_and_classify(pretrained, tmp_path, capsys):
         (lambda p, t: ["pretrain", "bert", "--data", str(t / "none.txt"), "--run-dir", str(t / "r")], "none.txt: file not found"),
     ],
 )
+@pytest.mark.slow
 def test_mistakes_are_one_line(pretrained, tmp_path, capsys, argv, message):
     assert cli.main(argv(pretrained, tmp_path)) == 2
     error = capsys.readouterr().err.strip()
@@ -279,6 +286,7 @@ bert.pretrain(bert.PretrainConfig(**json.loads(sys.argv[1])))
 """
 
 
+@pytest.mark.slow
 def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, tmp_path):
     from keras_attn.jobs import bert
 

@@ -10,6 +10,8 @@ import pytest
 from pipelines import synthetic_documents
 from pipelines.tokenizers import SPECIAL_TOKENS
 
+pytestmark = pytest.mark.slow  # a training run
+
 
 def test_pretraining_learns_masked_tokens_and_next_sentences(tmp_path):
     from keras_attn.jobs import bert
