@@ -15,6 +15,7 @@ User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
 
 import argparse
+import contextlib
 import difflib
 import os
 import shlex
@@ -25,30 +26,37 @@ from keras_attn import choices
 from keras_attn.errors import UserError
 
 
-def _quiet_tensorflow():
-    """Imports TensorFlow without its start-up logging reaching the user.
+@contextlib.contextmanager
+def stderr_held():
+    """Holds back what is written to standard error (native code included);
+    replays it only if the block fails.
 
     TF_CPP_MIN_LOG_LEVEL silences TensorFlow's own logging, but a few lines
     (oneDNN, CUDA stubs, absl) are printed by native libraries while they
-    load, so standard error is captured during the import and replayed only
-    if the import fails.
+    load, so the start of TensorFlow runs inside this.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
-            import tensorflow_text  # noqa: F401
-            import keras  # noqa: F401
+            yield
         except BaseException:
-            capture.seek(0)
-            os.write(saved, capture.read())
+            held.seek(0)
+            os.write(saved, held.read())
             raise
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def _quiet_tensorflow():
+    """Imports TensorFlow without its start-up logging reaching the user."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    with stderr_held():
+        import tensorflow  # noqa: F401
+        import tensorflow_text  # noqa: F401
+        import keras  # noqa: F401
 
 
 def _checked(convert, holds, requirement):

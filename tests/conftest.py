@@ -5,9 +5,7 @@ The split must happen before TensorFlow initializes its devices, so it is
 done in `pytest_configure`, before any test module is imported.
 """
 
-import contextlib
 import os
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -56,30 +54,15 @@ def pytest_configure(config):
     controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
     if controller:
         return
-    with _stderr_held():
+    from keras_attn.cli import stderr_held
+
+    with stderr_held():
         import tensorflow as tf
 
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
         )
-
-
-@contextlib.contextmanager
-def _stderr_held():
-    """Holds back what native code writes to standard error; replays it if the block fails."""
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            held.seek(0)
-            os.write(saved, held.read())
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def pytest_collection_modifyitems(config, items):
