@@ -27,7 +27,7 @@ uncut translations, the figure RESULTS quotes elsewhere.
 
 spaCy's rule-based English tokenizer (`spacy.blank("en")`, no model to
 download; the published runs used `en_core_web_sm`'s, built from the same
-English rules) is a benchmark-only requirement: `pip install spacy`.
+English rules) is a benchmark-only requirement: `pip install -e ".[bench]"`.
 Whitespace tokens, which spaCy makes of repeated spaces, are dropped (test2016
 has none). The data defaults to test2016 in ../shared/data/multi30k (read,
 never copied).
@@ -167,7 +167,7 @@ def main():
     try:
         tokenize = spacy_tokenizer()
     except ImportError:
-        parser.error("spaCy is not installed: pip install spacy")
+        parser.error("spaCy is not installed: pip install -e \".[bench]\"")
 
     from pipelines import text
 
