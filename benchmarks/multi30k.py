@@ -7,7 +7,8 @@
 Trains on train (29,000 pairs), keeps the best weights on val (1,014 pairs;
 all tuning happens here), and reports test2016 (1,000 pairs) BLEU two ways:
 SacreBLEU on detokenized cased text and on lowercased text (tokenized
-lowercased, how ../shared/data/REFERENCES.md's published numbers were made),
+lowercased: close to the published numbers' scoring, not the same; see
+benchmarks/REFERENCES.md and benchmarks/published_scoring.py),
 with the training wall time and the parameter count, and the lowercased
 BLEU of the sentences in each source-length bucket (1-10, 11-20, 21-30, 31+
 words), where attention's advantage should grow. The data is read from

@@ -13,8 +13,8 @@ tracing and every validation included, the snapshot writes excluded).
 After training, each epoch is scored the way a run stopped there would be:
 the weights of the epoch with the lowest validation loss so far (the model
 selection uses val only), on val and on test2016, tokenized-lowercased
-BLEU (how the published scores of ../shared/data/REFERENCES.md were
-computed). Prints a row per epoch, the first epoch whose chosen model
+BLEU (close to the published scores' scoring, not the same: see
+benchmarks/REFERENCES.md and benchmarks/published_scoring.py). Prints a row per epoch, the first epoch whose chosen model
 reaches `--bar` on test2016, and the final model's BLEU by source length.
 Start from an empty run folder: the times of a resumed run would miss its
 first part. The data is read from ../shared/data/multi30k, never copied.

@@ -10,10 +10,10 @@ def bleu(hypotheses, references):
     - `"bleu"`: SacreBLEU on cased, detokenized text (its standard 13a
       tokenization), the number to quote between systems;
     - `"bleu_tok_lc"`: the same after lowercasing both sides, i.e. BLEU on
-      tokenized, lowercased text, the way the published Multi30k numbers
-      were computed (see ../shared/data/REFERENCES.md: their tokenizers,
-      spaCy or Moses, split apostrophes that 13a keeps, so expect small
-      differences);
+      tokenized, lowercased text: close to how the published Multi30k
+      numbers were scored, not the same (they used spaCy or Moses tokens,
+      which split apostrophes that 13a keeps, and greedy decoding; see
+      benchmarks/REFERENCES.md and benchmarks/published_scoring.py);
     - `"signature"`, `"bleu_tok_lc_signature"`: SacreBLEU's signatures of
       the two (`case:mixed` and `case:lc`).
 
