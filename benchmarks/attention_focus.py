@@ -1,0 +1,52 @@
+"""Has a trained translator's attention collapsed onto one source position?
+
+    python benchmarks/attention_focus.py seq2seq:runs/like-luong-12 [--sentences 100]
+
+For the first `--sentences` sentences of a finished run's `test.src`, decoded
+greedily, prints the share of output tokens whose likeliest source position is
+the first token, and the mean entropy of their attention rows in nats (the
+attention of `benchmarks/attention_maps.py`: the RNN's one, the Transformer's
+last layer averaged over its heads). A model that aligns spreads its likeliest
+positions over the sentence; one that decodes from a fixed summary of the
+source puts nearly all of them on one position, with rows close to one-hot.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from attention_maps import load_translator, sentence_attention  # noqa: E402
+
+
+def attention_focus(weights):
+    """`(share of rows whose largest weight is on position 0, mean row entropy)` of `(L, S)` rows."""
+    rows = np.asarray(weights, "float64")
+    entropy = -(rows * np.log(np.clip(rows, 1e-12, None))).sum(axis=-1)
+    return float(np.mean(rows.argmax(axis=-1) == 0)), float(np.mean(entropy))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="MODEL:RUN_DIR (MODEL: seq2seq or transformer)")
+    parser.add_argument("--sentences", type=int, default=100)
+    args = parser.parse_args()
+    model, run_dir = args.run.split(":", 1)
+    translator = load_translator(model, run_dir)
+    with open(os.path.join(run_dir, "test.src"), encoding="utf-8") as f:
+        sentences = [line.rstrip("\n") for line in f][: args.sentences]
+    first = entropy = rows = 0.0
+    for sentence in sentences:
+        weights, _, _ = sentence_attention(translator, sentence)
+        share, mean_entropy = attention_focus(weights)
+        first, entropy, rows = first + share * len(weights), entropy + mean_entropy * len(weights), rows + len(weights)
+    print(
+        f"{args.run}: {len(sentences)} sentences, {rows:.0f} output tokens; likeliest source position the "
+        f"first: {first / rows:.1%}; mean attention entropy {entropy / rows:.3f} nats"
+    )
+
+
+if __name__ == "__main__":
+    main()
