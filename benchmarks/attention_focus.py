@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_maps import load_translator, sentence_attention  # noqa: E402
+from attention_maps import RUN_SPEC, load_run, sentence_attention  # noqa: E402
 
 
 def attention_focus(weights):
@@ -30,13 +30,11 @@ def attention_focus(weights):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="MODEL:RUN_DIR (MODEL: seq2seq or transformer)")
+    parser.add_argument("run", help=RUN_SPEC)
     parser.add_argument("--sentences", type=int, default=100)
     args = parser.parse_args()
-    model, run_dir = args.run.split(":", 1)
-    translator = load_translator(model, run_dir)
-    with open(os.path.join(run_dir, "test.src"), encoding="utf-8") as f:
-        sentences = [line.rstrip("\n") for line in f][: args.sentences]
+    translator, sentences = load_run(args.run)
+    sentences = sentences[: args.sentences]
     first = entropy = rows = 0.0
     for sentence in sentences:
         weights, _, _ = sentence_attention(translator, sentence)

@@ -43,6 +43,17 @@ def load_translator(model, run_dir):
     return export.Translator(config.stepper(model), source, target, max_length=config.max_length)
 
 
+RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"
+
+
+def load_run(spec):
+    """`(translator, test sentences)` of a finished run named by `RUN_SPEC`."""
+    model, run_dir = spec.split(":", 1)
+    with open(os.path.join(run_dir, "test.src"), encoding="utf-8") as f:
+        sentences = [line.strip() for line in f]
+    return load_translator(model, run_dir), sentences
+
+
 def sentence_attention(translator, sentence):
     """`(weights (L, S), source tokens, output tokens)`: the last layer, heads averaged."""
     import numpy as np

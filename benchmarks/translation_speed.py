@@ -16,21 +16,18 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from attention_maps import load_translator  # noqa: E402
+from attention_maps import RUN_SPEC, load_run  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="MODEL:RUN_DIR, MODEL seq2seq or transformer")
+    parser.add_argument("run", help=RUN_SPEC)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
 
     import tensorflow as tf
 
-    model, run_dir = args.run.split(":", 1)
-    translator = load_translator(model, run_dir)
-    with open(os.path.join(run_dir, "test.src")) as f:
-        sentences = [line.strip() for line in f]
+    translator, sentences = load_run(args.run)
     batches = [sentences[i : i + args.batch_size] for i in range(0, len(sentences), args.batch_size)]
     for beam_width in (1, 4):
         for timed in (False, True):
