@@ -186,9 +186,9 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     """Both workers in bfloat16 with XLA, in step with each other, learning.
 
     That two workers compute what one process computes is checked in float32
-    (`test_two_workers_resume_after_one_is_killed`), and bfloat16 with XLA
-    against float32 on one device and on two replicas in
-    tests/training/test_runner.py: the precision policy changes the model,
+    (`test_two_workers_resume_after_one_is_killed`), and in
+    tests/training/test_runner.py the XLA step against the plain one, and
+    bfloat16 with XLA on two replicas against float32: the precision policy changes the model,
     the strategy the step around it. (A one-process bfloat16/XLA reference
     here cost a third XLA compilation, a third of this test's time.)
     """
