@@ -93,15 +93,31 @@ def document_corpus(num_documents=2000, seed=0, min_sentences=3, max_sentences=1
     >>> document_corpus(1, seed=0)[0][:2]
     ['Yara weighs the woven basket in the market.', 'Yara wraps the low price in the market.']
     """
+    return [document for _, document in labelled_documents(num_documents, seed, min_sentences, max_sentences)]
+
+
+def labelled_documents(num_documents=2000, seed=0, min_sentences=3, max_sentences=10):
+    """`document_corpus`'s documents with their topics: an 8-label classification task.
+
+    Takes the arguments of `document_corpus` and gives the same documents.
+
+    Returns:
+        A list of `(topic, document)` pairs, the topic a key of `TOPICS`.
+
+    Example:
+
+    >>> [topic for topic, _ in labelled_documents(3, seed=0)]
+    ['market', 'school', 'market']
+    """
     rng = np.random.default_rng(seed)
     topics = list(TOPICS)
-    documents = []
+    labelled = []
     for _ in range(num_documents):
         topic = topics[rng.integers(len(topics))]
         name, pronoun = NAMES[rng.integers(len(NAMES))]
         length = int(rng.integers(min_sentences, max_sentences + 1))
-        documents.append(_document(rng, topic, name.capitalize(), pronoun, length))
-    return documents
+        labelled.append((topic, _document(rng, topic, name.capitalize(), pronoun, length)))
+    return labelled
 
 
 def _document(rng, place, name, pronoun, length):

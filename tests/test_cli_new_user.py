@@ -35,14 +35,9 @@ def _run(argv):
     return code, out.getvalue(), err.getvalue()
 
 
-def _topic_tsv(path, documents):
+def _topic_tsv(path, labelled_documents):
     """label<TAB>sentence: the 8-label task of the built-in documents (each first sentence's topic)."""
-    topic_of = {n: t for t, (nouns, _, _) in synthetic_documents.TOPICS.items() for n in nouns}
-    lines = []
-    for document in documents:
-        words = [w.strip(".").lower() for s in document for w in s.split()]
-        lines.append(f"{next(topic_of[w] for w in words if w in topic_of)}\t{document[0]}")
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("".join(f"{topic}\t{document[0]}\n" for topic, document in labelled_documents))
     return str(path)
 
 
@@ -60,7 +55,7 @@ def bert_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("new_user")
     code, pretrained, err = _run([*PRETRAIN, "--run-dir", str(root / "bert")])
     assert code == 0, err
-    train = _topic_tsv(root / "train.tsv", synthetic_documents.document_corpus(1000, seed=11))
+    train = _topic_tsv(root / "train.tsv", synthetic_documents.labelled_documents(1000, seed=11))
     finetune = [
         "finetune", str(root / "bert"), "--train", train, "--precision", "float32",
         "--run-dir", str(root / "classifier"), "--export", str(root / "saved_models"),

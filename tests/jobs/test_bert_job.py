@@ -135,17 +135,10 @@ def test_fill_mask_command(pretrained, capsys):
     assert captured.err.strip() == "keras-attn: input 2 has no [MASK]"
 
 
-def _topic_tsv(path, documents, pairs=False):
-    """label<TAB>sentence lines: the topic of the sentence's document (from its nouns)."""
-    topic_of = {n: t for t, (nouns, _, _) in synthetic_documents.TOPICS.items() for n in nouns}
-    lines = []
-    for document in documents:
-        words = [w.strip(".").lower() for s in document for w in s.split()]
-        topic = next(topic_of[w] for w in words if w in topic_of)
-        if topic in ("kitchen", "forest"):
-            text = "\t".join(document[:2]) if pairs else document[0]
-            lines.append(f"{topic}\t{text}")
-    path.write_text("\n".join(lines) + "\n")
+def _topic_tsv(path, labelled_documents):
+    """label<TAB>sentence lines: the first sentence of each kitchen or forest document."""
+    lines = [f"{topic}\t{document[0]}\n" for topic, document in labelled_documents if topic in ("kitchen", "forest")]
+    path.write_text("".join(lines))
     return path
 
 
@@ -200,8 +193,8 @@ def test_finetune_and_classify(pretrained, tmp_path, capsys):
     from keras_attn.jobs import bert
     from pipelines.classification import pack, read_labelled_tsv
 
-    train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.document_corpus(500, seed=11))
-    test_documents = synthetic_documents.document_corpus(200, seed=12)
+    train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.labelled_documents(500, seed=11))
+    test_documents = synthetic_documents.labelled_documents(200, seed=12)
     test = _topic_tsv(tmp_path / "test.tsv", test_documents)
     argv = [
         "finetune", pretrained.export, "--train", str(train), "--test", str(test), "--epochs", "4",
@@ -225,7 +218,7 @@ def test_finetune_and_classify(pretrained, tmp_path, capsys):
     names = sorted(set(read_labelled_tsv(train).labels))  # the job's label ids: sorted training labels
     tokenizer, settings = read_pretrained(pretrained.export)
     served = tf.saved_model.load(str(export))
-    firsts, seconds = [tf.constant([d[i] for d in test_documents]) for i in (0, 1)]
+    firsts, seconds = [tf.constant([d[i] for _, d in test_documents]) for i in (0, 1)]
     for segments, outputs in (
         ([firsts], served.signatures["classify"](text=firsts)),
         ([firsts, seconds], served.signatures["classify_pair"](text_a=firsts, text_b=seconds)),

@@ -201,7 +201,7 @@ def test_sentence_splitting_keeps_abbreviations_numbers_and_quotes():
         'He said "Go."', "Then 3.5 hours (e.g. two) passed.", "A b!", "C?"]
 
 
-def test_the_builtin_documents_are_topical_and_deterministic():
+def test_the_builtin_documents_are_topical_labelled_and_deterministic():
     docs = synthetic_documents.document_corpus(200, seed=1)
     assert docs == synthetic_documents.document_corpus(200, seed=1)
     assert all(3 <= len(d) <= 10 for d in docs)
@@ -209,9 +209,11 @@ def test_the_builtin_documents_are_topical_and_deterministic():
     topic_of = {
         noun: topic for topic, (nouns, _, _) in synthetic_documents.TOPICS.items() for noun in nouns if noun not in verbs
     }
-    for document in docs[:50]:
+    labelled = synthetic_documents.labelled_documents(200, seed=1)
+    assert [document for _, document in labelled] == docs
+    for topic, document in labelled[:50]:
         words = {w.strip(".").lower().removesuffix("s") for s in document for w in s.split()}
-        assert len({topic_of[w] for w in words if w in topic_of}) == 1  # one topic a document
+        assert {topic_of[w] for w in words if w in topic_of} == {topic}  # one topic a document: its label
 
 
 def test_labelled_tsv_single_and_pair_files(tmp_path):
