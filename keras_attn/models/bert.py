@@ -18,15 +18,10 @@ from keras_attn.layers import (
     NextSentenceHead,
     TransformerEncoderBlock,
 )
+from keras_attn.models.presets import PRESETS as _ALL_PRESETS
+from keras_attn.models.presets import architecture
 
-# The compact models of Turc et al. 2019 and BERT-base (L layers, H wide, A heads).
-PRESETS = {
-    "tiny": dict(num_layers=2, hidden_dim=128, num_heads=2),
-    "mini": dict(num_layers=4, hidden_dim=256, num_heads=4),
-    "small": dict(num_layers=4, hidden_dim=512, num_heads=8),
-    "medium": dict(num_layers=8, hidden_dim=512, num_heads=8),
-    "base": dict(num_layers=12, hidden_dim=768, num_heads=12),
-}
+PRESETS = _ALL_PRESETS["bert"]
 
 
 def bert_backbone(
@@ -74,12 +69,9 @@ def bert_backbone(
     >>> backbone.count_params()
     4385920
     """
-    if preset not in PRESETS:
-        raise ValueError(f"bert_backbone: preset must be one of {list(PRESETS)}, got {preset!r}.")
-    settings = {**PRESETS[preset]}
-    for key, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim), ("num_heads", num_heads)):
-        if value is not None:
-            settings[key] = value
+    settings = architecture(
+        "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+    )
     hidden = settings["hidden_dim"]
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")

@@ -12,15 +12,10 @@ import keras
 from keras import ops
 
 from keras_attn.layers import AttentionDecoder, RNNEncoder
+from keras_attn.models.presets import PRESETS as _ALL_PRESETS
+from keras_attn.models.presets import architecture
 
-PRESETS = {
-    # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
-    "tiny": dict(num_layers=1, hidden_dim=128, embedding_dim=128),
-    # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM, 256-wide embeddings.
-    "small": dict(num_layers=2, hidden_dim=256, embedding_dim=256),
-    # Luong et al. (2015), section 4.1: 4 × 1000 LSTM, 1000-wide embeddings.
-    "base": dict(num_layers=4, hidden_dim=1000, embedding_dim=1000),
-}
+PRESETS = _ALL_PRESETS["seq2seq"]
 
 
 def seq2seq(
@@ -28,9 +23,9 @@ def seq2seq(
     target_vocabulary_size,
     preset=None,
     cell="lstm",
-    num_layers=1,
+    num_layers=None,
     bidirectional=False,
-    hidden_dim=256,
+    hidden_dim=None,
     embedding_dim=None,
     attention="bahdanau",
     score="general",
@@ -55,13 +50,16 @@ def seq2seq(
     Args:
         source_vocabulary_size: size of the source vocabulary.
         target_vocabulary_size: size of the target vocabulary.
-        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`); its values replace
-            `num_layers`, `hidden_dim` and `embedding_dim`.
+        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
+            `num_layers`, `hidden_dim` and `embedding_dim` for those not given
+            explicitly (`keras_attn.models.presets`).
         cell: `"lstm"` or `"gru"`.
-        num_layers: RNN layers of the encoder and of the decoder (1 to 4).
+        num_layers: RNN layers of the encoder and of the decoder (1 to 4); 1
+            without a preset.
         bidirectional: a bidirectional encoder (the decoder then starts from
             a learned bridge of its final states).
-        hidden_dim: units of every RNN layer (per direction).
+        hidden_dim: units of every RNN layer (per direction); 256 without a
+            preset.
         embedding_dim: width of both embeddings; defaults to `hidden_dim`.
         attention: `"bahdanau"`, `"luong"` or `"none"`.
         score: Luong's score: `"dot"`, `"general"`, `"scaled_general"` or
@@ -94,12 +92,11 @@ def seq2seq(
     >>> logits.shape
     TensorShape([1, 2, 1000])
     """
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(f"`preset` must be one of {sorted(PRESETS)}, got {preset!r}.")
-        num_layers = PRESETS[preset]["num_layers"]
-        hidden_dim = PRESETS[preset]["hidden_dim"]
-        embedding_dim = PRESETS[preset]["embedding_dim"]
+    settings = architecture(
+        "seq2seq", preset, dict(num_layers=1, hidden_dim=256, embedding_dim=None),
+        num_layers=num_layers, hidden_dim=hidden_dim, embedding_dim=embedding_dim,
+    )
+    num_layers, hidden_dim, embedding_dim = settings["num_layers"], settings["hidden_dim"], settings["embedding_dim"]
     if num_layers not in (1, 2, 3, 4):
         raise ValueError(f"`num_layers` must be 1 to 4, got {num_layers!r}.")
 

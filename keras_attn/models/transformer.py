@@ -9,14 +9,10 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 
-PRESETS = {
-    # Quick runs on a laptop CPU, e.g. the built-in corpus.
-    "tiny": dict(num_layers=2, hidden_dim=128, num_heads=4, intermediate_dim=512),
-    # The 3+3-layer model of the Multi30k literature.
-    "small": dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
-    # The paper's base model (table 3).
-    "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
-}
+from keras_attn.models.presets import PRESETS as _ALL_PRESETS
+from keras_attn.models.presets import architecture
+
+PRESETS = _ALL_PRESETS["transformer"]
 
 
 def transformer(
@@ -24,11 +20,11 @@ def transformer(
     target_vocabulary_size,
     max_sequence_length=128,
     preset=None,
-    num_layers=3,
+    num_layers=None,
     num_decoder_layers=None,
-    hidden_dim=256,
-    num_heads=8,
-    intermediate_dim=512,
+    hidden_dim=None,
+    num_heads=None,
+    intermediate_dim=None,
     dropout=0.1,
     norm_first=False,
     share_embeddings=False,
@@ -46,15 +42,15 @@ def transformer(
         source_vocabulary_size: size of the source vocabulary.
         target_vocabulary_size: size of the target vocabulary.
         max_sequence_length: the longest source or target sequence.
-        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`); its values
-            replace `num_layers`, `hidden_dim`, `num_heads` and
-            `intermediate_dim`.
+        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
+            `num_layers`, `hidden_dim`, `num_heads` and `intermediate_dim`
+            for those not given explicitly (`keras_attn.models.presets`).
         num_layers: encoder layers (and decoder layers unless
-            `num_decoder_layers` is given).
+            `num_decoder_layers` is given); 3 without a preset.
         num_decoder_layers: decoder layers.
-        hidden_dim: the model width d_model.
-        num_heads: attention heads.
-        intermediate_dim: the feed-forward width d_ff.
+        hidden_dim: the model width d_model; 256 without a preset.
+        num_heads: attention heads; 8 without a preset.
+        intermediate_dim: the feed-forward width d_ff; 512 without a preset.
         dropout: residual and embedding dropout (P_drop).
         norm_first: pre-norm blocks (adds a final LayerNorm to each stack).
         share_embeddings: one embedding table for source and target (needs a
@@ -78,16 +74,12 @@ def transformer(
     >>> logits.shape
     TensorShape([1, 2, 1000])
     """
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(
-                f"`preset` must be one of {sorted(PRESETS)}, got {preset!r}."
-            )
-        config = PRESETS[preset]
-        num_layers = config["num_layers"]
-        hidden_dim = config["hidden_dim"]
-        num_heads = config["num_heads"]
-        intermediate_dim = config["intermediate_dim"]
+    settings = architecture(
+        "transformer", preset, dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
+        num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads, intermediate_dim=intermediate_dim,
+    )
+    num_layers, hidden_dim = settings["num_layers"], settings["hidden_dim"]
+    num_heads, intermediate_dim = settings["num_heads"], settings["intermediate_dim"]
     num_decoder_layers = num_decoder_layers or num_layers
     if share_embeddings and source_vocabulary_size != target_vocabulary_size:
         raise ValueError(

@@ -1,0 +1,63 @@
+"""Every model preset, and the one rule that applies them.
+
+A preset names a family's architecture values (depth and widths). An
+argument given explicitly always wins over its preset's value, in every
+model; what neither gives comes from the model function's own defaults.
+
+Example:
+
+>>> architecture("transformer", "tiny", {}, hidden_dim=64)
+{'num_layers': 2, 'hidden_dim': 64, 'num_heads': 4, 'intermediate_dim': 512}
+"""
+
+PRESETS = {
+    "transformer": {
+        # Quick runs on a laptop CPU, e.g. the built-in corpus.
+        "tiny": dict(num_layers=2, hidden_dim=128, num_heads=4, intermediate_dim=512),
+        # The 3+3-layer model of the Multi30k literature.
+        "small": dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
+        # The paper's base model (table 3).
+        "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
+    },
+    "seq2seq": {
+        # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
+        "tiny": dict(num_layers=1, hidden_dim=128, embedding_dim=128),
+        # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM, 256-wide embeddings.
+        "small": dict(num_layers=2, hidden_dim=256, embedding_dim=256),
+        # Luong et al. (2015), section 4.1: 4 × 1000 LSTM, 1000-wide embeddings.
+        "base": dict(num_layers=4, hidden_dim=1000, embedding_dim=1000),
+    },
+    # The compact models of Turc et al. 2019 and BERT-base (L layers, H wide, A heads).
+    "bert": {
+        "tiny": dict(num_layers=2, hidden_dim=128, num_heads=2),
+        "mini": dict(num_layers=4, hidden_dim=256, num_heads=4),
+        "small": dict(num_layers=4, hidden_dim=512, num_heads=8),
+        "medium": dict(num_layers=8, hidden_dim=512, num_heads=8),
+        "base": dict(num_layers=12, hidden_dim=768, num_heads=12),
+    },
+}
+
+
+def architecture(family, preset, defaults, **given):
+    """The architecture values a model of `family` is built with.
+
+    Args:
+        family: a key of `PRESETS` (`"transformer"`, `"seq2seq"`, `"bert"`).
+        preset: one of the family's preset names, or `None`.
+        defaults: the model function's values for what neither the preset
+            nor `given` sets.
+        **given: the model function's architecture arguments; those that are
+            not `None` were given explicitly and win.
+
+    Returns:
+        A dict of every key of `defaults`, the preset and `given`.
+
+    Raises:
+        ValueError: an unknown preset, naming the family's presets.
+    """
+    presets = PRESETS[family]
+    if preset is not None and preset not in presets:
+        raise ValueError(f"unknown {family} preset {preset!r}; the presets are {', '.join(presets)}.")
+    values = {**defaults, **(presets[preset] if preset is not None else {})}
+    values.update({key: value for key, value in given.items() if value is not None})
+    return values
