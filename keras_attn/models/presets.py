@@ -20,12 +20,13 @@ PRESETS = {
         "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
     },
     "seq2seq": {
+        # (Embeddings as wide as the LSTM: `seq2seq`'s embedding_dim defaults to hidden_dim.)
         # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
-        "tiny": dict(num_layers=1, hidden_dim=128, embedding_dim=128),
-        # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM, 256-wide embeddings.
-        "small": dict(num_layers=2, hidden_dim=256, embedding_dim=256),
+        "tiny": dict(num_layers=1, hidden_dim=128),
+        # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM.
+        "small": dict(num_layers=2, hidden_dim=256),
         # Luong et al. (2015), section 4.1: 4 × 1000 LSTM, 1000-wide embeddings.
-        "base": dict(num_layers=4, hidden_dim=1000, embedding_dim=1000),
+        "base": dict(num_layers=4, hidden_dim=1000),
     },
     # The compact models of Turc et al. 2019 and BERT-base (L layers, H wide, A heads).
     "bert": {

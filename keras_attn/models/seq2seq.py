@@ -51,8 +51,8 @@ def seq2seq(
         source_vocabulary_size: size of the source vocabulary.
         target_vocabulary_size: size of the target vocabulary.
         preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
-            `num_layers`, `hidden_dim` and `embedding_dim` for those not given
-            explicitly (`keras_attn.models.presets`).
+            `num_layers` and `hidden_dim` for those not given explicitly
+            (`keras_attn.models.presets`).
         cell: `"lstm"` or `"gru"`.
         num_layers: RNN layers of the encoder and of the decoder (1 to 4); 1
             without a preset.
@@ -93,10 +93,9 @@ def seq2seq(
     TensorShape([1, 2, 1000])
     """
     settings = architecture(
-        "seq2seq", preset, dict(num_layers=1, hidden_dim=256, embedding_dim=None),
-        num_layers=num_layers, hidden_dim=hidden_dim, embedding_dim=embedding_dim,
+        "seq2seq", preset, dict(num_layers=1, hidden_dim=256), num_layers=num_layers, hidden_dim=hidden_dim,
     )
-    num_layers, hidden_dim, embedding_dim = settings["num_layers"], settings["hidden_dim"], settings["embedding_dim"]
+    num_layers, hidden_dim = settings["num_layers"], settings["hidden_dim"]
     if num_layers not in (1, 2, 3, 4):
         raise ValueError(f"`num_layers` must be 1 to 4, got {num_layers!r}.")
 

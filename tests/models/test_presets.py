@@ -17,7 +17,7 @@ def test_explicit_arguments_win_over_the_preset_in_every_model():
     assert block.num_heads == 2 and block.intermediate_dim == PRESETS["transformer"]["tiny"]["intermediate_dim"]
     assert model.get_layer("source_embedding").hidden_dim == PRESETS["transformer"]["tiny"]["hidden_dim"]
 
-    model = seq2seq(50, 50, preset="small", hidden_dim=32, embedding_dim=32)
+    model = seq2seq(50, 50, preset="small", hidden_dim=32)  # the tied embeddings follow hidden_dim
     encoder = model.get_layer("encoder")
     assert (encoder.num_layers, encoder.hidden_dim) == (PRESETS["seq2seq"]["small"]["num_layers"], 32)
 
