@@ -11,14 +11,13 @@ positions over the sentence; one that decodes from a fixed summary of the
 source puts nearly all of them on one position, with rows close to one-hot.
 """
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_maps import RUN_SPEC, load_run, sentence_attention  # noqa: E402
+from attention_maps import load_run, run_parser, sentence_attention  # noqa: E402
 
 
 def attention_focus(weights):
@@ -29,8 +28,7 @@ def attention_focus(weights):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help=RUN_SPEC)
+    parser = run_parser(__doc__)
     parser.add_argument("--sentences", type=int, default=100)
     args = parser.parse_args()
     translator, sentences = load_run(args.run)

@@ -46,6 +46,13 @@ def load_translator(model, run_dir):
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"
 
 
+def run_parser(doc):
+    """An argument parser described by a script's `doc`, with its positional `run` (`RUN_SPEC`)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help=RUN_SPEC)
+    return parser
+
+
 def load_run(spec):
     """`(translator, test sentences)` of a finished run named by `RUN_SPEC`."""
     model, run_dir = spec.split(":", 1)

@@ -8,7 +8,6 @@ runs) in batches through the same `export.Translator` an export serves, once to
 warm up (traces) and once timed, at beam width 1 (greedy) and 4.
 """
 
-import argparse
 import os
 import sys
 import time
@@ -16,12 +15,11 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from attention_maps import RUN_SPEC, load_run  # noqa: E402
+from attention_maps import load_run, run_parser  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help=RUN_SPEC)
+    parser = run_parser(__doc__)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
 
