@@ -35,10 +35,10 @@ SLOWEST_FIRST = (
     "tests/jobs/test_translation_job.py",
     "tests/training/test_runner.py",
     "tests/jobs/test_bert_job.py",
-    "tests/jobs/test_bert_learning.py",
     "tests/jobs/test_seq2seq_job.py",
     "tests/test_cli_new_user.py",
     "tests/layers/test_learning.py",
+    "tests/models/test_bert.py",
     "tests/test_examples.py",
 )
 

@@ -192,3 +192,77 @@ def test_two_replicas_train_as_one_device():
     for a, b, start in zip(two, one, initial):
         np.testing.assert_allclose(a, b, atol=2e-5)
     assert not np.allclose(two[0], initial[0])
+
+
+# Pairs of segments of 5 words: each segment a run of consecutive words of one topic (6 topics of
+# 8 words, cyclic), the second of the same topic when it is the next sentence. A masked word is
+# the one between its neighbours; whether B follows A needs both segments' topics.
+TOPICS, WORDS, SPAN = 6, 8, 5
+
+
+def _topic_pairs(count, seed):
+    from pipelines.tokenizers import CLS_ID, MASK_ID, SEP_ID, SPECIAL_TOKENS
+
+    rng = np.random.default_rng(seed)
+
+    def segment(topic):
+        start = rng.integers(WORDS)
+        return [len(SPECIAL_TOKENS) + topic * WORDS + (start + k) % WORDS for k in range(SPAN)]
+
+    rows = []
+    for _ in range(count):
+        topic = rng.integers(TOPICS)
+        is_next = rng.random() < 0.5
+        other = topic if is_next else (topic + 1 + rng.integers(TOPICS - 1)) % TOPICS
+        token_ids = [CLS_ID, *segment(topic), SEP_ID, *segment(other), SEP_ID]
+        masked = [1 + rng.integers(SPAN), SPAN + 2 + rng.integers(SPAN)]  # one word of each segment
+        labels = [token_ids[i] for i in masked]
+        for i in masked:
+            token_ids[i] = MASK_ID
+        rows.append((token_ids, masked, labels, 0 if is_next else 1))  # NSP label 0: IsNext
+    token_ids, masked, labels, nsp = (np.array(column, "int32") for column in zip(*rows))
+    segment_ids = np.array([0] * (SPAN + 2) + [1] * (SPAN + 1), "int32")[None].repeat(count, 0)
+    inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": masked}
+    return inputs, {"mlm_labels": labels, "mlm_weights": np.ones(masked.shape, "float32"), "nsp_labels": nsp}
+
+
+def _held_out_accuracies(model, inputs, targets):
+    outputs = model(inputs)
+    return (
+        float(np.mean(np.argmax(outputs["mlm"], -1) == targets["mlm_labels"])),
+        float(np.mean(np.argmax(outputs["nsp"], -1) == targets["nsp_labels"])),
+    )
+
+
+@pytest.mark.slow  # 1,200 training steps (about 15 s)
+def test_pretraining_learns_masked_words_and_next_sentences_from_context():
+    """Both heads learn what only attention over both segments can tell (a learning bar).
+
+    Measured at these settings (held-out pairs): MLM 1.00, NSP 1.00 (seeds 1 and 2: MLM 0.77
+    and 0.995). Broken: attention weights all 0, MLM 0.02 and NSP 0.53; NSP labels independent of
+    the pair, NSP 0.53; no position embeddings, MLM 0.78. The full pretraining job on the built-in
+    documents, with its learning curve, is `benchmarks/bert_learning.py`.
+    """
+    from pipelines.tokenizers import SPECIAL_TOKENS
+
+    keras.utils.set_random_seed(0)
+    strategy = get_strategy("one_device", ["/cpu:0"])
+    with strategy.scope():
+        model = bert_pretrainer(bert_backbone(
+            len(SPECIAL_TOKENS) + TOPICS * WORDS, max_sequence_length=16, dropout=0.0,
+            num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
+        ))
+        optimizer = keras.optimizers.Adam(3e-3)
+        optimizer.build(model.trainable_variables)
+        steps = TrainingSteps(model, optimizer, PretrainingLoss(), [PretrainingMetrics()], strategy)
+    held_out = _topic_pairs(512, seed=99)
+    mlm_before, nsp_before = _held_out_accuracies(model, *held_out)
+    data = tf.data.Dataset.from_tensor_slices(_topic_pairs(4096, seed=1)).batch(64).repeat()
+    batches = iter(strategy.experimental_distribute_dataset(data))
+    for _ in range(1200):
+        steps.train(batches)
+    steps.release()
+    mlm, nsp = _held_out_accuracies(model, *held_out)
+    assert mlm_before < 0.1 and nsp_before < 0.6  # chance: 1/48 words, one label in two
+    assert mlm >= 0.6, (mlm, nsp)  # knowing only the topic gives 1/8
+    assert nsp >= 0.95, (mlm, nsp)
