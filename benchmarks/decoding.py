@@ -14,7 +14,7 @@ the `(None, None)` input signature of an export, traced and warmed up
 once; the repeats of all searches are interleaved, so background load hits
 them alike, and the medians of wall and process CPU time are reported.
 
-- greedy, cached: `greedy_search` over `TransformerStepper`.
+- greedy, cached: `greedy_search` over `Stepper`.
 - greedy, uncached: `uncached_greedy_search`, the whole model rerun on the
   growing output (the TensorFlow tutorials' loop). Goal: cached >= 10x
   faster.
@@ -37,11 +37,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn.decoding import (  # noqa: E402
+    Stepper,
     beam_search,
     greedy_search,
     uncached_greedy_search,
 )
-from keras_attn.models import TransformerStepper, transformer  # noqa: E402
+from keras_attn.models import transformer  # noqa: E402
 
 BATCH, STEPS, VOCAB, BEAM_WIDTH = 32, 64, 8000, 4
 NO_EOS = -1  # never emitted: every search runs all STEPS steps
@@ -92,7 +93,7 @@ def main():
     model = transformer(
         args.vocab_size, args.vocab_size, max_length=128, preset="small", dropout=0.0
     )
-    stepper = TransformerStepper(model)
+    stepper = Stepper(model)
     source = make_source(np.random.default_rng(0), BATCH, args.vocab_size)
 
     def compiled(search):

@@ -29,9 +29,8 @@ WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
 - `seq2seq-train`: `seq2seq(..., preset="small", attention="bahdanau")`,
   batch 128, the same loss and optimizer.
 - `transformer-beam4`, `seq2seq-beam4`: `keras_attn.decoding.beam_search`,
-  width 4, over 32 test2016 sources through `TransformerStepper` /
-  `Seq2SeqStepper`, a `tf.function` with the export's `(None, None)`
-  signature and the export's step budget (`max_decode_length`, 1.5 S + 10).
+  width 4, over 32 test2016 sources through `decoding.Stepper`, a
+  `tf.function` with the export's `(None, None)` signature and the export's step budget (`max_decode_length`, 1.5 S + 10).
   The weights are random, so `eos_id=-1` (never emitted) makes every search
   run its whole budget; times are per decode step (one token for all 128
   hypotheses).
@@ -69,7 +68,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
-from keras_attn.models import Seq2SeqStepper, TransformerStepper, seq2seq, transformer  # noqa: E402
+from keras_attn.models import seq2seq, transformer  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
@@ -187,7 +186,7 @@ def block_case(case_name, anchor, steps):
 def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup):
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.0)
-    stepper = Seq2SeqStepper(model) if kind == "seq2seq" else TransformerStepper(model)
+    stepper = decoding.Stepper(model)
     ids = source_tokenizer.tokenize(tf.constant(test.sources[:DECODE_BATCH]))
     ids = ids[:, :MAX_LENGTH].to_tensor(default_value=0)
     source = tf.cast(ids, tf.int32)

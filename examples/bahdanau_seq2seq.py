@@ -1,7 +1,7 @@
 """Bahdanau attention in a few lines: an RNN encoder-decoder learns to reverse sequences.
 
-The model is built from `keras_attn.layers` (a bidirectional `RNNEncoder`
-and an `AttentionDecoder` with `attention="bahdanau"`) and trained with plain
+The model is a `Seq2SeqBackbone`: two of `keras_attn.layers`, a bidirectional
+`RNNEncoder` and an `AttentionDecoder` with `attention="bahdanau"`, trained with plain
 `model.fit` under `tf.distribute.MirroredStrategy`: every local GPU, or the
 devices given with `--devices`. Then it decodes held-out sequences greedily
 and prints the exact-match rate.
@@ -22,34 +22,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from keras import ops  # noqa: E402
 
-from keras_attn import decoding, layers  # noqa: E402
-from keras_attn.models import Seq2SeqStepper  # noqa: E402
+from keras_attn import decoding  # noqa: E402
+from keras_attn.models import Seq2SeqBackbone  # noqa: E402
+from keras_attn.special_tokens import PAD_ID  # noqa: E402
 from pipelines.synthetic import reversal_task  # noqa: E402
 
-PAD = decoding.PAD_ID
 
 
 def bahdanau_seq2seq(vocabulary_size, hidden_dim):
-    """Embedding → bidirectional LSTM → LSTM decoder attending with vᵀ tanh(W s + U h)."""
-    source = keras.Input((None,), dtype="int32", name="source")
-    target_in = keras.Input((None,), dtype="int32", name="target_in")
-    # Every encoder state h_j = [h→_j; h←_j], and the final states the decoder starts from.
-    memory, final_states = layers.RNNEncoder(
-        vocabulary_size, hidden_dim, bidirectional=True, name="encoder"
-    )(source)
-    # Teacher forcing: the decoder runs over the whole target_in, step by step inside.
-    logits = layers.AttentionDecoder(
-        vocabulary_size, hidden_dim, attention="bahdanau", name="decoder"
-    )(target_in, memory, final_states, memory_mask=ops.not_equal(source, PAD))
-    return keras.Model({"source": source, "target_in": target_in}, logits)
+    """Embedding → bidirectional LSTM → LSTM decoder attending with vᵀ tanh(W s + U h).
+
+    The backbone's `encoder` gives every encoder state h_j = [h→_j; h←_j] and the final
+    states the decoder starts from; its `decoder` runs over the whole `target_in`
+    (teacher forcing), step by step inside, attending to the h_j at each step.
+    """
+    return Seq2SeqBackbone(
+        vocabulary_size, vocabulary_size, hidden_dim=hidden_dim, bidirectional=True,
+        attention="bahdanau", dropout=0.0,
+    )
 
 
 def exact_match(model, source, target):
     """Greedy decoding with the cached stepper; the share of outputs equal to the target."""
-    tokens = decoding.greedy_search(Seq2SeqStepper(model), source, target.shape[1])["tokens"].numpy()
-    lengths = (target != PAD).sum(1) - 1  # output tokens, [EOS] included
+    tokens = decoding.greedy_search(decoding.Stepper(model), source, target.shape[1])["tokens"].numpy()
+    lengths = (target != PAD_ID).sum(1) - 1  # output tokens, [EOS] included
     return float(np.mean([
         tokens.shape[1] >= n and np.array_equal(tokens[i, :n], target[i, 1 : n + 1])
         for i, n in enumerate(lengths)
@@ -75,7 +72,7 @@ def main(argv=None):
         model = bahdanau_seq2seq(vocabulary_size, hidden_dim)
         model.compile(
             optimizer=keras.optimizers.Adam(2e-2, clipnorm=1.0),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
         )
     # fit splits each global batch of 64 between the replicas.
     model.fit(

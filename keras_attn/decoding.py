@@ -1,8 +1,8 @@
 """Autoregressive decoding: greedy search and beam search over a stepper.
 
 The search code knows nothing about the model. It drives a *stepper*, an
-object with two methods (`keras_attn.models.TransformerStepper` is one; an
-RNN decoder that carries its state is another):
+object with two methods (`Stepper` makes one of any encoder-decoder
+backbone, the Transformer's and the RNN's):
 
 - `initial_state(source, beam_width=1)` → `state`: a nested structure
   (dicts, lists) of tensors whose first axis is the row, for `B ·
@@ -37,10 +37,58 @@ import math
 import tensorflow as tf
 from keras import ops
 
-# The project's shared special tokens: [PAD] [UNK] [BOS] [EOS] [CLS] [SEP] [MASK].
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 _INF = math.inf
+
+
+class Stepper:
+    """The stepper of an encoder-decoder backbone: the encoder once, then one token a step.
+
+    Works with any model that has the three decoding methods of
+    `keras_attn.models.TransformerBackbone` and `Seq2SeqBackbone`:
+    `call_encoder(source, rows_per_source)` (what depends on the source
+    alone, computed once per source), `initial_cache(encoded,
+    rows_per_source)` (what each decoded row carries from step to step:
+    attention caches, RNN states) and `call_decoder_with_cache(token_ids,
+    encoded, cache, index)`. The state is `{"encoded": ..., "cache": ...}`;
+    a step returns `encoded` as the very same tensors, so beam search
+    reorders only the cache.
+
+    Args:
+        backbone: the model to decode with.
+
+    Example:
+
+    >>> from keras_attn.models import TransformerBackbone
+    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
+    >>> state = stepper.initial_state(tf.constant([[5, 6, 3]]), beam_width=2)
+    >>> logits, state = stepper.step(tf.constant([2, 2]), state, 0)
+    >>> logits.shape
+    TensorShape([2, 1000])
+    """
+
+    def __init__(self, backbone):
+        self.backbone = backbone
+
+    def initial_state(self, source, beam_width=1):
+        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source."""
+        encoded = self.backbone.call_encoder(source, rows_per_source=beam_width)
+        return {"encoded": encoded, "cache": self.backbone.initial_cache(encoded, rows_per_source=beam_width)}
+
+    def step(self, token_ids, state, index, return_attention_scores=False):
+        """Feeds `token_ids` `(R,)` at position `index`.
+
+        Returns:
+            `(logits (R, V) float32, new_state)`, and the cross-attention
+            weights `[(R, heads, S)]`, one per decoder layer, when
+            `return_attention_scores`.
+        """
+        logits, cache, attention = self.backbone.call_decoder_with_cache(
+            token_ids, state["encoded"], state["cache"], index
+        )
+        new_state = {"encoded": state["encoded"], "cache": cache}
+        return (logits, new_state, attention) if return_attention_scores else (logits, new_state)
 
 
 def greedy_search(
@@ -71,8 +119,8 @@ def greedy_search(
 
     Example:
 
-    >>> from keras_attn.models import TransformerStepper, transformer
-    >>> stepper = TransformerStepper(transformer(1000, 1000, preset="tiny"))
+    >>> from keras_attn.models import TransformerBackbone
+    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     >>> outputs = greedy_search(stepper, source, max_length=5)
     >>> sorted(outputs), outputs["tokens"].shape[0]
@@ -174,8 +222,8 @@ def beam_search(
 
     Example:
 
-    >>> from keras_attn.models import TransformerStepper, transformer
-    >>> stepper = TransformerStepper(transformer(1000, 1000, preset="tiny"))
+    >>> from keras_attn.models import TransformerBackbone
+    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
     >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     >>> outputs = beam_search(stepper, source, max_length=5, beam_width=4,
     ...                       return_all_beams=True)

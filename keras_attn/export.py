@@ -51,8 +51,8 @@ class Translator(tf.Module):
     decoded translation never scores), no output tokens and zero attention.
 
     Args:
-        stepper: the model's incremental decoder (e.g. `TransformerStepper`);
-            its `model` attribute is the Keras model.
+        model: an encoder-decoder backbone (`TransformerBackbone`,
+            `Seq2SeqBackbone`), decoded through `decoding.Stepper`.
         source_tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`.
         target_tokenizer: same, for the target language.
         max_length: the longest source (and output) sequence, in tokens.
@@ -62,12 +62,12 @@ class Translator(tf.Module):
     """
 
     def __init__(
-        self, stepper, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6,
+        self, model, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6,
         max_beam_width=32,
     ):
         super().__init__(name="translator")
-        self.stepper = stepper
-        self.model = stepper.model
+        self.model = model
+        self.stepper = decoding.Stepper(model)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.max_length = max_length

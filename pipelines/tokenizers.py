@@ -23,8 +23,10 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]", "[MASK]")
-PAD_ID, UNK_ID, BOS_ID, EOS_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
+from keras_attn.special_tokens import (  # noqa: F401  (this module's users import them from here too)
+    BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID,
+)
+
 SUBWORD_PREFIX = "##"
 # Longer words become a single [UNK] (the limit of FastWordpieceTokenizer).
 MAX_BYTES_PER_WORD = 100

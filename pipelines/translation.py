@@ -25,7 +25,8 @@ and the shuffle buffer therefore hold about 3 times the ids of the corpus
 import numpy as np
 import tensorflow as tf
 
-from pipelines.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from pipelines.preprocessors import TranslationPreprocessor
+from pipelines.tokenizers import PAD_ID
 
 _TOKENIZE_BATCH = 1024
 # With a token budget, batch columns are counted in steps of this many ids.
@@ -196,21 +197,12 @@ def _check(sources, targets, max_length, caller, bucket, drop_remainder, batch_t
 
 def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache):
     """`(source, target_in, target_out)` id rows, one a pair, in corpus order."""
+    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, max_length)
 
     def tokenize(source_text, target_text):
-        source = source_tokenizer.tokenize(source_text)[:, :max_length]
-        target = target_tokenizer.tokenize(target_text)
-        bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))
-        eos = tf.fill([target.nrows(), 1], tf.constant(EOS_ID, target.dtype))
-        target_in = tf.concat([bos, target], axis=1)[:, :max_length]
-        target_out = tf.concat([target, eos], axis=1)[:, :max_length]
         # Dense (B, L) rows: unbatching ragged rows is several times slower.
-        # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
-        # when no source of a chunk has a token (e.g. only zero-width spaces).
-        source = source.to_tensor(shape=tf.stack([source.nrows(), tf.maximum(source.bounding_shape(1), 1)]))
-        return tuple(
-            tf.cast(ids, tf.int32) for ids in (source, target_in.to_tensor(), target_out.to_tensor())
-        )
+        ids = preprocessor(source_text, target_text)
+        return ids["source"], ids["target_in"], ids["target_out"]
 
     dataset = tf.data.Dataset.from_tensor_slices(
         (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))

@@ -10,7 +10,7 @@ import keras
 import pytest
 
 from keras_attn import export
-from keras_attn.models import Seq2SeqStepper, TransformerStepper, seq2seq, transformer
+from keras_attn.models import seq2seq, transformer
 from pipelines import tokenizers
 
 SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
@@ -32,7 +32,7 @@ def tiny_translator():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    return export.Translator(TransformerStepper(model), source, target, max_length=12)
+    return export.Translator(model, source, target, max_length=12)
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +44,7 @@ def tiny_seq2seq_translator():
         source.vocabulary_size, target.vocabulary_size, cell="gru", bidirectional=True,
         hidden_dim=16, attention="bahdanau", dropout=0.0,
     )
-    return export.Translator(Seq2SeqStepper(model), source, target, max_length=12)
+    return export.Translator(model, source, target, max_length=12)
 
 
 def _export_once(translator, root, name):

@@ -9,13 +9,14 @@ from keras_attn.decoding import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
+    Stepper,
     beam_search,
     gnmt_length_penalty,
     greedy_search,
     max_decode_length,
     uncached_greedy_search,
 )
-from keras_attn.models import TransformerStepper, transformer
+from keras_attn.models import transformer
 
 SIGNATURE = [tf.TensorSpec([None, None], tf.int32)]  # as in an exported model
 
@@ -275,7 +276,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def stepper(model):
-    return TransformerStepper(model)
+    return Stepper(model)
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +296,7 @@ def test_stepper_steps_give_the_full_model_logits(model, stepper):
     for layer in range(2):  # (B, h, L, d/h): no step yet, or the source
         for name in ("key", "value"):
             assert state["cache"][layer][name].shape == (4, 4, 0, 8)
-            assert state["memory"][layer][name].shape == (4, 4, SOURCE.shape[1], 8)
+            assert state["encoded"]["memory"][layer][name].shape == (4, 4, SOURCE.shape[1], 8)
     tokens = np.random.default_rng(0).integers(4, 40, size=(4, MAX_LENGTH - 1))
     target_in = np.concatenate([np.full((4, 1), 2), tokens], axis=1).astype("int32")
     full = np.asarray(model({"source": SOURCE, "target_in": target_in}))
@@ -305,11 +306,7 @@ def test_stepper_steps_give_the_full_model_logits(model, stepper):
         )
         np.testing.assert_allclose(logits, full[:, index], atol=1e-4)
         # Beam search reorders only the tensors a step changed.
-        unchanged = {"source_mask": state["source_mask"], "memory": state["memory"]}
-        for new, old in zip(
-            tf.nest.flatten({k: new_state[k] for k in unchanged}),
-            tf.nest.flatten(unchanged),
-        ):
+        for new, old in zip(tf.nest.flatten(new_state["encoded"]), tf.nest.flatten(state["encoded"])):
             assert new is old
         for new, old in zip(
             tf.nest.flatten(new_state["cache"]), tf.nest.flatten(state["cache"])
@@ -453,7 +450,7 @@ def test_export_in_a_saved_model_signature(stepper, eos_id, tmp_path):
     class Translator(tf.Module):
         def __init__(self):
             super().__init__()
-            self.model = stepper.model
+            self.model = stepper.backbone
 
         @tf.function(input_signature=SIGNATURE + [tf.TensorSpec([], tf.int32)])
         def translate(self, source, beam_width):
@@ -627,19 +624,19 @@ def _small_transformer(**options):
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_cached_steps_equal_the_teacher_forced_pass(config):
     model = _small_transformer(**CONFIGS[config])
-    full, cached = _teacher_forced(model, TransformerStepper(model))
+    full, cached = _teacher_forced(model, Stepper(model))
     np.testing.assert_allclose(cached, full, atol=1e-4)
 
 
 def test_cached_steps_under_mixed_bfloat16():
     """bfloat16 steps equal the bfloat16 full pass, and float32 within 0.1 (logits of size ~3)."""
     model = _small_transformer(tie_output=False)
-    reference, _ = _teacher_forced(model, TransformerStepper(model))
+    reference, _ = _teacher_forced(model, Stepper(model))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     half = _small_transformer(tie_output=False)
     keras.mixed_precision.set_global_policy("float32")
     half.set_weights(model.get_weights())
-    full, cached = _teacher_forced(half, TransformerStepper(half))
+    full, cached = _teacher_forced(half, Stepper(half))
     assert half.get_layer("decoder_block_0").compute_dtype == "bfloat16"
     np.testing.assert_allclose(cached, full, atol=0.1)
     np.testing.assert_allclose(full, reference, atol=0.1)
@@ -650,7 +647,7 @@ def test_cached_steps_under_mixed_bfloat16():
     # may pick the other token and go on from there, so its path is not
     # compared with float32's; its score is. The float32 model rescores the
     # bfloat16 search's tokens (teacher-forced) to the search's score.
-    ours = greedy_search(TransformerStepper(half), SOURCE, MAX_LENGTH, eos_id=-1)
+    ours = greedy_search(Stepper(half), SOURCE, MAX_LENGTH, eos_id=-1)
     tokens = np.asarray(ours["tokens"])
     target_in = np.concatenate([np.full((len(tokens), 1), BOS_ID), tokens[:, :-1]], axis=1)
     logits = np.asarray(model({"source": SOURCE, "target_in": target_in}), "float64")

@@ -164,9 +164,3 @@ def test_an_unchanged_model_is_not_exported_again(tiny_translator, tiny_export):
     assert export.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
 
 
-def test_decoding_and_tokenizers_share_the_special_token_ids():
-    from keras_attn import decoding
-
-    assert (decoding.PAD_ID, decoding.UNK_ID, decoding.BOS_ID, decoding.EOS_ID) == (
-        tokenizers.PAD_ID, tokenizers.UNK_ID, tokenizers.BOS_ID, tokenizers.EOS_ID,
-    )

@@ -256,10 +256,9 @@ def pretrain(config, log=print, callbacks=()):
     if not result.is_chief:
         return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
     log("validation: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
-    backbone = model.get_layer("bert_backbone")
     server = BertServer(
-        backbone, tokenizer, config.max_length, backbone_settings,
-        mlm_head=model.get_layer("mlm_head"), max_predictions=config.max_predictions,
+        model.backbone, tokenizer, config.max_length, backbone_settings,
+        mlm_head=model.mlm_head, max_predictions=config.max_predictions,
     )
     path, new_export = _export(config, server)
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
@@ -333,9 +332,8 @@ def finetune(config, log=print):
         return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
     metrics = {f"{split}_accuracy": accuracy, f"{split}_examples": len(scored)}
     log(f"{split}: accuracy {accuracy:.4f} on {len(scored)} examples")
-    backbone = model.get_layer("bert_backbone")
     server = BertServer(
-        backbone, tokenizer, max_length, backbone_arguments(pretrained), classifier=model, label_names=label_names,
+        model.backbone, tokenizer, max_length, backbone_arguments(pretrained), classifier=model, label_names=label_names,
         pairs=train_data.texts_b is not None,
     )
     path, new_export = _export(config, server)

@@ -11,7 +11,7 @@ import dataclasses
 
 from keras_attn.errors import UserError
 from keras_attn.jobs.translation import BOUND_SETTINGS, TranslationConfig, run  # noqa: F401
-from keras_attn.models import SEQ2SEQ_PRESETS, Seq2SeqStepper, seq2seq
+from keras_attn.models import SEQ2SEQ_PRESETS, seq2seq
 from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
 
 from keras_attn.choices import ATTENTIONS, CELLS, DECAYS, LOCALS, SCORES
@@ -69,9 +69,6 @@ class Seq2SeqConfig(TranslationConfig):
             score=self.score, local=self.local, window=self.window, dropout=dropout,
             scheduled_sampling="argmax" if self.scheduled_sampling else None,
         )
-
-    def stepper(self, model):
-        return Seq2SeqStepper(model)
 
     def model_width(self):
         return SEQ2SEQ_PRESETS[self.preset]["hidden_dim"]

@@ -2,8 +2,8 @@
 
 `run(TranslationConfig(...))` is what `keras-attn train transformer` runs;
 `run(Seq2SeqConfig(...))` (`keras_attn.jobs.seq2seq`) what `keras-attn train
-seq2seq` runs. A config says which model it trains through four methods
-(`build_model`, `stepper`, `model_width`, `callbacks`) and which of its
+seq2seq` runs. A config says which model it trains through three methods
+(`build_model`, `model_width`, `callbacks`) and which of its
 fields bind a run folder (`bound_settings`); everything else here is shared.
 What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
@@ -24,7 +24,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     describe_setup,
     wait_for_chief,
 )
-from keras_attn.models import TRANSFORMER_PRESETS, TransformerStepper, transformer
+from keras_attn.models import TRANSFORMER_PRESETS, transformer
 from keras_attn.training import (
     MaskedPerplexity,
     MaskedSparseCrossEntropy,
@@ -82,10 +82,6 @@ class TranslationConfig(RunConfig, common.ExportSettings):
             max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
             share_embeddings=self.shared_vocab,
         )
-
-    def stepper(self, model):
-        """The incremental decoder that search and export drive."""
-        return TransformerStepper(model)
 
     def model_width(self):
         """The model width the Noam schedule scales by."""
@@ -326,7 +322,7 @@ def run(config, log=print):
         )
 
     translator = export.Translator(
-        config.stepper(model),
+        model,
         source_tokenizer, target_tokenizer, config.max_length,
     )
     metrics = evaluate(translator, test_corpus, config.beam_width)
@@ -370,6 +366,4 @@ def learning_rate_schedule(config, total_steps):
     """
     if config.schedule == "cosine":
         return warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
-    width = config.model_width()
-    paper_peak = (width * config.warmup_steps) ** -0.5
-    return TransformerSchedule(width, config.warmup_steps, scale=config.learning_rate / paper_peak)
+    return TransformerSchedule.with_peak(config.model_width(), config.warmup_steps, config.learning_rate)

@@ -2,7 +2,7 @@
 
 One step function, `AttentionDecoder.step`, is the whole decoder: the
 teacher-forced `call` loops it over the target, and an incremental decoder
-(`keras_attn.models.Seq2SeqStepper`) calls it once per output token, so
+(`keras_attn.decoding.Stepper` over a `Seq2SeqBackbone`) calls it once per output token, so
 training and generation compute the same thing.
 
 At step t, with y_{t-1} the previous target token and s the RNN state:
@@ -377,7 +377,7 @@ class AttentionDecoder(keras.layers.Layer):
         The `W` rows of a source attend as `W` queries of one row `(B, W, d)`,
         without copying the memory. (Local-m positions its window by the
         query's index in that row, so its memory must have a row per query:
-        `Seq2SeqStepper` repeats it once before decoding.)
+        `Seq2SeqBackbone.call_encoder` repeats it once before decoding.)
         """
         rows, sources = ops.shape(query)[0], ops.shape(memory)[0]
         queries = ops.reshape(query, (sources, -1, self.hidden_dim))  # (B, W, d)

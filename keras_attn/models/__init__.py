@@ -1,8 +1,16 @@
-"""Functional models built from `keras_attn.layers`, with named presets."""
+"""Backbones and tasks built from `keras_attn.layers`, with named presets."""
 
 from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
-from keras_attn.models.transformer import TransformerStepper, transformer
+from keras_attn.models.transformer import TransformerBackbone, transformer
 from keras_attn.models.seq2seq import PRESETS as SEQ2SEQ_PRESETS
-from keras_attn.models.seq2seq import Seq2SeqStepper, seq2seq
+from keras_attn.models.seq2seq import Seq2SeqBackbone, seq2seq
+from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.models.bert import PRESETS as BERT_PRESETS
-from keras_attn.models.bert import bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models.bert import (
+    BertBackbone,
+    BertClassifier,
+    BertPretrainer,
+    bert_backbone,
+    bert_classifier,
+    bert_pretrainer,
+)

@@ -3,11 +3,11 @@
     token_ids, segment_ids ─► BertEmbedding ─► N × TransformerEncoderBlock
         (GELU, post-norm) ─► sequence_output ─► [CLS] ─► tanh dense ─► pooled_output
 
-`bert_pretrainer` puts the masked-LM head (on the masked positions only,
+`BertPretrainer` puts the masked-LM head (on the masked positions only,
 output weights tied to the token embedding) and the next-sentence head on
-a backbone; `bert_classifier` a dropout and a dense layer on its pooled
-output. All are functional `keras.Model`s; token id 0 is padding, and its
-Keras mask reaches every attention.
+a `BertBackbone`; `BertClassifier` a dropout and a dense layer on its pooled
+output. All are functional `keras.Model`s whose `get_config` rebuilds them;
+[PAD] (id 0) is padding, and its Keras mask reaches every attention.
 """
 
 import keras
@@ -19,26 +19,24 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import architecture
+from keras_attn.models.presets import FromPreset, architecture
 
 PRESETS = _ALL_PRESETS["bert"]
 
 
-def bert_backbone(
-    vocabulary_size,
-    preset="tiny",
-    max_sequence_length=512,
-    num_segments=2,
-    dropout=0.1,
-    num_layers=None,
-    hidden_dim=None,
-    num_heads=None,
-    intermediate_dim=None,
-    norm_first=False,
-    dtype=None,
-    name="bert_backbone",
-):
-    """Builds BERT's encoder as a functional `keras.Model`.
+def _functional_kwargs(kwargs, name):
+    return {"name": name, **kwargs}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertBackbone(FromPreset, keras.Model):
+    """BERT's encoder as a functional `keras.Model`.
+
+    Maps `{"token_ids", "segment_ids"}` (int `(B, T)`) to
+    `{"sequence_output": (B, T, d), "pooled_output": (B, d)}`. Its parts are
+    attributes: `embedding` (`BertEmbedding`), `token_embedding` (its token
+    table, the MLM output projection), `encoder_blocks`, `final_norm`
+    (`norm_first` only, else `None`) and `pooler`.
 
     Args:
         vocabulary_size: token ids (30,522 in BERT's uncased vocabulary).
@@ -55,122 +53,175 @@ def bert_backbone(
         norm_first: pre-norm blocks (Xiong et al. 2020) and a final
             LayerNorm, instead of BERT's post-norm.
         dtype: the layers' dtype policy, e.g. `"mixed_bfloat16"`.
-        name: the model name.
-
-    Returns:
-        A `keras.Model` mapping `{"token_ids", "segment_ids"}` (int `(B, T)`)
-        to `{"sequence_output": (B, T, d), "pooled_output": (B, d)}`. Its
-        layers are `embedding`, `encoder_block_{i}` (then `final_norm` with
-        `norm_first`) and `pooler`.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
 
-    >>> backbone = bert_backbone(30522, preset="tiny")  # BERT-Tiny, L2/H128
-    >>> backbone.count_params()
-    4385920
+    >>> backbone = BertBackbone(30522, preset="tiny")  # BERT-Tiny, L2/H128
+    >>> backbone.count_params(), len(backbone.encoder_blocks)
+    (4385920, 2)
     """
-    settings = architecture(
-        "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-    )
-    hidden = settings["hidden_dim"]
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    embedding = BertEmbedding(
-        vocabulary_size, max_sequence_length, num_segments, hidden,
-        dropout=dropout, name="embedding", dtype=dtype,
-    )
-    x = embedding(token_ids, segment_ids)  # its Keras mask: token_ids != 0
-    for index in range(settings["num_layers"]):
-        x = TransformerEncoderBlock(
-            settings["num_heads"], intermediate_dim or 4 * hidden, dropout=dropout,
-            activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12, norm_first=norm_first,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
-            name=f"encoder_block_{index}", dtype=dtype,
-        )(x)
-    if norm_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-12, name="final_norm", dtype=dtype)(x)
-    first = x[:, 0, :]  # the [CLS] state
-    pooled = keras.layers.Dense(
-        hidden, activation="tanh", kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        name="pooler", dtype=dtype,
-    )(first)
-    return keras.Model(
-        {"token_ids": token_ids, "segment_ids": segment_ids},
-        {"sequence_output": x, "pooled_output": pooled},
-        name=name,
-    )
+
+    def __init__(
+        self,
+        vocabulary_size,
+        preset="tiny",
+        max_sequence_length=512,
+        num_segments=2,
+        dropout=0.1,
+        num_layers=None,
+        hidden_dim=None,
+        num_heads=None,
+        intermediate_dim=None,
+        norm_first=False,
+        dtype=None,
+        **kwargs,
+    ):
+        settings = architecture(
+            "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+        )
+        hidden = settings["hidden_dim"]
+        intermediate_dim = intermediate_dim or 4 * hidden
+        token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+        segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
+        embedding = BertEmbedding(
+            vocabulary_size, max_sequence_length, num_segments, hidden,
+            dropout=dropout, name="embedding", dtype=dtype,
+        )
+        x = embedding(token_ids, segment_ids)  # its Keras mask: token_ids != [PAD]
+        encoder_blocks = []
+        for index in range(settings["num_layers"]):
+            encoder_blocks.append(TransformerEncoderBlock(
+                settings["num_heads"], intermediate_dim, dropout=dropout,
+                activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12, norm_first=norm_first,
+                kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
+                name=f"encoder_block_{index}", dtype=dtype,
+            ))
+            x = encoder_blocks[-1](x)
+        final_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="final_norm", dtype=dtype) if norm_first else None
+        if final_norm is not None:
+            x = final_norm(x)
+        pooler = keras.layers.Dense(
+            hidden, activation="tanh", kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            name="pooler", dtype=dtype,
+        )
+        pooled = pooler(x[:, 0, :])  # the [CLS] state
+        super().__init__(
+            {"token_ids": token_ids, "segment_ids": segment_ids},
+            {"sequence_output": x, "pooled_output": pooled},
+            **_functional_kwargs(kwargs, "bert_backbone"),
+        )
+        self.embedding, self.token_embedding = embedding, embedding.token_embedding
+        self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
+        self._arguments = dict(
+            vocabulary_size=vocabulary_size, max_sequence_length=max_sequence_length,
+            num_segments=num_segments, dropout=dropout, num_layers=settings["num_layers"], hidden_dim=hidden,
+            num_heads=settings["num_heads"], intermediate_dim=intermediate_dim, norm_first=norm_first,
+            dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
+        )
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._arguments}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
 
-def token_embedding(backbone):
-    """The backbone's token `keras.layers.Embedding` (its table is the MLM output projection)."""
-    return backbone.get_layer("embedding").token_embedding
+bert_backbone = BertBackbone  # the name the jobs and the earlier API build it by
 
 
-def bert_pretrainer(backbone, name="bert_pretrainer"):
+class _OnBackbone(keras.Model):
+    """A functional model on a `BertBackbone`, saved with it (`get_config` holds the backbone's)."""
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "backbone": keras.saving.serialize_keras_object(self.backbone), **self._arguments}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertPretrainer(_OnBackbone):
     """BERT's pretraining model: masked LM and next-sentence prediction on `backbone`.
 
-    Args:
-        backbone: a `bert_backbone` model.
-        name: the model name.
+    Maps `{"token_ids", "segment_ids", "mask_positions"}` (int `(B, T)`,
+    `(B, T)`, `(B, P)`) to `{"mlm": (B, P, V) logits at the masked
+    positions, "nsp": (B, 2) logits}`. Its parts are the attributes
+    `backbone`, `mlm_head` (whose output weights are
+    `backbone.token_embedding.embeddings` itself) and `nsp_head`.
 
-    Returns:
-        A `keras.Model` mapping `{"token_ids", "segment_ids",
-        "mask_positions"}` (int `(B, T)`, `(B, T)`, `(B, P)`) to
-        `{"mlm": (B, P, V) logits at the masked positions, "nsp": (B, 2)
-        logits}`. Its heads are the layers `mlm_head` (whose output weights
-        are `token_embedding(backbone).embeddings` itself) and `nsp_head`.
+    Args:
+        backbone: a `BertBackbone`.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
 
-    >>> model = bert_pretrainer(bert_backbone(1000, preset="tiny"))
+    >>> model = BertPretrainer(BertBackbone(1000, preset="tiny"))
     >>> out = model({"token_ids": np.array([[4, 9, 6, 5]]), "segment_ids": np.zeros((1, 4)),
     ...              "mask_positions": np.array([[2]])})
     >>> out["mlm"].shape, out["nsp"].shape
     (TensorShape([1, 1, 1000]), TensorShape([1, 2]))
     """
-    inputs = {
-        "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
-        "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
-        "mask_positions": keras.Input((None,), dtype="int32", name="mask_positions"),
-    }
-    encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
-    dtype = backbone.get_layer("embedding").dtype_policy
-    embedding = token_embedding(backbone)
-    mlm = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=dtype)(
-        encoded["sequence_output"], inputs["mask_positions"]
-    )
-    nsp = NextSentenceHead(name="nsp_head", dtype=dtype)(encoded["pooled_output"])
-    return keras.Model(inputs, {"mlm": mlm, "nsp": nsp}, name=name)
+
+    def __init__(self, backbone, **kwargs):
+        inputs = {
+            "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+            "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
+            "mask_positions": keras.Input((None,), dtype="int32", name="mask_positions"),
+        }
+        encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
+        dtype = backbone.embedding.dtype_policy
+        embedding = backbone.token_embedding
+        mlm_head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=dtype)
+        nsp_head = NextSentenceHead(name="nsp_head", dtype=dtype)
+        outputs = {
+            "mlm": mlm_head(encoded["sequence_output"], inputs["mask_positions"]),
+            "nsp": nsp_head(encoded["pooled_output"]),
+        }
+        super().__init__(inputs, outputs, **_functional_kwargs(kwargs, "bert_pretrainer"))
+        self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
+        self._arguments = {}
 
 
-def bert_classifier(backbone, num_classes, dropout=0.1, name="bert_classifier"):
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertClassifier(_OnBackbone):
     """A sentence (or sentence-pair) classifier on BERT's pooled output (section 4.1).
 
+    Maps `{"token_ids", "segment_ids"}` to `(B, num_classes)` logits. Its
+    parts are the attributes `backbone` and `classifier` (the output layer).
+
     Args:
-        backbone: a `bert_backbone` model, pretrained or not.
+        backbone: a `BertBackbone`, pretrained or not.
         num_classes: the labels.
         dropout: dropout before the output layer.
-        name: the model name.
-
-    Returns:
-        A `keras.Model` mapping `{"token_ids", "segment_ids"}` to `(B,
-        num_classes)` logits.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
 
-    >>> model = bert_classifier(bert_backbone(1000), num_classes=2)
+    >>> model = BertClassifier(BertBackbone(1000), num_classes=2)
     >>> model({"token_ids": np.array([[4, 9, 5]]), "segment_ids": np.zeros((1, 3))}).shape
     TensorShape([1, 2])
     """
-    inputs = {
-        "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
-        "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
-    }
-    dtype = backbone.get_layer("embedding").dtype_policy
-    pooled = backbone(inputs)["pooled_output"]
-    pooled = keras.layers.Dropout(dropout, dtype=dtype)(pooled)
-    logits = keras.layers.Dense(
-        num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-        name="classifier", dtype=dtype,
-    )(pooled)
-    return keras.Model(inputs, logits, name=name)
+
+    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+        inputs = {
+            "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+            "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
+        }
+        dtype = backbone.embedding.dtype_policy
+        pooled = backbone(inputs)["pooled_output"]
+        pooled = keras.layers.Dropout(dropout, dtype=dtype)(pooled)
+        classifier = keras.layers.Dense(
+            num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            name="classifier", dtype=dtype,
+        )
+        super().__init__(inputs, classifier(pooled), **_functional_kwargs(kwargs, "bert_classifier"))
+        self.backbone, self.classifier = backbone, classifier
+        self._arguments = dict(num_classes=num_classes, dropout=dropout)
+
+
+bert_pretrainer, bert_classifier = BertPretrainer, BertClassifier  # the names the jobs build them by

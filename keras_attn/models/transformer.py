@@ -8,35 +8,28 @@ from keras_attn.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import architecture
+from keras_attn.models.presets import FromPreset, architecture
+from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["transformer"]
 
 
-def transformer(
-    source_vocabulary_size,
-    target_vocabulary_size,
-    max_sequence_length=128,
-    preset=None,
-    num_layers=None,
-    num_decoder_layers=None,
-    hidden_dim=None,
-    num_heads=None,
-    intermediate_dim=None,
-    dropout=0.1,
-    norm_first=False,
-    share_embeddings=False,
-    tie_output=True,
-    name="transformer",
-):
-    """Builds the Transformer as a functional `keras.Model`.
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerBackbone(FromPreset, keras.Model):
+    """The Transformer as a functional `keras.Model`: source and shifted target in, logits out.
 
-    Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with 0
-    as padding (`target_in` starts with [BOS]); the output is the `(B, T,
-    target_vocabulary_size)` float32 logits of the next target token. Padding
-    masks are computed from the ids and passed to every block explicitly.
+    Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with
+    [PAD] (id 0) as padding (`target_in` starts with [BOS]); the output is
+    the `(B, T, target_vocabulary_size)` float32 logits of the next target
+    token. Padding masks are computed from the ids and passed to every block.
+
+    Its parts are attributes: `source_embedding`, `encoder_blocks`,
+    `encoder_norm` (pre-norm only, else `None`), `target_embedding` (the
+    source's with `share_embeddings`), `decoder_blocks`, `decoder_norm` and
+    `output_projection` (`None` when tied). Decoding one token at a time
+    uses `call_encoder` once per source, then `call_decoder_with_cache`
+    (see `keras_attn.decoding.Stepper`).
 
     Args:
         source_vocabulary_size: size of the source vocabulary.
@@ -57,190 +50,163 @@ def transformer(
             shared vocabulary).
         tie_output: the output projection is the transposed target embedding
             (section 3.4).
-        name: the model name.
-
-    Returns:
-        A `keras.Model` mapping `{"source", "target_in"}` to logits. Its
-        layers are named `source_embedding`, `encoder_block_{i}`,
-        `target_embedding`, `decoder_block_{i}`, `encoder_norm` and
-        `decoder_norm` (pre-norm only) and `output_projection` (untied only);
-        `TransformerStepper` uses these names for incremental decoding.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
 
-    >>> model = transformer(1000, 1000, preset="tiny")
+    >>> model = TransformerBackbone.from_preset("tiny", source_vocabulary_size=1000, target_vocabulary_size=1000)
     >>> logits = model({"source": np.array([[5, 6, 2]]),
     ...                 "target_in": np.array([[1, 9]])})
     >>> logits.shape
     TensorShape([1, 2, 1000])
-    """
-    settings = architecture(
-        "transformer", preset, dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
-        num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads, intermediate_dim=intermediate_dim,
-    )
-    num_layers, hidden_dim = settings["num_layers"], settings["hidden_dim"]
-    num_heads, intermediate_dim = settings["num_heads"], settings["intermediate_dim"]
-    num_decoder_layers = num_decoder_layers or num_layers
-    if share_embeddings and source_vocabulary_size != target_vocabulary_size:
-        raise ValueError(
-            "`share_embeddings=True` needs one vocabulary, got source size "
-            f"{source_vocabulary_size} and target size {target_vocabulary_size}."
-        )
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}."
-        )
-
-    source = keras.Input((None,), dtype="int32", name="source")
-    target_in = keras.Input((None,), dtype="int32", name="target_in")
-    source_mask = ops.not_equal(source, 0)
-    target_mask = ops.not_equal(target_in, 0)
-
-    def embedding(vocabulary_size, layer_name):
-        return TokenAndPositionEmbedding(
-            vocabulary_size, max_sequence_length, hidden_dim, mask_zero=False,
-            dropout=dropout, name=layer_name,
-        )
-
-    def block_args():
-        return dict(
-            num_heads=num_heads, intermediate_dim=intermediate_dim,
-            dropout=dropout, norm_first=norm_first,
-        )
-
-    # Encoder: N × (self-attention, feed-forward).
-    source_embedding = embedding(source_vocabulary_size, "source_embedding")
-    x = source_embedding(source)
-    for i in range(num_layers):
-        x = TransformerEncoderBlock(**block_args(), name=f"encoder_block_{i}")(
-            x, padding_mask=source_mask
-        )
-    if norm_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm")(x)
-
-    # Decoder: N × (masked self-attention, cross-attention, feed-forward).
-    target_embedding = (
-        source_embedding
-        if share_embeddings
-        else embedding(target_vocabulary_size, "target_embedding")
-    )
-    y = target_embedding(target_in)
-    for i in range(num_decoder_layers):
-        y = TransformerDecoderBlock(**block_args(), name=f"decoder_block_{i}")(
-            y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask
-        )
-    if norm_first:
-        y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm")(y)
-
-    if tie_output:
-        logits = target_embedding(y, reverse=True)
-    else:
-        logits = keras.layers.Dense(target_vocabulary_size, name="output_projection")(y)
-    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-    return keras.Model({"source": source, "target_in": target_in}, logits, name=name)
-
-
-class TransformerStepper:
-    """Incremental decoding of a `transformer(...)` model, one token a step.
-
-    The encoder runs once; each decoder layer's cross-attention keys and
-    values are projected once; each step embeds only the newest token and
-    appends its keys and values to the per-layer self-attention caches, so
-    no earlier step is ever recomputed. Implements the decoder interface of
-    `keras_attn.decoding`: `initial_state(source, beam_width=1)` and
-    `step(token_ids, state, index)`.
-
-    The state of `B` sources decoded as `B · W` rows (`W` hypotheses per
-    source in beam search, 1 in greedy search) is a dict:
-
-    - `source_mask`: `(B, S)`, `True` for real source tokens;
-    - `memory`: per decoder layer, the projected encoder outputs
-      `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, once per source;
-    - `cache`: per decoder layer, the self-attention cache of the `t` steps
-      so far `{"key": (B·W, h, t, d/h), "value": (B·W, h, t, d/h)}`.
-
-    A step returns `source_mask` and `memory` as the very same tensors, so
-    beam search never reorders them.
-
-    Args:
-        model: a model built by `transformer(...)`; it decodes at most its
-            `max_sequence_length` tokens.
+    >>> len(model.decoder_blocks), model.get_config()["hidden_dim"]
+    (2, 128)
     """
 
-    def __init__(self, model):
-        self.model = model
-        self.decoder_blocks = [
-            layer for layer in model.layers if layer.name.startswith("decoder_block_")
-        ]
-        self.target_embedding = _get(model, "target_embedding") or _get(
-            model, "source_embedding"
+    def __init__(
+        self,
+        source_vocabulary_size,
+        target_vocabulary_size,
+        max_sequence_length=128,
+        preset=None,
+        num_layers=None,
+        num_decoder_layers=None,
+        hidden_dim=None,
+        num_heads=None,
+        intermediate_dim=None,
+        dropout=0.1,
+        norm_first=False,
+        share_embeddings=False,
+        tie_output=True,
+        **kwargs,
+    ):
+        settings = architecture(
+            "transformer", preset, dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
+            num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads, intermediate_dim=intermediate_dim,
         )
-        self.decoder_norm = _get(model, "decoder_norm")
-        self.output_projection = _get(model, "output_projection")
-        encoder_output = (
-            _get(model, "encoder_norm")
-            or [l for l in model.layers if l.name.startswith("encoder_block_")][-1]
-        ).output
-        self.encoder = keras.Model(model.get_layer("source").output, encoder_output)
+        num_decoder_layers = num_decoder_layers or settings["num_layers"]
+        if share_embeddings and source_vocabulary_size != target_vocabulary_size:
+            raise ValueError(
+                "`share_embeddings=True` needs one vocabulary, got source size "
+                f"{source_vocabulary_size} and target size {target_vocabulary_size}."
+            )
+        if settings["hidden_dim"] % settings["num_heads"]:
+            raise ValueError(f"num_heads={settings['num_heads']} does not divide hidden_dim={settings['hidden_dim']}.")
 
-    def initial_state(self, source, beam_width=1):
-        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source.
+        def embedding(vocabulary_size, name):
+            return TokenAndPositionEmbedding(
+                vocabulary_size, max_sequence_length, settings["hidden_dim"], mask_zero=False,
+                dropout=dropout, name=name,
+            )
+
+        def block(kind, name):
+            return kind(
+                num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"],
+                dropout=dropout, norm_first=norm_first, name=name,
+            )
+
+        # Each layer is made where it is first called: that order draws the initial weights.
+        source = keras.Input((None,), dtype="int32", name="source")
+        target_in = keras.Input((None,), dtype="int32", name="target_in")
+        source_mask, target_mask = ops.not_equal(source, PAD_ID), ops.not_equal(target_in, PAD_ID)
+        # Encoder: N × (self-attention, feed-forward).
+        source_embedding = embedding(source_vocabulary_size, "source_embedding")
+        x = source_embedding(source)
+        encoder_blocks = []
+        for i in range(settings["num_layers"]):
+            encoder_blocks.append(block(TransformerEncoderBlock, f"encoder_block_{i}"))
+            x = encoder_blocks[-1](x, padding_mask=source_mask)
+        encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm") if norm_first else None
+        if encoder_norm is not None:
+            x = encoder_norm(x)
+        # Decoder: N × (masked self-attention, cross-attention, feed-forward).
+        target_embedding = source_embedding if share_embeddings else embedding(target_vocabulary_size, "target_embedding")
+        y = target_embedding(target_in)
+        decoder_blocks = []
+        for i in range(num_decoder_layers):
+            decoder_blocks.append(block(TransformerDecoderBlock, f"decoder_block_{i}"))
+            y = decoder_blocks[-1](y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask)
+        decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm") if norm_first else None
+        if decoder_norm is not None:
+            y = decoder_norm(y)
+        output_projection = None if tie_output else keras.layers.Dense(target_vocabulary_size, name="output_projection")
+        logits = target_embedding(y, reverse=True) if output_projection is None else output_projection(y)
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+        super().__init__({"source": source, "target_in": target_in}, logits, **{"name": "transformer", **kwargs})
+
+        self.source_embedding, self.encoder_blocks, self.encoder_norm = source_embedding, encoder_blocks, encoder_norm
+        self.target_embedding, self.decoder_blocks, self.decoder_norm = target_embedding, decoder_blocks, decoder_norm
+        self.output_projection = output_projection
+        self._arguments = dict(
+            source_vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size,
+            max_sequence_length=max_sequence_length, num_layers=settings["num_layers"],
+            num_decoder_layers=num_decoder_layers, hidden_dim=settings["hidden_dim"],
+            num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"], dropout=dropout,
+            norm_first=norm_first, share_embeddings=share_embeddings, tie_output=tie_output,
+        )
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._arguments}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def call_encoder(self, source, rows_per_source=1):
+        """Encodes `source` `(B, S)` once; the per-source part of a decoding state.
+
+        `rows_per_source` (the beam width) changes nothing here: the encoder
+        side is kept once per source and each decoder block's attention
+        reads it for the `rows_per_source` rows of its source.
 
         Returns:
-            The decoding state (see above), for `B · beam_width` rows.
+            `{"source_mask": (B, S) bool, "memory": [per decoder block, the
+            encoder outputs projected to its cross-attention's keys and values
+            {"key": (B, h, S, d/h), "value": (B, h, S, d/h)}]}`.
         """
-        encoded = self.encoder(source)
-        rows = ops.shape(source)[0] * beam_width
+        source_mask = ops.not_equal(source, PAD_ID)
+        x = self.source_embedding(source)
+        for encoder_block in self.encoder_blocks:
+            x = encoder_block(x, padding_mask=source_mask)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
         return {
-            "source_mask": ops.not_equal(source, 0),
-            "memory": [
-                block.cross_attention.project_key_value(encoded)
-                for block in self.decoder_blocks
-            ],
-            "cache": [
-                block.empty_cache(rows, encoded.dtype) for block in self.decoder_blocks
-            ],
+            "source_mask": source_mask,
+            "memory": [block.cross_attention.project_key_value(x) for block in self.decoder_blocks],
         }
 
-    def step(self, token_ids, state, index, return_attention_scores=False):
-        """Feeds `token_ids` `(B·W,)` at position `index`.
+    def initial_cache(self, encoded, rows_per_source=1):
+        """The decoder's cache before the first step: per block, empty self-attention keys and values."""
+        rows = ops.shape(encoded["source_mask"])[0] * rows_per_source
+        return [block.empty_cache(rows) for block in self.decoder_blocks]
+
+    def call_decoder_with_cache(self, token_ids, encoded, cache, index):
+        """Feeds the newest target tokens `token_ids` `(B·W,)` at position `index`.
+
+        Args:
+            token_ids: one token per decoded row (`W` rows per source).
+            encoded: `call_encoder`'s output for the `B` sources.
+            cache: `initial_cache`'s, then this method's previous one.
+            index: the position of `token_ids` (the steps `cache` holds).
 
         Returns:
-            `(logits (B·W, V), new_state)`, plus the cross-attention weights
-            `[(B·W, heads, S)] per layer` when `return_attention_scores`.
-            `new_state` holds the updated caches and the other entries of
-            `state` unchanged (the same objects).
+            `(logits (B·W, V) float32, cache, cross-attention weights
+            [(B·W, h, S)] per decoder block)`. Only the new token's keys and
+            values are computed; the output equals the full causal pass.
         """
         y = self.target_embedding(token_ids[:, None], start_index=index)
-        caches, attention = [], []
-        for block, memory, cache in zip(
-            self.decoder_blocks, state["memory"], state["cache"]
-        ):
-            y, cache, _, cross = block(
-                y,
-                encoder_padding_mask=state["source_mask"],
-                cache=cache,
-                cache_index=index,
-                cross_attention_cache=memory,
-                return_attention_scores=True,
+        new_cache, attention = [], []
+        for block, memory, block_cache in zip(self.decoder_blocks, encoded["memory"], cache):
+            y, block_cache, _, cross = block(
+                y, encoder_padding_mask=encoded["source_mask"], cache=block_cache, cache_index=index,
+                cross_attention_cache=memory, return_attention_scores=True,
             )
-            caches.append(cache)
+            new_cache.append(block_cache)
             attention.append(cross[:, :, 0])
         if self.decoder_norm is not None:
             y = self.decoder_norm(y)
-        if self.output_projection is None:
-            logits = self.target_embedding(y, reverse=True)
-        else:
-            logits = self.output_projection(y)
-        logits = ops.cast(logits[:, 0], "float32")
-        new_state = dict(state, cache=caches)
-        if return_attention_scores:
-            return logits, new_state, attention
-        return logits, new_state
+        logits = self.target_embedding(y, reverse=True) if self.output_projection is None else self.output_projection(y)
+        return ops.cast(logits[:, 0], "float32"), new_cache, attention
 
 
-def _get(model, name):
-    try:
-        return model.get_layer(name)
-    except ValueError:
-        return None
+transformer = TransformerBackbone  # the name the jobs and the earlier API build it by

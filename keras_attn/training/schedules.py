@@ -28,6 +28,11 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = warmup_steps
         self.scale = scale
 
+    @classmethod
+    def with_peak(cls, d_model, warmup_steps, peak):
+        """The schedule of that shape whose peak, at `warmup_steps`, is `peak`."""
+        return cls(d_model, warmup_steps, scale=peak / (d_model * warmup_steps) ** -0.5)
+
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
         rate = ops.minimum(ops.rsqrt(step), step * float(self.warmup_steps) ** -1.5)

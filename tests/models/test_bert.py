@@ -8,7 +8,6 @@ import tensorflow as tf
 from keras_attn.training import PretrainingLoss, PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
 from keras_attn.models import BERT_PRESETS, bert_backbone, bert_classifier, bert_pretrainer
-from keras_attn.models.bert import token_embedding
 from keras_attn.training import get_strategy
 from keras_attn.training.steps import TrainingSteps
 from tests.layers.layer_checks import check_layer
@@ -70,7 +69,7 @@ def _batch(seed=0, batch=4, length=10, predictions=3):
 
 def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
     backbone = pretrainer.get_layer("bert_backbone")
-    table = token_embedding(backbone).embeddings
+    table = backbone.token_embedding.embeddings
     head = pretrainer.get_layer("mlm_head")
     assert head.embeddings is table
     assert sum(weight is table for weight in pretrainer.weights) == 1

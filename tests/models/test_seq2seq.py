@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from keras_attn import decoding
 from keras_attn.layers import AttentionDecoder, RNNEncoder
-from keras_attn.models import Seq2SeqStepper, seq2seq
+from keras_attn.decoding import Stepper
+from keras_attn.models import seq2seq
 from keras_attn.training import (
     ScheduledSampling,
     exponential_decay,
@@ -72,7 +73,7 @@ def test_stepper_fed_the_gold_tokens_reproduces_teacher_forcing(name):
     """In a tf.function, with two hypotheses per source as beam search has them."""
     model = small_model(**CONFIGS[name])
     expected = teacher_forced(model)
-    logits, weights = _gold_steps(Seq2SeqStepper(model), SOURCE, TARGET_IN, 2)
+    logits, weights = _gold_steps(Stepper(model), SOURCE, TARGET_IN, 2)
     for copy in (0, 1):
         np.testing.assert_allclose(logits.numpy()[copy::2], expected, atol=1e-4)
     _, scores = model.get_layer("decoder")(
@@ -85,7 +86,7 @@ def test_stepper_fed_the_gold_tokens_reproduces_teacher_forcing(name):
 @pytest.mark.parametrize("name", ["bahdanau", "luong_general_gru", "luong_local_m"])
 def test_attention_weights_sum_to_one_over_the_source_and_are_zero_on_padding(name):
     model = small_model(**CONFIGS[name])
-    _, weights = _gold_steps(Seq2SeqStepper(model), SOURCE, TARGET_IN, 1)
+    _, weights = _gold_steps(Stepper(model), SOURCE, TARGET_IN, 1)
     weights = weights.numpy()  # (B, T, S)
     assert np.all(weights[~np.broadcast_to(REAL[:, None], weights.shape)] == 0.0)
     # Local-m too: past its source's end (row 1) the window stops at the last real key.
@@ -93,7 +94,7 @@ def test_attention_weights_sum_to_one_over_the_source_and_are_zero_on_padding(na
 
 
 def test_no_attention_hands_out_zero_weights():
-    _, weights = _gold_steps(Seq2SeqStepper(small_model(attention="none")), SOURCE, TARGET_IN, 1)
+    _, weights = _gold_steps(Stepper(small_model(attention="none")), SOURCE, TARGET_IN, 1)
     assert np.all(weights.numpy() == 0.0)
 
 
@@ -102,7 +103,7 @@ def test_local_attention_never_looks_outside_its_window():
     consecutive keys, zero on padding."""
     window = 1
     _, weights = _gold_steps(
-        Seq2SeqStepper(small_model(**CONFIGS["luong_local_m"])), SOURCE, TARGET_IN, 1
+        Stepper(small_model(**CONFIGS["luong_local_m"])), SOURCE, TARGET_IN, 1
     )
     steps, keys = np.arange(TARGET_IN.shape[1])[None, :, None], np.arange(SOURCE.shape[1])
     centres = np.minimum(steps, REAL.sum(1)[:, None, None] - 1)  # (B, T, 1)
@@ -112,7 +113,7 @@ def test_local_attention_never_looks_outside_its_window():
     assert np.any(centres[1] < steps[0])  # row 1's steps pass its source's end
 
     _, weights = _gold_steps(
-        Seq2SeqStepper(small_model(**CONFIGS["luong_local_p"])), SOURCE, TARGET_IN, 1
+        Stepper(small_model(**CONFIGS["luong_local_p"])), SOURCE, TARGET_IN, 1
     )
     for row in weights.numpy().reshape(-1, SOURCE.shape[1]):
         seen = np.flatnonzero(row)
@@ -122,7 +123,7 @@ def test_local_attention_never_looks_outside_its_window():
 
 def test_greedy_and_beam_search_run_on_the_stepper():
     """(Local-m's repeated memory under beam rows is checked by the gold-token test.)"""
-    stepper = Seq2SeqStepper(small_model(**CONFIGS["bahdanau"]))
+    stepper = Stepper(small_model(**CONFIGS["bahdanau"]))
     greedy = tf.function(
         lambda source: decoding.greedy_search(stepper, source, 7, return_attention=True)
     )(SOURCE)
@@ -147,7 +148,7 @@ def reversal_data(count, seed, longest=10):
 
 def exact_match_of(model, source, target):
     """Greedy decoding: per row, whether the output up to [EOS] is the target's."""
-    tokens = decoding.greedy_search(Seq2SeqStepper(model), source, target.shape[1])["tokens"]
+    tokens = decoding.greedy_search(Stepper(model), source, target.shape[1])["tokens"]
     tokens = tokens.numpy()
     lengths = (target != 0).sum(1) - 1  # output tokens, [EOS] included
     return np.array([
@@ -234,7 +235,7 @@ def test_sampling_probability_one_feeds_the_models_own_argmax():
     )
     model.get_layer("decoder").sampling_probability.assign(1.0)
     sampled = np.asarray(model({"source": source, "target_in": target_in}, training=True))
-    stepper = Seq2SeqStepper(model)
+    stepper = Stepper(model)
     state, token, expected = stepper.initial_state(source), np.array([BOS], "int32"), []
     for t in range(target_in.shape[1]):
         logits, state = stepper.step(token, state, t)
@@ -306,7 +307,7 @@ def test_keras_file_round_trip_with_safe_mode(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
     np.testing.assert_allclose(teacher_forced(loaded), teacher_forced(model), atol=1e-6)
-    logits, _ = _gold_steps(Seq2SeqStepper(loaded), SOURCE, TARGET_IN, 1)
+    logits, _ = _gold_steps(Stepper(loaded), SOURCE, TARGET_IN, 1)
     np.testing.assert_allclose(logits, teacher_forced(model), atol=1e-4)
 
 

@@ -188,8 +188,8 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     That two workers compute what one process computes is checked in float32
     (`test_two_workers_resume_after_one_is_killed`), and in
     tests/training/test_runner.py the XLA step against the plain one, and
-    bfloat16 with XLA on two replicas against float32: the precision policy changes the model,
-    the strategy the step around it. (A one-process bfloat16/XLA reference
+    bfloat16 with XLA against float32 on one device: the precision policy changes the model,
+    the strategy the step around it; this is the suite's one bfloat16 + XLA run on two devices. (A one-process bfloat16/XLA reference
     here cost a third XLA compilation, a third of this test's time.)
     """
     configs = local_cluster(2)

@@ -1,0 +1,166 @@
+"""The translation task: an encoder-decoder backbone with compile defaults, `fit` and `generate`."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_attn import decoding
+from keras_attn.models.seq2seq import Seq2SeqBackbone
+from keras_attn.models.transformer import TransformerBackbone
+from keras_attn.training.losses import MaskedSparseCrossEntropy
+from keras_attn.training.metrics import MaskedTokenAccuracy
+from keras_attn.training.optimizers import transformer_adam
+from keras_attn.training.schedules import TransformerSchedule
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class Seq2SeqLM(keras.Model):
+    """Translation with a `TransformerBackbone` or a `Seq2SeqBackbone`.
+
+    Trains with plain `fit` on `({"source", "target_in"}, target_out)`
+    batches (what `pipelines.translation` yields), under any
+    `tf.distribute` strategy; `generate` translates strings (through the
+    `preprocessor`) or source ids with `keras_attn.decoding`'s greedy or beam
+    search, each compiled once for every batch size and length: the source is
+    a `(None, None)` tensor, the beam width, step budget and length penalty
+    are tensors, so calls never retrace.
+
+    Args:
+        backbone: the encoder-decoder, source and `target_in` ids in, logits out.
+        preprocessor: a `pipelines.preprocessors.TranslationPreprocessor`,
+            needed to `generate` from strings.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Example:
+
+    >>> from keras_attn.models import TransformerBackbone
+    >>> model = Seq2SeqLM(TransformerBackbone(60, 60, preset="tiny", max_sequence_length=16))
+    >>> model.compile()
+    >>> model.generate(np.array([[7, 8, 9]]), max_length=4).shape
+    (1, 4)
+    """
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        inputs = backbone.input
+        super().__init__(inputs, backbone(inputs), **{"name": "seq2seq_lm", **kwargs})
+        self.backbone, self.preprocessor = backbone, preprocessor
+        self.stepper = decoding.Stepper(backbone)
+        budget = tf.TensorSpec([None], tf.int32, name="max_length")
+        source = tf.TensorSpec([None, None], tf.int32, name="source")
+        self._greedy = tf.function(self._greedy_search, input_signature=[source, budget])
+        self._beam = tf.function(self._beam_search, input_signature=[
+            source, budget, tf.TensorSpec([], tf.int32, name="beam_width"),
+            tf.TensorSpec([], tf.float32, name="length_penalty"),
+        ])
+
+    BACKBONES = {"transformer": TransformerBackbone, "seq2seq": Seq2SeqBackbone}
+
+    @classmethod
+    def from_preset(cls, preset, preprocessor, family="transformer", **kwargs):
+        """A new model of `family`'s `preset`, sized by `preprocessor`'s vocabularies.
+
+        Args:
+            preset: a preset name of the family (`keras_attn.models.presets`).
+            preprocessor: the `TranslationPreprocessor` it translates with.
+            family: `"transformer"` or `"seq2seq"` (the RNN encoder-decoder).
+            **kwargs: backbone arguments, which win over the preset's.
+        """
+        sizes = dict(
+            source_vocabulary_size=preprocessor.source_tokenizer.vocabulary_size,
+            target_vocabulary_size=preprocessor.target_tokenizer.vocabulary_size,
+        )
+        if family == "transformer":
+            sizes["max_sequence_length"] = preprocessor.max_length
+        backbone = cls.BACKBONES[family].from_preset(preset, **sizes, **kwargs)
+        return cls(backbone, preprocessor)
+
+    def get_config(self):
+        return {
+            "name": self.name, "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "preprocessor": self.preprocessor and keras.saving.serialize_keras_object(self.preprocessor),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
+        if config.get("preprocessor"):
+            config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
+        return cls(**config)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=2e-3, warmup_steps=200,
+                label_smoothing=0.1, **kwargs):
+        """`keras.Model.compile`, with the translation job's choices for what is `"auto"`.
+
+        Args:
+            optimizer: `"auto"`: `transformer_adam` (β2 0.98, ε 1e-9, clipped
+                norms) on the paper's warm-up and inverse-square-root
+                schedule for the backbone's width, peaking at `learning_rate`
+                after `warmup_steps`.
+            loss: `"auto"`: `MaskedSparseCrossEntropy(label_smoothing)`, the
+                mean over the global batch's real target tokens.
+            metrics: `"auto"`: `MaskedTokenAccuracy()`.
+            learning_rate: the peak learning rate of the `"auto"` optimizer.
+            warmup_steps: its warm-up.
+            label_smoothing: ε of the `"auto"` loss.
+            **kwargs: other `keras.Model.compile` arguments.
+        """
+        if optimizer == "auto":
+            width = self.backbone.get_config()["hidden_dim"]
+            optimizer = transformer_adam(TransformerSchedule.with_peak(width, warmup_steps, learning_rate))
+        if loss == "auto":
+            loss = MaskedSparseCrossEntropy(label_smoothing)
+        if metrics == "auto":
+            metrics = [MaskedTokenAccuracy()]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):
+        """Translates `inputs`: strings (through the preprocessor) or source ids.
+
+        Args:
+            inputs: a list or `(B,)` array of strings, or `(B, S)` int ids
+                with [PAD] (0) as padding.
+            beam_width: 1 for greedy search, more for beam search.
+            max_length: the most output tokens; by default 1.5 × each
+                source's length + 10 (`decoding.max_decode_length`), capped
+                at the backbone's or the preprocessor's longest sequence.
+            length_penalty: GNMT's α for beam search.
+
+        Returns:
+            The translations as a list of `str` for strings, else the
+            `(B, T)` int ids after [BOS] up to [EOS] (padded with [PAD]).
+        """
+        strings = _are_strings(inputs)
+        if strings:
+            if self.preprocessor is None:
+                raise ValueError("generate() got strings, but this model has no preprocessor: give token ids")
+            source = self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))["source"]
+        else:
+            source = tf.convert_to_tensor(np.asarray(inputs, "int32"))
+        cap = self._longest_sequence()
+        budget = (decoding.max_decode_length(source, cap=cap) if max_length is None
+                  else tf.fill([tf.shape(source)[0]], tf.constant(int(max_length), tf.int32)))
+        if beam_width == 1:
+            tokens = self._greedy(source, budget)
+        else:
+            tokens = self._beam(source, budget, tf.constant(beam_width, tf.int32), tf.constant(length_penalty, tf.float32))
+        if strings:
+            return [text.decode("utf-8") for text in self.preprocessor.detokenize(tokens).numpy()]
+        return tokens.numpy()
+
+    def _longest_sequence(self):
+        lengths = [self.backbone.get_config().get("max_sequence_length")]
+        lengths.append(self.preprocessor and self.preprocessor.max_length)
+        lengths = [length for length in lengths if length]
+        return min(lengths) if lengths else None
+
+    def _greedy_search(self, source, budget):
+        return decoding.greedy_search(self.stepper, source, budget)["tokens"]
+
+    def _beam_search(self, source, budget, beam_width, length_penalty):
+        return decoding.beam_search(self.stepper, source, budget, beam_width, length_penalty=length_penalty)["tokens"]
+
+
+def _are_strings(inputs):
+    array = np.asarray(inputs)
+    return array.dtype.kind in "USO"

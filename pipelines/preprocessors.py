@@ -1,0 +1,95 @@
+"""Preprocessors: tokenizers plus packing, as Keras layers (strings in, the ids a model reads out).
+
+The tf.data pipelines, the tasks' `generate` and the SavedModel exports all
+call these, so a sentence is tokenized, truncated and given its special
+tokens one way everywhere.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from pipelines.tokenizers import WordPieceTokenizer
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TranslationPreprocessor(keras.layers.Layer):
+    """Sentence pairs to padded id batches, and target ids back to text.
+
+    The source is tokenized and cut to `max_length` ids; the target becomes
+    `target_in` ([BOS] and the target) and `target_out` (the target and
+    [EOS]), each cut to `max_length`. Batches are dense, padded with [PAD];
+    the source has at least one column (an all-empty batch still decodes).
+
+    Args:
+        source_tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
+            vocabulary (a list of tokens).
+        target_tokenizer: the same for the target; the source's when `None`
+            (one shared vocabulary).
+        max_length: the longest source and target, in ids.
+        lowercase: with vocabularies given as lists, whether text is lowercased.
+        **kwargs: `keras.layers.Layer` arguments.
+
+    Call arguments:
+        source_text: `(B,)` strings.
+        target_text: optional `(B,)` strings.
+
+    Returns:
+        `{"source": (B, S)}`, with `"target_in"` and `"target_out"` `(B, T)`
+        when `target_text` is given; int32 ids.
+
+    Example:
+
+    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+    >>> vocabulary = learn_wordpiece_vocabulary(["a dog runs .", "ein hund rennt ."], 60)
+    >>> preprocessor = TranslationPreprocessor(vocabulary, max_length=8)
+    >>> ids = preprocessor(tf.constant(["ein hund"]), tf.constant(["a dog"]))
+    >>> [ids[key].shape for key in ("source", "target_in", "target_out")]
+    [TensorShape([1, 2]), TensorShape([1, 3]), TensorShape([1, 3])]
+    >>> preprocessor.detokenize(ids["target_out"]).numpy()
+    array([b'a dog'], dtype=object)
+    """
+
+    def __init__(self, source_tokenizer, target_tokenizer=None, max_length=64, lowercase=False, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False  # strings stay strings
+        self._allow_non_tensor_positional_args = True
+        self.source_tokenizer = _tokenizer(source_tokenizer, lowercase)
+        self.target_tokenizer = self.source_tokenizer if target_tokenizer is None else _tokenizer(
+            target_tokenizer, lowercase)
+        self.max_length = max_length
+        self.built = True
+
+    def call(self, source_text, target_text=None):
+        source = self.source_tokenizer.tokenize(source_text)[:, : self.max_length]
+        # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
+        # when no source of a batch has a token (e.g. only zero-width spaces).
+        width = tf.maximum(source.bounding_shape(1), 1)
+        packed = {"source": source.to_tensor(default_value=PAD_ID, shape=tf.stack([source.nrows(), width]))}
+        if target_text is not None:
+            target = self.target_tokenizer.tokenize(target_text)
+            bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))
+            eos = tf.fill([target.nrows(), 1], tf.constant(EOS_ID, target.dtype))
+            packed["target_in"] = tf.concat([bos, target], axis=1)[:, : self.max_length].to_tensor(PAD_ID)
+            packed["target_out"] = tf.concat([target, eos], axis=1)[:, : self.max_length].to_tensor(PAD_ID)
+        return {key: tf.cast(ids, tf.int32) for key, ids in packed.items()}
+
+    def detokenize(self, ids):
+        """Target ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings."""
+        return self.target_tokenizer.detokenize(ids)
+
+    def get_config(self):
+        shared = self.target_tokenizer is self.source_tokenizer
+        return {
+            **super().get_config(),
+            "source_tokenizer": self.source_tokenizer.vocabulary,
+            "target_tokenizer": None if shared else self.target_tokenizer.vocabulary,
+            "max_length": self.max_length,
+            "lowercase": self.source_tokenizer.lowercase,
+        }
+
+
+def _tokenizer(tokenizer_or_vocabulary, lowercase):
+    if isinstance(tokenizer_or_vocabulary, WordPieceTokenizer):
+        return tokenizer_or_vocabulary
+    return WordPieceTokenizer(list(tokenizer_or_vocabulary), lowercase=lowercase)

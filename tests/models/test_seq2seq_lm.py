@@ -1,0 +1,97 @@
+"""The translation task: compile defaults, fit under a strategy, generate without retracing, save and load."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.models import Seq2SeqLM, TransformerBackbone
+from keras_attn.training import get_strategy
+from pipelines import synthetic, translation
+from pipelines.preprocessors import TranslationPreprocessor
+from pipelines.tokenizers import learn_wordpiece_vocabulary
+
+SMALL = dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return synthetic.translation_corpus(seed=3, train_size=256, valid_size=8, test_size=8)
+
+
+@pytest.fixture(scope="module")
+def preprocessor(corpus):
+    train = corpus["train"]
+    return TranslationPreprocessor(
+        learn_wordpiece_vocabulary(train.sources, 300), learn_wordpiece_vocabulary(train.targets, 300), max_length=24,
+    )
+
+
+def _dataset(corpus, preprocessor, batch_size=32):
+    train = corpus["train"]
+    return translation.translation_dataset(
+        train.sources, train.targets, preprocessor.source_tokenizer, preprocessor.target_tokenizer,
+        batch_size, preprocessor.max_length, shuffle=False, drop_remainder=True,
+    )
+
+
+def test_generate_compiles_once_for_every_batch_size_length_and_beam_width(preprocessor, corpus):
+    keras.utils.set_random_seed(2)
+    model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+    sources = corpus["valid"].sources
+    rng = np.random.default_rng(0)
+    for call in range(20):
+        batch = list(rng.choice(sources, size=rng.integers(1, 6)))
+        beam_width = [1, 2, 4][call % 3]
+        translations = model.generate(batch, beam_width=beam_width, max_length=int(rng.integers(3, 9)) if call % 2 else None)
+        assert len(translations) == len(batch) and all(isinstance(text, str) for text in translations)
+    assert model._greedy.experimental_get_tracing_count() == 1
+    assert model._beam.experimental_get_tracing_count() == 1
+
+
+def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus):
+    from keras_attn import decoding
+
+    model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+    source = preprocessor(tf.constant(corpus["valid"].sources[:3]))["source"]
+    budget = decoding.max_decode_length(source, cap=preprocessor.max_length)
+    greedy = decoding.greedy_search(decoding.Stepper(model.backbone), source, budget)["tokens"]
+    np.testing.assert_array_equal(model.generate(source.numpy()), greedy)
+    beam = decoding.beam_search(decoding.Stepper(model.backbone), source, budget, 3, length_penalty=0.6)["tokens"]
+    np.testing.assert_array_equal(model.generate(source.numpy(), beam_width=3), beam)
+    with pytest.raises(ValueError, match="no preprocessor"):
+        Seq2SeqLM(model.backbone).generate(["a cat"])
+
+
+@pytest.mark.slow  # two short fits
+def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
+    keras.utils.set_random_seed(4)
+    initial = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL).get_weights()
+
+    def fitted(strategy):
+        with strategy.scope():
+            model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+            model.set_weights(initial)
+            model.compile(learning_rate=1e-2, warmup_steps=4)
+        history = model.fit(_dataset(corpus, preprocessor), epochs=2, verbose=0)
+        return model.get_weights(), history.history
+
+    two, two_history = fitted(get_strategy("mirrored", ["/cpu:0", "/cpu:1"]))
+    one, one_history = fitted(get_strategy("one_device", ["/cpu:0"]))
+    np.testing.assert_allclose(two_history["loss"], one_history["loss"], rtol=1e-4)
+    assert one_history["loss"][1] < one_history["loss"][0]
+    # Adam turns rounding noise in near-zero gradients (summed in another order over two replicas)
+    # into steps of the learning rate's size in a few weights; a wrong reduction moves most of them.
+    close = sum(int(np.sum(np.abs(a - b) <= 1e-4)) for a, b in zip(two, one))
+    assert close >= 0.99 * sum(w.size for w in one)
+
+
+def test_the_keras_file_keeps_the_preprocessor_and_the_generations(preprocessor, corpus, tmp_path):
+    model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+    sources = corpus["valid"].sources[:4]
+    expected = model.generate(sources, beam_width=2)
+    model.save(tmp_path / "translator.keras")
+    loaded = keras.saving.load_model(tmp_path / "translator.keras")
+    assert isinstance(loaded.backbone, TransformerBackbone)
+    assert loaded.preprocessor.target_tokenizer.vocabulary == preprocessor.target_tokenizer.vocabulary
+    assert loaded.generate(sources, beam_width=2) == expected
