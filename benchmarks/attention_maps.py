@@ -29,6 +29,7 @@ def load_translator(model, run_dir):
     from keras_attn.jobs.seq2seq import Seq2SeqConfig
     from keras_attn.jobs.translation import TranslationConfig
     from pipelines import tokenizers
+    from pipelines.preprocessors import TranslationPreprocessor
 
     with open(os.path.join(run_dir, "settings.json")) as f:
         settings = json.load(f)
@@ -40,7 +41,7 @@ def load_translator(model, run_dir):
     target = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.target.txt"), lowercase)
     model = config.build_model(source.vocabulary_size, target.vocabulary_size, 0.0)
     model.load_weights(os.path.join(run_dir, "best.weights.h5"))
-    return export.Translator(config.stepper(model), source, target, max_length=config.max_length)
+    return export.Translator(model, TranslationPreprocessor(source, target, config.max_length))
 
 
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"

@@ -31,6 +31,7 @@ from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
 from pipelines import translation as pipelines  # noqa: E402
+from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
 
 
 def main():
@@ -58,7 +59,7 @@ def main():
         corpora["valid"].sources, corpora["valid"].targets, source_tokenizer, target_tokenizer,
         batch_size=64, max_length=64, shuffle=False,
     )
-    translator = export.Translator(config.stepper(model), source_tokenizer, target_tokenizer, 64)
+    translator = export.Translator(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64))
 
     snapshots = []
     for epoch in range(1, args.epochs + 1):

@@ -53,36 +53,31 @@ class Translator(tf.Module):
     Args:
         model: an encoder-decoder backbone (`TransformerBackbone`,
             `Seq2SeqBackbone`), decoded through `decoding.Stepper`.
-        source_tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`.
-        target_tokenizer: same, for the target language.
-        max_length: the longest source (and output) sequence, in tokens.
+        preprocessor: the `pipelines.preprocessors.TranslationPreprocessor`
+            it was trained with; its `max_length` caps sources and outputs.
         length_penalty: GNMT length penalty α of beam search.
         max_beam_width: the widest beam a request gets (memory and time
             grow with it).
     """
 
     def __init__(
-        self, model, source_tokenizer, target_tokenizer, max_length, length_penalty=0.6,
+        self, model, preprocessor, length_penalty=0.6,
         max_beam_width=32,
     ):
         super().__init__(name="translator")
         self.model = model
         self.stepper = decoding.Stepper(model)
-        self.source_tokenizer = source_tokenizer
-        self.target_tokenizer = target_tokenizer
-        self.max_length = max_length
+        self.preprocessor = preprocessor
+        # Tracked here too: their vocabulary files are the SavedModel's assets.
+        self.source_tokenizer = preprocessor.source_tokenizer
+        self.target_tokenizer = preprocessor.target_tokenizer
+        self.max_length = preprocessor.max_length
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
 
     def encode(self, text):
         """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
-        ids = self.source_tokenizer.tokenize(text)
-        truncated = ids.row_lengths() > self.max_length
-        source = ids[:, : self.max_length].to_tensor(default_value=0)
-        # At least one (padding) column, so an all-empty batch still decodes.
-        missing = tf.maximum(0, 1 - tf.shape(source)[1])
-        source = tf.pad(source, [[0, 0], [0, missing]])
-        return tf.cast(source, tf.int32), truncated
+        return self.preprocessor.tokenize_source(text)
 
     def _decode_length(self, source):
         return decoding.max_decode_length(source, cap=self.max_length)

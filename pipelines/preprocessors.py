@@ -60,12 +60,18 @@ class TranslationPreprocessor(keras.layers.Layer):
         self.max_length = max_length
         self.built = True
 
-    def call(self, source_text, target_text=None):
-        source = self.source_tokenizer.tokenize(source_text)[:, : self.max_length]
+    def tokenize_source(self, source_text):
+        """`(B,)` strings → `(source ids (B, S ≥ 1), truncated (B,))`: which sources were cut."""
+        ids = self.source_tokenizer.tokenize(source_text)
+        truncated = ids.row_lengths() > self.max_length
+        source = ids[:, : self.max_length]
         # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
         # when no source of a batch has a token (e.g. only zero-width spaces).
         width = tf.maximum(source.bounding_shape(1), 1)
-        packed = {"source": source.to_tensor(default_value=PAD_ID, shape=tf.stack([source.nrows(), width]))}
+        return tf.cast(source.to_tensor(PAD_ID, shape=tf.stack([source.nrows(), width])), tf.int32), truncated
+
+    def call(self, source_text, target_text=None):
+        packed = {"source": self.tokenize_source(source_text)[0]}
         if target_text is not None:
             target = self.target_tokenizer.tokenize(target_text)
             bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))

@@ -46,7 +46,18 @@ def test_bert_mlm_pretraining_learns_the_builtin_documents(capsys):
     assert "masked-token accuracy on held-out documents" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["bahdanau_seq2seq", "transformer_classifier", "bert_mlm_pretraining"])
+@pytest.mark.slow
+def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(capsys, monkeypatch, tmp_path):
+    shared = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])  # see the Bahdanau example's test
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda devices=None: shared)
+    result = example("keras_native").main(["--tiny", "--devices", "/cpu:0", "/cpu:1", "--out", str(tmp_path)])
+    assert result["replicas"] == 2
+    assert result["reloaded_same"] and result["served"] == result["beam"], result
+    assert len(result["greedy"]) == len(result["beam"]) == 8
+    assert (tmp_path / "translator.keras").is_file() and (tmp_path / "saved_models" / "translator" / "1").is_dir()
+
+
+@pytest.mark.parametrize("name", ["bahdanau_seq2seq", "transformer_classifier", "bert_mlm_pretraining", "keras_native"])
 def test_examples_are_documented_scripts(name):
     module = example(name)
     assert module.__doc__ and "--tiny" in module.__doc__

@@ -36,6 +36,7 @@ from keras_attn.training import (
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import RunConfig, train
 from pipelines import synthetic, text, tokenizers, translation
+from pipelines.preprocessors import TranslationPreprocessor
 
 
 @dataclasses.dataclass
@@ -321,10 +322,7 @@ def run(config, log=print):
             already_finished=result.already_finished,
         )
 
-    translator = export.Translator(
-        model,
-        source_tokenizer, target_tokenizer, config.max_length,
-    )
+    translator = export.Translator(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length))
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")

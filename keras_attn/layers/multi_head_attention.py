@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import masking
+from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.blockwise_attention import blockwise_attention
 from keras_attn.layers.initializers import clone_initializer
 
@@ -171,6 +172,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         _check_positive_int("key_block_size", key_block_size)
         self.memory_efficient = memory_efficient
+        if memory_efficient is True:
+            require_tensorflow("Memory-efficient attention", "its gradient is a TensorFlow custom gradient")
         self.key_block_size = key_block_size
         self.seed = seed
         self.seed_generator = (
@@ -190,7 +193,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return False
         if self.memory_efficient is True:
             return True
-        return key_length is not None and key_length >= self.BLOCKWISE_FROM
+        on_tensorflow = keras.backend.backend() == "tensorflow"  # "auto" elsewhere: the plain path
+        return on_tensorflow and key_length is not None and key_length >= self.BLOCKWISE_FROM
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape

@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
+from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_step, cell_weights
 from keras_attn.layers.rnn_encoder import RNN_CELLS
@@ -116,6 +117,7 @@ class AttentionDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        require_tensorflow("AttentionDecoder", "its time loop is a TensorFlow loop")
         if cell not in RNN_CELLS:
             raise ValueError(f"`cell` must be one of {RNN_CELLS}, got {cell!r}.")
         if attention not in ATTENTIONS:

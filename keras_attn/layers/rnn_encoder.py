@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
+from keras_attn.layers.backend import require_tensorflow
 
 RNN_CELLS = ("lstm", "gru")
 
@@ -63,6 +64,7 @@ class RNNEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        require_tensorflow("RNNEncoder", "its recurrence is a TensorFlow loop")
         if cell not in RNN_CELLS:
             raise ValueError(f"`cell` must be one of {RNN_CELLS}, got {cell!r}.")
         if not isinstance(num_layers, int) or num_layers < 1:

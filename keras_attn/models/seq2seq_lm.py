@@ -105,6 +105,9 @@ class Seq2SeqLM(keras.Model):
             label_smoothing: ε of the `"auto"` loss.
             **kwargs: other `keras.Model.compile` arguments.
         """
+        auto = optimizer == loss == metrics == "auto" and not kwargs
+        self._auto_compile = dict(learning_rate=learning_rate, warmup_steps=warmup_steps,
+                                  label_smoothing=label_smoothing) if auto else None
         if optimizer == "auto":
             width = self.backbone.get_config()["hidden_dim"]
             optimizer = transformer_adam(TransformerSchedule.with_peak(width, warmup_steps, learning_rate))
@@ -113,6 +116,17 @@ class Seq2SeqLM(keras.Model):
         if metrics == "auto":
             metrics = [MaskedTokenAccuracy()]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def get_compile_config(self):
+        if getattr(self, "_auto_compile", None) is not None:
+            return {"auto": self._auto_compile}
+        return super().get_compile_config()
+
+    def compile_from_config(self, config):
+        if "auto" in config:  # a model compiled with the defaults loads compiled the same way
+            self.compile(**config["auto"])
+            return
+        super().compile_from_config(config)
 
     def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):
         """Translates `inputs`: strings (through the preprocessor) or source ids.
