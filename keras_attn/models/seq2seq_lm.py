@@ -123,10 +123,11 @@ class Seq2SeqLM(keras.Model):
         return super().get_compile_config()
 
     def compile_from_config(self, config):
-        if "auto" in config:  # a model compiled with the defaults loads compiled the same way
-            self.compile(**config["auto"])
-            return
-        super().compile_from_config(config)
+        if "auto" not in config:
+            return super().compile_from_config(config)
+        self.compile(**config["auto"])  # a model compiled with the defaults loads compiled the same way
+        if self.built:
+            self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
 
     def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):
         """Translates `inputs`: strings (through the preprocessor) or source ids.

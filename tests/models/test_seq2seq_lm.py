@@ -87,12 +87,17 @@ def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
     assert close >= 0.97 * sum(w.size for w in one)
 
 
-def test_the_keras_file_keeps_the_preprocessor_and_the_generations(preprocessor, corpus, tmp_path):
+def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(preprocessor, corpus, tmp_path):
     model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+    model.compile()
+    model.train_on_batch(*next(iter(_dataset(corpus, preprocessor))))
     sources = corpus["valid"].sources[:4]
     expected = model.generate(sources, beam_width=2)
     model.save(tmp_path / "translator.keras")
     loaded = keras.saving.load_model(tmp_path / "translator.keras")
+    assert len(loaded.optimizer.variables) == len(model.optimizer.variables) > 1
+    for saved, restored in zip(model.optimizer.variables, loaded.optimizer.variables):
+        np.testing.assert_array_equal(restored, saved)  # training resumes where it was
     assert isinstance(loaded.backbone, TransformerBackbone)
     assert loaded.preprocessor.target_tokenizer.vocabulary == preprocessor.target_tokenizer.vocabulary
     assert loaded.generate(sources, beam_width=2) == expected
