@@ -19,7 +19,8 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import FromPreset, architecture
+from keras_attn.models.backbone import Backbone
+from keras_attn.models.presets import architecture
 
 PRESETS = _ALL_PRESETS["bert"]
 
@@ -29,7 +30,7 @@ def _functional_kwargs(kwargs, name):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertBackbone(FromPreset, keras.Model):
+class BertBackbone(Backbone):
     """BERT's encoder as a functional `keras.Model`.
 
     Maps `{"token_ids", "segment_ids"}` (int `(B, T)`) to
@@ -119,13 +120,6 @@ class BertBackbone(FromPreset, keras.Model):
             num_heads=settings["num_heads"], intermediate_dim=intermediate_dim, norm_first=norm_first,
             dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
         )
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._arguments}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 bert_backbone = BertBackbone  # the name the jobs and the earlier API build it by

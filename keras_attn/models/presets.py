@@ -39,15 +39,6 @@ PRESETS = {
 }
 
 
-class FromPreset:
-    """`from_preset`, the preset constructor of every backbone."""
-
-    @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """The model of `preset` (a name of its family's `PRESETS`); arguments given win over its values."""
-        return cls(preset=preset, **kwargs)
-
-
 def architecture(family, preset, defaults, **given):
     """The architecture values a model of `family` is built with.
 

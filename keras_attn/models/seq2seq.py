@@ -13,14 +13,15 @@ from keras import ops
 
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import FromPreset, architecture
+from keras_attn.models.backbone import Backbone
+from keras_attn.models.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["seq2seq"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Seq2SeqBackbone(FromPreset, keras.Model):
+class Seq2SeqBackbone(Backbone):
     """The RNN encoder-decoder as a functional `keras.Model`: source and shifted target in, logits out.
 
     Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with 0
@@ -133,13 +134,6 @@ class Seq2SeqBackbone(FromPreset, keras.Model):
         super().__init__({"source": source, "target_in": target_in}, logits, **{"name": "seq2seq", **kwargs})
         self.encoder, self.decoder = encoder, decoder
         self._arguments = arguments
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._arguments}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
     def call_encoder(self, source, rows_per_source=1):
         """Encodes `source` `(B, S)` once; the per-source part of a decoding state.

@@ -9,14 +9,15 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import FromPreset, architecture
+from keras_attn.models.backbone import Backbone
+from keras_attn.models.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["transformer"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerBackbone(FromPreset, keras.Model):
+class TransformerBackbone(Backbone):
     """The Transformer as a functional `keras.Model`: source and shifted target in, logits out.
 
     Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with
@@ -144,13 +145,6 @@ class TransformerBackbone(FromPreset, keras.Model):
             num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"], dropout=dropout,
             norm_first=norm_first, share_embeddings=share_embeddings, tie_output=tie_output,
         )
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._arguments}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
     def call_encoder(self, source, rows_per_source=1):
         """Encodes `source` `(B, S)` once; the per-source part of a decoding state.
