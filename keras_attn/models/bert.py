@@ -170,12 +170,11 @@ class BertPretrainer(_OnBackbone):
         encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
         dtype = backbone.embedding.dtype_policy
         embedding = backbone.token_embedding
+        # Each head is made where it is first called: that order draws the initial weights.
         mlm_head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=dtype)
+        mlm = mlm_head(encoded["sequence_output"], inputs["mask_positions"])
         nsp_head = NextSentenceHead(name="nsp_head", dtype=dtype)
-        outputs = {
-            "mlm": mlm_head(encoded["sequence_output"], inputs["mask_positions"]),
-            "nsp": nsp_head(encoded["pooled_output"]),
-        }
+        outputs = {"mlm": mlm, "nsp": nsp_head(encoded["pooled_output"])}
         super().__init__(inputs, outputs, **_functional_kwargs(kwargs, "bert_pretrainer"))
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
         self._arguments = {}

@@ -49,10 +49,13 @@ def test_generate_compiles_once_for_every_batch_size_length_and_beam_width(prepr
     assert model._beam.experimental_get_tracing_count() == 1
 
 
-def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus):
+@pytest.mark.parametrize("family, settings", [
+    ("transformer", SMALL), ("seq2seq", dict(num_layers=1, hidden_dim=32, attention="luong", dropout=0.0)),
+])
+def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus, family, settings):
     from keras_attn import decoding
 
-    model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
+    model = Seq2SeqLM.from_preset("tiny", preprocessor, family=family, **settings)
     source = preprocessor(tf.constant(corpus["valid"].sources[:3]))["source"]
     budget = decoding.max_decode_length(source, cap=preprocessor.max_length)
     greedy = decoding.greedy_search(decoding.Stepper(model.backbone), source, budget)["tokens"]
