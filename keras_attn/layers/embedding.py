@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+from keras_attn.special_tokens import PAD_ID
 
 POSITION_KINDS = ("sinusoidal", "learned")
 
@@ -125,7 +126,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def compute_mask(self, token_ids, mask=None):
         if not self.mask_zero or "float" in str(token_ids.dtype):
             return None  # no padding ids, or hidden states (`reverse=True`)
-        return ops.not_equal(token_ids, 0)
+        return ops.not_equal(token_ids, PAD_ID)
 
     def get_config(self):
         config = super().get_config()
@@ -251,7 +252,7 @@ class BertEmbedding(keras.layers.Layer):
         return self.dropout_layer(self.layer_norm(x), training=training)
 
     def compute_mask(self, token_ids, mask=None):
-        return ops.not_equal(token_ids, 0)
+        return ops.not_equal(token_ids, PAD_ID)
 
     def get_config(self):
         config = super().get_config()

@@ -28,6 +28,7 @@ from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_step, cell_weights
 from keras_attn.layers.rnn_encoder import RNN_CELLS
+from keras_attn.special_tokens import PAD_ID
 
 ATTENTIONS = ("bahdanau", "luong", "none")
 SAMPLINGS = ("argmax", "sample")
@@ -420,7 +421,7 @@ class AttentionDecoder(keras.layers.Layer):
             # Per token: feed the model's own prediction? And the draw that samples it.
             p = self.sampling_probability
             own = keras.random.uniform((length, batch), seed=self.seed_generator) < p
-            own = ops.logical_and(own, ops.not_equal(gold, 0))
+            own = ops.logical_and(own, ops.not_equal(gold, PAD_ID))
             draws = keras.random.uniform((length, batch), seed=self.seed_generator)
         source_length = 1 if memory is None else ops.shape(memory)[1]
         memory_keys = self.attention_keys(memory)

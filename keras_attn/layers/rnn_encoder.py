@@ -3,9 +3,10 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
-from keras_attn.layers.backend import require_tensorflow
+from keras_attn.special_tokens import PAD_ID
 
 RNN_CELLS = ("lstm", "gru")
 
@@ -119,7 +120,7 @@ class RNNEncoder(keras.layers.Layer):
             width = self.output_dim
 
     def call(self, token_ids, training=None):
-        mask = ops.not_equal(token_ids, 0)
+        mask = ops.not_equal(token_ids, PAD_ID)
         x = self.dropout_layer(self.embedding(token_ids), training=training)
         final_states = []
         for i, rnn in enumerate(self.rnn_layers):

@@ -9,6 +9,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_attn.special_tokens import PAD_ID
+
 
 def _sum_over_replicas(value):
     """Sums `value` over the replicas of the current `tf.distribute` step.
@@ -94,7 +96,7 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
     2.0794...
     """
 
-    def __init__(self, label_smoothing=0.0, pad_id=0, name="masked_cross_entropy", **kwargs):
+    def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_cross_entropy", **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum", **kwargs)
         self.label_smoothing = label_smoothing

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import classification_losses, count_rows, token_negative_log_likelihood
 
 
@@ -19,7 +20,7 @@ def _predicted_ids(logits):
 class _MaskedTokenMean(keras.metrics.Metric):
     """Running mean of a per-token value over non-padding targets."""
 
-    def __init__(self, pad_id=0, name=None, **kwargs):
+    def __init__(self, pad_id=PAD_ID, name=None, **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = pad_id
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
@@ -44,7 +45,7 @@ class _MaskedTokenMean(keras.metrics.Metric):
 class MaskedTokenAccuracy(_MaskedTokenMean):
     """Fraction of non-padding target tokens whose argmax prediction is right."""
 
-    def __init__(self, pad_id=0, name="token_accuracy", **kwargs):
+    def __init__(self, pad_id=PAD_ID, name="token_accuracy", **kwargs):
         super().__init__(pad_id=pad_id, name=name, **kwargs)
 
     def token_values(self, targets, logits):
@@ -61,7 +62,7 @@ class MaskedPerplexity(_MaskedTokenMean):
     Computed without label smoothing, so it is a true perplexity.
     """
 
-    def __init__(self, pad_id=0, name="perplexity", **kwargs):
+    def __init__(self, pad_id=PAD_ID, name="perplexity", **kwargs):
         super().__init__(pad_id=pad_id, name=name, **kwargs)
 
     def token_values(self, targets, logits):
