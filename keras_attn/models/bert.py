@@ -18,9 +18,12 @@ from keras_attn.layers import (
     NextSentenceHead,
     TransformerEncoderBlock,
 )
-from keras_attn.models.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.backbone import Backbone
+from keras_attn.models.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.presets import architecture
+from keras_attn.training.losses import ClassificationLoss, PretrainingLoss
+from keras_attn.training.metrics import PretrainingMetrics
+from keras_attn.training.optimizers import adamw
 
 PRESETS = _ALL_PRESETS["bert"]
 
@@ -137,6 +140,13 @@ class _OnBackbone(keras.Model):
         config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
         return cls(**config)
 
+    task_loss = None  # set by `compile(loss="auto")`: already a share of the global batch's mean
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if self.task_loss is None:
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        return self.task_loss(y, y_pred)
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class BertPretrainer(_OnBackbone):
@@ -178,6 +188,36 @@ class BertPretrainer(_OnBackbone):
         super().__init__(inputs, outputs, **_functional_kwargs(kwargs, "bert_pretrainer"))
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
         self._arguments = {}
+        self.pretraining_metrics = PretrainingMetrics()  # reported by `fit` after `compile(loss="auto")`
+
+    def compile(self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, nsp_weight=1.0,
+                **kwargs):
+        """`keras.Model.compile` with the pretraining job's choices for what is `"auto"`.
+
+        `fit` then takes `(inputs, targets)` batches of `pipelines.pretraining`
+        (targets `{"mlm_labels", "mlm_weights", "nsp_labels"}`) and reports
+        `loss` and `PretrainingMetrics`' MLM and NSP values.
+
+        Args:
+            optimizer: `"auto"`: BERT's AdamW (`training.optimizers.adamw`) at
+                `learning_rate`, a number or a schedule (the job warms up and
+                decays linearly over its run: `WarmupLinearDecay`).
+            loss: `"auto"`: `PretrainingLoss(nsp_weight)`, the masked-LM mean
+                over the global batch's masked tokens plus the NSP mean.
+            learning_rate: the `"auto"` optimizer's rate.
+            weight_decay: its decoupled weight decay.
+            nsp_weight: what the NSP loss counts for beside the MLM's.
+            **kwargs: other `keras.Model.compile` arguments.
+        """
+        if optimizer == "auto":
+            optimizer = adamw(learning_rate, weight_decay)
+        self.task_loss = PretrainingLoss(nsp_weight) if loss == "auto" else None
+        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if self.task_loss is not None:
+            self.pretraining_metrics.update_state(y, y_pred)
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -215,6 +255,28 @@ class BertClassifier(_OnBackbone):
         super().__init__(inputs, classifier(pooled), **_functional_kwargs(kwargs, "bert_classifier"))
         self.backbone, self.classifier = backbone, classifier
         self._arguments = dict(num_classes=num_classes, dropout=dropout)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=1e-4, weight_decay=0.01,
+                **kwargs):
+        """`keras.Model.compile` with the fine-tuning job's choices for what is `"auto"`.
+
+        Args:
+            optimizer: `"auto"`: BERT's AdamW at `learning_rate` (a number or
+                a schedule; the job warms up over 10% of its run, then decays
+                linearly).
+            loss: `"auto"`: `ClassificationLoss()`, the mean cross-entropy of
+                the global batch's logits.
+            metrics: `"auto"`: accuracy.
+            learning_rate: the `"auto"` optimizer's rate.
+            weight_decay: its decoupled weight decay.
+            **kwargs: other `keras.Model.compile` arguments.
+        """
+        if optimizer == "auto":
+            optimizer = adamw(learning_rate, weight_decay)
+        self.task_loss = ClassificationLoss() if loss == "auto" else None
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
 
 
 bert_pretrainer, bert_classifier = BertPretrainer, BertClassifier  # the names the jobs build them by

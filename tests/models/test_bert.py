@@ -7,9 +7,10 @@ import tensorflow as tf
 
 from keras_attn.training import PretrainingLoss, PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
-from keras_attn.models import BERT_PRESETS, bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models import BERT_PRESETS, BertBackbone, BertPretrainer, bert_backbone, bert_classifier, bert_pretrainer
 from keras_attn.training import get_strategy
 from keras_attn.training.steps import TrainingSteps
+from pipelines.tokenizers import SPECIAL_TOKENS
 from tests.layers.layer_checks import check_layer
 
 VOCABULARY = 100
@@ -265,3 +266,27 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
     assert mlm_before < 0.1 and nsp_before < 0.6  # chance: 1/48 words, one label in two
     assert mlm >= 0.6, (mlm, nsp)  # knowing only the topic gives 1/8
     assert nsp >= 0.95, (mlm, nsp)
+
+
+@pytest.mark.slow  # two short fits
+def test_the_pretrainer_fits_with_its_compile_defaults_under_two_replicas_as_on_one_device():
+    """`compile()` then plain `fit`: the pretraining loss and metrics, 2 replicas equal to 1."""
+    data = tf.data.Dataset.from_tensor_slices(_topic_pairs(128, seed=5)).batch(32)
+    small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
+    keras.utils.set_random_seed(6)
+    initial = BertPretrainer(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small)).get_weights()
+
+    def fitted(strategy):
+        with strategy.scope():
+            model = BertPretrainer(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small))
+            model.set_weights(initial)
+            model.compile(learning_rate=3e-3)
+        return model.fit(data, epochs=2, verbose=0).history
+
+    two = fitted(get_strategy("mirrored", ["/cpu:0", "/cpu:1"]))
+    one = fitted(get_strategy("one_device", ["/cpu:0"]))
+    assert set(one) == {"loss", *PretrainingMetrics.NAMES}
+    for name, values in one.items():
+        np.testing.assert_allclose(two[name], values, rtol=1e-4, err_msg=name)
+    np.testing.assert_allclose(one["loss"], np.add(one["mlm_loss"], one["nsp_loss"]), rtol=1e-4)
+    assert one["loss"][1] < one["loss"][0]
