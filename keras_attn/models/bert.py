@@ -28,10 +28,6 @@ from keras_attn.training.optimizers import adamw
 PRESETS = _ALL_PRESETS["bert"]
 
 
-def _functional_kwargs(kwargs, name):
-    return {"name": name, **kwargs}
-
-
 @keras.saving.register_keras_serializable(package="keras_attn")
 class BertBackbone(Backbone):
     """BERT's encoder as a functional `keras.Model`.
@@ -113,7 +109,7 @@ class BertBackbone(Backbone):
         super().__init__(
             {"token_ids": token_ids, "segment_ids": segment_ids},
             {"sequence_output": x, "pooled_output": pooled},
-            **_functional_kwargs(kwargs, "bert_backbone"),
+            **{"name": "bert_backbone", **kwargs},
         )
         self.embedding, self.token_embedding = embedding, embedding.token_embedding
         self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
@@ -185,7 +181,7 @@ class BertPretrainer(_OnBackbone):
         mlm = mlm_head(encoded["sequence_output"], inputs["mask_positions"])
         nsp_head = NextSentenceHead(name="nsp_head", dtype=dtype)
         outputs = {"mlm": mlm, "nsp": nsp_head(encoded["pooled_output"])}
-        super().__init__(inputs, outputs, **_functional_kwargs(kwargs, "bert_pretrainer"))
+        super().__init__(inputs, outputs, **{"name": "bert_pretrainer", **kwargs})
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
         self._arguments = {}
         self.pretraining_metrics = PretrainingMetrics()  # reported by `fit` after `compile(loss="auto")`
@@ -252,7 +248,7 @@ class BertClassifier(_OnBackbone):
             num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
             name="classifier", dtype=dtype,
         )
-        super().__init__(inputs, classifier(pooled), **_functional_kwargs(kwargs, "bert_classifier"))
+        super().__init__(inputs, classifier(pooled), **{"name": "bert_classifier", **kwargs})
         self.backbone, self.classifier = backbone, classifier
         self._arguments = dict(num_classes=num_classes, dropout=dropout)
 

@@ -45,6 +45,9 @@ class Seq2SeqLM(keras.Model):
         super().__init__(inputs, backbone(inputs), **{"name": "seq2seq_lm", **kwargs})
         self.backbone, self.preprocessor = backbone, preprocessor
         self.stepper = decoding.Stepper(backbone)
+        # The longest output `generate` allows by default: what the positions and the preprocessor take.
+        lengths = [backbone.get_config().get("max_sequence_length"), preprocessor and preprocessor.max_length]
+        self.longest_output = min((length for length in lengths if length), default=None)
         budget = tf.TensorSpec([None], tf.int32, name="max_length")
         source = tf.TensorSpec([None, None], tf.int32, name="source")
         self._greedy = tf.function(self._greedy_search, input_signature=[source, budget])
@@ -152,8 +155,7 @@ class Seq2SeqLM(keras.Model):
             source = self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))["source"]
         else:
             source = tf.convert_to_tensor(np.asarray(inputs, "int32"))
-        cap = self._longest_sequence()
-        budget = (decoding.max_decode_length(source, cap=cap) if max_length is None
+        budget = (decoding.max_decode_length(source, cap=self.longest_output) if max_length is None
                   else tf.fill([tf.shape(source)[0]], tf.constant(int(max_length), tf.int32)))
         if beam_width == 1:
             tokens = self._greedy(source, budget)
@@ -162,12 +164,6 @@ class Seq2SeqLM(keras.Model):
         if strings:
             return [text.decode("utf-8") for text in self.preprocessor.detokenize(tokens).numpy()]
         return tokens.numpy()
-
-    def _longest_sequence(self):
-        lengths = [self.backbone.get_config().get("max_sequence_length")]
-        lengths.append(self.preprocessor and self.preprocessor.max_length)
-        lengths = [length for length in lengths if length]
-        return min(lengths) if lengths else None
 
     def _greedy_search(self, source, budget):
         return decoding.greedy_search(self.stepper, source, budget)["tokens"]
