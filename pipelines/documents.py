@@ -185,15 +185,10 @@ def hold_out_documents(documents, fraction=0.05, seed=0, minimum=1):
         `(train, valid)` lists of documents; `valid` has at least `minimum`
         documents and `train` at least two.
     """
-    import numpy as np
-
     if len(documents) < minimum + 2:
         raise text.DataError(
             f"{len(documents)} documents: pretraining needs at least {minimum + 2} "
             "(two to pair sentences across documents, and held-out ones)"
         )
-    order = np.random.default_rng(seed).permutation(len(documents))
-    count = max(minimum, int(len(documents) * fraction))
-    valid = [documents[i] for i in sorted(order[:count])]
-    train = [documents[i] for i in sorted(order[count:])]
-    return train, valid
+    kept, held = text.hold_out(len(documents), fraction, seed, minimum)
+    return [documents[i] for i in kept], [documents[i] for i in held]

@@ -165,6 +165,24 @@ def read_tsv(path, source_column=0, target_column=1):
     )
 
 
+def hold_out(count, fraction, seed, minimum=1):
+    """The one held-out split: a seeded random `fraction` of `count` items (at least `minimum`).
+
+    Returns:
+        `(kept, held_out)`: two sorted lists of indices.
+
+    Example:
+
+    >>> hold_out(10, 0.2, seed=0)
+    ([0, 1, 2, 3, 5, 7, 8, 9], [4, 6])
+    """
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(count)
+    held = max(minimum, int(count * fraction))
+    return sorted(int(i) for i in order[held:]), sorted(int(i) for i in order[:held])
+
+
 def _drop_empty_pairs(sources, targets, source_origin, target_origin):
     kept = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()]
     return ParallelCorpus(

@@ -13,7 +13,6 @@ import dataclasses
 import os
 import time
 
-import numpy as np
 
 from keras_attn import export
 from keras_attn.bert_server import BertServer, backbone_arguments, load_backbone, read_pretrained
@@ -349,15 +348,13 @@ def _accuracy():
 def _hold_out_examples(data, seed, fraction=0.1):
     if len(data) < 10:
         raise text.DataError(f"{data.origin}: {len(data)} examples; give --valid or 10 examples or more")
-    order = np.random.default_rng(seed).permutation(len(data))
-    count = max(1, int(len(data) * fraction))
+    kept, held = text.hold_out(len(data), fraction, seed)
 
     def subset(indices, origin):
-        indices = sorted(indices)
         pick = lambda values: None if values is None else [values[i] for i in indices]  # noqa: E731
         return classification.LabelledTexts(pick(data.labels), pick(data.texts_a), pick(data.texts_b), 0, origin)
 
-    return subset(order[count:], data.origin), subset(order[:count], f"{data.origin} ({fraction:.0%} held out)")
+    return subset(kept, data.origin), subset(held, f"{data.origin} ({fraction:.0%} held out)")
 
 
 def _export(config, server):

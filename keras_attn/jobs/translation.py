@@ -170,21 +170,20 @@ def _check_data_flags(config):
 
 
 def hold_out(corpus, fraction, seed):
-    """Splits a deterministic random `fraction` of pairs off as validation."""
-    order = np.random.default_rng(seed).permutation(len(corpus))
-    count = max(1, int(len(corpus) * fraction))
+    """Splits a deterministic random `fraction` of pairs off as validation (`text.hold_out`)."""
+    kept, held = text.hold_out(len(corpus), fraction, seed)
 
     def subset(indices, origin):
         return text.ParallelCorpus(
-            [corpus.sources[i] for i in sorted(indices)],
-            [corpus.targets[i] for i in sorted(indices)],
+            [corpus.sources[i] for i in indices],
+            [corpus.targets[i] for i in indices],
             source_origin=f"{corpus.source_origin} ({origin})",
             target_origin=f"{corpus.target_origin} ({origin})",
         )
 
-    train = subset(order[count:], "training part")
+    train = subset(kept, "training part")
     train = dataclasses.replace(train, skipped_empty=corpus.skipped_empty)
-    return train, subset(order[:count], f"{fraction:.0%} held out")
+    return train, subset(held, f"{fraction:.0%} held out")
 
 
 def build_tokenizers(config, train, chief=True, wait_seconds=600):
