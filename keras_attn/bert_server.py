@@ -14,13 +14,13 @@ reads to fine-tune it; and a classifier's labels by id and whether it was
 fine-tuned on single texts or pairs (`read_classifier`).
 """
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.export import fingerprint
 from pipelines.classification import pack
 from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceTokenizer
 
@@ -188,17 +188,13 @@ class BertServer(tf.Module):
 
     def fingerprint(self):
         """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.label_names]).encode())
-        digest.update(f"{self.max_length} {self.max_predictions} {self.max_top_k}".encode())
         weights = [*self.backbone.weights]
         for extra in (self.mlm_head, self.classifier):
             weights += [w for w in (extra.weights if extra is not None else []) if all(w is not b for b in weights)]
-        for weight in weights:
-            value = np.asarray(weight.numpy())
-            digest.update(f"{weight.path} {value.dtype} {value.shape}".encode())
-            digest.update(value.tobytes())
-        return digest.hexdigest()
+        return fingerprint([
+            json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.label_names]),
+            f"{self.max_length} {self.max_predictions} {self.max_top_k}",
+        ], weights)
 
     def signatures(self):
         signatures = {"encode": self.encode, "encode_pair": self.encode_pair}

@@ -132,15 +132,11 @@ class Translator(tf.Module):
         same code), so an export whose fingerprint equals the newest
         version's need not be written again.
         """
-        digest = hashlib.sha256()
-        for tokenizer in (self.source_tokenizer, self.target_tokenizer):
-            digest.update(json.dumps([tokenizer.vocabulary, tokenizer.lowercase]).encode())
-        digest.update(f"{self.max_length} {self.length_penalty} {self.max_beam_width}".encode())
-        for weight in self.model.weights:
-            value = np.asarray(weight.numpy())
-            digest.update(f"{weight.path} {value.dtype} {value.shape}".encode())
-            digest.update(value.tobytes())
-        return digest.hexdigest()
+        return fingerprint(
+            [json.dumps([t.vocabulary, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
+            + [f"{self.max_length} {self.length_penalty} {self.max_beam_width}"],
+            self.model.weights,
+        )
 
     def signatures(self):
         return {
@@ -148,6 +144,23 @@ class Translator(tf.Module):
             "translate": self.translate,
             "attention": self.attention,
         }
+
+
+def fingerprint(parts, weights):
+    """SHA-256 of what decides a served module's outputs: the fingerprint of every export.
+
+    Args:
+        parts: strings (vocabularies as JSON, settings), hashed in order.
+        weights: the variables, hashed with their paths, dtypes and shapes.
+    """
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+    for weight in weights:
+        value = np.asarray(weight.numpy())
+        digest.update(f"{weight.path} {value.dtype} {value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
 
 
 def _no_tokens(source):
