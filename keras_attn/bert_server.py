@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.export import fingerprint
-from pipelines.classification import pack
+from pipelines.preprocessors import BertPreprocessor, pack
 from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceTokenizer
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
@@ -80,6 +80,7 @@ class BertServer(tf.Module):
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.preprocessor = BertPreprocessor(tokenizer, max_length)
         self.backbone_settings = dict(backbone_settings)
         self.max_predictions = max_predictions
         self.max_top_k = max_top_k
@@ -103,7 +104,7 @@ class BertServer(tf.Module):
             self.classify_pair = tf.function(self._classify_pair, input_signature=_pair_signature())
 
     def _pack(self, *texts):
-        token_ids, segment_ids, truncated = pack([self.tokenizer.tokenize(t) for t in texts], self.max_length)
+        token_ids, segment_ids, truncated = self.preprocessor.pack(*texts)
         return _at_least_two_columns(token_ids), _at_least_two_columns(segment_ids), truncated
 
     def _backbone_outputs(self, token_ids, segment_ids):

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from pipelines import text
-from pipelines.tokenizers import CLS_ID, PAD_ID, SEP_ID
+from pipelines.preprocessors import BertPreprocessor
 
 
 @dataclasses.dataclass
@@ -88,29 +87,6 @@ def read_labelled_tsv(path):
     return LabelledTexts(labels, texts_a, texts_b if columns == 3 else None, skipped, str(path))
 
 
-def pack(segments, max_length):
-    """BERT input rows of one or two segments of token ids.
-
-    Args:
-        segments: a list of one or two `(B, None)` ragged int ids.
-        max_length: the longest row, `[CLS]` and `[SEP]`s included.
-
-    Returns:
-        `(token_ids, segment_ids, truncated)`: int32 `(B, T)` padded with
-        `[PAD]` to the longest row, and bool `(B,)`, whether tokens were cut.
-    """
-    budget = max_length - len(segments) - 1
-    trimmed = tf_text.RoundRobinTrimmer(budget).trim(segments)
-    kept = tf.add_n([segment.row_lengths() for segment in trimmed])
-    truncated = tf.add_n([segment.row_lengths() for segment in segments]) > kept
-    token_ids, segment_ids = tf_text.combine_segments(trimmed, CLS_ID, SEP_ID)
-    return (
-        tf.cast(token_ids.to_tensor(PAD_ID), tf.int32),
-        tf.cast(segment_ids.to_tensor(0), tf.int32),
-        truncated,
-    )
-
-
 def classification_dataset(
     data, label_ids, tokenizer, batch_size, max_length, shuffle=True, seed=0, drop_remainder=False
 ):
@@ -138,8 +114,10 @@ def classification_dataset(
     if shuffle:
         dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
 
+    preprocessor = BertPreprocessor(tokenizer, max_length)
+
     def encode(texts, labels):
-        token_ids, segment_ids, _ = pack([tokenizer.tokenize(t) for t in texts], max_length)
+        token_ids, segment_ids, _ = preprocessor.pack(*texts)
         padding = [[0, 0], [0, max_length - tf.shape(token_ids)[1]]]
         features = {
             "token_ids": tf.ensure_shape(tf.pad(token_ids, padding), [None, max_length]),

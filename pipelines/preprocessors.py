@@ -7,8 +7,9 @@ tokens one way everywhere.
 
 import keras
 import tensorflow as tf
+import tensorflow_text as tf_text
 
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, PAD_ID, SEP_ID
 from pipelines.tokenizers import WordPieceTokenizer
 
 
@@ -92,6 +93,87 @@ class TranslationPreprocessor(keras.layers.Layer):
             "target_tokenizer": None if shared else self.target_tokenizer.vocabulary,
             "max_length": self.max_length,
             "lowercase": self.source_tokenizer.lowercase,
+        }
+
+
+def pack(segments, max_length):
+    """BERT input rows of one or two segments of token ids.
+
+    Args:
+        segments: a list of one or two `(B, None)` ragged int ids.
+        max_length: the longest row, `[CLS]` and `[SEP]`s included.
+
+    Returns:
+        `(token_ids, segment_ids, truncated)`: int32 `(B, T)` padded with
+        `[PAD]` to the longest row, and bool `(B,)`, whether tokens were cut.
+    """
+    budget = max_length - len(segments) - 1
+    trimmed = tf_text.RoundRobinTrimmer(budget).trim(segments)
+    kept = tf.add_n([segment.row_lengths() for segment in trimmed])
+    truncated = tf.add_n([segment.row_lengths() for segment in segments]) > kept
+    token_ids, segment_ids = tf_text.combine_segments(trimmed, CLS_ID, SEP_ID)
+    return (
+        tf.cast(token_ids.to_tensor(PAD_ID), tf.int32),
+        tf.cast(segment_ids.to_tensor(0), tf.int32),
+        truncated,
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertPreprocessor(keras.layers.Layer):
+    """Texts, or pairs of texts, to BERT's rows: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`.
+
+    A pair longer than `max_length` ids loses tokens from its longer segment
+    first (round robin, as BERT's `truncate_seq_pair`). Rows are padded with
+    [PAD] to the longest of the batch; segment ids are 0 for `[CLS] A [SEP]`,
+    1 for `B [SEP]`.
+
+    Args:
+        tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
+            vocabulary (a list of tokens).
+        max_length: the longest row, `[CLS]` and `[SEP]`s included.
+        lowercase: with a vocabulary given as a list, whether text is lowercased.
+        **kwargs: `keras.layers.Layer` arguments.
+
+    Call arguments:
+        text_a: `(B,)` strings.
+        text_b: optional `(B,)` strings, the second segments.
+
+    Returns:
+        `{"token_ids": (B, T), "segment_ids": (B, T)}`, int32.
+
+    Example:
+
+    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+    >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
+    >>> rows = preprocessor(tf.constant(["a dog runs ."]), tf.constant(["a cat sits ."]))
+    >>> rows["segment_ids"].numpy()
+    array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], dtype=int32)
+    """
+
+    def __init__(self, tokenizer, max_length=512, lowercase=False, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False  # strings stay strings
+        self._allow_non_tensor_positional_args = True
+        self.tokenizer = _tokenizer(tokenizer, lowercase)
+        self.max_length = max_length
+        self.built = True
+
+    def pack(self, text_a, text_b=None):
+        """`(token_ids (B, T), segment_ids (B, T), truncated (B,))`: `call`'s rows and which were cut."""
+        texts = [text_a] if text_b is None else [text_a, text_b]
+        return pack([self.tokenizer.tokenize(text) for text in texts], self.max_length)
+
+    def call(self, text_a, text_b=None):
+        token_ids, segment_ids, _ = self.pack(text_a, text_b)
+        return {"token_ids": token_ids, "segment_ids": segment_ids}
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "tokenizer": self.tokenizer.vocabulary,
+            "max_length": self.max_length,
+            "lowercase": self.tokenizer.lowercase,
         }
 
 

@@ -191,7 +191,8 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
 def test_finetune_and_classify(pretrained, tmp_path, capsys):
     from keras_attn.bert_server import read_pretrained
     from keras_attn.jobs import bert
-    from pipelines.classification import pack, read_labelled_tsv
+    from pipelines.classification import read_labelled_tsv
+    from pipelines.preprocessors import pack
 
     train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.labelled_documents(500, seed=11))
     test_documents = synthetic_documents.labelled_documents(200, seed=12)

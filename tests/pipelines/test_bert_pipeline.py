@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
+from pipelines import classification, documents, preprocessors, pretraining, synthetic_documents, text, tokenizers
 from pipelines.tokenizers import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 MAX_LENGTH = 64
@@ -229,8 +229,27 @@ def test_labelled_tsv_single_and_pair_files(tmp_path):
 def test_pack_trims_the_longer_segment_and_says_so():
     a = tf.ragged.constant([[10, 11, 12, 13, 14, 15], [10]])
     b = tf.ragged.constant([[20, 21, 22], [20]])
-    token_ids, segment_ids, truncated = classification.pack([a, b], max_length=8)
+    token_ids, segment_ids, truncated = preprocessors.pack([a, b], max_length=8)
     assert token_ids.numpy().tolist() == [
         [CLS_ID, 10, 11, 12, SEP_ID, 20, 21, SEP_ID], [CLS_ID, 10, SEP_ID, 20, SEP_ID, 0, 0, 0]]
     assert segment_ids.numpy().tolist() == [[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0, 0]]
     assert truncated.numpy().tolist() == [True, False]
+
+
+def test_the_bert_preprocessor_rebuilds_from_its_config_and_is_what_the_classification_pipeline_packs():
+    import keras
+
+    texts_a, texts_b = ["a red car stops .", "the dog"], ["it rains today and tomorrow .", "sleeps"]
+    tokenizer = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(texts_a + texts_b, 80))
+    preprocessor = preprocessors.BertPreprocessor(tokenizer, max_length=9)
+    rows = preprocessor(tf.constant(texts_a), tf.constant(texts_b))
+    rebuilt = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(preprocessor))
+    again = rebuilt(tf.constant(texts_a), tf.constant(texts_b))
+    for key in ("token_ids", "segment_ids"):
+        np.testing.assert_array_equal(again[key], rows[key])
+    data = classification.LabelledTexts(["x", "y"], texts_a, texts_b, 0, "test")
+    (features, _), = classification.classification_dataset(
+        data, {"x": 0, "y": 1}, tokenizer, batch_size=2, max_length=9, shuffle=False)
+    width = rows["token_ids"].shape[1]
+    np.testing.assert_array_equal(features["token_ids"][:, :width], rows["token_ids"])
+    assert not np.any(features["token_ids"][:, width:])  # padded to max_length
