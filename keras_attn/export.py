@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding
+from keras_attn.special_tokens import PAD_ID
 
 METADATA = os.path.join("assets.extra", "keras_attn.json")  # in a version folder; servers ignore it
 
@@ -71,7 +72,6 @@ class Translator(tf.Module):
         # Tracked here too: their vocabulary files are the SavedModel's assets.
         self.source_tokenizer = preprocessor.source_tokenizer
         self.target_tokenizer = preprocessor.target_tokenizer
-        self.max_length = preprocessor.max_length
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
 
@@ -80,7 +80,7 @@ class Translator(tf.Module):
         return self.preprocessor.tokenize_source(text)
 
     def _decode_length(self, source):
-        return decoding.max_decode_length(source, cap=self.max_length)
+        return decoding.max_decode_length(source, cap=self.preprocessor.max_length)
 
     @tf.function(
         input_signature=[
@@ -99,7 +99,7 @@ class Translator(tf.Module):
             max_length=self._decode_length(source),
             length_penalty=self.length_penalty,
         )
-        tokens = tf.where(empty[:, None], decoding.PAD_ID, result["tokens"])
+        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
             "score": tf.where(empty, 0.0, result["scores"]),
@@ -116,7 +116,7 @@ class Translator(tf.Module):
             max_length=self._decode_length(source),
             return_attention=True,
         )
-        tokens = tf.where(empty[:, None], decoding.PAD_ID, result["tokens"])
+        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
         attention = tf.cast(result["attention"], tf.float32)
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
@@ -134,7 +134,7 @@ class Translator(tf.Module):
         """
         return fingerprint(
             [json.dumps([t.vocabulary, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
-            + [f"{self.max_length} {self.length_penalty} {self.max_beam_width}"],
+            + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"],
             self.model.weights,
         )
 
@@ -165,7 +165,7 @@ def fingerprint(parts, weights):
 
 def _no_tokens(source):
     """`(B,)` bool: the rows of `(B, S)` source ids that are all padding (no text)."""
-    return tf.reduce_all(tf.equal(source, decoding.PAD_ID), axis=1)
+    return tf.reduce_all(tf.equal(source, PAD_ID), axis=1)
 
 
 def next_version(model_root):

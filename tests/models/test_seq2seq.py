@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras_attn import decoding
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.decoding import Stepper
+from keras_attn.special_tokens import BOS_ID, EOS_ID
 from keras_attn.models import seq2seq
 from keras_attn.training import (
     ScheduledSampling,
@@ -19,7 +20,7 @@ from keras_attn.training import (
 )
 from pipelines import synthetic
 
-BOS, EOS, FIRST, VOCAB = decoding.BOS_ID, decoding.EOS_ID, 4, 14
+BOS, EOS, FIRST, VOCAB = BOS_ID, EOS_ID, 4, 14
 
 SOURCE = np.array(
     [[5, 6, 7, 8, 9, 10, 11, 3], [8, 9, 3, 0, 0, 0, 0, 0], [12, 4, 13, 6, 3, 0, 0, 0]], "int32"
