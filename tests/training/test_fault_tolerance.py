@@ -182,6 +182,7 @@ BF16_XLA = dict(
 BF16_XLA_TIMEOUT = 420  # each compilation takes tens of seconds on a loaded 2-core machine
 
 
+@pytest.mark.long  # 50-80 s, two XLA compilations: `python -m pytest -m long`
 def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path):
     """Both workers in bfloat16 with XLA, in step with each other, learning.
 
