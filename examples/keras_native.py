@@ -1,7 +1,8 @@
-"""The Keras-native way: a preset, `fit` under MirroredStrategy, `generate`, `.keras` and a SavedModel.
+"""The Keras-native way: presets, `fit` under MirroredStrategy, `generate` and `fill_mask`, `.keras` files.
 
-A Transformer translator for the built-in corpus, built with the library's
-classes instead of the `keras-attn train` job:
+A Transformer translator for the built-in corpus and a BERT for the
+built-in documents, built with the library's classes instead of the
+`keras-attn train` and `pretrain` jobs:
 
 1. a `TranslationPreprocessor` (WordPiece vocabularies learned on the
    training sentences; tokenizing, truncating and [BOS]/[EOS] in one layer);
@@ -13,9 +14,14 @@ classes instead of the `keras-attn train` job:
    batch);
 4. `save("....keras")` and `keras.saving.load_model`: the same translations;
 5. a TF-Serving-shaped SavedModel (strings in, strings out), which
-   translates as `generate` does.
+   translates as `generate` does;
+6. BERT: a `BertPreprocessor` (an uncased vocabulary, `[CLS] A [SEP] B
+   [SEP]` rows), `BertPretrainer.from_preset("tiny", preprocessor)`,
+   `compile()` (AdamW, masked-LM plus next-sentence loss) and `fit` on
+   `pipelines.pretraining`'s masked pairs, then `fill_mask` on a sentence
+   with `[MASK]` in it, the same after a `.keras` round trip.
 
-    python examples/keras_native.py                 # about two minutes on a laptop CPU
+    python examples/keras_native.py                 # a few minutes on a laptop CPU
     python examples/keras_native.py --tiny          # seconds (the test suite's setting)
     python examples/keras_native.py --devices /cpu:0 /cpu:1   # needs 2 logical CPUs
 
@@ -34,10 +40,12 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn import export  # noqa: E402
-from keras_attn.models import Seq2SeqLM  # noqa: E402
-from pipelines import synthetic, translation  # noqa: E402
-from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
+from keras_attn.models import BertPretrainer, Seq2SeqLM  # noqa: E402
+from pipelines import pretraining, synthetic, synthetic_documents, translation  # noqa: E402
+from pipelines.preprocessors import BertPreprocessor, TranslationPreprocessor  # noqa: E402
 from pipelines.tokenizers import learn_wordpiece_vocabulary  # noqa: E402
+
+FILL_MASK = "The sharp knife is [MASK] to the heavy pan."  # the built-in documents' objects sit beside each other
 
 
 def main(argv=None):
@@ -84,7 +92,35 @@ def main(argv=None):
     served = [text.decode("utf-8") for text in served.numpy()]
     print(f"reloaded .keras translates the same: {same_after_reload}; the SavedModel ({path}) too: {served == beam}")
     return {"greedy": greedy, "beam": beam, "reloaded_same": same_after_reload, "served": served,
-            "replicas": strategy.num_replicas_in_sync}
+            "replicas": strategy.num_replicas_in_sync, "bert": bert(strategy, out, tiny)}
+
+
+def bert(strategy, out, tiny):
+    """BERT pretraining on the built-in documents, then `fill_mask`: step 6 of the module's list."""
+    documents, epochs, size = (400, 2, dict(num_layers=1, hidden_dim=32, num_heads=2)) if tiny else (3000, 8, {})
+    documents = synthetic_documents.document_corpus(documents, seed=0)
+    sentences = [sentence for document in documents for sentence in document]
+    preprocessor = BertPreprocessor(
+        learn_wordpiece_vocabulary(sentences, 1000, lowercase=True), max_length=64, lowercase=True,
+    )
+    with strategy.scope():
+        model = BertPretrainer.from_preset("tiny", preprocessor, **size)
+        model.compile(learning_rate=2e-3)
+    corpus = pretraining.tokenize_documents(documents, preprocessor.tokenizer)
+
+    def pairs(epoch):  # each epoch new pairs and new masks
+        return pretraining.pretraining_dataset(
+            corpus, preprocessor.tokenizer.vocabulary, batch_size=32, max_length=preprocessor.max_length, epoch=epoch,
+        )
+
+    model.fit(tf.data.Dataset.range(epochs).flat_map(pairs), epochs=epochs,
+              steps_per_epoch=int(pairs(0).cardinality()), verbose=0 if tiny else 2)
+    answers = model.fill_mask([FILL_MASK], top_k=3)
+    print(f"{FILL_MASK} → {answers[0]['filled']}  ({answers[0]['masks'][0]})")
+    model.save(out / "bert.keras")
+    same_after_reload = keras.saving.load_model(out / "bert.keras").fill_mask([FILL_MASK], top_k=3) == answers
+    print(f"reloaded .keras fills the same: {same_after_reload}")
+    return {"answers": answers, "reloaded_same": same_after_reload}
 
 
 if __name__ == "__main__":

@@ -21,15 +21,16 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.export import fingerprint
-from pipelines.preprocessors import BertPreprocessor, pack
-from pipelines.tokenizers import MASK_ID, PAD_ID, SPECIAL_TOKENS, WordPieceTokenizer
+from keras_attn.models.bert import fill_masks
+from keras_attn.special_tokens import PAD_ID
+from pipelines.preprocessors import BertPreprocessor
+from pipelines.tokenizers import WordPieceTokenizer
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
 CLASSIFIER = "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
 RUN_SETTINGS, RUN_WEIGHTS = "settings.json", "best.weights.h5"  # in a pretraining run folder
-_MASK_TEXT = r"(?i)\[mask\]"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
@@ -103,10 +104,6 @@ class BertServer(tf.Module):
             self.classify = tf.function(self._classify, input_signature=[_TEXT])
             self.classify_pair = tf.function(self._classify_pair, input_signature=_pair_signature())
 
-    def _pack(self, *texts):
-        token_ids, segment_ids, truncated = self.preprocessor.pack(*texts)
-        return _at_least_two_columns(token_ids), _at_least_two_columns(segment_ids), truncated
-
     def _backbone_outputs(self, token_ids, segment_ids):
         outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
         padding = tf.cast(tf.not_equal(token_ids, PAD_ID), tf.float32)[..., None]
@@ -116,11 +113,11 @@ class BertServer(tf.Module):
         }
 
     def _encode(self, text):
-        token_ids, segment_ids, truncated = self._pack(text)
+        token_ids, segment_ids, truncated = self.preprocessor.pack(text)
         return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
 
     def _encode_pair(self, text_a, text_b):
-        token_ids, segment_ids, truncated = self._pack(text_a, text_b)
+        token_ids, segment_ids, truncated = self.preprocessor.pack(text_a, text_b)
         return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
 
     def _probabilities(self, token_ids, segment_ids):
@@ -130,62 +127,16 @@ class BertServer(tf.Module):
         return {"label": tf.gather(self._labels, label_id), "label_id": label_id, "probabilities": probabilities}
 
     def _classify(self, text):
-        token_ids, segment_ids, _ = self._pack(text)
+        token_ids, segment_ids, _ = self.preprocessor.pack(text)
         return self._run_classifier(token_ids, segment_ids)
 
     def _classify_pair(self, text_a, text_b):
-        token_ids, segment_ids, _ = self._pack(text_a, text_b)
+        token_ids, segment_ids, _ = self.preprocessor.pack(text_a, text_b)
         return self._run_classifier(token_ids, segment_ids)
 
     def _fill_mask(self, text, top_k):
-        # One more (empty) row, taken off at the end: the head's gather needs a row.
-        outputs = self._fill_mask_rows(tf.concat([text, [""]], 0), top_k)
-        return {name: value[:-1] for name, value in outputs.items()}
-
-    def _fill_mask_rows(self, text, top_k):
-        ids, num_masks = self._tokenize_with_masks(text)
-        token_ids, segment_ids, truncated = pack([ids], self.max_length)
-        token_ids, segment_ids = _at_least_two_columns(token_ids), _at_least_two_columns(segment_ids)
-        sequence = self._run_backbone(token_ids, segment_ids)
-        length = tf.shape(token_ids)[1]
-        is_mask = tf.equal(token_ids, MASK_ID)
-        columns = tf.broadcast_to(tf.range(length), tf.shape(token_ids))
-        positions = tf.ragged.boolean_mask(columns, is_mask)[:, : self.max_predictions]
-        valid = tf.ones_like(positions, tf.bool).to_tensor(False)  # (B, M)
-        positions = positions.to_tensor(0)
-        logits = tf.cast(self.mlm_head(sequence["sequence_output"], positions), tf.float32)
-        special = tf.range(self.tokenizer.vocabulary_size) < len(SPECIAL_TOKENS)
-        logits = tf.where(special, tf.float32.min, logits)
-        k = tf.clip_by_value(top_k, 1, min(self.max_top_k, self.tokenizer.vocabulary_size - len(SPECIAL_TOKENS)))
-        best = tf.math.top_k(tf.nn.softmax(logits), k)
-        best_ids = tf.where(valid[..., None], best.indices, PAD_ID)
-        # Each predicted mask replaced by its best token, in place.
-        rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
-        updates = tf.boolean_mask(best_ids[..., 0], valid)
-        where = tf.boolean_mask(tf.stack([rows, positions], -1), valid)
-        filled = tf.tensor_scatter_nd_update(token_ids, where, updates)
-        return {
-            "tokens": tf.where(valid[..., None], self.tokenizer.id_to_token(best_ids), ""),
-            "scores": tf.where(valid[..., None], best.values, 0.0),
-            "filled": self.tokenizer.detokenize(filled),
-            "num_masks": num_masks,
-            "truncated": truncated,
-        }
-
-    def _tokenize_with_masks(self, text):
-        """`(B, None)` ids with `MASK_ID` where the text says `[MASK]`, and the mask counts."""
-        text = tf.strings.regex_replace(tf.convert_to_tensor(text), _MASK_TEXT, "[MASK]")
-        pieces = tf.strings.split(text, "[MASK]")  # (B, pieces): a mask between each two
-        piece_ids = self.tokenizer.tokenize(pieces.flat_values)
-        piece_rows = pieces.value_rowids()
-        piece_index = tf.range(tf.shape(piece_rows, out_type=tf.int64)[0])
-        last = tf.equal(piece_index + 1, tf.gather(pieces.row_splits[1:], piece_rows))  # a row's last piece
-        followed_by_mask = tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(tf.cast(~last, tf.int32))], MASK_ID), tf.cast(~last, tf.int64)
-        )
-        ids = tf.concat([piece_ids, followed_by_mask], axis=1)
-        ids = tf.RaggedTensor.from_row_splits(ids, pieces.row_splits).merge_dims(1, 2)
-        return ids, tf.cast(pieces.row_lengths() - 1, tf.int32)
+        encode = lambda token_ids, segment_ids: self._run_backbone(token_ids, segment_ids)["sequence_output"]  # noqa: E731
+        return fill_masks(self.preprocessor, encode, self.mlm_head, text, top_k, self.max_predictions, self.max_top_k)
 
     def fingerprint(self):
         """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings."""
@@ -309,8 +260,3 @@ def load_backbone(model_dir, dropout=0.1):
 
 def _pair_signature():
     return [tf.TensorSpec([None], tf.string, name="text_a"), tf.TensorSpec([None], tf.string, name="text_b")]
-
-
-def _at_least_two_columns(ids):
-    """`(B, T ≥ 2)`: an empty batch still runs through the model."""
-    return tf.pad(ids, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(ids)[1])]])

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, PAD_ID, SEP_ID
+from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID
 from pipelines.tokenizers import WordPieceTokenizer
 
 
@@ -105,18 +105,24 @@ def pack(segments, max_length):
 
     Returns:
         `(token_ids, segment_ids, truncated)`: int32 `(B, T)` padded with
-        `[PAD]` to the longest row, and bool `(B,)`, whether tokens were cut.
+        `[PAD]` to the longest row (`T` ≥ 2, so an empty batch still runs
+        through a model), and bool `(B,)`, whether tokens were cut.
     """
     budget = max_length - len(segments) - 1
     trimmed = tf_text.RoundRobinTrimmer(budget).trim(segments)
     kept = tf.add_n([segment.row_lengths() for segment in trimmed])
     truncated = tf.add_n([segment.row_lengths() for segment in segments]) > kept
     token_ids, segment_ids = tf_text.combine_segments(trimmed, CLS_ID, SEP_ID)
+    width = tf.maximum(token_ids.bounding_shape(1), 2)
+    shape = tf.stack([token_ids.nrows(), width])
     return (
-        tf.cast(token_ids.to_tensor(PAD_ID), tf.int32),
-        tf.cast(segment_ids.to_tensor(0), tf.int32),
+        tf.cast(token_ids.to_tensor(PAD_ID, shape=shape), tf.int32),
+        tf.cast(segment_ids.to_tensor(0, shape=shape), tf.int32),
         truncated,
     )
+
+
+MASK_TEXT = r"(?i)\[mask\]"  # how a text asks for a masked word: [MASK], in any case
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -163,6 +169,28 @@ class BertPreprocessor(keras.layers.Layer):
         """`(token_ids (B, T), segment_ids (B, T), truncated (B,))`: `call`'s rows and which were cut."""
         texts = [text_a] if text_b is None else [text_a, text_b]
         return pack([self.tokenizer.tokenize(text) for text in texts], self.max_length)
+
+    def pack_with_masks(self, text):
+        """`[CLS] text [SEP]` rows with `[MASK]` (any case) in the text read as the mask token.
+
+        Returns:
+            `(token_ids (B, T), segment_ids (B, T), truncated (B,),
+            num_masks (B,))`: `call`'s rows, which were cut, and how many
+            masks each text has (before any cut).
+        """
+        text = tf.strings.regex_replace(tf.convert_to_tensor(text), MASK_TEXT, "[MASK]")
+        pieces = tf.strings.split(text, "[MASK]")  # (B, pieces): a mask between each two
+        piece_ids = self.tokenizer.tokenize(pieces.flat_values)
+        piece_rows = pieces.value_rowids()
+        piece_index = tf.range(tf.shape(piece_rows, out_type=tf.int64)[0])
+        last = tf.equal(piece_index + 1, tf.gather(pieces.row_splits[1:], piece_rows))  # a row's last piece
+        followed_by_mask = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(~last, tf.int32))], tf.constant(MASK_ID, piece_ids.dtype)),
+            tf.cast(~last, tf.int64),
+        )
+        ids = tf.concat([piece_ids, followed_by_mask], axis=1)
+        ids = tf.RaggedTensor.from_row_splits(ids, pieces.row_splits).merge_dims(1, 2)
+        return (*pack([ids], self.max_length), tf.cast(pieces.row_lengths() - 1, tf.int32))
 
     def call(self, text_a, text_b=None):
         token_ids, segment_ids, _ = self.pack(text_a, text_b)

@@ -55,6 +55,10 @@ def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(
     assert result["reloaded_same"] and result["served"] == result["beam"], result
     assert len(result["greedy"]) == len(result["beam"]) == 8
     assert (tmp_path / "translator.keras").is_file() and (tmp_path / "saved_models" / "translator" / "1").is_dir()
+    bert = result["bert"]
+    assert bert["reloaded_same"] and (tmp_path / "bert.keras").is_file()
+    [answer] = bert["answers"]
+    assert len(answer["masks"]) == 1 and len(answer["masks"][0]) == 3 and "[MASK]" not in answer["filled"]
 
 
 @pytest.mark.parametrize("name", ["bahdanau_seq2seq", "transformer_classifier", "bert_mlm_pretraining", "keras_native"])

@@ -4,11 +4,13 @@ from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from keras_attn.models.transformer import TransformerBackbone, transformer
 from keras_attn.models.seq2seq import PRESETS as SEQ2SEQ_PRESETS
 from keras_attn.models.seq2seq import Seq2SeqBackbone, seq2seq
+from keras_attn.models.task import Task
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.models.bert import PRESETS as BERT_PRESETS
 from keras_attn.models.bert import (
     BertBackbone,
     BertClassifier,
+    BertMaskedLM,
     BertPretrainer,
     bert_backbone,
     bert_classifier,

@@ -1,16 +1,18 @@
-"""BERT (Devlin et al. 2019): the backbone, the pretraining model and a classifier.
+"""BERT (Devlin et al. 2019): the backbone, and its tasks (pretraining, masked LM, classifier).
 
     token_ids, segment_ids ─► BertEmbedding ─► N × TransformerEncoderBlock
         (GELU, post-norm) ─► sequence_output ─► [CLS] ─► tanh dense ─► pooled_output
 
 `BertPretrainer` puts the masked-LM head (on the masked positions only,
 output weights tied to the token embedding) and the next-sentence head on
-a `BertBackbone`; `BertClassifier` a dropout and a dense layer on its pooled
+a `BertBackbone`, `BertMaskedLM` the masked-LM head alone (both answer
+`fill_mask`); `BertClassifier` a dropout and a dense layer on its pooled
 output. All are functional `keras.Model`s whose `get_config` rebuilds them;
 [PAD] (id 0) is padding, and its Keras mask reaches every attention.
 """
 
 import keras
+import tensorflow as tf
 
 from keras_attn.layers import (
     BertEmbedding,
@@ -21,6 +23,8 @@ from keras_attn.layers import (
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.presets import architecture
+from keras_attn.models.task import Task
+from keras_attn.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.training.losses import ClassificationLoss, PretrainingLoss
 from keras_attn.training.metrics import PretrainingMetrics
 from keras_attn.training.optimizers import adamw
@@ -124,38 +128,136 @@ class BertBackbone(Backbone):
 bert_backbone = BertBackbone  # the name the jobs and the earlier API build it by
 
 
-class _OnBackbone(keras.Model):
-    """A functional model on a `BertBackbone`, saved with it (`get_config` holds the backbone's)."""
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.saving.serialize_keras_object(self.backbone), **self._arguments}
-
+class _BertTask(Task):
     @classmethod
-    def from_config(cls, config):
-        config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
-        return cls(**config)
+    def make_backbone(cls, preset, preprocessor, **kwargs):
+        """A new `BertBackbone` of `preset` for `preprocessor`'s vocabulary, with as many positions as its rows."""
+        return BertBackbone.from_preset(
+            preset, **{"vocabulary_size": preprocessor.tokenizer.vocabulary_size,
+                       "max_sequence_length": preprocessor.max_length, **kwargs},
+        )
 
-    task_loss = None  # set by `compile(loss="auto")`: already a share of the global batch's mean
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if self.task_loss is None:
-            return super().compute_loss(x, y, y_pred, sample_weight, training)
-        return self.task_loss(y, y_pred)
+def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=50):
+    """The masked LM's answers for the `[MASK]`s of `text`, in the graph.
+
+    Args:
+        preprocessor: the `BertPreprocessor` the texts are read with.
+        encode: `(token_ids, segment_ids)` → the backbone's `sequence_output`.
+        mlm_head: the `MaskedLMHead` on it.
+        text: `(B,)` strings, with `[MASK]` (any case) where a word is asked for.
+        top_k: int32 scalar, the candidates given per mask, clipped to
+            `[1, max_top_k]` (and to the vocabulary's non-special tokens).
+        max_predictions: the most masks answered per text (the first ones).
+        max_top_k: the most candidates.
+
+    Returns:
+        `tokens` string `(B, M, K)` and `scores` float32 `(B, M, K)`
+        (probabilities): the top `K` tokens of each of the first `M` masks
+        (`M` the most masks of a row, at most `max_predictions`; other
+        rows padded with `""` and 0); `filled` string `(B,)`, the text with
+        each mask replaced by its best token; `num_masks` int32 `(B,)`;
+        `truncated` bool `(B,)`, the text was cut (masks after the cut are not
+        answered). Special tokens are never candidates.
+    """
+    # One more (empty) row, taken off at the end: the head's gather needs a row.
+    token_ids, segment_ids, truncated, num_masks = preprocessor.pack_with_masks(tf.concat([text, [""]], 0))
+    sequence_output = encode(token_ids, segment_ids)
+    is_mask = tf.equal(token_ids, MASK_ID)
+    columns = tf.broadcast_to(tf.range(tf.shape(token_ids)[1]), tf.shape(token_ids))
+    positions = tf.ragged.boolean_mask(columns, is_mask)[:, :max_predictions]
+    valid = tf.ones_like(positions, tf.bool).to_tensor(False)  # (B, M)
+    positions = positions.to_tensor(0)
+    logits = tf.cast(mlm_head(sequence_output, positions), tf.float32)
+    vocabulary_size = preprocessor.tokenizer.vocabulary_size
+    logits = tf.where(tf.range(vocabulary_size) < len(SPECIAL_TOKENS), tf.float32.min, logits)
+    k = tf.clip_by_value(top_k, 1, min(max_top_k, vocabulary_size - len(SPECIAL_TOKENS)))
+    best = tf.math.top_k(tf.nn.softmax(logits), k)
+    best_ids = tf.where(valid[..., None], best.indices, PAD_ID)
+    # Each answered mask replaced by its best token, in place.
+    rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
+    where = tf.boolean_mask(tf.stack([rows, positions], -1), valid)
+    filled = tf.tensor_scatter_nd_update(token_ids, where, tf.boolean_mask(best_ids[..., 0], valid))
+    outputs = {
+        "tokens": tf.where(valid[..., None], preprocessor.tokenizer.id_to_token(best_ids), ""),
+        "scores": tf.where(valid[..., None], best.values, 0.0),
+        "filled": preprocessor.tokenizer.detokenize(filled),
+        "num_masks": num_masks,
+        "truncated": truncated,
+    }
+    return {name: value[:-1] for name, value in outputs.items()}
+
+
+class _MaskedLMTask(_BertTask):
+    """What BERT's tasks with a masked-LM head share: `fill_mask`, and the MLM values reported by `fit`."""
+
+    def _make_fill_mask(self):
+        self._fill_mask = tf.function(
+            lambda text, top_k: fill_masks(self.preprocessor, self.encode, self.mlm_head, text, top_k),
+            input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32)],
+        )
+
+    def encode(self, token_ids, segment_ids):
+        """The backbone's `sequence_output` (inference: no dropout)."""
+        outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        return outputs["sequence_output"]
+
+    def fill_mask(self, texts, top_k=5):
+        """The masked LM's best words for the `[MASK]`s of each text (compiled once for any batch).
+
+        Args:
+            texts: a list of strings, each with `[MASK]` (any case) where a
+                word is asked for (at most 20 are answered).
+            top_k: the candidates per mask.
+
+        Returns:
+            For each text, `{"filled": the text with each mask replaced by
+            its best token, "masks": [[(token, probability), ...] per mask],
+            "truncated": whether the text was cut to the preprocessor's length}`.
+        """
+        if self.preprocessor is None:
+            raise ValueError("fill_mask() needs a preprocessor: build the task with one")
+        out = {key: value.numpy() for key, value in
+               self._fill_mask(tf.constant(list(texts), tf.string), tf.constant(top_k, tf.int32)).items()}
+        answers = []
+        for row in range(len(texts)):
+            masks = [
+                [(token.decode("utf-8"), float(score)) for token, score in zip(tokens, scores)]
+                for tokens, scores in zip(out["tokens"][row], out["scores"][row]) if tokens[0]
+            ]
+            answers.append({"filled": out["filled"][row].decode("utf-8"), "masks": masks,
+                            "truncated": bool(out["truncated"][row])})
+        return answers
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if self.task_loss is not None:  # compiled with loss="auto"
+            self.pretraining_metrics.update_state(y, y_pred)
+        return super().compute_metrics(x, y, y_pred, sample_weight)
+
+
+_INPUTS = ("token_ids", "segment_ids", "mask_positions")
+
+
+def _inputs(*names):
+    return {name: keras.Input((None,), dtype="int32", name=name) for name in names}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertPretrainer(_OnBackbone):
+class BertPretrainer(_MaskedLMTask):
     """BERT's pretraining model: masked LM and next-sentence prediction on `backbone`.
 
     Maps `{"token_ids", "segment_ids", "mask_positions"}` (int `(B, T)`,
     `(B, T)`, `(B, P)`) to `{"mlm": (B, P, V) logits at the masked
     positions, "nsp": (B, 2) logits}`. Its parts are the attributes
     `backbone`, `mlm_head` (whose output weights are
-    `backbone.token_embedding.embeddings` itself) and `nsp_head`.
+    `backbone.token_embedding.embeddings` itself) and `nsp_head`. It trains
+    with `fit` on `pipelines.pretraining`'s batches and, with a
+    preprocessor, answers `fill_mask`.
 
     Args:
         backbone: a `BertBackbone`.
+        preprocessor: the `pipelines.preprocessors.BertPreprocessor` it reads
+            text with (for `fill_mask`; saved with the model).
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -167,12 +269,8 @@ class BertPretrainer(_OnBackbone):
     (TensorShape([1, 1, 1000]), TensorShape([1, 2]))
     """
 
-    def __init__(self, backbone, **kwargs):
-        inputs = {
-            "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
-            "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
-            "mask_positions": keras.Input((None,), dtype="int32", name="mask_positions"),
-        }
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        inputs = _inputs(*_INPUTS)
         encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
         dtype = backbone.embedding.dtype_policy
         embedding = backbone.token_embedding
@@ -183,8 +281,9 @@ class BertPretrainer(_OnBackbone):
         outputs = {"mlm": mlm, "nsp": nsp_head(encoded["pooled_output"])}
         super().__init__(inputs, outputs, **{"name": "bert_pretrainer", **kwargs})
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
-        self._arguments = {}
+        self.preprocessor, self._arguments = preprocessor, {}
         self.pretraining_metrics = PretrainingMetrics()  # reported by `fit` after `compile(loss="auto")`
+        self._make_fill_mask()
 
     def compile(self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, nsp_weight=1.0,
                 **kwargs):
@@ -210,14 +309,66 @@ class BertPretrainer(_OnBackbone):
         self.task_loss = PretrainingLoss(nsp_weight) if loss == "auto" else None
         super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
 
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        if self.task_loss is not None:
-            self.pretraining_metrics.update_state(y, y_pred)
-        return super().compute_metrics(x, y, y_pred, sample_weight)
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BertMaskedLM(_MaskedLMTask):
+    """A masked language model on `backbone`: BERT's MLM head without next-sentence prediction.
+
+    Maps `{"token_ids", "segment_ids", "mask_positions"}` to `{"mlm": (B, P,
+    V)}` logits at the masked positions (RoBERTa's pretraining, Liu et al.
+    2019, drops NSP). Trains with `fit` on the same batches as
+    `BertPretrainer` (their `nsp_labels` are not read) and answers
+    `fill_mask`. Its parts are the attributes `backbone` and `mlm_head`.
+
+    Args:
+        backbone: a `BertBackbone`.
+        preprocessor: the `pipelines.preprocessors.BertPreprocessor` it reads
+            text with (for `fill_mask`; saved with the model).
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Example:
+
+    >>> from pipelines.preprocessors import BertPreprocessor
+    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+    >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
+    >>> model = BertMaskedLM.from_preset("tiny", preprocessor)
+    >>> [len(answer["masks"]) for answer in model.fill_mask(["a [MASK] runs .", "no mask"], top_k=3)]
+    [1, 0]
+    """
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        inputs = _inputs(*_INPUTS)
+        sequence = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
+        embedding = backbone.token_embedding
+        mlm_head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=backbone.embedding.dtype_policy)
+        outputs = {"mlm": mlm_head(sequence["sequence_output"], inputs["mask_positions"])}
+        super().__init__(inputs, outputs, **{"name": "bert_masked_lm", **kwargs})
+        self.backbone, self.mlm_head = backbone, mlm_head
+        self.preprocessor, self._arguments = preprocessor, {}
+        self.pretraining_metrics = PretrainingMetrics(nsp=False)
+        self._make_fill_mask()
+
+    def compile(self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, **kwargs):
+        """`keras.Model.compile` with BERT's choices for what is `"auto"`.
+
+        Args:
+            optimizer: `"auto"`: BERT's AdamW at `learning_rate` (a number or
+                a schedule).
+            loss: `"auto"`: the masked-LM mean over the global batch's masked
+                tokens (`PretrainingLoss` without the NSP head); `fit` then
+                reports it and the MLM values of `PretrainingMetrics`.
+            learning_rate: the `"auto"` optimizer's rate.
+            weight_decay: its decoupled weight decay.
+            **kwargs: other `keras.Model.compile` arguments.
+        """
+        if optimizer == "auto":
+            optimizer = adamw(learning_rate, weight_decay)
+        self.task_loss = PretrainingLoss() if loss == "auto" else None
+        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertClassifier(_OnBackbone):
+class BertClassifier(_BertTask):
     """A sentence (or sentence-pair) classifier on BERT's pooled output (section 4.1).
 
     Maps `{"token_ids", "segment_ids"}` to `(B, num_classes)` logits. Its
@@ -227,6 +378,8 @@ class BertClassifier(_OnBackbone):
         backbone: a `BertBackbone`, pretrained or not.
         num_classes: the labels.
         dropout: dropout before the output layer.
+        preprocessor: the `pipelines.preprocessors.BertPreprocessor` its
+            texts are read with (saved with the model).
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -236,11 +389,8 @@ class BertClassifier(_OnBackbone):
     TensorShape([1, 2])
     """
 
-    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
-        inputs = {
-            "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
-            "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
-        }
+    def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):
+        inputs = _inputs("token_ids", "segment_ids")
         dtype = backbone.embedding.dtype_policy
         pooled = backbone(inputs)["pooled_output"]
         pooled = keras.layers.Dropout(dropout, dtype=dtype)(pooled)
@@ -249,7 +399,7 @@ class BertClassifier(_OnBackbone):
             name="classifier", dtype=dtype,
         )
         super().__init__(inputs, classifier(pooled), **{"name": "bert_classifier", **kwargs})
-        self.backbone, self.classifier = backbone, classifier
+        self.backbone, self.classifier, self.preprocessor = backbone, classifier, preprocessor
         self._arguments = dict(num_classes=num_classes, dropout=dropout)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=1e-4, weight_decay=0.01,

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_attn import decoding
 from keras_attn.models.seq2seq import Seq2SeqBackbone
+from keras_attn.models.task import Task
 from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.training.losses import MaskedSparseCrossEntropy
 from keras_attn.training.metrics import MaskedTokenAccuracy
@@ -14,7 +15,7 @@ from keras_attn.training.schedules import TransformerSchedule
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Seq2SeqLM(keras.Model):
+class Seq2SeqLM(Task):
     """Translation with a `TransformerBackbone` or a `Seq2SeqBackbone`.
 
     Trains with plain `fit` on `({"source", "target_in"}, target_out)`
@@ -43,7 +44,7 @@ class Seq2SeqLM(keras.Model):
     def __init__(self, backbone, preprocessor=None, **kwargs):
         inputs = backbone.input
         super().__init__(inputs, backbone(inputs), **{"name": "seq2seq_lm", **kwargs})
-        self.backbone, self.preprocessor = backbone, preprocessor
+        self.backbone, self.preprocessor, self._arguments = backbone, preprocessor, {}
         self.stepper = decoding.Stepper(backbone)
         # The longest output `generate` allows by default: what the positions and the preprocessor take.
         lengths = [backbone.get_config().get("max_sequence_length"), preprocessor and preprocessor.max_length]
@@ -59,8 +60,11 @@ class Seq2SeqLM(keras.Model):
     BACKBONES = {"transformer": TransformerBackbone, "seq2seq": Seq2SeqBackbone}
 
     @classmethod
-    def from_preset(cls, preset, preprocessor, family="transformer", **kwargs):
-        """A new model of `family`'s `preset`, sized by `preprocessor`'s vocabularies.
+    def make_backbone(cls, preset, preprocessor, family="transformer", **kwargs):
+        """A new backbone of `family`'s `preset`, sized by `preprocessor`'s vocabularies.
+
+        `Seq2SeqLM.from_preset(preset, preprocessor, family=..., **kwargs)`
+        builds the task on it.
 
         Args:
             preset: a preset name of the family (`keras_attn.models.presets`).
@@ -74,22 +78,7 @@ class Seq2SeqLM(keras.Model):
         )
         if family == "transformer":
             sizes["max_sequence_length"] = preprocessor.max_length
-        backbone = cls.BACKBONES[family].from_preset(preset, **sizes, **kwargs)
-        return cls(backbone, preprocessor)
-
-    def get_config(self):
-        return {
-            "name": self.name, "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "preprocessor": self.preprocessor and keras.saving.serialize_keras_object(self.preprocessor),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
-        if config.get("preprocessor"):
-            config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
-        return cls(**config)
+        return cls.BACKBONES[family].from_preset(preset, **{**sizes, **kwargs})
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=2e-3, warmup_steps=200,
                 label_smoothing=0.1, **kwargs):

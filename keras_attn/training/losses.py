@@ -135,7 +135,8 @@ class PretrainingLoss:
 
     Call arguments:
         targets: `{"mlm_labels": (B, P), "mlm_weights": (B, P), "nsp_labels": (B,)}`.
-        outputs: `{"mlm": (B, P, V), "nsp": (B, 2)}` logits.
+        outputs: `{"mlm": (B, P, V), "nsp": (B, 2)}` logits; without `"nsp"`
+            (a masked LM without the NSP head), the masked-LM loss alone.
 
     Returns:
         This replica's share of the global batch's loss, a float32 scalar.
@@ -148,6 +149,8 @@ class PretrainingLoss:
         weights = ops.cast(targets["mlm_weights"], "float32")
         mlm = ops.sum(token_cross_entropy(targets["mlm_labels"], outputs["mlm"]) * weights)
         mlm = mlm / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1.0)
+        if "nsp" not in outputs:
+            return mlm
         nsp = ops.sum(classification_losses(targets["nsp_labels"], outputs["nsp"]))
         nsp = nsp / ops.maximum(_sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
         return mlm + self.nsp_weight * nsp

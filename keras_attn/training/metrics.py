@@ -78,6 +78,11 @@ class PretrainingMetrics(keras.metrics.Metric):
     MLM values are over the masked tokens (weight 1), NSP values over the
     pairs; all are running means since the last reset.
 
+    Args:
+        nsp: whether the outputs have the next-sentence head's (`False`: the
+            MLM values only, for a masked LM).
+        name: the metric's name.
+
     Example:
 
     >>> metrics = PretrainingMetrics()
@@ -89,10 +94,12 @@ class PretrainingMetrics(keras.metrics.Metric):
     (1.0, 1.0)
     """
 
-    NAMES = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
+    MLM_NAMES = ("mlm_loss", "mlm_accuracy", "mlm_perplexity")
+    NAMES = (*MLM_NAMES, "nsp_loss", "nsp_accuracy")
 
-    def __init__(self, name="pretraining", **kwargs):
+    def __init__(self, nsp=True, name="pretraining", **kwargs):
         super().__init__(name=name, **kwargs)
+        self.nsp = nsp
         self.sums = {
             key: self.add_variable(shape=(), initializer="zeros", name=key)
             for key in ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
@@ -103,30 +110,37 @@ class PretrainingMetrics(keras.metrics.Metric):
         labels = ops.cast(targets["mlm_labels"], "int32")
         mlm_logits = outputs["mlm"]
         correct = ops.cast(ops.equal(_predicted_ids(mlm_logits), labels), "float32")
-        nsp_labels = ops.cast(targets["nsp_labels"], "int32")
-        nsp_correct = ops.equal(_predicted_ids(outputs["nsp"]), nsp_labels)
         updates = {
             "mlm_loss": ops.sum(token_negative_log_likelihood(labels, mlm_logits) * weights),
             "mlm_correct": ops.sum(correct * weights),
             "mlm_count": ops.sum(weights),
-            "nsp_loss": ops.sum(classification_losses(nsp_labels, outputs["nsp"])),
-            "nsp_correct": ops.sum(ops.cast(nsp_correct, "float32")),
-            "nsp_count": count_rows(nsp_labels),
         }
+        if self.nsp:
+            nsp_labels = ops.cast(targets["nsp_labels"], "int32")
+            nsp_correct = ops.equal(_predicted_ids(outputs["nsp"]), nsp_labels)
+            updates.update(
+                nsp_loss=ops.sum(classification_losses(nsp_labels, outputs["nsp"])),
+                nsp_correct=ops.sum(ops.cast(nsp_correct, "float32")),
+                nsp_count=count_rows(nsp_labels),
+            )
         for key, value in updates.items():
             self.sums[key].assign_add(value)
 
     def result(self):
         mlm = lambda key: ops.divide_no_nan(self.sums[key], self.sums["mlm_count"])  # noqa: E731
         nsp = lambda key: ops.divide_no_nan(self.sums[key], self.sums["nsp_count"])  # noqa: E731
-        return {
+        values = {
             "mlm_loss": mlm("mlm_loss"),
             "mlm_accuracy": mlm("mlm_correct"),
             "mlm_perplexity": ops.exp(mlm("mlm_loss")),
-            "nsp_loss": nsp("nsp_loss"),
-            "nsp_accuracy": nsp("nsp_correct"),
         }
+        if self.nsp:
+            values.update(nsp_loss=nsp("nsp_loss"), nsp_accuracy=nsp("nsp_correct"))
+        return values
 
     def reset_state(self):
         for variable in self.sums.values():
             variable.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "nsp": self.nsp}

@@ -9,19 +9,22 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import Stepper, beam_search, greedy_search
-from keras_attn.special_tokens import BOS_ID, PAD_ID
+from keras_attn.special_tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.models import (
     BertBackbone,
     BertClassifier,
+    BertMaskedLM,
     BertPretrainer,
     Seq2SeqBackbone,
     TransformerBackbone,
 )
+from pipelines.preprocessors import BertPreprocessor
 
 SOURCE = np.array([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]], "int32")
 TARGET_IN = np.array([[BOS_ID, 11, 12, 13], [BOS_ID, 14, 15, PAD_ID]], "int32")
 TOKENS = {"token_ids": np.array([[4, 9, 6, 5, 10, 5]]), "segment_ids": np.array([[0, 0, 0, 0, 1, 1]])}
 SMALL = dict(num_layers=1, hidden_dim=16)
+WORDS = [*SPECIAL_TOKENS, *(f"w{index}" for index in range(40 - len(SPECIAL_TOKENS)))]  # a 40-token vocabulary
 
 MODELS = {
     "transformer": lambda: TransformerBackbone(40, 30, max_sequence_length=16, num_heads=2, intermediate_dim=32,
@@ -34,6 +37,8 @@ MODELS = {
     "seq2seq_none": lambda: Seq2SeqBackbone(40, 30, attention="none", bidirectional=True, **SMALL),
     "bert": lambda: BertBackbone(40, max_sequence_length=16, num_heads=2, norm_first=True, **SMALL),
     "bert_pretrainer": lambda: BertPretrainer(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL)),
+    "bert_masked_lm": lambda: BertMaskedLM(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
+                                           preprocessor=BertPreprocessor(WORDS, max_length=16)),
     "bert_classifier": lambda: BertClassifier(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
                                               num_classes=3, dropout=0.2),
 }
@@ -41,7 +46,8 @@ MODELS = {
 
 def _inputs(name):
     if name.startswith("bert"):
-        return dict(TOKENS, mask_positions=np.array([[2, 4]])) if name == "bert_pretrainer" else TOKENS
+        masked = name in ("bert_pretrainer", "bert_masked_lm")
+        return dict(TOKENS, mask_positions=np.array([[2, 4]])) if masked else TOKENS
     return {"source": SOURCE, "target_in": TARGET_IN}
 
 

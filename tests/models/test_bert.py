@@ -7,9 +7,10 @@ import tensorflow as tf
 
 from keras_attn.training import PretrainingLoss, PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
-from keras_attn.models import BERT_PRESETS, BertBackbone, BertPretrainer, bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models import BERT_PRESETS, BertBackbone, BertMaskedLM, BertPretrainer, bert_backbone, bert_classifier, bert_pretrainer
 from keras_attn.training import get_strategy
 from keras_attn.training.steps import TrainingSteps
+from pipelines.preprocessors import BertPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS
 from tests.layers.layer_checks import check_layer
 
@@ -267,26 +268,38 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
     assert mlm >= 0.6, (mlm, nsp)  # knowing only the topic gives 1/8
     assert nsp >= 0.95, (mlm, nsp)
 
+    # The same masked LM through text: `[MASK]` in a sentence, the preprocessor, `fill_mask`.
+    word = lambda topic, index: f"t{topic}w{index % WORDS}"  # noqa: E731  (token id 7 + topic * 8 + index)
+    model.preprocessor = BertPreprocessor([*SPECIAL_TOKENS, *(word(t, i) for t in range(TOPICS) for i in range(WORDS))], 16)
+    runs = [[word(topic, start + k) for k in range(SPAN)] for topic in range(TOPICS) for start in range(WORDS)]
+    answers = model.fill_mask([" ".join([*run[:2], "[mask]", *run[3:]]) for run in runs], top_k=3)
+    right = [answer["masks"][0][0][0] == run[2] for run, answer in zip(runs, answers)]
+    assert np.mean(right) >= 0.6, np.mean(right)
+    assert all(answer["filled"] == " ".join(run) for run, answer, ok in zip(runs, answers, right) if ok)
 
-@pytest.mark.slow  # two short fits
-def test_the_pretrainer_fits_with_its_compile_defaults_under_two_replicas_as_on_one_device():
-    """`compile()` then plain `fit`: the pretraining loss and metrics, 2 replicas equal to 1."""
+
+@pytest.mark.slow  # two short fits each
+@pytest.mark.parametrize("task, reported", [
+    (BertPretrainer, PretrainingMetrics.NAMES), (BertMaskedLM, PretrainingMetrics.MLM_NAMES),
+])
+def test_the_pretraining_tasks_fit_with_their_compile_defaults_under_two_replicas_as_on_one_device(task, reported):
+    """`compile()` then plain `fit` on the pretraining batches: their loss and metrics, 2 replicas equal to 1."""
     data = tf.data.Dataset.from_tensor_slices(_topic_pairs(128, seed=5)).batch(32)
     small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
     keras.utils.set_random_seed(6)
-    initial = BertPretrainer(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small)).get_weights()
+    initial = task(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small)).get_weights()
 
     def fitted(strategy):
         with strategy.scope():
-            model = BertPretrainer(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small))
+            model = task(BertBackbone(len(SPECIAL_TOKENS) + TOPICS * WORDS, **small))
             model.set_weights(initial)
             model.compile(learning_rate=3e-3)
         return model.fit(data, epochs=2, verbose=0).history
 
     two = fitted(get_strategy("mirrored", ["/cpu:0", "/cpu:1"]))
     one = fitted(get_strategy("one_device", ["/cpu:0"]))
-    assert set(one) == {"loss", *PretrainingMetrics.NAMES}
+    assert set(one) == {"loss", *reported}
     for name, values in one.items():
         np.testing.assert_allclose(two[name], values, rtol=1e-4, err_msg=name)
-    np.testing.assert_allclose(one["loss"], np.add(one["mlm_loss"], one["nsp_loss"]), rtol=1e-4)
+    np.testing.assert_allclose(one["loss"], np.add(one["mlm_loss"], one.get("nsp_loss", 0.0)), rtol=1e-4)
     assert one["loss"][1] < one["loss"][0]

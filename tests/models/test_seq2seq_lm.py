@@ -1,5 +1,7 @@
 """The translation task: compile defaults, fit under a strategy, generate without retracing, save and load."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ from keras_attn.models import Seq2SeqLM, TransformerBackbone
 from keras_attn.training import get_strategy
 from pipelines import synthetic, translation
 from pipelines.preprocessors import TranslationPreprocessor
-from pipelines.tokenizers import learn_wordpiece_vocabulary
+from pipelines.tokenizers import SPECIAL_TOKENS
 
 SMALL = dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64, dropout=0.0)
 
@@ -19,12 +21,19 @@ def corpus():
     return synthetic.translation_corpus(seed=3, train_size=256, valid_size=8, test_size=8)
 
 
+def _words(texts):
+    """The special tokens, then every word and mark of `texts`: a vocabulary the same in every process.
+
+    (A learned one is not: HuggingFace `tokenizers` breaks ties in hash-map
+    order, and with other ids the two-replica test drifted in 10% of the weights instead of 1%.)
+    """
+    return [*SPECIAL_TOKENS, *sorted({word for text in texts for word in re.findall(r"\w+|[^\w\s]", text)})]
+
+
 @pytest.fixture(scope="module")
 def preprocessor(corpus):
     train = corpus["train"]
-    return TranslationPreprocessor(
-        learn_wordpiece_vocabulary(train.sources, 300), learn_wordpiece_vocabulary(train.targets, 300), max_length=24,
-    )
+    return TranslationPreprocessor(_words(train.sources), _words(train.targets), max_length=24)
 
 
 def _dataset(corpus, preprocessor, batch_size=32):
@@ -68,6 +77,13 @@ def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus, fam
 
 @pytest.mark.slow  # two short fits
 def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
+    """The default loss and metric under `fit`: two replicas give one device's losses and steps.
+
+    Plain SGD, so a wrongly scaled gradient (each replica's mean summed, not
+    the global batch's) moves the weights; Adam would hide a constant factor,
+    and turns rounding noise in near-zero gradients into steps of the
+    learning rate's size.
+    """
     keras.utils.set_random_seed(4)
     initial = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL).get_weights()
 
@@ -75,19 +91,17 @@ def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
         with strategy.scope():
             model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
             model.set_weights(initial)
-            model.compile(learning_rate=1e-2, warmup_steps=4)
+            model.compile(optimizer=keras.optimizers.SGD(1.0))
         history = model.fit(_dataset(corpus, preprocessor), epochs=2, steps_per_epoch=4, verbose=0)
         return model.get_weights(), history.history
 
     two, two_history = fitted(get_strategy("mirrored", ["/cpu:0", "/cpu:1"]))
     one, one_history = fitted(get_strategy("one_device", ["/cpu:0"]))
-    np.testing.assert_allclose(two_history["loss"], one_history["loss"], rtol=1e-4)
-    assert one_history["loss"][1] < one_history["loss"][0]
-    # Adam turns rounding noise in near-zero gradients (summed in another order over two replicas)
-    # into steps of the learning rate's size in a few weights (under 1.1% here after 8 steps at
-    # 1e-2); a wrong reduction moves most of them.
-    close = sum(int(np.sum(np.abs(a - b) <= 1e-4)) for a, b in zip(two, one))
-    assert close >= 0.97 * sum(w.size for w in one)
+    for key in ("loss", "token_accuracy"):
+        np.testing.assert_allclose(two_history[key], one_history[key], rtol=1e-5)
+    assert one_history["loss"][1] < one_history["loss"][0] - 0.1
+    for a, b in zip(two, one):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(preprocessor, corpus, tmp_path):

@@ -1,0 +1,58 @@
+"""What every task shares: a backbone and a preprocessor in its config, `from_preset`, and the task's loss."""
+
+import inspect
+
+import keras
+
+
+class Task(keras.Model):
+    """A functional `keras.Model` on a backbone, with the preprocessor that feeds it.
+
+    A subclass builds its graph on `backbone` in `__init__`, keeps its other
+    arguments in `self._arguments` and says how a preset's backbone is sized
+    by a preprocessor (`make_backbone`). `get_config` holds the backbone's
+    and the preprocessor's configs, so `keras.saving.load_model` rebuilds
+    both. `compile(loss="auto")` may set `task_loss`, a loss that is already
+    this replica's share of the global batch's mean (what `tf.distribute`
+    sums), used instead of Keras's per-replica mean.
+    """
+
+    task_loss = None
+
+    def get_config(self):
+        return {
+            "name": self.name, "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "preprocessor": self.preprocessor and keras.saving.serialize_keras_object(self.preprocessor),
+            **self._arguments,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
+        if config.get("preprocessor"):
+            config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
+        return cls(**config)
+
+    @classmethod
+    def from_preset(cls, preset, preprocessor, **kwargs):
+        """A new task on a new backbone of `preset`, sized by `preprocessor`'s vocabulary and length.
+
+        Args:
+            preset: a preset name of the backbone's family (`keras_attn.models.presets`).
+            preprocessor: the preprocessor the task reads its inputs with.
+            **kwargs: the task's own arguments (those its constructor
+                names) and backbone arguments, which win over the preset's.
+        """
+        own = inspect.signature(cls.__init__).parameters
+        task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        return cls(cls.make_backbone(preset, preprocessor, **kwargs), preprocessor=preprocessor, **task_arguments)
+
+    @classmethod
+    def make_backbone(cls, preset, preprocessor, **kwargs):
+        raise NotImplementedError
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if self.task_loss is None:
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        return self.task_loss(y, y_pred)

@@ -1,0 +1,69 @@
+"""BERT's tasks with their preprocessor: `from_preset`, `fill_mask` compiled once, the `.keras` file."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
+from keras_attn.models.presets import PRESETS
+from keras_attn.special_tokens import SPECIAL_TOKENS
+from pipelines.preprocessors import BertPreprocessor
+
+WORDS = ["the", "dog", "cat", "runs", "sits", "on", "a", "mat", "."]
+SMALL = dict(num_layers=1, hidden_dim=16, num_heads=2)
+
+
+@pytest.fixture(scope="module")
+def preprocessor():
+    return BertPreprocessor([*SPECIAL_TOKENS, *WORDS], max_length=12, lowercase=True)
+
+
+def test_from_preset_sizes_the_backbone_by_the_preprocessor_and_routes_each_argument(preprocessor):
+    model = BertClassifier.from_preset("mini", preprocessor, num_classes=3, num_layers=1)
+    backbone = model.backbone.get_config()
+    assert (backbone["vocabulary_size"], backbone["max_sequence_length"]) == (len(SPECIAL_TOKENS) + len(WORDS), 12)
+    assert backbone["num_layers"] == 1 and backbone["hidden_dim"] == PRESETS["bert"]["mini"]["hidden_dim"]
+    assert model.classifier.units == 3 and model.preprocessor is preprocessor
+    wider = BertPretrainer.from_preset("tiny", preprocessor, max_sequence_length=32)  # given wins
+    assert wider.backbone.get_config()["max_sequence_length"] == 32
+    with pytest.raises(ValueError, match="unknown bert preset 'huge'"):
+        BertMaskedLM.from_preset("huge", preprocessor)
+
+
+def test_fill_mask_answers_every_text_and_compiles_once(preprocessor):
+    keras.utils.set_random_seed(0)
+    model = BertMaskedLM.from_preset("tiny", preprocessor, **SMALL)
+    rng = np.random.default_rng(0)
+    for call in range(20):
+        texts = [
+            " ".join(rng.choice([*WORDS, "[MASK]", "[mask]", "zebra"], size=rng.integers(0, 14)))
+            for _ in range(rng.integers(0, 5))
+        ]
+        top_k = int(rng.integers(0, 8))
+        answers = model.fill_mask(texts, top_k=top_k)
+        assert len(answers) == len(texts)
+        for text, answer in zip(texts, answers):
+            kept = text.split()[:10]  # 12 ids: [CLS], 10 words (one id each here), [SEP]
+            assert answer["truncated"] == (len(text.split()) > 10)
+            assert len(answer["masks"]) == len(re.findall(r"(?i)\[mask\]", " ".join(kept)))
+            for candidates in answer["masks"]:
+                tokens, scores = zip(*candidates)
+                assert len(candidates) == max(top_k, 1)
+                assert not set(tokens) & set(SPECIAL_TOKENS) and list(scores) == sorted(scores, reverse=True)
+                assert 0 < sum(scores) <= 1 + 1e-6
+            assert "[MASK]" not in answer["filled"].upper()  # answered, or cut off
+    assert model._fill_mask.experimental_get_tracing_count() == 1
+    with pytest.raises(ValueError, match="needs a preprocessor"):
+        BertMaskedLM(model.backbone).fill_mask(["the [MASK] runs"])
+
+
+def test_the_keras_file_keeps_the_preprocessor_and_the_answers(preprocessor, tmp_path):
+    keras.utils.set_random_seed(1)
+    model = BertPretrainer.from_preset("tiny", preprocessor, **SMALL)
+    texts = ["the [MASK] runs on a mat .", "a cat [mask] [MASK] the mat", "no mask here"]
+    model.save(tmp_path / "pretrainer.keras")
+    loaded = keras.saving.load_model(tmp_path / "pretrainer.keras")
+    assert loaded.preprocessor.get_config() == preprocessor.get_config()
+    assert loaded.fill_mask(texts, top_k=4) == model.fill_mask(texts, top_k=4)
