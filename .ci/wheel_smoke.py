@@ -20,7 +20,7 @@ import keras  # noqa: E402
 
 import keras_attn  # noqa: E402
 from keras_attn import export  # noqa: E402
-from keras_attn.models import transformer  # noqa: E402
+from keras_attn.models import Seq2SeqLM, transformer  # noqa: E402
 from pipelines import tokenizers  # noqa: E402
 from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
 
@@ -51,7 +51,7 @@ def round_trip():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    translator = export.Translator(model, TranslationPreprocessor(source, target, max_length=12))
+    translator = export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
     with tempfile.TemporaryDirectory() as root:
         path = export.export(translator, root, "toy")
         command = os.path.join(os.path.dirname(sys.executable), "keras-attn")

@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def load_translator(model, run_dir):
     """An in-process `export.Translator` of a finished run folder."""
     from keras_attn import export
+    from keras_attn.models import Seq2SeqLM
     from keras_attn.jobs.seq2seq import Seq2SeqConfig
     from keras_attn.jobs.translation import TranslationConfig
     from pipelines import tokenizers
@@ -41,7 +42,7 @@ def load_translator(model, run_dir):
     target = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.target.txt"), lowercase)
     model = config.build_model(source.vocabulary_size, target.vocabulary_size, 0.0)
     model.load_weights(os.path.join(run_dir, "best.weights.h5"))
-    return export.Translator(model, TranslationPreprocessor(source, target, config.max_length))
+    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, config.max_length)))
 
 
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"

@@ -62,10 +62,11 @@ from keras_attn.bert_server import BertServer  # noqa: E402
 from keras_attn.export import export  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
 from keras_attn.training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
-from keras_attn.models import bert_backbone, bert_pretrainer  # noqa: E402
+from keras_attn.models import BertMaskedLM, bert_backbone, bert_pretrainer  # noqa: E402
 from keras_attn.models.bert import PRESETS  # noqa: E402
 from keras_attn.training import token_cross_entropy  # noqa: E402
 from pipelines import documents, pretraining  # noqa: E402
+from pipelines.preprocessors import BertPreprocessor  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SST2_BATCH = 32
@@ -378,10 +379,12 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     name = "bert-untrained"
     if keep_blocks is not None:
         pretrained = load_backbone(pretrained_dir)
-        for layer in ["embedding"] + [f"encoder_block_{index}" for index in range(keep_blocks)]:
-            backbone.get_layer(layer).set_weights(pretrained.get_layer(layer).get_weights())
+        for part, trained in [(backbone.embedding, pretrained.embedding),
+                              *zip(backbone.encoder_blocks[:keep_blocks], pretrained.encoder_blocks)]:
+            part.set_weights(trained.get_weights())
         name = f"bert-pretrained-{keep_blocks}-blocks"
-    server = BertServer(backbone, tokenizer, settings["max_length"], built)
+    # An MLM head of its own (untrained): the export's encode and its assets are what fine-tuning reads.
+    server = BertServer(BertMaskedLM(backbone, preprocessor=BertPreprocessor(tokenizer, settings["max_length"])))
     return export(server, str(run_dir / "export"), name)
 
 

@@ -26,6 +26,7 @@ import keras  # noqa: E402
 from multi30k import job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
+from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
@@ -59,7 +60,7 @@ def main():
         corpora["valid"].sources, corpora["valid"].targets, source_tokenizer, target_tokenizer,
         batch_size=64, max_length=64, shuffle=False,
     )
-    translator = export.Translator(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64))
+    translator = export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64)))
 
     snapshots = []
     for epoch in range(1, args.epochs + 1):

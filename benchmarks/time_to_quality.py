@@ -35,6 +35,7 @@ import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
 from multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
+from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import seq2seq, translation  # noqa: E402
 from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
 from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
@@ -85,7 +86,8 @@ class Seq2SeqSnapshotConfig(_Snapshots, seq2seq.Seq2SeqConfig):
 def score_epochs(config, model, rows, corpora):
     """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
-    translator = export.Translator(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length))
+    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
+    translator = export.Translator(Seq2SeqLM(model, preprocessor))
     scored = {}
     table = []
     for row in rows:

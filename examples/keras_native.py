@@ -86,7 +86,7 @@ def main(argv=None):
     reloaded = keras.saving.load_model(out / "translator.keras")
     same_after_reload = reloaded.generate(sources) == greedy and reloaded.generate(sources, beam_width=4) == beam
 
-    path = export.export(export.Translator(model.backbone, preprocessor), out / "saved_models", "translator")
+    path = export.export(export.Translator(model), out / "saved_models", "translator")
     saved_model = tf.saved_model.load(path)  # kept: a dropped SavedModel loses its variables
     served = saved_model.translate(text=tf.constant(sources), beam_width=tf.constant(4))["translation"]
     served = [text.decode("utf-8") for text in served.numpy()]

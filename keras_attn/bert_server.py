@@ -21,9 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.export import fingerprint
-from keras_attn.models.bert import fill_masks
+from keras_attn.models.bert import BertClassifier, fill_masks
 from keras_attn.special_tokens import PAD_ID
-from pipelines.preprocessors import BertPreprocessor
 from pipelines.tokenizers import WordPieceTokenizer
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
@@ -35,7 +34,7 @@ _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
 class BertServer(tf.Module):
-    """A BERT backbone with its tokenizer and heads, ready to export.
+    """A BERT task with its preprocessor (tokenizer in the graph), ready to export.
 
     Signatures (every one takes a batch of strings; any string gives a
     result: invalid UTF-8, unseen characters, empty or blank text included,
@@ -60,33 +59,28 @@ class BertServer(tf.Module):
       float32[B, C].
 
     Args:
-        backbone: a `bert_backbone` model.
-        tokenizer: its `WordPieceTokenizer` (uncased: `lowercase=True`).
-        max_length: the longest input row, `[CLS]` and `[SEP]`s included.
-        backbone_settings: the `bert_backbone` arguments that rebuild it
-            (kept in the export for fine-tuning).
-        mlm_head: the pretrained model's `MaskedLMHead` (for `fill_mask`).
-        classifier: a `bert_classifier` model on `backbone` (for `classify`).
-        label_names: the classifier's labels, by id.
+        task: a BERT task with its `BertPreprocessor`: `BertPretrainer` or
+            `BertMaskedLM` (`fill_mask`, `encode`), `BertClassifier`
+            (`classify`, `encode`); the preprocessor's `max_length` is the
+            longest input row.
+        label_names: a classifier's labels, by id.
         pairs: the classifier was fine-tuned on text pairs (else on single texts).
         max_predictions: the most masks predicted per text.
         max_top_k: the most candidates `fill_mask` gives per mask.
     """
 
-    def __init__(
-        self, backbone, tokenizer, max_length, backbone_settings, mlm_head=None, classifier=None,
-        label_names=None, pairs=False, max_predictions=20, max_top_k=50,
-    ):
+    def __init__(self, task, label_names=None, pairs=False, max_predictions=20, max_top_k=50):
         super().__init__(name="bert")
-        self.backbone = backbone
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.preprocessor = BertPreprocessor(tokenizer, max_length)
-        self.backbone_settings = dict(backbone_settings)
+        if task.preprocessor is None:
+            raise ValueError(f"{task.name}: a BERT export needs the task's BertPreprocessor")
+        self.backbone = task.backbone
+        self.preprocessor = task.preprocessor
+        self.tokenizer = task.preprocessor.tokenizer  # tracked here too: its vocabulary is an asset
+        self.max_length = task.preprocessor.max_length
         self.max_predictions = max_predictions
         self.max_top_k = max_top_k
-        self.mlm_head = mlm_head
-        self.classifier = classifier
+        self.mlm_head = getattr(task, "mlm_head", None)
+        self.classifier = task if isinstance(task, BertClassifier) else None
         self.label_names = list(label_names or [])
         self.pairs = pairs
         ids = tf.TensorSpec([None, None], tf.int32)
@@ -94,11 +88,11 @@ class BertServer(tf.Module):
         self._run_backbone = tf.function(self._backbone_outputs, input_signature=[ids, ids])
         self.encode = tf.function(self._encode, input_signature=[_TEXT])
         self.encode_pair = tf.function(self._encode_pair, input_signature=_pair_signature())
-        if mlm_head is not None:
+        if self.mlm_head is not None:
             self.fill_mask = tf.function(
                 self._fill_mask, input_signature=[_TEXT, tf.TensorSpec([], tf.int32, name="top_k")]
             )
-        if classifier is not None:
+        if self.classifier is not None:
             self._labels = tf.constant(self.label_names, tf.string)
             self._run_classifier = tf.function(self._probabilities, input_signature=[ids, ids])
             self.classify = tf.function(self._classify, input_signature=[_TEXT])
@@ -159,7 +153,8 @@ class BertServer(tf.Module):
 
     def write_assets_extra(self, folder):
         """Writes the backbone's settings, weights and vocabulary into `folder` (for fine-tuning)."""
-        settings = {**self.backbone_settings, "lowercase": self.tokenizer.lowercase, "max_length": self.max_length}
+        settings = {**backbone_arguments(self.backbone.get_config()), "lowercase": self.tokenizer.lowercase,
+                    "max_length": self.max_length}
         with open(os.path.join(folder, BACKBONE_SETTINGS), "w") as file:
             json.dump(settings, file, indent=1)
         self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))
@@ -235,8 +230,13 @@ def _read_json(path):
 
 
 def backbone_arguments(settings):
-    """The `bert_backbone` arguments among `read_pretrained`'s settings (without `lowercase`, `max_length`)."""
-    return {k: v for k, v in settings.items() if k not in ("lowercase", "max_length")}
+    """The `BertBackbone` arguments that fix its architecture, among `read_pretrained`'s settings or its config.
+
+    Left out: the preprocessor's `lowercase` and `max_length`, and what a
+    fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
+    """
+    return {k: v for k, v in settings.items()
+            if k not in ("lowercase", "max_length", "dropout", "dtype", "name", "trainable")}
 
 
 def load_backbone(model_dir, dropout=0.1):
@@ -247,12 +247,12 @@ def load_backbone(model_dir, dropout=0.1):
     Raises:
         ValueError: as `read_pretrained`.
     """
-    from keras_attn.models import bert_backbone, bert_pretrainer
+    from keras_attn.models import BertBackbone, BertPretrainer
 
     _, settings = read_pretrained(model_dir)
-    backbone = bert_backbone(**backbone_arguments(settings), dropout=dropout)
+    backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
     if is_run_folder(model_dir):
-        bert_pretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
+        BertPretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
     else:
         backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
     return backbone

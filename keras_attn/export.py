@@ -52,23 +52,20 @@ class Translator(tf.Module):
     decoded translation never scores), no output tokens and zero attention.
 
     Args:
-        model: an encoder-decoder backbone (`TransformerBackbone`,
-            `Seq2SeqBackbone`), decoded through `decoding.Stepper`.
-        preprocessor: the `pipelines.preprocessors.TranslationPreprocessor`
-            it was trained with; its `max_length` caps sources and outputs.
+        task: a `keras_attn.models.Seq2SeqLM` with its preprocessor (whose
+            `max_length` caps sources and outputs), decoded through its stepper.
         length_penalty: GNMT length penalty α of beam search.
         max_beam_width: the widest beam a request gets (memory and time
             grow with it).
     """
 
-    def __init__(
-        self, model, preprocessor, length_penalty=0.6,
-        max_beam_width=32,
-    ):
+    def __init__(self, task, length_penalty=0.6, max_beam_width=32):
         super().__init__(name="translator")
-        self.model = model
-        self.stepper = decoding.Stepper(model)
-        self.preprocessor = preprocessor
+        if task.preprocessor is None:
+            raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
+        self.model = task.backbone
+        self.stepper = task.stepper
+        self.preprocessor = preprocessor = task.preprocessor
         # Tracked here too: their vocabulary files are the SavedModel's assets.
         self.source_tokenizer = preprocessor.source_tokenizer
         self.target_tokenizer = preprocessor.target_tokenizer

@@ -16,7 +16,6 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import text
-from pipelines.preprocessors import BertPreprocessor
 
 
 @dataclasses.dataclass
@@ -87,17 +86,15 @@ def read_labelled_tsv(path):
     return LabelledTexts(labels, texts_a, texts_b if columns == 3 else None, skipped, str(path))
 
 
-def classification_dataset(
-    data, label_ids, tokenizer, batch_size, max_length, shuffle=True, seed=0, drop_remainder=False
-):
+def classification_dataset(data, label_ids, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False):
     """Batches `({"token_ids", "segment_ids"}, label id)` of a `LabelledTexts`.
 
     Args:
         data: a `LabelledTexts`.
         label_ids: `{label: id}`.
-        tokenizer: a `WordPieceTokenizer`.
+        preprocessor: the `BertPreprocessor` that packs the rows (its
+            `max_length` is the longest row), the classifier's.
         batch_size: examples per batch.
-        max_length: the longest row.
         shuffle: shuffle (the same order every run for a seed).
         seed: the shuffle's seed.
         drop_remainder: drop a last, smaller batch.
@@ -114,7 +111,7 @@ def classification_dataset(
     if shuffle:
         dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
 
-    preprocessor = BertPreprocessor(tokenizer, max_length)
+    max_length = preprocessor.max_length
 
     def encode(texts, labels):
         token_ids, segment_ids, _ = preprocessor.pack(*texts)

@@ -10,7 +10,7 @@ import keras
 import pytest
 
 from keras_attn import export
-from keras_attn.models import seq2seq, transformer
+from keras_attn.models import Seq2SeqLM, seq2seq, transformer
 from pipelines import tokenizers
 from pipelines.preprocessors import TranslationPreprocessor
 
@@ -33,7 +33,7 @@ def tiny_translator():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    return export.Translator(model, TranslationPreprocessor(source, target, max_length=12))
+    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +45,7 @@ def tiny_seq2seq_translator():
         source.vocabulary_size, target.vocabulary_size, cell="gru", bidirectional=True,
         hidden_dim=16, attention="bahdanau", dropout=0.0,
     )
-    return export.Translator(model, TranslationPreprocessor(source, target, max_length=12))
+    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
 
 
 def _export_once(translator, root, name):

@@ -15,14 +15,16 @@ import time
 
 
 from keras_attn import export
-from keras_attn.bert_server import BertServer, backbone_arguments, load_backbone, read_pretrained
+from keras_attn.bert_server import BertServer, load_backbone, read_pretrained
 from keras_attn.errors import UserError
 from keras_attn.training import ClassificationLoss, PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw
 from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
-from keras_attn.models import bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models import BertClassifier, BertPretrainer
+from keras_attn.models.presets import PRESETS, architecture
 from keras_attn.training.runner import RunConfig, train
 from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
+from pipelines.preprocessors import BertPreprocessor
 
 
 @dataclasses.dataclass
@@ -93,15 +95,17 @@ class FinetuneConfig(RunConfig, common.ExportSettings):
         return ("model_dir", "max_length")
 
 
-def finetune_learning_rate(preset):
-    """The default peak learning rate to fine-tune a backbone of `preset`.
+def finetune_learning_rate(pretrained):
+    """The default peak learning rate to fine-tune a backbone (`read_pretrained`'s settings).
 
-    1e-3 for the tiny one (the default pretraining's): 1e-4, BERT's order of magnitude,
-    left it near chance on an 8-label task of 450 rows after 3 epochs (12.0% against
-    52.0% with 1e-3; 1,800 rows: 63.0% against 100%; single runs,
-    `benchmarks/finetune_defaults.py`). 1e-4 for the larger ones.
+    1e-3 for one as narrow as the tiny preset (the default pretraining's): 1e-4, BERT's
+    order of magnitude, left it near chance on an 8-label task of 450 rows after 3 epochs
+    (12.0% against 52.0% with 1e-3; 1,800 rows: 63.0% against 100%; single runs,
+    `benchmarks/finetune_defaults.py`). 1e-4 for the wider ones.
     """
-    return 1e-3 if preset == "tiny" else 1e-4
+    tiny = PRESETS["bert"]["tiny"]["hidden_dim"]
+    return 1e-3 if architecture("bert", pretrained.get("preset"), {}, hidden_dim=pretrained.get("hidden_dim"))[
+        "hidden_dim"] <= tiny else 1e-4
 
 
 @dataclasses.dataclass
@@ -228,13 +232,12 @@ def pretrain(config, log=print, callbacks=()):
         except ValueError as error:  # too few documents, or none of two sentences
             raise text.DataError(str(error)) from None
 
-    backbone_settings = dict(
-        vocabulary_size=len(vocabulary), preset=config.preset, max_sequence_length=config.max_length,
-        norm_first=config.norm_first,
-    )
+    preprocessor = BertPreprocessor(tokenizer, config.max_length)
 
     def build_model():
-        return bert_pretrainer(bert_backbone(**backbone_settings, dropout=config.dropout))
+        return BertPretrainer.from_preset(
+            config.preset, preprocessor, norm_first=config.norm_first, dropout=config.dropout,
+        )
 
     result = train(
         config,
@@ -255,10 +258,7 @@ def pretrain(config, log=print, callbacks=()):
     if not result.is_chief:
         return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
     log("validation: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
-    server = BertServer(
-        model.backbone, tokenizer, config.max_length, backbone_settings,
-        mlm_head=model.mlm_head, max_predictions=config.max_predictions,
-    )
+    server = BertServer(model, max_predictions=config.max_predictions)
     path, new_export = _export(config, server)
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
 
@@ -275,7 +275,7 @@ def finetune(config, log=print):
     max_length = config.max_length or pretrained["max_length"]
     if max_length > pretrained["max_sequence_length"]:
         raise UserError(f"--max-length {max_length}: the pretrained model has {pretrained['max_sequence_length']} positions")
-    learning_rate = config.learning_rate or finetune_learning_rate(pretrained["preset"])
+    learning_rate = config.learning_rate or finetune_learning_rate(pretrained)
     config = dataclasses.replace(config, max_length=max_length, learning_rate=learning_rate)
     # The data first: an error in it stops the job before it names its run folder.
     train_data = classification.read_labelled_tsv(config.train)
@@ -299,10 +299,11 @@ def finetune(config, log=print):
         train_data.labels, train_data.texts_a, train_data.texts_b or [""] * len(train_data)))
     bind_run_folder(config, lines, chief)
 
+    preprocessor = BertPreprocessor(tokenizer, max_length)
+
     def dataset(data, batch_size, shuffle):
         return classification.classification_dataset(
-            data, label_ids, tokenizer, batch_size, max_length, shuffle=shuffle, seed=config.seed,
-            drop_remainder=shuffle,
+            data, label_ids, preprocessor, batch_size, shuffle=shuffle, seed=config.seed, drop_remainder=shuffle,
         )
 
     def make_datasets(global_batch_size):
@@ -312,7 +313,7 @@ def finetune(config, log=print):
 
     def build_model():
         backbone = load_backbone(config.model_dir, dropout=config.dropout)
-        return bert_classifier(backbone, len(label_names), dropout=config.dropout)
+        return BertClassifier(backbone, len(label_names), dropout=config.dropout, preprocessor=preprocessor)
 
     def make_optimizer(total_steps):
         warmup = int(config.warmup_fraction * total_steps)
@@ -331,10 +332,7 @@ def finetune(config, log=print):
         return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
     metrics = {f"{split}_accuracy": accuracy, f"{split}_examples": len(scored)}
     log(f"{split}: accuracy {accuracy:.4f} on {len(scored)} examples")
-    server = BertServer(
-        model.backbone, tokenizer, max_length, backbone_arguments(pretrained), classifier=model, label_names=label_names,
-        pairs=train_data.texts_b is not None,
-    )
+    server = BertServer(model, label_names=label_names, pairs=train_data.texts_b is not None)
     path, new_export = _export(config, server)
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
 

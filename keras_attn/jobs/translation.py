@@ -24,7 +24,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     describe_setup,
     wait_for_chief,
 )
-from keras_attn.models import TRANSFORMER_PRESETS, transformer
+from keras_attn.models import TRANSFORMER_PRESETS, Seq2SeqLM, transformer
 from keras_attn.training import (
     MaskedPerplexity,
     MaskedSparseCrossEntropy,
@@ -321,7 +321,8 @@ def run(config, log=print):
             already_finished=result.already_finished,
         )
 
-    translator = export.Translator(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length))
+    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
+    translator = export.Translator(Seq2SeqLM(model, preprocessor))
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")

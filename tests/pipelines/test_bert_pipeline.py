@@ -249,7 +249,7 @@ def test_the_bert_preprocessor_rebuilds_from_its_config_and_is_what_the_classifi
         np.testing.assert_array_equal(again[key], rows[key])
     data = classification.LabelledTexts(["x", "y"], texts_a, texts_b, 0, "test")
     (features, _), = classification.classification_dataset(
-        data, {"x": 0, "y": 1}, tokenizer, batch_size=2, max_length=9, shuffle=False)
+        data, {"x": 0, "y": 1}, preprocessor, batch_size=2, shuffle=False)
     width = rows["token_ids"].shape[1]
     np.testing.assert_array_equal(features["token_ids"][:, :width], rows["token_ids"])
     assert not np.any(features["token_ids"][:, width:])  # padded to max_length
