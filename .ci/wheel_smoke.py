@@ -20,7 +20,7 @@ import keras  # noqa: E402
 
 import keras_attn  # noqa: E402
 from keras_attn import export  # noqa: E402
-from keras_attn.models import Seq2SeqLM, transformer  # noqa: E402
+from keras_attn.models import Seq2SeqLM, TransformerBackbone  # noqa: E402
 from pipelines import tokenizers  # noqa: E402
 from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
 
@@ -47,7 +47,7 @@ def round_trip():
     source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
     target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
     keras.utils.set_random_seed(7)
-    model = transformer(
+    model = TransformerBackbone(
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )

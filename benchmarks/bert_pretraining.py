@@ -62,7 +62,7 @@ from keras_attn.bert_server import BertServer  # noqa: E402
 from keras_attn.export import export  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
 from keras_attn.training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
-from keras_attn.models import BertMaskedLM, bert_backbone, bert_pretrainer  # noqa: E402
+from keras_attn.models import BertBackbone, BertMaskedLM, BertPretrainer  # noqa: E402
 from keras_attn.models.bert import PRESETS  # noqa: E402
 from keras_attn.training import token_cross_entropy  # noqa: E402
 from pipelines import documents, pretraining  # noqa: E402
@@ -181,7 +181,7 @@ def measure_speed(batch, vocabulary_size, preset, max_length, xla_precision, rep
     results = {}
     for precision in ("float32", "mixed_bfloat16"):
         keras.mixed_precision.set_global_policy(precision)
-        ours = bert_pretrainer(bert_backbone(vocabulary_size, preset, max_sequence_length=max_length))
+        ours = BertPretrainer(BertBackbone(vocabulary_size, preset, max_sequence_length=max_length))
         theirs = keras_hub_model(vocabulary_size, preset, max_length)
         cases = {
             "keras-attn": training_step(ours, PretrainingLoss()),
@@ -375,7 +375,7 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     tokenizer, settings = read_pretrained(pretrained_dir)
     built = backbone_arguments(settings)
     keras.utils.set_random_seed(1)
-    backbone = bert_backbone(**built)
+    backbone = BertBackbone(**built)
     name = "bert-untrained"
     if keep_blocks is not None:
         pretrained = load_backbone(pretrained_dir)

@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn.models import transformer  # noqa: E402
+from keras_attn.models import TransformerBackbone  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 
 
 def main():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    model = transformer(8000, 8000, max_sequence_length=64, preset="small", dropout=0.1)
+    model = TransformerBackbone(8000, 8000, max_sequence_length=64, preset="small", dropout=0.1)
     loss = MaskedSparseCrossEntropy(0.1)
     inputs = {"source": tf.ones((64, 17), tf.int32), "target_in": tf.ones((64, 17), tf.int32)}
     targets = tf.ones((64, 17), tf.int32)

@@ -5,7 +5,7 @@ Run from the repository root:
     python benchmarks/decoding.py             # about 2 minutes
     python benchmarks/decoding.py --quick     # fewer repeats
 
-A randomly initialised `transformer(..., preset="small")` (3+3 layers,
+A randomly initialised `TransformerBackbone(..., preset="small")` (3+3 layers,
 width 256, 8 heads, feed-forward 512, tied 8000-token vocabulary, dropout
 0) decodes 32 sources of 10 to 30 tokens for exactly 64 tokens:
 `eos_id=-1` never matches, so no sequence stops early (random weights
@@ -42,7 +42,7 @@ from keras_attn.decoding import (  # noqa: E402
     greedy_search,
     uncached_greedy_search,
 )
-from keras_attn.models import transformer  # noqa: E402
+from keras_attn.models import TransformerBackbone  # noqa: E402
 
 BATCH, STEPS, VOCAB, BEAM_WIDTH = 32, 64, 8000, 4
 NO_EOS = -1  # never emitted: every search runs all STEPS steps
@@ -90,7 +90,7 @@ def main():
     repeats = 3 if args.quick else 7
 
     keras.utils.set_random_seed(0)
-    model = transformer(
+    model = TransformerBackbone(
         args.vocab_size, args.vocab_size, max_length=128, preset="small", dropout=0.0
     )
     stepper = Stepper(model)

@@ -50,7 +50,7 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     """Steps/s of one training epoch after `args.warmup` steps."""
     import keras
 
-    from keras_attn.models import transformer
+    from keras_attn.models import TransformerBackbone
     from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
     from keras_attn.training.runner import RunConfig, prepare, train
     from pipelines import synthetic, tokenizers
@@ -73,7 +73,7 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
         return translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer,
                                   batch_size=global_batch, max_length=64, seed=0)
 
-    build = lambda: transformer(len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1)  # noqa: E731
+    build = lambda: TransformerBackbone(len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1)  # noqa: E731
     if use_fit:
         model = build()
         model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])

@@ -33,7 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def bert_case(rng, predictions=20):
     import numpy as np
 
-    from keras_attn.models.bert import bert_backbone, bert_pretrainer
+    from keras_attn.models.bert import BertBackbone, BertPretrainer
     from keras_attn.training import PretrainingLoss, PretrainingMetrics, adamw
 
     batch, length, vocabulary = 32, 128, 8000
@@ -49,8 +49,8 @@ def bert_case(rng, predictions=20):
     }
 
     def build():
-        backbone = bert_backbone(vocabulary_size=vocabulary, preset="mini", max_sequence_length=length)
-        return bert_pretrainer(backbone), adamw(1e-4)
+        backbone = BertBackbone(vocabulary_size=vocabulary, preset="mini", max_sequence_length=length)
+        return BertPretrainer(backbone), adamw(1e-4)
 
     metrics = {"with PretrainingMetrics": lambda: [PretrainingMetrics()], "without": lambda: []}
     return (features, targets), build, PretrainingLoss(), metrics
@@ -59,7 +59,7 @@ def bert_case(rng, predictions=20):
 def translation_case(rng, model_name):
     import keras
 
-    from keras_attn.models import seq2seq, transformer
+    from keras_attn.models import Seq2SeqBackbone, TransformerBackbone
     from keras_attn.training import MaskedPerplexity, MaskedSparseCrossEntropy, MaskedTokenAccuracy
     from keras_attn.training.losses import token_cross_entropy
     from keras_attn.training.optimizers import transformer_adam
@@ -80,9 +80,9 @@ def translation_case(rng, model_name):
 
     def build():
         if model_name == "transformer":
-            model = transformer(vocabulary, vocabulary, max_sequence_length=64, preset="small", dropout=0.1)
+            model = TransformerBackbone(vocabulary, vocabulary, max_sequence_length=64, preset="small", dropout=0.1)
         else:
-            model = seq2seq(vocabulary, vocabulary, preset="small", attention="bahdanau",
+            model = Seq2SeqBackbone(vocabulary, vocabulary, preset="small", attention="bahdanau",
                             bidirectional=True, dropout=0.2)
         return model, transformer_adam(1e-3)
 

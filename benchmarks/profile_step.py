@@ -21,12 +21,12 @@ Cases, on Multi30k de-en from ../shared/data/multi30k/raw (8000-token
 WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
 `--synthetic` uses random ids of the same lengths instead):
 
-- `transformer-train`: `transformer(..., preset="small")`, batch 64,
+- `transformer-train`: `TransformerBackbone(..., preset="small")`, batch 64,
   `model.fit` steps with the job's optimizer (`transformer_adam`) and the label-smoothed loss (as
   benchmarks/training.py), over the first `--steps` batches of the
   pipeline held in memory (tf.data runs far ahead of training: see
   RESULTS.md), warmed up on those same batches so no step retraces.
-- `seq2seq-train`: `seq2seq(..., preset="small", attention="bahdanau")`,
+- `seq2seq-train`: `Seq2SeqBackbone(..., preset="small", attention="bahdanau")`,
   batch 128, the same loss and optimizer.
 - `transformer-beam4`, `seq2seq-beam4`: `keras_attn.decoding.beam_search`,
   width 4, over 32 test2016 sources through `decoding.Stepper`, a
@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
-from keras_attn.models import seq2seq, transformer  # noqa: E402
+from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
@@ -122,8 +122,8 @@ def make_tokenizers(train, synthetic_ids):
 
 def build_model(kind, vocab_sizes, dropout):
     if kind == "seq2seq":
-        return seq2seq(*vocab_sizes, preset="small", attention="bahdanau", dropout=dropout)
-    return transformer(
+        return Seq2SeqBackbone(*vocab_sizes, preset="small", attention="bahdanau", dropout=dropout)
+    return TransformerBackbone(
         *vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=dropout
     )
 

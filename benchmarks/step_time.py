@@ -25,7 +25,7 @@ sys.path.insert(0, sys.argv.pop(1))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_attn.models import seq2seq, transformer  # noqa: E402
+from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 
 VOCAB, LENGTH, STEPS = 8000, 24, 15
@@ -35,10 +35,10 @@ def step_time(model_name, batch, jit, precision):
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(0)
     if model_name == "transformer":
-        model = transformer(VOCAB, VOCAB, max_sequence_length=64, preset="small", dropout=0.1)
+        model = TransformerBackbone(VOCAB, VOCAB, max_sequence_length=64, preset="small", dropout=0.1)
     else:
         attention, _, bidirectional = model_name.partition("-")
-        model = seq2seq(VOCAB, VOCAB, preset="small", attention=attention, bidirectional=bidirectional == "bi",
+        model = Seq2SeqBackbone(VOCAB, VOCAB, preset="small", attention=attention, bidirectional=bidirectional == "bi",
                         dropout=0.1)
     model.compile(optimizer="adam", loss=MaskedSparseCrossEntropy(0.1), jit_compile=jit)
     rng = np.random.default_rng(0)

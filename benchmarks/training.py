@@ -36,7 +36,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn.models import seq2seq, transformer  # noqa: E402
+from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
@@ -74,8 +74,8 @@ def tokens_per_batch(data, batches=200):
 
 def build_model(vocab_sizes, kind, attention, bidirectional=False):
     if kind == "seq2seq":
-        return seq2seq(*vocab_sizes, preset="small", attention=attention, bidirectional=bidirectional, dropout=0.1)
-    return transformer(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
+        return Seq2SeqBackbone(*vocab_sizes, preset="small", attention=attention, bidirectional=bidirectional, dropout=0.1)
+    return TransformerBackbone(*vocab_sizes, max_sequence_length=MAX_LENGTH, preset="small", dropout=0.1)
 
 
 class StepClock(keras.callbacks.Callback):

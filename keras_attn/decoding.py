@@ -369,7 +369,7 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
 
     Args:
         model: a functional model mapping `{"source", "target_in"}` to
-            `(B, T, V)` logits, e.g. `transformer(...)`.
+            `(B, T, V)` logits, e.g. `TransformerBackbone(...)`.
         source: `(B, S)` int token ids, 0 as padding.
         max_length: the most tokens to emit; int or scalar int32 tensor.
         bos_id: the token fed at the first step.
@@ -381,8 +381,8 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
 
     Example:
 
-    >>> from keras_attn.models import transformer
-    >>> model = transformer(1000, 1000, preset="tiny")
+    >>> from keras_attn.models import TransformerBackbone
+    >>> model = TransformerBackbone(1000, 1000, preset="tiny")
     >>> source = np.array([[5, 6, 7, 3]], "int32")
     >>> sorted(uncached_greedy_search(model, source, max_length=5))
     ['lengths', 'scores', 'tokens']

@@ -10,7 +10,7 @@ import keras
 import pytest
 
 from keras_attn import export
-from keras_attn.models import Seq2SeqLM, seq2seq, transformer
+from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone
 from pipelines import tokenizers
 from pipelines.preprocessors import TranslationPreprocessor
 
@@ -29,7 +29,7 @@ def tiny_translator():
     """A seeded one-layer Transformer on a three-sentence vocabulary (its outputs are noise)."""
     source, target = _tokenizers()
     keras.utils.set_random_seed(7)
-    model = transformer(
+    model = TransformerBackbone(
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
@@ -41,7 +41,7 @@ def tiny_seq2seq_translator():
     """A seeded Bahdanau GRU Seq2Seq (bidirectional encoder, so with its bridge), untrained."""
     source, target = _tokenizers()
     keras.utils.set_random_seed(7)
-    model = seq2seq(
+    model = Seq2SeqBackbone(
         source.vocabulary_size, target.vocabulary_size, cell="gru", bidirectional=True,
         hidden_dim=16, attention="bahdanau", dropout=0.0,
     )

@@ -16,7 +16,7 @@ from keras_attn.decoding import (
     max_decode_length,
     uncached_greedy_search,
 )
-from keras_attn.models import transformer
+from keras_attn.models import TransformerBackbone
 
 SIGNATURE = [tf.TensorSpec([None, None], tf.int32)]  # as in an exported model
 
@@ -268,7 +268,7 @@ MAX_LENGTH = 12
 def model():
     keras.utils.set_random_seed(7)
     # An untied output projection: a random tied model just repeats its input.
-    return transformer(
+    return TransformerBackbone(
         40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32, num_heads=4,
         intermediate_dim=64, dropout=0.0, tie_output=False,
     )
@@ -617,7 +617,7 @@ def _teacher_forced(model, stepper, steps=8):
 
 def _small_transformer(**options):
     keras.utils.set_random_seed(3)
-    return transformer(40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32,
+    return TransformerBackbone(40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32,
                        num_heads=4, intermediate_dim=64, dropout=0.0, **options)
 
 
@@ -637,7 +637,7 @@ def test_cached_steps_under_mixed_bfloat16():
     keras.mixed_precision.set_global_policy("float32")
     half.set_weights(model.get_weights())
     full, cached = _teacher_forced(half, Stepper(half))
-    assert half.get_layer("decoder_block_0").compute_dtype == "bfloat16"
+    assert half.decoder_blocks[0].compute_dtype == "bfloat16"
     np.testing.assert_allclose(cached, full, atol=0.1)
     np.testing.assert_allclose(full, reference, atol=0.1)
     assert np.abs(full - reference).mean() < 0.02

@@ -11,7 +11,7 @@ import dataclasses
 
 from keras_attn.errors import UserError
 from keras_attn.jobs.translation import BOUND_SETTINGS, TranslationConfig, run  # noqa: F401
-from keras_attn.models import SEQ2SEQ_PRESETS, seq2seq
+from keras_attn.models import SEQ2SEQ_PRESETS, Seq2SeqBackbone
 from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
 
 from keras_attn.choices import ATTENTIONS, CELLS, DECAYS, LOCALS, SCORES
@@ -63,7 +63,7 @@ class Seq2SeqConfig(TranslationConfig):
                 raise UserError(f"--{field.replace('_', '-')} must be one of {shown}, got {getattr(self, field)!r}")
 
     def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
-        return seq2seq(
+        return Seq2SeqBackbone(
             source_vocabulary_size, target_vocabulary_size, preset=self.preset,
             cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,
             score=self.score, local=self.local, window=self.window, dropout=dropout,

@@ -24,7 +24,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     describe_setup,
     wait_for_chief,
 )
-from keras_attn.models import TRANSFORMER_PRESETS, Seq2SeqLM, transformer
+from keras_attn.models import TRANSFORMER_PRESETS, Seq2SeqLM, TransformerBackbone
 from keras_attn.training import (
     MaskedPerplexity,
     MaskedSparseCrossEntropy,
@@ -78,7 +78,7 @@ class TranslationConfig(RunConfig, common.ExportSettings):
 
     def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
         """The Keras model this job trains."""
-        return transformer(
+        return TransformerBackbone(
             source_vocabulary_size, target_vocabulary_size,
             max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
             share_embeddings=self.shared_vocab,

@@ -1,9 +1,9 @@
 """Backbones and tasks built from `keras_attn.layers`, with named presets."""
 
 from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
-from keras_attn.models.transformer import TransformerBackbone, transformer
+from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.models.seq2seq import PRESETS as SEQ2SEQ_PRESETS
-from keras_attn.models.seq2seq import Seq2SeqBackbone, seq2seq
+from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.models.bert import PRESETS as BERT_PRESETS
@@ -12,7 +12,4 @@ from keras_attn.models.bert import (
     BertClassifier,
     BertMaskedLM,
     BertPretrainer,
-    bert_backbone,
-    bert_classifier,
-    bert_pretrainer,
 )

@@ -125,7 +125,6 @@ class BertBackbone(Backbone):
         )
 
 
-bert_backbone = BertBackbone  # the name the jobs and the earlier API build it by
 
 
 class _BertTask(Task):
@@ -423,6 +422,3 @@ class BertClassifier(_BertTask):
         if metrics == "auto":
             metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
-
-
-bert_pretrainer, bert_classifier = BertPretrainer, BertClassifier  # the names the jobs build them by

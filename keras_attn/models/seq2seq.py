@@ -177,6 +177,3 @@ class Seq2SeqBackbone(Backbone):
         if weights is None:
             weights = ops.zeros((ops.shape(logits)[0], ops.shape(encoded["memory"])[1]))
         return logits, cache, [ops.expand_dims(ops.cast(weights, "float32"), 1)]
-
-
-seq2seq = Seq2SeqBackbone  # the name the jobs and the earlier API build it by

@@ -201,6 +201,3 @@ class TransformerBackbone(Backbone):
             y = self.decoder_norm(y)
         logits = self.target_embedding(y, reverse=True) if self.output_projection is None else self.output_projection(y)
         return ops.cast(logits[:, 0], "float32"), new_cache, attention
-
-
-transformer = TransformerBackbone  # the name the jobs and the earlier API build it by

@@ -7,7 +7,7 @@ there is one, and trains:
 
     result = train(
         RunConfig(run_dir="runs/transformer", epochs=10, batch_size=64),
-        build_model=lambda: transformer(8000, 8000, preset="small"),
+        build_model=lambda: TransformerBackbone(8000, 8000, preset="small"),
         make_datasets=lambda global_batch: (train_for_epoch, valid_ds),
         make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-3),
         make_loss=lambda: MaskedSparseCrossEntropy(0.1),

@@ -72,9 +72,9 @@ class ScheduledSampling(keras.callbacks.Callback):
 
     Example:
 
-    >>> from keras_attn.models import seq2seq
+    >>> from keras_attn.models import Seq2SeqBackbone
     >>> from keras_attn.training import MaskedSparseCrossEntropy
-    >>> model = seq2seq(1000, 1000, scheduled_sampling="argmax")
+    >>> model = Seq2SeqBackbone(1000, 1000, scheduled_sampling="argmax")
     >>> model.compile("adam", MaskedSparseCrossEntropy())
     >>> callback = ScheduledSampling(inverse_sigmoid_decay)
     >>> model.fit(dataset, epochs=5, callbacks=[callback])  # doctest: +SKIP

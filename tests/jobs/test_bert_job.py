@@ -178,13 +178,13 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
     config = dict(CONFIG, run_dir=str(run), epochs=1, pairs_per_epoch=32, backup_every=0, verbose=0,
                   norm_first=True, export=True, export_root=str(tmp_path / "saved_models"))
     result = bert.pretrain(bert.PretrainConfig(**config), log=lambda line: None)
-    trained = result.model.get_layer("bert_backbone")
+    trained = result.model.backbone
     ids = np.array([[4, 9, 12, 5, 30, 5]], "int32")
     inputs = {"token_ids": ids, "segment_ids": np.array([[0, 0, 0, 0, 1, 1]], "int32")}
     for source in (str(run), result.export_path):
         assert read_pretrained(source)[1]["norm_first"] is True
         backbone = load_backbone(source, dropout=0.0)
-        assert backbone.get_layer("final_norm") and backbone.get_layer("encoder_block_0").norm_first
+        assert backbone.final_norm is not None and backbone.encoder_blocks[0].norm_first
         np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
     # The same run folder is bound to pre-norm: a post-norm rerun is refused.
     with pytest.raises(UserError, match="norm_first True \\(now False\\)"):

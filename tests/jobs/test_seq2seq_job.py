@@ -34,7 +34,7 @@ def trained(tmp_path_factory):
 @pytest.mark.slow
 def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
     root, _, result, printed = trained
-    decoder = result.model.get_layer("decoder")
+    decoder = result.model.decoder
     assert decoder.attention == "luong" and decoder.cell == "gru"
     assert result.steps == 10  # 627 training pairs at a global batch of 64
     assert f"exported to {root / 'saved_models' / 'seq2seq' / '1'}" in printed
@@ -104,5 +104,5 @@ def test_scheduled_sampling_is_wired_into_model_and_runner():
     assert callback.schedule(0) == pytest.approx(500 / 501)  # ε starts near 1: teacher forcing
     assert callback.schedule(10_000) < 0.01
     model = config.build_model(50, 50, dropout=0.0)
-    assert model.get_layer("decoder").scheduled_sampling == "argmax"
+    assert model.decoder.scheduled_sampling == "argmax"
     assert Seq2SeqConfig(preset="tiny").callbacks() == []

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_attn import layers
-from keras_attn.models import SEQ2SEQ_PRESETS, TRANSFORMER_PRESETS, seq2seq, transformer
+from keras_attn.models import SEQ2SEQ_PRESETS, TRANSFORMER_PRESETS, Seq2SeqBackbone, TransformerBackbone
 
 X = np.random.default_rng(0).normal(size=(2, 6, 16)).astype("float32")
 IDS = np.array([[5, 7, 9, 2, 0, 0], [3, 4, 8, 1, 6, 2]], "int32")
@@ -161,8 +161,8 @@ def test_model_preset_weights_start_independent_and_reproducible(family, preset)
         if family == "seq2seq":
             # Luong's general score and Bahdanau's additive one: every kind of weight.
             attention = "luong" if preset != "small" else "bahdanau"
-            return seq2seq(300, 300, preset=preset, attention=attention, score="general")
-        return transformer(300, 300, max_sequence_length=16, preset=preset, tie_output=False)
+            return Seq2SeqBackbone(300, 300, preset=preset, attention=attention, score="general")
+        return TransformerBackbone(300, 300, max_sequence_length=16, preset=preset, tie_output=False)
 
     model = build()
     assert_independent(model.weights)

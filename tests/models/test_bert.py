@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_attn.training import PretrainingLoss, PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
-from keras_attn.models import BERT_PRESETS, BertBackbone, BertMaskedLM, BertPretrainer, bert_backbone, bert_classifier, bert_pretrainer
+from keras_attn.models import BERT_PRESETS, BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.training import get_strategy
 from keras_attn.training.steps import TrainingSteps
 from pipelines.preprocessors import BertPreprocessor
@@ -27,24 +27,24 @@ def expected_parameters(vocabulary_size, positions, num_layers, hidden_dim, **_)
 
 
 def test_bert_base_has_bert_base_parameter_count():
-    backbone = bert_backbone(30522, preset="base", max_sequence_length=512)
+    backbone = BertBackbone(30522, preset="base", max_sequence_length=512)
     assert backbone.count_params() == 109_482_240 == expected_parameters(30522, 512, **BERT_PRESETS["base"])
 
 
 @pytest.mark.parametrize("preset", ["tiny", "mini"])  # small and medium: the same code, bigger (seconds each)
 def test_compact_presets_have_their_sizes(preset):
-    backbone = bert_backbone(1000, preset=preset, max_sequence_length=128)
+    backbone = BertBackbone(1000, preset=preset, max_sequence_length=128)
     assert backbone.count_params() == expected_parameters(1000, 128, **BERT_PRESETS[preset])
-    blocks = [layer for layer in backbone.layers if layer.name.startswith("encoder_block_")]
+    blocks = backbone.encoder_blocks
     assert len(blocks) == BERT_PRESETS[preset]["num_layers"]
     assert blocks[0].activation == "gelu" and not blocks[0].norm_first  # post-norm, as in BERT
 
 
 def test_pre_norm_blocks_end_in_a_final_layer_norm():
-    backbone = bert_backbone(1000, preset="tiny", max_sequence_length=16, norm_first=True, dropout=0.0)
+    backbone = BertBackbone(1000, preset="tiny", max_sequence_length=16, norm_first=True, dropout=0.0)
     hidden = BERT_PRESETS["tiny"]["hidden_dim"]
     assert backbone.count_params() == expected_parameters(1000, 16, **BERT_PRESETS["tiny"]) + 2 * hidden
-    assert all(layer.norm_first for layer in backbone.layers if layer.name.startswith("encoder_block_"))
+    assert all(block.norm_first for block in backbone.encoder_blocks)
     ids = np.random.default_rng(0).integers(7, 1000, size=(2, 9)).astype("int32")
     states = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)})["sequence_output"].numpy()
     # A pre-norm block adds to its input unnormalized (measured: variances 1.00-1.03 after the
@@ -56,7 +56,7 @@ def test_pre_norm_blocks_end_in_a_final_layer_norm():
 @pytest.fixture(scope="module")
 def pretrainer():
     keras.utils.set_random_seed(3)
-    return bert_pretrainer(bert_backbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
+    return BertPretrainer(BertBackbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
 
 
 def _batch(seed=0, batch=4, length=10, predictions=3):
@@ -70,13 +70,13 @@ def _batch(seed=0, batch=4, length=10, predictions=3):
 
 
 def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
-    backbone = pretrainer.get_layer("bert_backbone")
+    backbone = pretrainer.backbone
     table = backbone.token_embedding.embeddings
-    head = pretrainer.get_layer("mlm_head")
+    head = pretrainer.mlm_head
     assert head.embeddings is table
     assert sum(weight is table for weight in pretrainer.weights) == 1
     assert pretrainer.count_params() == backbone.count_params() + sum(
-        int(np.prod(w.shape)) for w in head.weights + pretrainer.get_layer("nsp_head").weights if w is not table)
+        int(np.prod(w.shape)) for w in head.weights + pretrainer.nsp_head.weights if w is not table)
     # The output projection is read from the variable: changing it changes the logits of that token.
     batch = _batch()
     before = np.asarray(pretrainer(batch)["mlm"])
@@ -93,9 +93,9 @@ def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
 
 def test_the_gathered_mlm_head_equals_the_full_sequence_head_at_those_positions(pretrainer):
     batch = _batch(seed=1)
-    sequence = pretrainer.get_layer("bert_backbone")(
+    sequence = pretrainer.backbone(
         {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})["sequence_output"]
-    head = pretrainer.get_layer("mlm_head")
+    head = pretrainer.mlm_head
     gathered = np.asarray(head(sequence, batch["mask_positions"]))
     full = np.asarray(head(sequence))
     rows = np.arange(4)[:, None]
@@ -104,7 +104,7 @@ def test_the_gathered_mlm_head_equals_the_full_sequence_head_at_those_positions(
 
 
 def test_padding_changes_no_output_of_real_tokens(pretrainer):
-    backbone = pretrainer.get_layer("bert_backbone")
+    backbone = pretrainer.backbone
     batch = _batch(seed=2)
     short = {k: batch[k][:, :7] for k in ("token_ids", "segment_ids")}
     short["token_ids"][1, 7:] = 0
@@ -132,10 +132,10 @@ def test_the_pretrainer_saves_and_loads_as_a_keras_file(pretrainer, tmp_path):
 
 
 def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
-    backbone = pretrainer.get_layer("bert_backbone")
-    model = bert_classifier(backbone, num_classes=3)
-    assert model.get_layer("bert_backbone") is backbone  # fine-tuning trains the pretrained weights
-    pooler, head = backbone.get_layer("pooler"), model.get_layer("classifier")
+    backbone = pretrainer.backbone
+    model = BertClassifier(backbone, num_classes=3)
+    assert model.backbone is backbone  # fine-tuning trains the pretrained weights
+    pooler, head = backbone.pooler, model.classifier
     head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape))  # logits of order 1, not 0.02
     batch = _batch(seed=5)
     inputs = {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]}
@@ -171,11 +171,11 @@ def test_two_replicas_train_as_one_device():
     ).batch(8)
     small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
     keras.utils.set_random_seed(5)
-    initial = bert_pretrainer(bert_backbone(VOCABULARY, **small)).get_weights()
+    initial = BertPretrainer(BertBackbone(VOCABULARY, **small)).get_weights()
 
     def trained(strategy):
         with strategy.scope():
-            model = bert_pretrainer(bert_backbone(VOCABULARY, **small))
+            model = BertPretrainer(BertBackbone(VOCABULARY, **small))
             model.set_weights(initial)
             optimizer = keras.optimizers.Adam(1e-3)
             optimizer.build(model.trainable_variables)
@@ -249,7 +249,7 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
     keras.utils.set_random_seed(0)
     strategy = get_strategy("one_device", ["/cpu:0"])
     with strategy.scope():
-        model = bert_pretrainer(bert_backbone(
+        model = BertPretrainer(BertBackbone(
             len(SPECIAL_TOKENS) + TOPICS * WORDS, max_sequence_length=16, dropout=0.0,
             num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
         ))

@@ -9,7 +9,7 @@ from keras_attn import decoding
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.decoding import Stepper
 from keras_attn.special_tokens import BOS_ID, EOS_ID
-from keras_attn.models import seq2seq
+from keras_attn.models import Seq2SeqBackbone
 from keras_attn.training import (
     ScheduledSampling,
     exponential_decay,
@@ -47,7 +47,7 @@ CONFIGS = {
 def small_model(**kwargs):
     kwargs.setdefault("hidden_dim", 12)
     kwargs.setdefault("dropout", 0.0)
-    return seq2seq(VOCAB, VOCAB + 3, **kwargs)
+    return Seq2SeqBackbone(VOCAB, VOCAB + 3, **kwargs)
 
 
 def teacher_forced(model, source=SOURCE, target_in=TARGET_IN):
@@ -77,8 +77,8 @@ def test_stepper_fed_the_gold_tokens_reproduces_teacher_forcing(name):
     logits, weights = _gold_steps(Stepper(model), SOURCE, TARGET_IN, 2)
     for copy in (0, 1):
         np.testing.assert_allclose(logits.numpy()[copy::2], expected, atol=1e-4)
-    _, scores = model.get_layer("decoder")(
-        TARGET_IN, *model.get_layer("encoder")(SOURCE), memory_mask=REAL,
+    _, scores = model.decoder(
+        TARGET_IN, *model.encoder(SOURCE), memory_mask=REAL,
         return_attention_scores=True,
     )
     np.testing.assert_allclose(weights.numpy()[::2], scores, atol=1e-5)
@@ -161,7 +161,7 @@ def exact_match_of(model, source, target):
 def trained(attention, steps=150):
     keras.utils.set_random_seed(1)
     source, target = reversal_data(64 * steps, seed=0)
-    model = seq2seq(VOCAB, VOCAB, hidden_dim=32, attention=attention, dropout=0.0)
+    model = Seq2SeqBackbone(VOCAB, VOCAB, hidden_dim=32, attention=attention, dropout=0.0)
     model.compile(
         optimizer=keras.optimizers.Adam(2e-2, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
@@ -212,7 +212,7 @@ def test_scheduled_sampling_callback_sets_p_to_one_minus_the_ratio_every_batch()
     model.compile(
         optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
-    variable = model.get_layer("decoder").sampling_probability
+    variable = model.decoder.sampling_probability
     seen = []
     probe = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: seen.append(float(variable.numpy()))
@@ -234,7 +234,7 @@ def test_sampling_probability_one_feeds_the_models_own_argmax():
     np.testing.assert_allclose(
         model({"source": source, "target_in": target_in}, training=True), forced, atol=1e-6
     )
-    model.get_layer("decoder").sampling_probability.assign(1.0)
+    model.decoder.sampling_probability.assign(1.0)
     sampled = np.asarray(model({"source": source, "target_in": target_in}, training=True))
     stepper = Stepper(model)
     state, token, expected = stepper.initial_state(source), np.array([BOS], "int32"), []
@@ -250,7 +250,7 @@ def test_sampling_probability_one_feeds_the_models_own_argmax():
 def test_scheduled_sampling_trains_under_mixed_bfloat16():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = small_model(attention="bahdanau", scheduled_sampling="sample")
-    decoder = model.get_layer("decoder")
+    decoder = model.decoder
     inputs = {"source": SOURCE, "target_in": TARGET_IN}
     forced = np.asarray(model(inputs, training=False), "float32")
     np.testing.assert_array_equal(np.asarray(model(inputs, training=True), "float32"), forced)  # p = 0
@@ -288,7 +288,7 @@ def test_layers_round_trip_their_config_and_refuse_bad_arguments():
         with pytest.raises(ValueError, match=match):
             small_model(**bad)
     assert small_model(embedding_dim=16, tie_output=False).count_params() > 0
-    assert seq2seq(VOCAB, VOCAB, preset="small").get_layer("decoder").hidden_dim == 256
+    assert Seq2SeqBackbone(VOCAB, VOCAB, preset="small").decoder.hidden_dim == 256
 
 
 def test_initial_weights_are_independent_draws():

@@ -5,7 +5,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from keras_attn.models import transformer
+from keras_attn.models import TransformerBackbone
 from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
 from keras_attn.training.runner import RunConfig, read_history, train
 
@@ -38,7 +38,7 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     return train(
         RunConfig(run_dir=str(run_dir), epochs=epochs,
                   strategy=strategy, devices=devices, verbose=0, **options),
-        build_model=lambda: transformer(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
+        build_model=lambda: TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
                                         num_heads=2, intermediate_dim=32, dropout=0.0),
         make_datasets=make_datasets,
         make_optimizer=lambda total_steps: keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
