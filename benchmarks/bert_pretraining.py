@@ -370,7 +370,7 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     the top layers for few-sample fine-tuning (Zhang et al. 2021, "Revisiting
     few-sample BERT fine-tuning").
     """
-    from keras_attn.bert_server import backbone_arguments, load_backbone, read_pretrained
+    from keras_attn.jobs.bert_loader import backbone_arguments, load_backbone, read_pretrained
 
     tokenizer, settings = read_pretrained(pretrained_dir)
     built = backbone_arguments(settings)

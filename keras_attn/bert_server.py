@@ -9,27 +9,25 @@ loads where only `tensorflow` and `tensorflow_text` are imported:
     out["tokens"], out["scores"], out["filled"]
 
 Each version also holds, in `assets.extra/` (which servers ignore), the
-backbone's settings and weights and the vocabulary: what `load_backbone`
-reads to fine-tune it; and a classifier's labels by id and whether it was
-fine-tuned on single texts or pairs (`read_classifier`).
+backbone's settings and weights and the vocabulary: what
+`keras_attn.jobs.bert_loader` reads to fine-tune it; and a classifier's
+labels by id and whether it was fine-tuned on single texts or pairs
+(`read_classifier`).
 """
 
 import json
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from keras_attn.export import fingerprint
-from keras_attn.models.bert import BertClassifier, fill_masks
+from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
 from keras_attn.special_tokens import PAD_ID
-from pipelines.tokenizers import WordPieceTokenizer
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
 CLASSIFIER = "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
-RUN_SETTINGS, RUN_WEIGHTS = "settings.json", "best.weights.h5"  # in a pretraining run folder
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
@@ -167,95 +165,11 @@ class BertServer(tf.Module):
 
 def read_classifier(model_dir):
     """`{"labels": [names by id], "pairs": bool}` of a fine-tuned export; `{}` for an export without them."""
-    return _read_json(os.path.join(model_dir, "assets.extra", CLASSIFIER))
-
-
-def read_pretrained(model_dir):
-    """What a BERT export or pretraining run folder keeps for fine-tuning, without building a model.
-
-    Args:
-        model_dir: an export (`saved_models/bert/<version>`) or the run
-            folder of `keras-attn pretrain bert` (`runs/bert`: its
-            `vocab.txt`, `settings.json` and best weights).
-
-    Returns:
-        `(tokenizer, settings)`: its `WordPieceTokenizer` and the
-        `bert_backbone` arguments it was built with (with `lowercase` and
-        `max_length`).
-
-    Raises:
-        ValueError: `model_dir` is neither, or a run folder without best
-            weights yet.
-    """
-    if is_run_folder(model_dir):
-        return _read_run_folder(model_dir)
-    extra = os.path.join(model_dir, "assets.extra")
-    paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
-    if not all(os.path.isfile(path) for path in paths):
-        raise ValueError(
-            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra) "
-            "nor a pretraining run folder (no settings.json)"
-        )
-    with open(paths[0]) as file:
-        settings = json.load(file)
-    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
-
-
-def is_run_folder(model_dir):
-    """Whether `model_dir` is a run folder (it has the run's `settings.json`), not an export."""
-    return os.path.isfile(os.path.join(model_dir, RUN_SETTINGS))
-
-
-def _read_run_folder(run_dir):
-    bound = _read_json(os.path.join(run_dir, RUN_SETTINGS))
-    if not os.path.isfile(os.path.join(run_dir, VOCABULARY)) or "preset" not in bound:
-        raise ValueError(f"{run_dir}: not a BERT pretraining run folder (no vocab.txt or preset in settings.json)")
-    if not os.path.isfile(os.path.join(run_dir, RUN_WEIGHTS)):
-        raise ValueError(f"{run_dir}: no {RUN_WEIGHTS} yet (the run has not finished an epoch)")
-    tokenizer = WordPieceTokenizer.load(os.path.join(run_dir, VOCABULARY), lowercase=True)
-    settings = dict(
-        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
-        max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
-        norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
-    )
-    return tokenizer, settings
-
-
-def _read_json(path):
     try:
-        with open(path) as file:
+        with open(os.path.join(model_dir, "assets.extra", CLASSIFIER)) as file:
             return json.load(file)
     except (OSError, ValueError):
         return {}
-
-
-def backbone_arguments(settings):
-    """The `BertBackbone` arguments that fix its architecture, among `read_pretrained`'s settings or its config.
-
-    Left out: the preprocessor's `lowercase` and `max_length`, and what a
-    fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
-    """
-    return {k: v for k, v in settings.items()
-            if k not in ("lowercase", "max_length", "dropout", "dtype", "name", "trainable")}
-
-
-def load_backbone(model_dir, dropout=0.1):
-    """A new `bert_backbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
-
-    Build it inside the strategy scope it trains under.
-
-    Raises:
-        ValueError: as `read_pretrained`.
-    """
-    from keras_attn.models import BertBackbone, BertPretrainer
-
-    _, settings = read_pretrained(model_dir)
-    backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
-    if is_run_folder(model_dir):
-        BertPretrainer(backbone).load_weights(os.path.join(model_dir, RUN_WEIGHTS))  # the heads are dropped
-    else:
-        backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
-    return backbone
 
 
 def _pair_signature():

@@ -22,7 +22,7 @@ import shlex
 import sys
 import tempfile
 
-from keras_attn import choices
+from keras_attn import choices, run_folder
 from keras_attn.errors import UserError
 
 
@@ -241,8 +241,8 @@ def build_parser():
 
     evaluate = command("evaluate", "exact match, BLEU and chrF of an exported model on a test set")
     evaluate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    evaluate.add_argument("--src", help="source sentences, one a line (default: the test split its run wrote, runs/<name>/test.src)")
-    evaluate.add_argument("--ref", help="reference translations, line-aligned with --src (default: runs/<name>/test.ref)")
+    evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
+    evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
     evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
     plot = command("plot-attention", "cross-attention heat maps of one translation, decoded greedily "
@@ -455,7 +455,8 @@ def _train(args):
         print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabularies)")
     if result.export_path:
         print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
-        print(f"     keras-attn evaluate {result.export_path}   (scores its test split, {config.run_dir}/test.src)")
+        test_split = run_folder.path(config.run_dir, run_folder.TEST_SOURCE)
+        print(f"     keras-attn evaluate {result.export_path}   (scores its test split, {test_split})")
     return 0
 
 
@@ -615,11 +616,10 @@ def _pretrain(args):
 
 
 def _finetune(args):
-    from keras_attn.bert_server import is_run_folder
     from keras_attn.jobs import bert
 
-    if not is_run_folder(args.model_dir):
-        _check_export_folder(args.model_dir, "nor a pretraining run folder (no settings.json)")
+    if not run_folder.is_run_folder(args.model_dir):
+        _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS})")
     config = bert.FinetuneConfig(
         **_runner_settings(args), model_dir=args.model_dir, train=args.train, valid=args.valid,
         test=args.test, max_length=args.max_length,

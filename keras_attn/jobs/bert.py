@@ -14,8 +14,9 @@ import os
 import time
 
 
-from keras_attn import export
-from keras_attn.bert_server import BertServer, load_backbone, read_pretrained
+from keras_attn import export, run_folder
+from keras_attn.bert_server import BertServer
+from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.errors import UserError
 from keras_attn.training import ClassificationLoss, PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw
 from keras_attn.jobs import common
@@ -152,7 +153,7 @@ def load_documents(config):
 
 def build_tokenizer(config, sentences, chief=True):
     """Learns the uncased WordPiece vocabulary, or reuses the run folder's (`vocab.txt`)."""
-    path = os.path.join(config.run_dir, "vocab.txt")
+    path = run_folder.path(config.run_dir, run_folder.VOCABULARY)
     if wait_for_chief([path], chief):
         return tokenizers.WordPieceTokenizer.load(path, lowercase=True)
     vocabulary = tokenizers.learn_wordpiece_vocabulary(sentences, config.vocab_size, lowercase=True)

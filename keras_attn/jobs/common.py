@@ -16,6 +16,7 @@ import time
 import tensorflow as tf
 
 from keras_attn.errors import UserError
+from keras_attn import run_folder
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import ANOTHER_RUN, prepare
@@ -74,7 +75,7 @@ def bind_run_folder(config, training_lines, chief=True):
         "training_data": digest.hexdigest(),
         **{k: getattr(config, k) for k in config.bound_settings()},
     }
-    path = os.path.join(config.run_dir, "settings.json")
+    path = run_folder.path(config.run_dir, run_folder.SETTINGS)
     if os.path.exists(path):
         with open(path) as file:
             kept = json.load(file)
@@ -122,7 +123,7 @@ def wait_for_chief(paths, chief, wait_seconds=600):
 def describe_setup(config, strategy):
     """The lines a job prints first: how, and where, it is going to train."""
     replicas = strategy.num_replicas_in_sync
-    backup = tf.train.latest_checkpoint(os.path.join(config.run_dir, "checkpoints"))
+    backup = tf.train.latest_checkpoint(run_folder.path(config.run_dir, run_folder.CHECKPOINTS))
     state = f"continues from its backup {os.path.basename(backup)}" if backup else "a new run"
     return [
         f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",

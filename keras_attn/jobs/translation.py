@@ -16,7 +16,7 @@ import time
 import keras
 import numpy as np
 
-from keras_attn import evaluation, export
+from keras_attn import evaluation, export, run_folder
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
     check_strategy_flags,
@@ -192,7 +192,7 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     Under several workers only the chief learns them; the others wait for
     the chief's files in the (shared) run folder (`common.wait_for_chief`).
     """
-    paths = [os.path.join(config.run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
+    paths = run_folder.vocabulary_paths(config.run_dir)
     if wait_for_chief(paths, chief, wait_seconds):
         return tuple(
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
@@ -235,7 +235,7 @@ def write_test_split(config, corpus):
     Returns:
         The two paths.
     """
-    paths = [os.path.join(config.run_dir, f"test.{side}") for side in ("src", "ref")]
+    paths = [run_folder.path(config.run_dir, name) for name in (run_folder.TEST_SOURCE, run_folder.TEST_REFERENCE)]
     for path, lines in zip(paths, (corpus.sources, corpus.targets)):
         write_text_atomically(path, "".join(line + "\n" for line in lines))
     return paths

@@ -127,6 +127,16 @@ class BertBackbone(Backbone):
 
 
 
+def backbone_arguments(settings):
+    """The `BertBackbone` arguments that fix its architecture, among a backbone's config or saved settings.
+
+    Left out: a preprocessor's `lowercase` and `max_length`, and what a
+    fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
+    """
+    return {k: v for k, v in settings.items()
+            if k not in ("lowercase", "max_length", "dropout", "dtype", "name", "trainable")}
+
+
 class _BertTask(Task):
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from keras_attn import run_folder
 from keras_attn.training.checkpoints import save_weights_atomically
 
 
@@ -49,7 +50,7 @@ class EpochAverage:
     def __init__(self, run_dir, k, chief):
         if k < 2:
             raise ValueError(f"EpochAverage needs k >= 2 epochs, got {k}.")
-        self.folder = os.path.join(run_dir, "epochs")
+        self.folder = run_folder.path(run_dir, run_folder.EPOCHS)
         self.k = k
         self.chief = chief
         self.snapshots = {}  # epoch number -> list of weight arrays

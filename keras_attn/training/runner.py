@@ -19,15 +19,8 @@ every strategy, including MultiWorkerMirroredStrategy where `fit` fails.
 It adds what `fit` lacks: backups every `backup_every` steps with the
 position in the data, so a run killed at any moment and started again
 with the same command continues from its last backup and ends after as
-many steps as a run that was never stopped.
-
-Run folder layout:
-    checkpoints/        backups: model, optimizer, epoch, step in the epoch
-    best.weights.h5     the weights with the lowest validation loss
-    epochs/             with average_epochs > 1: the last epochs' weights
-    history.json        per-epoch logs and the step count (chief only)
-    STOPPED             present when a callback stopped the run (early stopping)
-    logs/               TensorBoard (chief only)
+many steps as a run that was never stopped. What it writes in the run
+folder: `keras_attn.run_folder`.
 """
 
 import dataclasses
@@ -40,6 +33,7 @@ import keras
 import tensorflow as tf
 
 from keras_attn.errors import UserError
+from keras_attn import run_folder
 from keras_attn.training.averaging import EpochAverage
 from keras_attn.training.checkpoints import (
     Backups,
@@ -51,7 +45,6 @@ from keras_attn.training.steps import TrainingSteps
 from keras_attn.training.strategy import get_strategy, worker_role
 
 
-STOPPED = "STOPPED"  # in a run folder: a callback stopped the run, a rerun trains no more
 # The way out of a run folder that cannot resume. (Another --run-dir alone would export
 # the new model as a new version of the old one's name.)
 ANOTHER_RUN = "train under another --name (it names both the run folder, runs/<name>, and the export)"
@@ -204,7 +197,7 @@ def train(
             model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables
         )
     backups = Backups(
-        checkpoint, os.path.join(config.run_dir, "checkpoints"), chief, worker,
+        checkpoint, run_folder.path(config.run_dir, run_folder.CHECKPOINTS), chief, worker,
         keep=config.keep_checkpoints,
     )
     restored = backups.restore()
@@ -222,16 +215,16 @@ def train(
         )
     progress.global_batch_size.assign(global_batch_size)
     initial_epoch, initial_steps = int(progress.epoch.numpy()), int(optimizer.iterations.numpy())
-    stopped = os.path.join(config.run_dir, STOPPED)
+    stopped = run_folder.path(config.run_dir, run_folder.STOPPED)
     already_finished = initial_epoch >= config.epochs or os.path.exists(stopped)
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, optimizer, already_finished))
-    best_path = os.path.join(config.run_dir, "best.weights.h5")
+    best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
 
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
     history = {}
     if not already_finished:
-        tensorboard = keras.callbacks.TensorBoard(os.path.join(config.run_dir, "logs"))
+        tensorboard = keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.LOGS))
         display = _progress_display(config.verbose)
         callback_list = keras.callbacks.CallbackList(
             [*callbacks, *([tensorboard] if chief else []), *([display] if display else [])],
@@ -428,7 +421,7 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         callbacks.on_epoch_end(epoch, logs)
         if _stopping(model, strategy):
             if chief:
-                write_text_atomically(os.path.join(config.run_dir, STOPPED), f"epoch {epoch + 1}\n")
+                write_text_atomically(run_folder.path(config.run_dir, run_folder.STOPPED), f"epoch {epoch + 1}\n")
             break
     callbacks.on_train_end()
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
@@ -512,7 +505,7 @@ def read_history(run_dir):
     returned it; a resumed or finished run's whole history is here.
     `{}` before the first epoch ends.
     """
-    path = os.path.join(run_dir, "history.json")
+    path = run_folder.path(run_dir, run_folder.HISTORY)
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -521,7 +514,7 @@ def read_history(run_dir):
 
 def _append_history(run_dir, logs, steps):
     """Adds one epoch's logs to `<run_dir>/history.json`, atomically."""
-    path = os.path.join(run_dir, "history.json")
+    path = run_folder.path(run_dir, run_folder.HISTORY)
     history = read_history(run_dir)
     for name, value in logs.items():
         history.setdefault(name, []).append(value)

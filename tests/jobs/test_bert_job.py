@@ -144,7 +144,7 @@ def _topic_tsv(path, labelled_documents):
 
 @pytest.mark.slow
 def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
-    from keras_attn.bert_server import load_backbone, read_pretrained
+    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 
     run = str(pretrained.root / "run")
     (from_run, run_settings), (from_export, export_settings) = read_pretrained(run), read_pretrained(pretrained.export)
@@ -169,7 +169,7 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
 
 @pytest.mark.slow
 def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
-    from keras_attn.bert_server import load_backbone, read_pretrained
+    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
     from keras_attn.jobs import bert
 
     run = tmp_path / "run"
@@ -193,7 +193,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
 
 @pytest.mark.slow
 def test_finetune_and_classify(pretrained, tmp_path, capsys):
-    from keras_attn.bert_server import read_pretrained
+    from keras_attn.jobs.bert_loader import read_pretrained
     from keras_attn.jobs import bert
     from pipelines.classification import read_labelled_tsv
     from pipelines.preprocessors import pack

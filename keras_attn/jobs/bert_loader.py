@@ -1,0 +1,79 @@
+"""A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export or a run folder.
+
+`keras-attn finetune MODEL_DIR` reads either a BERT export (what
+`keras_attn.bert_server.BertServer` keeps in `assets.extra/`) or the run
+folder of `keras-attn pretrain bert` (`keras_attn.run_folder`'s layout).
+"""
+
+import json
+import os
+
+from keras_attn import run_folder
+from keras_attn.bert_server import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
+from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
+from pipelines.tokenizers import WordPieceTokenizer
+
+
+def read_pretrained(model_dir):
+    """What a BERT export or pretraining run folder keeps for fine-tuning, without building a model.
+
+    Args:
+        model_dir: an export (`saved_models/bert/<version>`) or the run
+            folder of `keras-attn pretrain bert` (`runs/bert`: its
+            `vocab.txt`, `settings.json` and best weights).
+
+    Returns:
+        `(tokenizer, settings)`: its `WordPieceTokenizer` and the
+        `bert_backbone` arguments it was built with (with `lowercase` and
+        `max_length`).
+
+    Raises:
+        ValueError: `model_dir` is neither, or a run folder without best
+            weights yet.
+    """
+    if run_folder.is_run_folder(model_dir):
+        return _read_run_folder(model_dir)
+    extra = os.path.join(model_dir, "assets.extra")
+    paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
+    if not all(os.path.isfile(path) for path in paths):
+        raise ValueError(
+            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra) "
+            f"nor a pretraining run folder (no {run_folder.SETTINGS})"
+        )
+    with open(paths[0]) as file:
+        settings = json.load(file)
+    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
+
+
+def _read_run_folder(run_dir):
+    bound = run_folder.read_settings(run_dir)
+    vocabulary, best = (run_folder.path(run_dir, name) for name in (run_folder.VOCABULARY, run_folder.BEST_WEIGHTS))
+    if not os.path.isfile(vocabulary) or "preset" not in bound:
+        raise ValueError(
+            f"{run_dir}: not a BERT pretraining run folder (no {run_folder.VOCABULARY} or preset in {run_folder.SETTINGS})")
+    if not os.path.isfile(best):
+        raise ValueError(f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)")
+    tokenizer = WordPieceTokenizer.load(vocabulary, lowercase=True)
+    settings = dict(
+        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
+        max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
+        norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
+    )
+    return tokenizer, settings
+
+
+def load_backbone(model_dir, dropout=0.1):
+    """A new `bert_backbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
+
+    Build it inside the strategy scope it trains under.
+
+    Raises:
+        ValueError: as `read_pretrained`.
+    """
+    _, settings = read_pretrained(model_dir)
+    backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
+    if run_folder.is_run_folder(model_dir):
+        BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))  # heads dropped
+    else:
+        backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
+    return backbone

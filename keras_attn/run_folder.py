@@ -1,0 +1,57 @@
+"""A run folder's layout: the names the runner, the jobs and the loaders share, written once.
+
+    <run_dir>/
+        settings.json       the training data's hash and the settings bound to
+                            the run (`jobs.common.bind_run_folder`)
+        checkpoints/        backups: model, optimizer, position in the data
+        best.weights.h5     the weights with the lowest validation loss
+        history.json        per-epoch logs and the step count
+        logs/               TensorBoard's (chief only)
+        epochs/             the last epochs' weights, with checkpoint averaging
+        STOPPED             a callback stopped the run: a rerun trains no more
+        vocab.txt           BERT's vocabulary, or
+        vocab.source.txt, vocab.target.txt   a translation model's
+        test.src, test.ref  the test split a translation job scored
+
+Example:
+
+>>> path("runs/transformer", BEST_WEIGHTS)
+'runs/transformer/best.weights.h5'
+"""
+
+import json
+import os
+
+SETTINGS = "settings.json"
+CHECKPOINTS = "checkpoints"
+BEST_WEIGHTS = "best.weights.h5"
+HISTORY = "history.json"
+LOGS = "logs"
+EPOCHS = "epochs"
+STOPPED = "STOPPED"
+VOCABULARY = "vocab.txt"
+TEST_SOURCE, TEST_REFERENCE = "test.src", "test.ref"
+
+
+def path(run_dir, name):
+    """The path of `name` (one of this module's names) in `run_dir`."""
+    return os.path.join(run_dir, name)
+
+
+def vocabulary_paths(run_dir, sides=("source", "target")):
+    """A translation run's vocabulary files, one for each side: `vocab.source.txt`, `vocab.target.txt`."""
+    return [path(run_dir, f"vocab.{side}.txt") for side in sides]
+
+
+def is_run_folder(folder):
+    """Whether `folder` is a run folder (it has its `settings.json`), not an export."""
+    return os.path.isfile(path(folder, SETTINGS))
+
+
+def read_settings(run_dir):
+    """The settings a run was bound to (`settings.json`), or `{}` when it has none or they do not parse."""
+    try:
+        with open(path(run_dir, SETTINGS)) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return {}
