@@ -219,6 +219,9 @@ def build_parser():
     rnn.add_argument("--scheduled-sampling", choices=choices.DECAYS, default=None,
                      help="feed the model's own predictions with a probability that rises as the "
                           "teacher-forcing ratio decays this way (Bengio et al. 2015)")
+    rnn.add_argument("--decay-parameters", type=_decay_parameter, nargs="+", default=None, metavar="NAME=X",
+                     help="the decay's parameters, e.g. k=1000 (each decay's parameters and defaults: "
+                          "keras_attn/training/scheduled_sampling.py)")
     output = train.add_argument_group("output")
     output.add_argument("--run-dir", default=None,
                         help="backups, logs and the test split (default: runs/<name>); rerun to resume")
@@ -406,7 +409,18 @@ def _fail(message):
     return 2
 
 
-SEQ2SEQ_FLAGS = ("attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling")
+SEQ2SEQ_FLAGS = (
+    "attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling", "decay_parameters",
+)
+
+
+def _decay_parameter(text):
+    """`NAME=X` → `(NAME, float X)`."""
+    name, _, value = text.partition("=")
+    try:
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
 
 
 def _train(args):
@@ -418,6 +432,8 @@ def _train(args):
         for name in SEQ2SEQ_FLAGS
         if getattr(args, name) is not None
     }
+    if "decay_parameters" in rnn_flags:
+        rnn_flags["decay_parameters"] = dict(rnn_flags["decay_parameters"])
     if args.job == "seq2seq":
         from keras_attn.jobs.seq2seq import Seq2SeqConfig as make_config
     else:

@@ -16,14 +16,6 @@ from keras_attn.training import ScheduledSampling, teacher_forcing_schedule
 
 from keras_attn.choices import ATTENTIONS, CELLS, DECAYS, LOCALS, SCORES
 
-# The decay of the teacher-forcing ratio ε(step) (Bengio et al. 2015, section
-# 2.4), set so that ε is about 0.5 after a few thousand steps.
-DECAY_PARAMETERS = {
-    "linear": dict(k=1.0, c=1e-4, minimum=0.25),
-    "exponential": dict(k=0.9998),
-    "inverse_sigmoid": dict(k=500.0),
-}
-
 
 @dataclasses.dataclass
 class Seq2SeqConfig(TranslationConfig):
@@ -40,6 +32,9 @@ class Seq2SeqConfig(TranslationConfig):
         bidirectional: a bidirectional encoder.
         scheduled_sampling: `None`, or the decay of the teacher-forcing
             ratio: `"linear"`, `"exponential"` or `"inverse_sigmoid"`.
+        decay_parameters: the decay's parameters that differ from its
+            defaults (`keras_attn.training.scheduled_sampling`), e.g.
+            `{"k": 1000.0}`.
     """
 
     run_dir: str = "runs/seq2seq"
@@ -51,6 +46,7 @@ class Seq2SeqConfig(TranslationConfig):
     window: int = 10
     bidirectional: bool = False
     scheduled_sampling: str = None
+    decay_parameters: dict = None
 
     def __post_init__(self):
         for field, choices in (
@@ -61,6 +57,13 @@ class Seq2SeqConfig(TranslationConfig):
             if getattr(self, field) not in choices:
                 shown = ", ".join(c for c in choices if c)
                 raise UserError(f"--{field.replace('_', '-')} must be one of {shown}, got {getattr(self, field)!r}")
+        if self.decay_parameters and not self.scheduled_sampling:
+            raise UserError("--decay-parameters: a decay's parameters need --scheduled-sampling")
+        if self.scheduled_sampling:
+            try:
+                teacher_forcing_schedule(self.scheduled_sampling, **(self.decay_parameters or {}))
+            except ValueError as error:
+                raise UserError(f"--scheduled-sampling: {error}") from None
 
     def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
         return Seq2SeqBackbone(
@@ -76,8 +79,7 @@ class Seq2SeqConfig(TranslationConfig):
     def callbacks(self):
         if not self.scheduled_sampling:
             return []
-        decay = self.scheduled_sampling
-        return [ScheduledSampling(teacher_forcing_schedule(decay, **DECAY_PARAMETERS[decay]))]
+        return [ScheduledSampling(teacher_forcing_schedule(self.scheduled_sampling, **(self.decay_parameters or {})))]
 
     def bound_settings(self):
         # scheduled_sampling too: it adds a weight (the sampling probability) to the model.

@@ -9,27 +9,29 @@ three decays of ε_i:
 - inverse sigmoid: ε_i = k / (k + exp(i / k)), with k ≥ 1.
 
 `ScheduledSampling` sets the decoder's `sampling_probability` to 1 - ε_i
-before every batch (see `AttentionDecoder`).
+before every batch (see `AttentionDecoder`). The default parameters, the
+job's, put ε near 0.5 after a few thousand steps.
 """
 
+import inspect
 import math
 
 import keras
 
-from keras_attn.layers import AttentionDecoder
+from keras_attn.choices import DECAYS
 
 
-def linear_decay(step, k=1.0, c=1e-4, minimum=0.0):
-    """ε_i = max(ε, k - c·i)."""
+def linear_decay(step, k=1.0, c=1e-4, minimum=0.25):
+    """ε_i = max(ε, k - c·i), ε the `minimum`."""
     return max(minimum, k - c * step)
 
 
-def exponential_decay(step, k=0.9999):
+def exponential_decay(step, k=0.9998):
     """ε_i = k^i (k < 1)."""
     return k**step
 
 
-def inverse_sigmoid_decay(step, k=1000.0):
+def inverse_sigmoid_decay(step, k=500.0):
     """ε_i = k / (k + exp(i / k)) (k ≥ 1)."""
     exponent = step / k
     if exponent > 700:  # exp overflows; ε is 0 to double precision
@@ -37,15 +39,21 @@ def inverse_sigmoid_decay(step, k=1000.0):
     return k / (k + math.exp(exponent))
 
 
-SCHEDULES = {
-    "linear": linear_decay,
-    "exponential": exponential_decay,
-    "inverse_sigmoid": inverse_sigmoid_decay,
-}
+SCHEDULES = dict(zip(DECAYS, (linear_decay, exponential_decay, inverse_sigmoid_decay)))
+
+
+def decay_parameters(name):
+    """The parameters of the decay called `name` and their defaults, e.g. `{"k": 500.0}`."""
+    parameters = list(inspect.signature(SCHEDULES[name]).parameters.values())[1:]  # after `step`
+    return {parameter.name: parameter.default for parameter in parameters}
 
 
 def teacher_forcing_schedule(name, **parameters):
     """The decay called `name` with its `parameters` fixed: `step → ε_step`.
+
+    Raises:
+        ValueError: an unknown decay, or a parameter it does not have
+            (naming its parameters).
 
     Example:
 
@@ -55,6 +63,10 @@ def teacher_forcing_schedule(name, **parameters):
     """
     if name not in SCHEDULES:
         raise ValueError(f"The schedule must be one of {sorted(SCHEDULES)}, got {name!r}.")
+    unknown = sorted(set(parameters) - set(decay_parameters(name)))
+    if unknown:
+        raise ValueError(f"{name} decay has no parameter {', '.join(unknown)}; "
+                         f"its parameters are {', '.join(decay_parameters(name))}")
     decay = SCHEDULES[name]
     return lambda step: decay(step, **parameters)
 
@@ -85,11 +97,9 @@ class ScheduledSampling(keras.callbacks.Callback):
         self.schedule = schedule
 
     def _variables(self):
-        return [
-            layer.sampling_probability
-            for layer in self.model._flatten_layers()  # noqa: SLF001
-            if isinstance(layer, AttentionDecoder) and layer.scheduled_sampling
-        ]
+        """The sampling probabilities of the model's layers that have one (decoders with scheduled sampling)."""
+        layers = self.model._flatten_layers()  # noqa: SLF001
+        return [layer.sampling_probability for layer in layers if getattr(layer, "sampling_probability", None) is not None]
 
     def on_train_batch_begin(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())

@@ -3,7 +3,9 @@
 import contextlib
 import io
 import os
+import sys
 
+import numpy as np
 import pytest
 
 from keras_attn import cli
@@ -106,3 +108,47 @@ def test_scheduled_sampling_is_wired_into_model_and_runner():
     model = config.build_model(50, 50, dropout=0.0)
     assert model.decoder.scheduled_sampling == "argmax"
     assert Seq2SeqConfig(preset="tiny").callbacks() == []
+
+
+def test_the_cli_sets_the_decays_parameters_and_refuses_those_it_has_not(monkeypatch, capsys):
+    from keras_attn.jobs import translation
+
+    configs = []
+    monkeypatch.setattr(translation, "run", lambda config, **_: configs.append(config) or sys.exit(0))
+    argv = ["train", "seq2seq", "--scheduled-sampling", "linear", "--decay-parameters", "c=1e-3", "minimum=0.5"]
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    (callback,) = configs[0].callbacks()
+    assert configs[0].decay_parameters == {"c": 1e-3, "minimum": 0.5}
+    assert callback.schedule(100) == pytest.approx(0.9) and callback.schedule(10_000) == 0.5
+    for flags, message in [
+        (["--scheduled-sampling", "exponential", "--decay-parameters", "c=1"],
+         "--scheduled-sampling: exponential decay has no parameter c; its parameters are k"),
+        (["--decay-parameters", "k=2"], "--decay-parameters: a decay's parameters need --scheduled-sampling"),
+    ]:
+        assert cli.main(["train", "seq2seq", *flags]) == 2
+        assert capsys.readouterr().err.strip().endswith(message)
+    with pytest.raises(SystemExit):
+        cli.main(["train", "seq2seq", "--scheduled-sampling", "linear", "--decay-parameters", "k"])
+    assert "expected NAME=NUMBER, got 'k'" in capsys.readouterr().err
+
+
+def test_the_callback_drives_every_layer_with_a_sampling_probability():
+    """Any layer with a `sampling_probability` weight, not only `AttentionDecoder`."""
+    import keras
+
+    from keras_attn.training import ScheduledSampling
+
+    class Sampled(keras.layers.Layer):
+        def build(self, shape):
+            self.sampling_probability = self.add_weight(shape=(), initializer="zeros", trainable=False)
+
+        def call(self, x):
+            return x
+
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(Sampled()(inputs)))
+    model.compile("sgd", "mse")
+    callback = ScheduledSampling(lambda step: 0.25)
+    model.fit(np.zeros((4, 2)), np.zeros((4, 1)), epochs=1, verbose=0, callbacks=[callback])
+    assert float(model.layers[1].sampling_probability.numpy()) == 0.75
