@@ -73,7 +73,7 @@ class Seq2SeqConfig(TranslationConfig):
             scheduled_sampling="argmax" if self.scheduled_sampling else None,
         )
 
-    def model_width(self):
+    def hidden_dim(self):
         return SEQ2SEQ_PRESETS[self.preset]["hidden_dim"]
 
     def callbacks(self):

@@ -3,7 +3,7 @@
 `run(TranslationConfig(...))` is what `keras-attn train transformer` runs;
 `run(Seq2SeqConfig(...))` (`keras_attn.jobs.seq2seq`) what `keras-attn train
 seq2seq` runs. A config says which model it trains through three methods
-(`build_model`, `model_width`, `callbacks`) and which of its
+(`build_model`, `hidden_dim`, `callbacks`) and which of its
 fields bind a run folder (`bound_settings`); everything else here is shared.
 What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
@@ -84,7 +84,7 @@ class TranslationConfig(RunConfig, common.ExportSettings):
             share_embeddings=self.shared_vocab,
         )
 
-    def model_width(self):
+    def hidden_dim(self):
         """The model width the Noam schedule scales by."""
         return TRANSFORMER_PRESETS[self.preset]["hidden_dim"]
 
@@ -359,9 +359,9 @@ def evaluate(translator, corpus, beam_width):
 def learning_rate_schedule(config, total_steps):
     """`"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end.
 
-    `"noam"`: the paper's schedule, d_model^-0.5 · min(step^-0.5,
+    `"noam"`: the paper's schedule, hidden_dim^-0.5 · min(step^-0.5,
     step · warmup^-1.5), scaled so that its peak is `learning_rate`.
     """
     if config.schedule == "cosine":
         return warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
-    return TransformerSchedule.with_peak(config.model_width(), config.warmup_steps, config.learning_rate)
+    return TransformerSchedule.with_peak(config.hidden_dim(), config.warmup_steps, config.learning_rate)

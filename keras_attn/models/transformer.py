@@ -42,7 +42,7 @@ class TransformerBackbone(Backbone):
         num_layers: encoder layers (and decoder layers unless
             `num_decoder_layers` is given); 3 without a preset.
         num_decoder_layers: decoder layers.
-        hidden_dim: the model width d_model; 256 without a preset.
+        hidden_dim: the model width (the paper's d_model); 256 without a preset.
         num_heads: attention heads; 8 without a preset.
         intermediate_dim: the feed-forward width d_ff; 512 without a preset.
         dropout: residual and embedding dropout (P_drop).

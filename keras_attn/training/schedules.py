@@ -8,42 +8,49 @@ from keras import ops
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up, then inverse-square-root decay.
 
-    lrate = scale · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5),
-    counting steps from 1. The peak, at `warmup_steps`, is
-    scale · (d_model · warmup_steps)^-0.5.
+    lrate = scale · hidden_dim^-0.5 · min(step^-0.5, step · warmup_steps^-1.5),
+    counting steps from 1 (`hidden_dim` is the paper's d_model). The peak,
+    at `warmup_steps`, is scale · (hidden_dim · warmup_steps)^-0.5.
 
     Args:
-        d_model: the model width.
+        hidden_dim: the model width.
         warmup_steps: steps of linear warm-up (4000 in the paper).
         scale: a multiplier on the paper's rate (1.0 in the paper).
 
     Example:
 
-    >>> schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    >>> schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
     >>> optimizer = keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9)
     """
 
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        self.d_model = d_model
+    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
+        self.hidden_dim = hidden_dim
         self.warmup_steps = warmup_steps
         self.scale = scale
 
     @classmethod
-    def with_peak(cls, d_model, warmup_steps, peak):
+    def with_peak(cls, hidden_dim, warmup_steps, peak):
         """The schedule of that shape whose peak, at `warmup_steps`, is `peak`."""
-        return cls(d_model, warmup_steps, scale=peak / (d_model * warmup_steps) ** -0.5)
+        return cls(hidden_dim, warmup_steps, scale=peak / (hidden_dim * warmup_steps) ** -0.5)
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
         rate = ops.minimum(ops.rsqrt(step), step * float(self.warmup_steps) ** -1.5)
-        return self.scale * float(self.d_model) ** -0.5 * rate
+        return self.scale * float(self.hidden_dim) ** -0.5 * rate
 
     def get_config(self):
         return {
-            "d_model": self.d_model,
+            "hidden_dim": self.hidden_dim,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "d_model" in config:  # saved before the width was called hidden_dim everywhere
+            config["hidden_dim"] = config.pop("d_model")
+        return cls(**config)
 
 
 def warmup_cosine(peak, warmup_steps, total_steps, final_fraction=0.02):

@@ -100,7 +100,7 @@ def test_the_metrics_likelihood_equals_the_fused_cross_entropy(dtype):
 
 
 def test_transformer_schedule_warms_up_then_decays():
-    schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
     rates = np.array([float(schedule(step - 1)) for step in (1, 2000, 4000, 16000)])
     np.testing.assert_allclose(rates[2], 512**-0.5 * 4000**-0.5, rtol=1e-5)
     np.testing.assert_allclose(rates[1], rates[2] / 2, rtol=1e-3)
@@ -125,11 +125,14 @@ def test_precision_auto_follows_the_cpu_flags(flags, native, monkeypatch):
 
 def test_transformer_schedule_follows_its_formula():
     """lrate = scale · d^-0.5 · min(n^-0.5, n · warmup^-1.5), n = step + 1 (paper, eq. 3)."""
-    schedule = TransformerSchedule(d_model=256, warmup_steps=100, scale=2.0)
+    schedule = TransformerSchedule(hidden_dim=256, warmup_steps=100, scale=2.0)
     steps = np.arange(0, 1000, 7)
     n = steps + 1.0
     expected = 2.0 * 256**-0.5 * np.minimum(n**-0.5, n * 100**-1.5)
     np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5)
+    # A schedule saved before the width was called hidden_dim (in a .keras file's optimizer) loads the same.
+    legacy = TransformerSchedule.from_config({"d_model": 256, "warmup_steps": 100, "scale": 2.0})
+    assert legacy.get_config() == schedule.get_config()
 
 
 def test_warmup_cosine_follows_its_formula():
