@@ -15,7 +15,6 @@ those two jobs load.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -25,23 +24,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 def load_translator(model, run_dir):
     """An in-process `export.Translator` of a finished run folder."""
-    from keras_attn import export
+    from keras_attn import export, run_folder
     from keras_attn.models import Seq2SeqLM
     from keras_attn.jobs.seq2seq import Seq2SeqConfig
     from keras_attn.jobs.translation import TranslationConfig
     from pipelines import tokenizers
     from pipelines.preprocessors import TranslationPreprocessor
 
-    with open(os.path.join(run_dir, "settings.json")) as f:
-        settings = json.load(f)
+    settings = run_folder.read_settings(run_dir)
     make = Seq2SeqConfig if model == "seq2seq" else TranslationConfig
     known = {k: v for k, v in settings.items() if k in make.__dataclass_fields__}
     config = make(run_dir=run_dir, **known)
     lowercase = bool(settings.get("lowercase"))
-    source = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.source.txt"), lowercase)
-    target = tokenizers.WordPieceTokenizer.load(os.path.join(run_dir, "vocab.target.txt"), lowercase)
+    source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
     model = config.build_model(source.vocabulary_size, target.vocabulary_size, 0.0)
-    model.load_weights(os.path.join(run_dir, "best.weights.h5"))
+    model.load_weights(run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, config.max_length)))
 
 
@@ -58,7 +55,9 @@ def run_parser(doc):
 def load_run(spec):
     """`(translator, test sentences)` of a finished run named by `RUN_SPEC`."""
     model, run_dir = spec.split(":", 1)
-    with open(os.path.join(run_dir, "test.src"), encoding="utf-8") as f:
+    from keras_attn import run_folder
+
+    with open(run_folder.path(run_dir, run_folder.TEST_SOURCE), encoding="utf-8") as f:
         sentences = [line.strip() for line in f]
     return load_translator(model, run_dir), sentences
 
@@ -92,7 +91,9 @@ def main():
         label, rest = spec.split("=", 1)
         model, run_dir = rest.split(":", 1)
         runs.append((label, load_translator(model, run_dir)))
-    with open(os.path.join(args.run[0].split(":", 1)[1], "test.src")) as f:
+    from keras_attn import run_folder
+
+    with open(run_folder.path(args.run[0].split(":", 1)[1], run_folder.TEST_SOURCE)) as f:
         sentences = [line.strip() for line in f][: args.sentences]
 
     figure, axes = plt.subplots(

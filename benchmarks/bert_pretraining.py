@@ -8,7 +8,7 @@
     python benchmarks/bert_pretraining.py --only sst2 --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-b
         # SST-2 only, from an earlier pretraining's export and from scratch
 
-1. Speed: training tokens/s of our `bert_pretrainer` (MLM + NSP) and of
+1. Speed: training tokens/s of our `BertPretrainer` (MLM + NSP) and of
    keras-hub's `BertMaskedLM` (MLM only), both preset mini (L4/H256/A4),
    sequence 128, batch 32, in float32 and mixed_bfloat16, the same
    `tf.function` training step for both, alternated twice in this process.
@@ -370,7 +370,8 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     the top layers for few-sample fine-tuning (Zhang et al. 2021, "Revisiting
     few-sample BERT fine-tuning").
     """
-    from keras_attn.jobs.bert_loader import backbone_arguments, load_backbone, read_pretrained
+    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
+    from keras_attn.models.bert import backbone_arguments
 
     tokenizer, settings = read_pretrained(pretrained_dir)
     built = backbone_arguments(settings)

@@ -108,11 +108,9 @@ def bert(strategy, out, tiny):
         model.compile(learning_rate=2e-3)
     corpus = pretraining.tokenize_documents(documents, preprocessor.tokenizer)
 
-    def pairs(epoch):  # each epoch new pairs and new masks
-        return pretraining.pretraining_dataset(
-            corpus, preprocessor.tokenizer.vocabulary, batch_size=32, max_length=preprocessor.max_length, epoch=epoch,
-        )
-
+    pairs = pretraining.pretraining_epochs(  # epoch -> its batches: new pairs and new masks every epoch
+        corpus, preprocessor.tokenizer.vocabulary, batch_size=32, max_length=preprocessor.max_length,
+    )
     model.fit(tf.data.Dataset.range(epochs).flat_map(pairs), epochs=epochs,
               steps_per_epoch=int(pairs(0).cardinality()), verbose=0 if tiny else 2)
     answers = model.fill_mask([FILL_MASK], top_k=3)

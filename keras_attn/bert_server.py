@@ -74,7 +74,6 @@ class BertServer(tf.Module):
         self.backbone = task.backbone
         self.preprocessor = task.preprocessor
         self.tokenizer = task.preprocessor.tokenizer  # tracked here too: its vocabulary is an asset
-        self.max_length = task.preprocessor.max_length
         self.max_predictions = max_predictions
         self.max_top_k = max_top_k
         self.mlm_head = getattr(task, "mlm_head", None)
@@ -137,7 +136,7 @@ class BertServer(tf.Module):
             weights += [w for w in (extra.weights if extra is not None else []) if all(w is not b for b in weights)]
         return fingerprint([
             json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.label_names]),
-            f"{self.max_length} {self.max_predictions} {self.max_top_k}",
+            f"{self.preprocessor.max_length} {self.max_predictions} {self.max_top_k}",
         ], weights)
 
     def signatures(self):
@@ -152,7 +151,7 @@ class BertServer(tf.Module):
     def write_assets_extra(self, folder):
         """Writes the backbone's settings, weights and vocabulary into `folder` (for fine-tuning)."""
         settings = {**backbone_arguments(self.backbone.get_config()), "lowercase": self.tokenizer.lowercase,
-                    "max_length": self.max_length}
+                    "max_length": self.preprocessor.max_length}
         with open(os.path.join(folder, BACKBONE_SETTINGS), "w") as file:
             json.dump(settings, file, indent=1)
         self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))

@@ -38,9 +38,9 @@ def path(run_dir, name):
     return os.path.join(run_dir, name)
 
 
-def vocabulary_paths(run_dir, sides=("source", "target")):
-    """A translation run's vocabulary files, one for each side: `vocab.source.txt`, `vocab.target.txt`."""
-    return [path(run_dir, f"vocab.{side}.txt") for side in sides]
+def vocabulary_paths(run_dir):
+    """A translation run's vocabulary files, source then target: `vocab.source.txt`, `vocab.target.txt`."""
+    return [path(run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
 
 
 def is_run_folder(folder):

@@ -22,7 +22,7 @@ from keras_attn.training import ClassificationLoss, PretrainingLoss, Pretraining
 from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
-from keras_attn.models.presets import PRESETS, architecture
+from keras_attn.models.presets import PRESETS
 from keras_attn.training.runner import RunConfig, train
 from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
 from pipelines.preprocessors import BertPreprocessor
@@ -104,9 +104,7 @@ def finetune_learning_rate(pretrained):
     (12.0% against 52.0% with 1e-3; 1,800 rows: 63.0% against 100%; single runs,
     `benchmarks/finetune_defaults.py`). 1e-4 for the wider ones.
     """
-    tiny = PRESETS["bert"]["tiny"]["hidden_dim"]
-    return 1e-3 if architecture("bert", pretrained.get("preset"), {}, hidden_dim=pretrained.get("hidden_dim"))[
-        "hidden_dim"] <= tiny else 1e-4
+    return 1e-3 if pretrained["hidden_dim"] <= PRESETS["bert"]["tiny"]["hidden_dim"] else 1e-4
 
 
 @dataclasses.dataclass

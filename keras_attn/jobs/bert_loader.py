@@ -24,8 +24,9 @@ def read_pretrained(model_dir):
 
     Returns:
         `(tokenizer, settings)`: its `WordPieceTokenizer` and the
-        `bert_backbone` arguments it was built with (with `lowercase` and
-        `max_length`).
+        `BertBackbone` arguments it was built with, written out
+        (`BertBackbone.resolve`: the same for a run folder and its export),
+        with the preprocessor's `lowercase` and `max_length`.
 
     Raises:
         ValueError: `model_dir` is neither, or a run folder without best
@@ -41,7 +42,8 @@ def read_pretrained(model_dir):
             f"nor a pretraining run folder (no {run_folder.SETTINGS})"
         )
     with open(paths[0]) as file:
-        settings = json.load(file)
+        saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
+    settings = {**_written_out(backbone_arguments(saved)), "lowercase": saved["lowercase"], "max_length": saved["max_length"]}
     return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
 
 
@@ -54,16 +56,20 @@ def _read_run_folder(run_dir):
     if not os.path.isfile(best):
         raise ValueError(f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)")
     tokenizer = WordPieceTokenizer.load(vocabulary, lowercase=True)
-    settings = dict(
-        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"],
-        max_sequence_length=bound["max_length"], lowercase=True, max_length=bound["max_length"],
+    architecture = _written_out(dict(
+        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"], max_sequence_length=bound["max_length"],
         norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
-    )
-    return tokenizer, settings
+    ))
+    return tokenizer, {**architecture, "lowercase": True, "max_length": bound["max_length"]}
+
+
+def _written_out(arguments):
+    """`BertBackbone` arguments with its preset written out: what fixes the architecture, as its config says it."""
+    return backbone_arguments(BertBackbone.resolve(**arguments))
 
 
 def load_backbone(model_dir, dropout=0.1):
-    """A new `bert_backbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
+    """A new `BertBackbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
 
     Build it inside the strategy scope it trains under.
 

@@ -77,8 +77,7 @@ def bind_run_folder(config, training_lines, chief=True):
     }
     path = run_folder.path(config.run_dir, run_folder.SETTINGS)
     if os.path.exists(path):
-        with open(path) as file:
-            kept = json.load(file)
+        kept = run_folder.read_settings(config.run_dir)  # {} if unreadable: every setting then differs
         # A folder started before a setting existed ran with that setting's default.
         defaults = {field.name: field.default for field in dataclasses.fields(config)}
         kept = {key: kept.get(key, defaults.get(key)) for key in settings}

@@ -81,11 +81,11 @@ class BertBackbone(Backbone):
         dtype=None,
         **kwargs,
     ):
-        settings = architecture(
-            "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+        settings = self.resolve(
+            vocabulary_size, preset, max_sequence_length, num_segments, dropout, num_layers, hidden_dim,
+            num_heads, intermediate_dim, norm_first, dtype,
         )
-        hidden = settings["hidden_dim"]
-        intermediate_dim = intermediate_dim or 4 * hidden
+        hidden, intermediate_dim = settings["hidden_dim"], settings["intermediate_dim"]
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
         embedding = BertEmbedding(
@@ -117,14 +117,21 @@ class BertBackbone(Backbone):
         )
         self.embedding, self.token_embedding = embedding, embedding.token_embedding
         self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
-        self._arguments = dict(
-            vocabulary_size=vocabulary_size, max_sequence_length=max_sequence_length,
-            num_segments=num_segments, dropout=dropout, num_layers=settings["num_layers"], hidden_dim=hidden,
-            num_heads=settings["num_heads"], intermediate_dim=intermediate_dim, norm_first=norm_first,
-            dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
+        self._arguments = settings
+
+    @staticmethod
+    def resolve(vocabulary_size, preset="tiny", max_sequence_length=512, num_segments=2, dropout=0.1,
+                num_layers=None, hidden_dim=None, num_heads=None, intermediate_dim=None, norm_first=False, dtype=None):
+        """The arguments written out (the preset's values, the defaults), without building a model: its config."""
+        settings = architecture(
+            "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
         )
-
-
+        return dict(
+            vocabulary_size=vocabulary_size, max_sequence_length=max_sequence_length, num_segments=num_segments,
+            dropout=dropout, num_layers=settings["num_layers"], hidden_dim=settings["hidden_dim"],
+            num_heads=settings["num_heads"], intermediate_dim=intermediate_dim or 4 * settings["hidden_dim"],
+            norm_first=norm_first, dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
+        )
 
 
 def backbone_arguments(settings):
@@ -145,6 +152,13 @@ class _BertTask(Task):
             preset, **{"vocabulary_size": preprocessor.tokenizer.vocabulary_size,
                        "max_sequence_length": preprocessor.max_length, **kwargs},
         )
+
+    def _compile(self, optimizer, loss, learning_rate, weight_decay, auto_loss, **kwargs):
+        """`keras.Model.compile` with BERT's AdamW and `auto_loss` (a share of the global batch's mean) for `"auto"`."""
+        if optimizer == "auto":
+            optimizer = adamw(learning_rate, weight_decay)
+        self.task_loss = auto_loss if loss == "auto" else None
+        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
 
 
 def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=50):
@@ -198,7 +212,16 @@ def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, 
 
 
 class _MaskedLMTask(_BertTask):
-    """What BERT's tasks with a masked-LM head share: `fill_mask`, and the MLM values reported by `fit`."""
+    """What BERT's tasks with a masked-LM head share: the head, `fill_mask`, and the MLM values reported by `fit`."""
+
+    @staticmethod
+    def _encode_and_mask(backbone, inputs):
+        """`(backbone outputs, MaskedLMHead, its logits)` on `inputs`: the head's output weights are the token table."""
+        encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
+        embedding = backbone.token_embedding
+        # Each head is made where it is first called: that order draws the initial weights.
+        head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=backbone.embedding.dtype_policy)
+        return encoded, head, head(encoded["sequence_output"], inputs["mask_positions"])
 
     def _make_fill_mask(self):
         self._fill_mask = tf.function(
@@ -280,13 +303,8 @@ class BertPretrainer(_MaskedLMTask):
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         inputs = _inputs(*_INPUTS)
-        encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
-        dtype = backbone.embedding.dtype_policy
-        embedding = backbone.token_embedding
-        # Each head is made where it is first called: that order draws the initial weights.
-        mlm_head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=dtype)
-        mlm = mlm_head(encoded["sequence_output"], inputs["mask_positions"])
-        nsp_head = NextSentenceHead(name="nsp_head", dtype=dtype)
+        encoded, mlm_head, mlm = self._encode_and_mask(backbone, inputs)
+        nsp_head = NextSentenceHead(name="nsp_head", dtype=backbone.embedding.dtype_policy)
         outputs = {"mlm": mlm, "nsp": nsp_head(encoded["pooled_output"])}
         super().__init__(inputs, outputs, **{"name": "bert_pretrainer", **kwargs})
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
@@ -313,10 +331,7 @@ class BertPretrainer(_MaskedLMTask):
             nsp_weight: what the NSP loss counts for beside the MLM's.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        if optimizer == "auto":
-            optimizer = adamw(learning_rate, weight_decay)
-        self.task_loss = PretrainingLoss(nsp_weight) if loss == "auto" else None
-        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
+        self._compile(optimizer, loss, learning_rate, weight_decay, PretrainingLoss(nsp_weight), **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -347,11 +362,8 @@ class BertMaskedLM(_MaskedLMTask):
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         inputs = _inputs(*_INPUTS)
-        sequence = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
-        embedding = backbone.token_embedding
-        mlm_head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=backbone.embedding.dtype_policy)
-        outputs = {"mlm": mlm_head(sequence["sequence_output"], inputs["mask_positions"])}
-        super().__init__(inputs, outputs, **{"name": "bert_masked_lm", **kwargs})
+        _, mlm_head, mlm = self._encode_and_mask(backbone, inputs)
+        super().__init__(inputs, {"mlm": mlm}, **{"name": "bert_masked_lm", **kwargs})
         self.backbone, self.mlm_head = backbone, mlm_head
         self.preprocessor, self._arguments = preprocessor, {}
         self.pretraining_metrics = PretrainingMetrics(nsp=False)
@@ -370,10 +382,7 @@ class BertMaskedLM(_MaskedLMTask):
             weight_decay: its decoupled weight decay.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        if optimizer == "auto":
-            optimizer = adamw(learning_rate, weight_decay)
-        self.task_loss = PretrainingLoss() if loss == "auto" else None
-        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
+        self._compile(optimizer, loss, learning_rate, weight_decay, PretrainingLoss(), **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -426,9 +435,6 @@ class BertClassifier(_BertTask):
             weight_decay: its decoupled weight decay.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        if optimizer == "auto":
-            optimizer = adamw(learning_rate, weight_decay)
-        self.task_loss = ClassificationLoss() if loss == "auto" else None
         if metrics == "auto":
             metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
+        self._compile(optimizer, loss, learning_rate, weight_decay, ClassificationLoss(), metrics=metrics, **kwargs)

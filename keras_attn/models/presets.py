@@ -20,7 +20,7 @@ PRESETS = {
         "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
     },
     "seq2seq": {
-        # (Embeddings as wide as the LSTM: `seq2seq`'s embedding_dim defaults to hidden_dim.)
+        # (Embeddings as wide as the LSTM: `Seq2SeqBackbone`'s embedding_dim defaults to hidden_dim.)
         # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
         "tiny": dict(num_layers=1, hidden_dim=128),
         # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM.

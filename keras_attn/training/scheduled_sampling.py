@@ -39,7 +39,8 @@ def inverse_sigmoid_decay(step, k=500.0):
     return k / (k + math.exp(exponent))
 
 
-SCHEDULES = dict(zip(DECAYS, (linear_decay, exponential_decay, inverse_sigmoid_decay)))
+SCHEDULES = {"linear": linear_decay, "exponential": exponential_decay, "inverse_sigmoid": inverse_sigmoid_decay}
+assert tuple(SCHEDULES) == DECAYS  # the CLI offers choices.DECAYS without importing this module
 
 
 def decay_parameters(name):
@@ -96,18 +97,19 @@ class ScheduledSampling(keras.callbacks.Callback):
         super().__init__()
         self.schedule = schedule
 
-    def _variables(self):
-        """The sampling probabilities of the model's layers that have one (decoders with scheduled sampling)."""
+    def on_train_begin(self, logs=None):
+        # The sampling probabilities of the model's layers that have one (decoders with scheduled sampling).
         layers = self.model._flatten_layers()  # noqa: SLF001
-        return [layer.sampling_probability for layer in layers if getattr(layer, "sampling_probability", None) is not None]
+        self._variables = [
+            layer.sampling_probability for layer in layers if getattr(layer, "sampling_probability", None) is not None
+        ]
 
     def on_train_batch_begin(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         probability = 1.0 - float(self.schedule(step))
-        for variable in self._variables():
+        for variable in self._variables:
             variable.assign(probability)
 
     def on_epoch_end(self, epoch, logs=None):
-        variables = self._variables()
-        if logs is not None and variables:
-            logs["sampling_probability"] = float(variables[0].numpy())
+        if logs is not None and self._variables:
+            logs["sampling_probability"] = float(self._variables[0].numpy())

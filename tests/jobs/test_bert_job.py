@@ -148,9 +148,7 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
 
     run = str(pretrained.root / "run")
     (from_run, run_settings), (from_export, export_settings) = read_pretrained(run), read_pretrained(pretrained.export)
-    # The run folder names its preset, the export the values it stands for: the same backbone.
-    assert {key: run_settings[key] for key in ("lowercase", "max_length")} == {
-        key: export_settings[key] for key in ("lowercase", "max_length")}
+    assert run_settings == export_settings  # the run folder's preset written out as the export writes it
     assert from_run.vocabulary == from_export.vocabulary
     backbone_of_run, backbone_of_export = load_backbone(run), load_backbone(pretrained.export)
     assert backbone_of_run.get_config() == backbone_of_export.get_config()
@@ -319,3 +317,25 @@ def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, 
         assert config.max_predictions == 20  # BERT's max_predictions_per_seq
     given = with_lengths(PretrainConfig(max_length=max_length, max_predictions=4, mask_rate=mask_rate))
     assert given.max_predictions == 4
+
+
+def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_path):
+    """Exports made before the backbone's config was saved whole keep `preset`: the same settings come back."""
+    from keras_attn.bert_server import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
+    from keras_attn.jobs.bert_loader import read_pretrained
+    from keras_attn.models import BERT_PRESETS
+    from keras_attn.special_tokens import SPECIAL_TOKENS
+
+    extra = tmp_path / "assets.extra"
+    extra.mkdir()
+    (extra / VOCABULARY).write_text("".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"]))
+    (extra / BACKBONE_WEIGHTS).write_text("")
+    (extra / BACKBONE_SETTINGS).write_text(json.dumps(dict(
+        vocabulary_size=9, preset="mini", max_sequence_length=32, norm_first=False, lowercase=True, max_length=32)))
+    _, settings = read_pretrained(str(tmp_path))
+    mini = BERT_PRESETS["mini"]
+    assert settings == dict(
+        vocabulary_size=9, max_sequence_length=32, num_segments=2, num_layers=mini["num_layers"],
+        hidden_dim=mini["hidden_dim"], num_heads=mini["num_heads"], intermediate_dim=4 * mini["hidden_dim"],
+        norm_first=False, lowercase=True, max_length=32,
+    )

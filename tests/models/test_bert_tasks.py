@@ -5,6 +5,7 @@ import re
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.models.presets import PRESETS
@@ -53,10 +54,18 @@ def test_fill_mask_answers_every_text_and_compiles_once(preprocessor):
                 assert len(candidates) == max(top_k, 1)
                 assert not set(tokens) & set(SPECIAL_TOKENS) and list(scores) == sorted(scores, reverse=True)
                 assert 0 < sum(scores) <= 1 + 1e-6
-            assert "[MASK]" not in answer["filled"].upper()  # answered, or cut off
+            # `filled`: the kept words, each mask replaced by its best token, in place (as the tokenizer writes text).
+            best = iter(candidates[0][0] for candidates in answer["masks"])
+            expected = " ".join(next(best) if word.lower() == "[mask]" else word for word in kept)
+            assert answer["filled"] == _as_detokenized(preprocessor, expected)
     assert model._fill_mask.experimental_get_tracing_count() == 1
     with pytest.raises(ValueError, match="needs a preprocessor"):
         BertMaskedLM(model.backbone).fill_mask(["the [MASK] runs"])
+
+
+def _as_detokenized(preprocessor, text):
+    ids = preprocessor.tokenizer.tokenize(tf.constant([text])).to_tensor()
+    return preprocessor.tokenizer.detokenize(ids).numpy()[0].decode("utf-8")
 
 
 def test_the_keras_file_keeps_the_preprocessor_and_the_answers(preprocessor, tmp_path):
