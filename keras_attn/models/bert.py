@@ -153,12 +153,20 @@ class _BertTask(Task):
                        "max_sequence_length": preprocessor.max_length, **kwargs},
         )
 
-    def _compile(self, optimizer, loss, learning_rate, weight_decay, auto_loss, **kwargs):
-        """`keras.Model.compile` with BERT's AdamW and `auto_loss` (a share of the global batch's mean) for `"auto"`."""
+    def _compile(self, own, auto_loss, optimizer, loss, metrics=None, **kwargs):
+        """`keras.Model.compile` with BERT's AdamW and `auto_loss` (a share of the global batch's mean) for `"auto"`.
+
+        `own`: the task's own `compile` arguments (`learning_rate`,
+        `weight_decay`, ...), kept for the `.keras` file when nothing else was given.
+        """
+        automatic = optimizer == loss == "auto" and metrics in (None, "auto") and not kwargs
+        self._auto_compile = own if automatic else None
         if optimizer == "auto":
-            optimizer = adamw(learning_rate, weight_decay)
+            optimizer = adamw(own["learning_rate"], own["weight_decay"])
         self.task_loss = auto_loss if loss == "auto" else None
-        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, **kwargs)
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
 
 
 def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=50):
@@ -331,7 +339,8 @@ class BertPretrainer(_MaskedLMTask):
             nsp_weight: what the NSP loss counts for beside the MLM's.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        self._compile(optimizer, loss, learning_rate, weight_decay, PretrainingLoss(nsp_weight), **kwargs)
+        own = dict(learning_rate=learning_rate, weight_decay=weight_decay, nsp_weight=nsp_weight)
+        self._compile(own, PretrainingLoss(nsp_weight), optimizer, loss, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -382,7 +391,8 @@ class BertMaskedLM(_MaskedLMTask):
             weight_decay: its decoupled weight decay.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        self._compile(optimizer, loss, learning_rate, weight_decay, PretrainingLoss(), **kwargs)
+        own = dict(learning_rate=learning_rate, weight_decay=weight_decay)
+        self._compile(own, PretrainingLoss(), optimizer, loss, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -435,6 +445,5 @@ class BertClassifier(_BertTask):
             weight_decay: its decoupled weight decay.
             **kwargs: other `keras.Model.compile` arguments.
         """
-        if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        self._compile(optimizer, loss, learning_rate, weight_decay, ClassificationLoss(), metrics=metrics, **kwargs)
+        own = dict(learning_rate=learning_rate, weight_decay=weight_decay)
+        self._compile(own, ClassificationLoss(), optimizer, loss, metrics=metrics, **kwargs)

@@ -109,18 +109,6 @@ class Seq2SeqLM(Task):
             metrics = [MaskedTokenAccuracy()]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def get_compile_config(self):
-        if getattr(self, "_auto_compile", None) is not None:
-            return {"auto": self._auto_compile}
-        return super().get_compile_config()
-
-    def compile_from_config(self, config):
-        if "auto" not in config:
-            return super().compile_from_config(config)
-        self.compile(**config["auto"])  # a model compiled with the defaults loads compiled the same way
-        if self.built:
-            self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
-
     def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):
         """Translates `inputs`: strings (through the preprocessor) or source ids.
 

@@ -14,10 +14,13 @@ class Task(keras.Model):
     and the preprocessor's configs, so `keras.saving.load_model` rebuilds
     both. `compile(loss="auto")` may set `task_loss`, a loss that is already
     this replica's share of the global batch's mean (what `tf.distribute`
-    sums), used instead of Keras's per-replica mean.
+    sums), used instead of Keras's per-replica mean. A `compile` that used
+    only its own arguments keeps them in `_auto_compile`: a `.keras` file
+    then reloads compiled the same way, with its optimizer state.
     """
 
     task_loss = None
+    _auto_compile = None  # the task's own `compile` arguments, when it was compiled with its defaults only
 
     def get_config(self):
         return {
@@ -51,6 +54,18 @@ class Task(keras.Model):
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
         raise NotImplementedError
+
+    def get_compile_config(self):
+        if self._auto_compile is not None:
+            return {"auto": self._auto_compile}
+        return super().get_compile_config()
+
+    def compile_from_config(self, config):
+        if "auto" not in config:
+            return super().compile_from_config(config)
+        self.compile(**config["auto"])  # a task compiled with its defaults loads compiled the same way
+        if self.built:
+            self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.task_loss is None:

@@ -1,6 +1,7 @@
 """BERT's tasks with their preprocessor: `from_preset`, `fill_mask` compiled once, the `.keras` file."""
 
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -68,11 +69,24 @@ def _as_detokenized(preprocessor, text):
     return preprocessor.tokenizer.detokenize(ids).numpy()[0].decode("utf-8")
 
 
-def test_the_keras_file_keeps_the_preprocessor_and_the_answers(preprocessor, tmp_path):
+def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_state(preprocessor, tmp_path):
     keras.utils.set_random_seed(1)
     model = BertPretrainer.from_preset("tiny", preprocessor, **SMALL)
+    model.compile(learning_rate=5e-3, nsp_weight=0.5)
+    rows = preprocessor(tf.constant(["the dog runs", "a cat sits on a mat"]), tf.constant(["on a mat .", "the dog"]))
+    inputs = {**rows, "mask_positions": np.array([[1, 2], [2, 3]], "int32")}
+    targets = {"mlm_labels": np.array([[8, 9], [9, 10]], "int32"), "mlm_weights": np.ones((2, 2), "float32"),
+               "nsp_labels": np.array([0, 1], "int32")}
+    model.fit(inputs, targets, epochs=1, verbose=0)
     texts = ["the [MASK] runs on a mat .", "a cat [mask] [MASK] the mat", "no mask here"]
     model.save(tmp_path / "pretrainer.keras")
-    loaded = keras.saving.load_model(tmp_path / "pretrainer.keras")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = keras.saving.load_model(tmp_path / "pretrainer.keras")
+    assert not [w for w in caught if "compile" in str(w.message)], [str(w.message) for w in caught]
     assert loaded.preprocessor.get_config() == preprocessor.get_config()
     assert loaded.fill_mask(texts, top_k=4) == model.fill_mask(texts, top_k=4)
+    # Compiled as it was (its own arguments), with the optimizer's state: training goes on from step 1.
+    assert loaded.task_loss.nsp_weight == 0.5 and int(loaded.optimizer.iterations.numpy()) == 1
+    for a, b in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
