@@ -37,9 +37,10 @@ def load_translator(model, run_dir):
     config = make(run_dir=run_dir, **known)
     lowercase = bool(settings.get("lowercase"))
     source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
-    model = config.build_model(source.vocabulary_size, target.vocabulary_size, 0.0)
+    backbone = config.build_backbone(source.vocabulary_size, target.vocabulary_size, 0.0)
+    model = Seq2SeqLM(backbone, TranslationPreprocessor(source, target, config.max_length))  # as the job trained it
     model.load_weights(run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
-    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, config.max_length)))
+    return export.Translator(model)
 
 
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"

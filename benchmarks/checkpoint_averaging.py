@@ -28,7 +28,6 @@ from multi30k import job_config  # noqa: E402
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
-from keras_attn.training import MaskedSparseCrossEntropy  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
 from pipelines import translation as pipelines  # noqa: E402
@@ -54,13 +53,14 @@ def main():
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     corpora = translation.load_corpora(config)
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
-    model = config.build_model(source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, 0.1)
-    model.compile(loss=MaskedSparseCrossEntropy(0.1))
+    backbone = config.build_backbone(source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, 0.1)
+    model = Seq2SeqLM(backbone, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64))  # as the job trained it
+    model.compile(label_smoothing=0.1)  # the job's loss
     valid = pipelines.translation_dataset(
         corpora["valid"].sources, corpora["valid"].targets, source_tokenizer, target_tokenizer,
         batch_size=64, max_length=64, shuffle=False,
     )
-    translator = export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64)))
+    translator = export.Translator(model)
 
     snapshots = []
     for epoch in range(1, args.epochs + 1):
@@ -79,7 +79,7 @@ def main():
     for k in [1] + args.windows:
         for last in range(k, args.epochs + 1):
             use(last - k + 1, last)
-            rows.append({"k": k, "last": last, "val_loss": round(float(model.evaluate(valid, verbose=0)), 4)})
+            rows.append({"k": k, "last": last, "val_loss": round(model.evaluate(valid, verbose=0, return_dict=True)["loss"], 4)})
             print(rows[-1], flush=True)
     single = min((r for r in rows if r["k"] == 1), key=lambda r: r["val_loss"])
     averaged = sorted((r for r in rows if r["k"] > 1), key=lambda r: r["val_loss"])[: args.bleu_candidates]

@@ -74,16 +74,16 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
                                   batch_size=global_batch, max_length=64, seed=0)
 
     build = lambda: TransformerBackbone(len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1)  # noqa: E731
+    def compile_model(model, total_steps=None):
+        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
+
     if use_fit:
         model = build()
-        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
+        compile_model(model)
         model.fit(data(batch_size)(0), epochs=1, verbose=0, callbacks=[Clock()])
     else:
-        train(config, build_model=build,
-              make_datasets=lambda global_batch: (data(global_batch), None),
-              make_optimizer=lambda total: keras.optimizers.Adam(1e-4),
-              make_loss=lambda: MaskedSparseCrossEntropy(0.1),
-              make_metrics=lambda: [MaskedTokenAccuracy()], callbacks=[Clock()])
+        train(config, build_model=build, make_datasets=lambda global_batch: (data(global_batch), None),
+              compile_model=compile_model, callbacks=[Clock()])
     timed = times[args.warmup:]
     return (len(timed) - 1) / (timed[-1] - timed[0])
 

@@ -34,7 +34,11 @@ def bert_case(rng, predictions=20):
     import numpy as np
 
     from keras_attn.models.bert import BertBackbone, BertPretrainer
-    from keras_attn.training import PretrainingLoss, PretrainingMetrics, adamw
+    from keras_attn.training import adamw
+
+    class WithoutMetrics(BertPretrainer):
+        def compute_metrics(self, x, y, y_pred, sample_weight=None):
+            return {}
 
     batch, length, vocabulary = 32, 128, 8000
     features = {
@@ -48,12 +52,14 @@ def bert_case(rng, predictions=20):
         "nsp_labels": rng.integers(0, 2, (batch,)).astype("int32"),
     }
 
-    def build():
+    def build(task):
         backbone = BertBackbone(vocabulary_size=vocabulary, preset="mini", max_sequence_length=length)
-        return BertPretrainer(backbone), adamw(1e-4)
+        model = task(backbone)
+        model.compile(optimizer=adamw(1e-4))  # the task's loss, and its PretrainingMetrics unless left out
+        return model
 
-    metrics = {"with PretrainingMetrics": lambda: [PretrainingMetrics()], "without": lambda: []}
-    return (features, targets), build, PretrainingLoss(), metrics
+    builds = {"with PretrainingMetrics": lambda: build(BertPretrainer), "without": lambda: build(WithoutMetrics)}
+    return (features, targets), builds
 
 
 def translation_case(rng, model_name):
@@ -78,20 +84,21 @@ def translation_case(rng, model_name):
     target = rng.integers(4, vocabulary, (batch, length + 1)).astype("int32")
     inputs = {"source": source, "target_in": target[:, :-1]}
 
-    def build():
+    def build(metrics):
         if model_name == "transformer":
             model = TransformerBackbone(vocabulary, vocabulary, max_sequence_length=64, preset="small", dropout=0.1)
         else:
             model = Seq2SeqBackbone(vocabulary, vocabulary, preset="small", attention="bahdanau",
                             bidirectional=True, dropout=0.2)
-        return model, transformer_adam(1e-3)
+        model.compile(transformer_adam(1e-3), MaskedSparseCrossEntropy(0.1), metrics=metrics or None)
+        return model
 
-    metrics = {
-        "with the token metrics": lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
-        "without": lambda: [],
-        "with them as before": lambda: [KerasArgmaxAccuracy(), FusedCrossEntropyPerplexity()],
+    builds = {
+        "with the token metrics": lambda: build([MaskedTokenAccuracy(), MaskedPerplexity()]),
+        "without": lambda: build([]),
+        "with them as before": lambda: build([KerasArgmaxAccuracy(), FusedCrossEntropyPerplexity()]),
     }
-    return (inputs, target[:, 1:]), build, MaskedSparseCrossEntropy(0.1), metrics
+    return (inputs, target[:, 1:]), builds
 
 
 def main():
@@ -109,7 +116,7 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from keras_attn.training.steps import TrainingSteps
+    from keras_attn.training.steps import TrainingSteps, build_metrics
 
     from alternate import alternate  # benchmarks/alternate.py (this script's folder)
 
@@ -119,22 +126,21 @@ def main():
     if args.predictions:  # one case per prediction count, each with the metrics
         cases = {}
         for count in args.predictions:
-            batch, build, loss, metric_cases = bert_case(rng, count)
-            cases[f"{count} predictions"] = (batch, build, loss, metric_cases["with PretrainingMetrics"])
+            batch, builds = bert_case(rng, count)
+            cases[f"{count} predictions"] = (batch, builds["with PretrainingMetrics"])
     else:
-        batch, build, loss, metric_cases = (
-            bert_case(rng) if args.model == "bert" else translation_case(rng, args.model)
-        )
-        cases = {name: (batch, build, loss, make) for name, make in metric_cases.items()}
+        batch, builds = bert_case(rng) if args.model == "bert" else translation_case(rng, args.model)
+        cases = {name: (batch, build) for name, build in builds.items()}
     strategy = tf.distribute.get_strategy()
     runs = {}
-    for name, (batch, build, loss, make_metrics) in cases.items():
+    for name, (batch, build) in cases.items():
         data = tf.data.Dataset.from_tensors(batch).repeat()
         keras.utils.set_random_seed(0)
-        model, optimizer = build()
+        model = build()
         model(batch[0])
-        optimizer.build(model.trainable_variables)
-        steps = TrainingSteps(model, optimizer, loss, make_metrics(), strategy)
+        model.optimizer.build(model.trainable_variables)
+        build_metrics(model, next(iter(data)))
+        steps = TrainingSteps(model, strategy)
         iterator = iter(data)
         for _ in range(3):  # trace and warm up
             steps.train(iterator)

@@ -18,7 +18,7 @@ from keras_attn import export, run_folder
 from keras_attn.bert_server import BertServer
 from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.errors import UserError
-from keras_attn.training import ClassificationLoss, PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw
+from keras_attn.training import WarmupLinearDecay
 from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
@@ -238,16 +238,12 @@ def pretrain(config, log=print, callbacks=()):
             config.preset, preprocessor, norm_first=config.norm_first, dropout=config.dropout,
         )
 
+    def compile_model(model, total_steps):
+        schedule = WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps)
+        model.compile(learning_rate=schedule, weight_decay=config.weight_decay, nsp_weight=config.nsp_weight)
+
     result = train(
-        config,
-        build_model=build_model,
-        make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: adamw(
-            WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps),
-            config.weight_decay,
-        ),
-        make_loss=lambda: PretrainingLoss(config.nsp_weight),
-        make_metrics=lambda: [PretrainingMetrics()],
+        config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
         callbacks=callbacks,
     )
     model = result.model
@@ -314,14 +310,11 @@ def finetune(config, log=print):
         backbone = load_backbone(config.model_dir, dropout=config.dropout)
         return BertClassifier(backbone, len(label_names), dropout=config.dropout, preprocessor=preprocessor)
 
-    def make_optimizer(total_steps):
-        warmup = int(config.warmup_fraction * total_steps)
-        return adamw(WarmupLinearDecay(config.learning_rate, warmup, total_steps), config.weight_decay)
+    def compile_model(model, total_steps):
+        schedule = WarmupLinearDecay(config.learning_rate, int(config.warmup_fraction * total_steps), total_steps)
+        model.compile(learning_rate=schedule, weight_decay=config.weight_decay)
 
-    result = train(
-        config, build_model=build_model, make_datasets=make_datasets, make_optimizer=make_optimizer,
-        make_loss=ClassificationLoss, make_metrics=lambda: [_accuracy()],
-    )
+    result = train(config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model)
     model = result.model
     log(common.describe_training(config, result, time.time() - started))
     # Scored as every epoch was validated (every worker takes part): valid gives the best epoch's accuracy.
@@ -334,12 +327,6 @@ def finetune(config, log=print):
     server = BertServer(model, label_names=label_names, pairs=train_data.texts_b is not None)
     path, new_export = _export(config, server)
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
-
-
-def _accuracy():
-    import keras
-
-    return keras.metrics.SparseCategoricalAccuracy(name="accuracy")
 
 
 def _hold_out_examples(data, seed, fraction=0.1):

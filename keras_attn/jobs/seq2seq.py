@@ -65,7 +65,7 @@ class Seq2SeqConfig(TranslationConfig):
             except ValueError as error:
                 raise UserError(f"--scheduled-sampling: {error}") from None
 
-    def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
+    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
         return Seq2SeqBackbone(
             source_vocabulary_size, target_vocabulary_size, preset=self.preset,
             cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,

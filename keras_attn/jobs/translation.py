@@ -3,7 +3,7 @@
 `run(TranslationConfig(...))` is what `keras-attn train transformer` runs;
 `run(Seq2SeqConfig(...))` (`keras_attn.jobs.seq2seq`) what `keras-attn train
 seq2seq` runs. A config says which model it trains through three methods
-(`build_model`, `hidden_dim`, `callbacks`) and which of its
+(`build_backbone`, `hidden_dim`, `callbacks`) and which of its
 fields bind a run folder (`bound_settings`); everything else here is shared.
 What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
@@ -25,14 +25,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     wait_for_chief,
 )
 from keras_attn.models import TRANSFORMER_PRESETS, Seq2SeqLM, TransformerBackbone
-from keras_attn.training import (
-    MaskedPerplexity,
-    MaskedSparseCrossEntropy,
-    MaskedTokenAccuracy,
-    TransformerSchedule,
-    transformer_adam,
-    warmup_cosine,
-)
+from keras_attn.training import TransformerSchedule, warmup_cosine
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import RunConfig, train
 from pipelines import synthetic, text, tokenizers, translation
@@ -76,8 +69,8 @@ class TranslationConfig(RunConfig, common.ExportSettings):
 
     # What makes this config the Transformer's; `Seq2SeqConfig` overrides them.
 
-    def build_model(self, source_vocabulary_size, target_vocabulary_size, dropout):
-        """The Keras model this job trains."""
+    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
+        """The backbone this job trains, inside a `Seq2SeqLM`."""
         return TransformerBackbone(
             source_vocabulary_size, target_vocabulary_size,
             max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
@@ -109,7 +102,7 @@ class TranslationResult:
         samples: `(source, translation)` pairs of the first test sentences.
         history: per-epoch logs of this process's training (`{}` when
             nothing was trained).
-        model: the Keras model, with its best validation weights.
+        model: the trained `Seq2SeqLM`, with its best validation weights.
         steps: optimizer steps of the whole run.
         new_export: whether `export_path` was written by this run (False
             when the newest export already held the same model).
@@ -295,21 +288,18 @@ def run(config, log=print):
     builtin = not (config.data or config.src or config.tgt)
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
 
+    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
+
     def build_model():
-        return config.build_model(
-            source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, dropout
-        )
+        backbone = config.build_backbone(source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, dropout)
+        return Seq2SeqLM(backbone, preprocessor)
+
+    def compile_model(model, total_steps):
+        model.compile(learning_rate=learning_rate_schedule(config, total_steps), label_smoothing=config.label_smoothing)
 
     train_started = time.time()
     result = train(
-        config,
-        build_model=build_model,
-        make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: transformer_adam(
-            learning_rate_schedule(config, total_steps)
-        ),
-        make_loss=lambda: MaskedSparseCrossEntropy(config.label_smoothing),
-        make_metrics=lambda: [MaskedTokenAccuracy(), MaskedPerplexity()],
+        config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
         callbacks=config.callbacks(),
     )
     model = result.model
@@ -321,8 +311,7 @@ def run(config, log=print):
             already_finished=result.already_finished,
         )
 
-    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
-    translator = export.Translator(Seq2SeqLM(model, preprocessor))
+    translator = export.Translator(model)
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")

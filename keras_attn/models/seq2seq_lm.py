@@ -9,7 +9,7 @@ from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
 from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.training.losses import MaskedSparseCrossEntropy
-from keras_attn.training.metrics import MaskedTokenAccuracy
+from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
 from keras_attn.training.optimizers import transformer_adam
 from keras_attn.training.schedules import TransformerSchedule
 
@@ -86,14 +86,15 @@ class Seq2SeqLM(Task):
 
         Args:
             optimizer: `"auto"`: `transformer_adam` (β2 0.98, ε 1e-9, clipped
-                norms) on the paper's warm-up and inverse-square-root
-                schedule for the backbone's width, peaking at `learning_rate`
-                after `warmup_steps`.
+                norms) at `learning_rate`.
             loss: `"auto"`: `MaskedSparseCrossEntropy(label_smoothing)`, the
                 mean over the global batch's real target tokens.
-            metrics: `"auto"`: `MaskedTokenAccuracy()`.
-            learning_rate: the peak learning rate of the `"auto"` optimizer.
-            warmup_steps: its warm-up.
+            metrics: `"auto"`: `MaskedTokenAccuracy()` and `MaskedPerplexity()`.
+            learning_rate: for the `"auto"` optimizer, a schedule (the job's:
+                `jobs.translation.learning_rate_schedule`), or a number, the
+                peak of the paper's warm-up and inverse-square-root schedule
+                for the backbone's width, reached after `warmup_steps`.
+            warmup_steps: that schedule's warm-up.
             label_smoothing: ε of the `"auto"` loss.
             **kwargs: other `keras.Model.compile` arguments.
         """
@@ -101,12 +102,14 @@ class Seq2SeqLM(Task):
         self._auto_compile = dict(learning_rate=learning_rate, warmup_steps=warmup_steps,
                                   label_smoothing=label_smoothing) if auto else None
         if optimizer == "auto":
-            width = self.backbone.get_config()["hidden_dim"]
-            optimizer = transformer_adam(TransformerSchedule.with_peak(width, warmup_steps, learning_rate))
+            if isinstance(learning_rate, (int, float)):
+                width = self.backbone.get_config()["hidden_dim"]
+                learning_rate = TransformerSchedule.with_peak(width, warmup_steps, learning_rate)
+            optimizer = transformer_adam(learning_rate)
         if loss == "auto":
             loss = MaskedSparseCrossEntropy(label_smoothing)
         if metrics == "auto":
-            metrics = [MaskedTokenAccuracy()]
+            metrics = [MaskedTokenAccuracy(), MaskedPerplexity()]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):

@@ -1,16 +1,16 @@
 """The training runner every job uses: strategy, precision, the training loop, backups, resume.
 
-A job hands the runner functions that build its model, optimizer, loss,
-metrics and datasets; the runner creates them inside the chosen
-`tf.distribute` strategy, restores the latest backup of the run folder if
-there is one, and trains:
+A job hands the runner functions that build its model (a task, or any
+Keras model), compile it and make its datasets; the runner calls them
+inside the chosen `tf.distribute` strategy, restores the latest backup of
+the run folder if there is one, and trains the model with the optimizer,
+loss and metrics it was compiled with, as `fit` would:
 
     result = train(
         RunConfig(run_dir="runs/transformer", epochs=10, batch_size=64),
-        build_model=lambda: TransformerBackbone(8000, 8000, preset="small"),
+        build_model=lambda: Seq2SeqLM.from_preset("small", preprocessor),
         make_datasets=lambda global_batch: (train_for_epoch, valid_ds),
-        make_optimizer=lambda total_steps: keras.optimizers.Adam(1e-3),
-        make_loss=lambda: MaskedSparseCrossEntropy(0.1),
+        compile_model=lambda model, total_steps: model.compile(learning_rate=1e-3),
     )
 
 The loop is `fit`'s (Keras callbacks, the progress bar, History,
@@ -41,7 +41,7 @@ from keras_attn.training.checkpoints import (
     save_weights_atomically,
     write_text_atomically,
 )
-from keras_attn.training.steps import TrainingSteps
+from keras_attn.training.steps import TrainingSteps, build_metrics
 from keras_attn.training.strategy import get_strategy, worker_role
 
 
@@ -139,15 +139,7 @@ def prepare(config):
     return strategy
 
 
-def train(
-    config,
-    build_model,
-    make_datasets,
-    make_optimizer,
-    make_loss,
-    make_metrics=lambda: [],
-    callbacks=(),
-):
+def train(config, build_model, make_datasets, compile_model=lambda model, total_steps: model.compile(), callbacks=()):
     """Builds the job under the strategy, resumes, trains, keeps the best weights.
 
     Args:
@@ -161,11 +153,11 @@ def train(
             are `(inputs, targets)` of the global batch size and the dataset
             must declare its length (finite cardinality). `valid` is a
             dataset or `None`.
-        make_optimizer: `(total_steps) -> keras.optimizers.Optimizer`, where
+        compile_model: `(model, total_steps) -> None`, compiles the model
+            (its optimizer, loss and metrics, as for `fit`), where
             `total_steps` is the number of steps of the whole run (for
-            schedules that anneal to its end).
-        make_loss: `() -> keras.losses.Loss`.
-        make_metrics: `() -> list` of metrics.
+            schedules that anneal to its end). By default `model.compile()`:
+            a task's own defaults.
         callbacks: extra Keras callbacks.
 
     Returns:
@@ -186,12 +178,11 @@ def train(
 
     with strategy.scope():
         model = build_model()
-        model.compile(optimizer=make_optimizer(steps_per_epoch * config.epochs))
+        compile_model(model, steps_per_epoch * config.epochs)
         optimizer = model.optimizer
         optimizer.build(model.trainable_variables)
-        steps = TrainingSteps(
-            model, optimizer, make_loss(), make_metrics(), strategy, config.jit_compile
-        )
+        build_metrics(model, next(iter(epoch_data(0).take(1))))
+        steps = TrainingSteps(model, strategy, config.jit_compile)
         progress = Progress()
         checkpoint = tf.train.Checkpoint(
             model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables
@@ -200,7 +191,16 @@ def train(
         checkpoint, run_folder.path(config.run_dir, run_folder.CHECKPOINTS), chief, worker,
         keep=config.keep_checkpoints,
     )
-    restored = backups.restore()
+    best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
+    try:
+        if os.path.exists(best_path):  # checked before anything trains; the backup then overwrites them
+            model.load_weights(best_path)
+        restored = backups.restore()
+    except (AssertionError, ValueError):  # weights of another model, or of other shapes
+        raise UserError(
+            f"{config.run_dir}: its saved weights are of another model than this run builds (other "
+            f"settings, or an older keras-attn): {ANOTHER_RUN}"
+        ) from None
     _check_workers_agree(strategy, optimizer.iterations)
     if restored and int(progress.global_batch_size.numpy()) not in (0, global_batch_size):
         raise UserError(
@@ -219,7 +219,6 @@ def train(
     already_finished = initial_epoch >= config.epochs or os.path.exists(stopped)
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, optimizer, already_finished))
-    best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
 
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
     history = {}

@@ -25,46 +25,46 @@ with two differences:
   outside.
 """
 
-import keras
 import tensorflow as tf
 
 
 class TrainingSteps:
-    """The compiled train and evaluation steps of a model under a strategy.
+    """The compiled train and evaluation steps of a compiled model under a strategy.
 
-    Create it inside `strategy.scope()` (its metrics are variables).
+    The model is compiled as for `fit` (its optimizer, loss and metrics)
+    inside `strategy.scope()`, and its metrics are built
+    (`build_metrics`). Each step computes the loss with the model's own
+    `compute_loss` and updates the metrics with its `compute_metrics`, as
+    `fit`'s step does, so a task's loss and metrics are the same under
+    `fit` and here. The loss on each replica is that replica's share of the
+    global loss (Keras losses that average over the batch divide by the
+    replica count themselves; ours divide by the global count); gradients
+    are summed over replicas.
 
     Args:
-        model: a built `keras.Model` whose optimizer is `optimizer`.
-        optimizer: a `keras.optimizers.Optimizer`, built for the model.
-        loss: a `keras.losses.Loss`. Its value on each replica is that
-            replica's share of the global loss: gradients are summed over
-            replicas, as in `fit` (Keras losses that average over the batch
-            divide by the replica count themselves).
-        metrics: `keras.metrics.Metric`s updated with `(targets, outputs)`.
+        model: a compiled `keras.Model`, its optimizer built for its weights.
         strategy: the `tf.distribute.Strategy` the model was built under.
         jit_compile: compile the forward (and backward) pass with XLA.
 
     Example:
 
     >>> strategy = tf.distribute.get_strategy()  # or `keras_attn.training.get_strategy("mirrored")`
+    >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
     >>> with strategy.scope():
     ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    ...     optimizer = keras.optimizers.SGD(0.1)
-    ...     optimizer.build(model.trainable_variables)
-    ...     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    ...     accuracy = keras.metrics.SparseCategoricalAccuracy("accuracy")
-    ...     steps = TrainingSteps(model, optimizer, loss, [accuracy], strategy)
-    >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
+    ...     model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    ...                   metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")])
+    ...     model.optimizer.build(model.trainable_variables)
+    ...     build_metrics(model, next(iter(dataset)))
+    ...     steps = TrainingSteps(model, strategy)
     >>> iterator = iter(strategy.experimental_distribute_dataset(dataset))
     >>> sorted(steps.train(iterator))   # one step; the metrics so far
     ['accuracy', 'loss']
     """
 
-    def __init__(self, model, optimizer, loss, metrics, strategy, jit_compile=False):
+    def __init__(self, model, strategy, jit_compile=False):
         self.model = model
-        self.optimizer = optimizer
-        self.loss = loss
+        self.optimizer = optimizer = model.optimizer
         self.strategy = strategy
         # The steps sum the gradients themselves (see the module docstring);
         # the optimizer (and the one a LossScaleOptimizer wraps) must not sum
@@ -72,8 +72,9 @@ class TrainingSteps:
         self._summing = [optimizer, getattr(optimizer, "inner_optimizer", optimizer)]
         for summing in self._summing:
             summing._all_reduce_sum_gradients = _already_summed  # noqa: SLF001
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.metrics = [self.loss_tracker, *metrics]
+        # Keras lists the loss tracker first; the step weights it itself (`_update_metrics`).
+        self.metrics = model.metrics
+        self.loss_tracker = self.metrics[0]
 
         def forward(inputs, training):
             return model(inputs, training=training)
@@ -95,7 +96,7 @@ class TrainingSteps:
         weights = self.model.trainable_variables
         with tf.GradientTape() as tape:
             outputs = self._forward(inputs, training=True)
-            loss = self._replica_loss(targets, outputs)
+            loss = self._replica_loss(inputs, targets, outputs, True)
             scaled_loss = self.optimizer.scale_loss(loss)  # loss scaling of float16
         pairs = [(g, w) for g, w in zip(tape.gradient(scaled_loss, weights), weights) if g is not None]
         gradients = tf.distribute.get_replica_context().all_reduce(
@@ -108,16 +109,13 @@ class TrainingSteps:
         def replica_step(data):
             inputs, targets = data
             outputs = self._forward(inputs, training=False)
-            self._update_metrics(self._replica_loss(targets, outputs), inputs, targets, outputs)
+            self._update_metrics(self._replica_loss(inputs, targets, outputs, False), inputs, targets, outputs)
 
         self.strategy.run(replica_step, args=(data,))
 
-    def _replica_loss(self, targets, outputs):
-        loss = self.loss(targets, outputs)
-        if self.model.losses:  # weight regularizers: each replica adds its share
-            replicas = self.strategy.num_replicas_in_sync
-            loss = loss + tf.add_n(self.model.losses) / replicas
-        return loss
+    def _replica_loss(self, inputs, targets, outputs, training):
+        # The model's loss (a task's own), with its share of any weight regularizers.
+        return self.model.compute_loss(x=inputs, y=targets, y_pred=outputs, training=training)
 
     def _update_metrics(self, loss, inputs, targets, outputs):
         # The replicas' losses sum to the global batch's loss: weighting each
@@ -129,8 +127,7 @@ class TrainingSteps:
         global_rows = context.all_reduce(tf.distribute.ReduceOp.SUM, rows)
         replicas = self.strategy.num_replicas_in_sync
         self.loss_tracker.update_state(loss * replicas, sample_weight=global_rows / replicas)
-        for metric in self.metrics[1:]:
-            metric.update_state(targets, outputs)
+        self.model.compute_metrics(inputs, targets, outputs)
 
     def evaluate(self, dataset):
         """Metrics of the model over a distributed `dataset` (all replicas, all workers)."""
@@ -160,6 +157,21 @@ class TrainingSteps:
     def reset_metrics(self):
         for metric in self.metrics:
             metric.reset_state()
+
+
+def build_metrics(model, batch):
+    """Creates the variables of a compiled model's metrics from one row of `(inputs, targets)`.
+
+    Call it in the strategy's scope, before the steps are traced (a metric
+    cannot create its variables inside a replica's step, `fit` builds them
+    first too). The metrics are reset after.
+    """
+    inputs, targets = tf.nest.map_structure(lambda tensor: tensor[:1], batch)
+    outputs = model(inputs, training=False)
+    model.compute_loss(x=inputs, y=targets, y_pred=outputs, training=False)
+    model.compute_metrics(inputs, targets, outputs)
+    for metric in model.metrics:
+        metric.reset_state()
 
 
 def _already_summed(grads_and_vars):

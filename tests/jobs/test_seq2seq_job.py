@@ -36,7 +36,7 @@ def trained(tmp_path_factory):
 @pytest.mark.slow
 def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
     root, _, result, printed = trained
-    decoder = result.model.decoder
+    decoder = result.model.backbone.decoder
     assert decoder.attention == "luong" and decoder.cell == "gru"
     assert result.steps == 10  # 627 training pairs at a global batch of 64
     assert f"exported to {root / 'saved_models' / 'seq2seq' / '1'}" in printed
@@ -105,7 +105,7 @@ def test_scheduled_sampling_is_wired_into_model_and_runner():
     assert isinstance(callback, ScheduledSampling)
     assert callback.schedule(0) == pytest.approx(500 / 501)  # ε starts near 1: teacher forcing
     assert callback.schedule(10_000) < 0.01
-    model = config.build_model(50, 50, dropout=0.0)
+    model = config.build_backbone(50, 50, dropout=0.0)
     assert model.decoder.scheduled_sampling == "argmax"
     assert Seq2SeqConfig(preset="tiny").callbacks() == []
 

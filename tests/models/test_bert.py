@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.training import PretrainingLoss, PretrainingMetrics
+from keras_attn.training import PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
 from keras_attn.models import BERT_PRESETS, BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.training import get_strategy
-from keras_attn.training.steps import TrainingSteps
+from keras_attn.training.steps import TrainingSteps, build_metrics
 from pipelines.preprocessors import BertPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS
 from tests.layers.layer_checks import check_layer
@@ -177,9 +177,10 @@ def test_two_replicas_train_as_one_device():
         with strategy.scope():
             model = BertPretrainer(BertBackbone(VOCABULARY, **small))
             model.set_weights(initial)
-            optimizer = keras.optimizers.Adam(1e-3)
-            optimizer.build(model.trainable_variables)
-            steps = TrainingSteps(model, optimizer, PretrainingLoss(), [PretrainingMetrics()], strategy)
+            model.compile(optimizer=keras.optimizers.Adam(1e-3))  # its own loss and metrics
+            model.optimizer.build(model.trainable_variables)
+            build_metrics(model, next(iter(data)))
+            steps = TrainingSteps(model, strategy)
         batches = iter(strategy.experimental_distribute_dataset(data))
         logs = [steps.train(batches) for _ in range(3)]
         steps.release()
@@ -253,9 +254,10 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
             len(SPECIAL_TOKENS) + TOPICS * WORDS, max_sequence_length=16, dropout=0.0,
             num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
         ))
-        optimizer = keras.optimizers.Adam(3e-3)
-        optimizer.build(model.trainable_variables)
-        steps = TrainingSteps(model, optimizer, PretrainingLoss(), [PretrainingMetrics()], strategy)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3))
+        model.optimizer.build(model.trainable_variables)
+        build_metrics(model, _topic_pairs(1, seed=1))
+        steps = TrainingSteps(model, strategy)
     held_out = _topic_pairs(512, seed=99)
     mlm_before, nsp_before = _held_out_accuracies(model, *held_out)
     data = tf.data.Dataset.from_tensor_slices(_topic_pairs(4096, seed=1)).batch(64).repeat()

@@ -28,7 +28,7 @@ INPUTS, TARGETS = _data(count=17)
 
 
 def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, learning_rate=1e-2,
-         **options):
+         wrap=lambda backbone: backbone, **options):
     def make_datasets(global_batch):
         data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).take(rows).batch(global_batch)
         return data, data
@@ -38,12 +38,13 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     return train(
         RunConfig(run_dir=str(run_dir), epochs=epochs,
                   strategy=strategy, devices=devices, verbose=0, **options),
-        build_model=lambda: TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
-                                        num_heads=2, intermediate_dim=32, dropout=0.0),
+        build_model=lambda: wrap(TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
+                                             num_heads=2, intermediate_dim=32, dropout=0.0)),
         make_datasets=make_datasets,
-        make_optimizer=lambda total_steps: keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
-        make_loss=lambda: MaskedSparseCrossEntropy(label_smoothing=0.1),
-        make_metrics=lambda: [MaskedTokenAccuracy()],
+        compile_model=lambda model, total_steps: model.compile(
+            keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
+            MaskedSparseCrossEntropy(label_smoothing=0.1), metrics=[MaskedTokenAccuracy()],
+        ),
         callbacks=callbacks,
     )
 
@@ -117,6 +118,16 @@ def test_resuming_with_another_global_batch_is_refused(reference):
 
     with pytest.raises(UserError, match="global batch of 16, this run has 8"):
         _job(reference.run_dir, epochs=6, batch_size=8)
+
+
+@pytest.mark.slow
+def test_a_backup_of_another_model_is_refused_in_one_line(reference):
+    """A run folder of a bare backbone, resumed by a run that trains it in a task (as the jobs now do), is refused."""
+    from keras_attn.errors import UserError
+    from keras_attn.models import Seq2SeqLM
+
+    with pytest.raises(UserError, match="its saved weights are of another model than this run builds"):
+        _job(reference.run_dir, epochs=6, wrap=Seq2SeqLM)
 
 
 class _Interrupt(keras.callbacks.Callback):
