@@ -26,8 +26,8 @@ def load_translator(model, run_dir):
     """An in-process `export.Translator` of a finished run folder."""
     from keras_attn import export, run_folder
     from keras_attn.models import Seq2SeqLM
-    from keras_attn.jobs.seq2seq import Seq2SeqConfig
-    from keras_attn.jobs.translation import TranslationConfig
+    from keras_attn.config import Seq2SeqConfig
+    from keras_attn.config import TranslationConfig
     from pipelines import tokenizers
     from pipelines.preprocessors import TranslationPreprocessor
 

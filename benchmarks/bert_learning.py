@@ -24,12 +24,13 @@ import tempfile
 from pathlib import Path
 
 from keras_attn.jobs import bert
+from keras_attn.config import PretrainConfig
 from pipelines import synthetic_documents
 from pipelines.tokenizers import SPECIAL_TOKENS
 
 
 def pretrain(run_dir, seed):
-    config = bert.PretrainConfig(
+    config = PretrainConfig(
         run_dir=str(run_dir), preset="tiny", epochs=7, batch_size=32, learning_rate=2e-3,
         warmup_steps=50, dropout=0.0, export=False, verbose=0, backup_every=0, seed=seed,
     )

@@ -53,6 +53,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from keras_attn.config import PretrainConfig, FinetuneConfig  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -285,7 +286,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
     epochs, pairs = plan_steps(seconds_per_step, 60 * args.minutes, pairs_per_epoch, args.batch_size)
     steps = epochs * (pairs // args.batch_size)
     budget = TimeBudget(60 * args.minutes)
-    config = bert_job.PretrainConfig(
+    config = PretrainConfig(
         run_dir=str(run_dir), data=[str(train_folder)], one_document_per_file=True, preset=args.preset,
         max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
@@ -348,7 +349,7 @@ def sst2_epochs(args):
 
 def finetune(args, model_dir, sst2, run_dir, name):
     keras.mixed_precision.set_global_policy("float32")
-    config = bert_job.FinetuneConfig(
+    config = FinetuneConfig(
         model_dir=str(model_dir), train=str(sst2["train"]), valid=str(sst2["dev"]), test=str(sst2["test"]),
         run_dir=str(run_dir / name), epochs=sst2_epochs(args), batch_size=SST2_BATCH, max_length=64,
         learning_rate=args.sst2_learning_rate, mixed_precision=args.precision == "mixed_bfloat16",
@@ -460,7 +461,7 @@ def main():
         # The vocabulary our job will learn (same documents, same held-out split, same seed).
         train_docs, valid_docs = documents.hold_out_documents(read.documents, 0.05, seed=args.seed, minimum=2)
         tokenizer = bert_job.build_tokenizer(
-            bert_job.PretrainConfig(run_dir=str(run_dir / "ours"), vocab_size=args.vocab_size),
+            PretrainConfig(run_dir=str(run_dir / "ours"), vocab_size=args.vocab_size),
             [s for d in train_docs for s in d],
         )
         vocabulary = tokenizer.vocabulary

@@ -22,6 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from keras_attn.config import TranslationConfig, Seq2SeqConfig, ATTENTIONS, CELLS, SCORES, DECAYS  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
@@ -47,16 +48,14 @@ SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampl
 
 def add_model_arguments(parser):
     """`--model` and the Seq2Seq model's flags."""
-    from keras_attn import choices
-
     parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
-    parser.add_argument("--attention", choices=choices.ATTENTIONS, default="bahdanau",
+    parser.add_argument("--attention", choices=ATTENTIONS, default="bahdanau",
                         help="seq2seq only")
-    parser.add_argument("--cell", choices=choices.CELLS, default="lstm", help="seq2seq only")
-    parser.add_argument("--score", choices=choices.SCORES, default="general",
+    parser.add_argument("--cell", choices=CELLS, default="lstm", help="seq2seq only")
+    parser.add_argument("--score", choices=SCORES, default="general",
                         help="seq2seq with Luong's attention only")
     parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
-    parser.add_argument("--scheduled-sampling", choices=choices.DECAYS,
+    parser.add_argument("--scheduled-sampling", choices=DECAYS,
                         default=None, help="seq2seq only")
 
 
@@ -67,8 +66,6 @@ def job_config(direction, model_args=None, transformer_config=None, seq2seq_conf
     Transformer). `transformer_config` / `seq2seq_config`: config classes to
     use instead of the jobs' own (e.g. subclasses that add callbacks).
     """
-    from keras_attn.jobs import seq2seq, translation
-
     src, tgt = direction.split("-")
     path = lambda split, lang: os.path.join(DATA, f"{split}.{lang}.gz")  # noqa: E731
     data = dict(
@@ -78,8 +75,8 @@ def job_config(direction, model_args=None, transformer_config=None, seq2seq_conf
     )
     if model_args is not None and model_args.model == "seq2seq":
         model = {flag: getattr(model_args, flag) for flag in SEQ2SEQ_FLAGS}
-        return (seq2seq_config or seq2seq.Seq2SeqConfig)(**model, **data, **settings)
-    return (transformer_config or translation.TranslationConfig)(**data, **settings)
+        return (seq2seq_config or Seq2SeqConfig)(**model, **data, **settings)
+    return (transformer_config or TranslationConfig)(**data, **settings)
 
 
 def main():

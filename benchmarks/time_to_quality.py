@@ -36,7 +36,8 @@ from multi30k import DATA, add_model_arguments, bleu_by_source_length, job_confi
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.models import Seq2SeqLM  # noqa: E402
-from keras_attn.jobs import seq2seq, translation  # noqa: E402
+from keras_attn.jobs import translation  # noqa: E402
+from keras_attn.config import TranslationConfig, Seq2SeqConfig  # noqa: E402
 from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
 from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
 
@@ -74,12 +75,12 @@ class _Snapshots:
 
 
 @dataclasses.dataclass
-class SnapshotConfig(_Snapshots, translation.TranslationConfig):
+class SnapshotConfig(_Snapshots, TranslationConfig):
     snapshot_dir: str = None
 
 
 @dataclasses.dataclass
-class Seq2SeqSnapshotConfig(_Snapshots, seq2seq.Seq2SeqConfig):
+class Seq2SeqSnapshotConfig(_Snapshots, Seq2SeqConfig):
     snapshot_dir: str = None
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from keras_attn.config import TranslationConfig  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
@@ -37,10 +38,8 @@ CASES = ("float32:plain", "float32:xla", "mixed_bfloat16:plain", "mixed_bfloat16
 
 
 def job_config(run_dir, precision, xla, batch_size):
-    from keras_attn.jobs import translation
-
     path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
-    return translation.TranslationConfig(
+    return TranslationConfig(
         src=path("train", "de"), tgt=path("train", "en"),
         valid_src=path("val", "de"), valid_tgt=path("val", "en"),
         test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),

@@ -22,7 +22,7 @@ import shlex
 import sys
 import tempfile
 
-from keras_attn import choices, run_folder
+from keras_attn import config, run_folder
 from keras_attn.errors import UserError
 
 
@@ -133,14 +133,88 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-JIT_HELP = (
-    "compile the train step with XLA (off by default: slower than without on the CPUs measured, "
-    "compilations included; benchmarks/RESULTS.md)"
-)
-AVERAGE_HELP = (
-    "also validate the mean of the last K epochs' weights after each epoch; the best of it and the "
-    "single epochs is kept (checkpoint averaging, Vaswani et al. 2017; 1: off)"
-)
+_CHECKS = {config.FRACTION: _fraction, config.RATE: _rate, config.POSITIVE: _positive,
+           config.NON_NEGATIVE: _non_negative}
+
+
+def _decay_parameter(text):
+    """`NAME=X` → `(NAME, float X)`."""
+    name, _, value = text.partition("=")
+    try:
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
+
+
+# How the command line spells a value that the config holds otherwise.
+_PARSE = {"decay_parameters": _decay_parameter}
+
+
+def _convert(name, value):
+    if name == "mixed_precision":  # --precision auto|float32|mixed_bfloat16
+        from keras_attn.training.precision import resolve_mixed_precision
+
+        return resolve_mixed_precision(value)
+    return dict(value) if name == "decay_parameters" else value
+
+
+def _add_config_flags(parser, jobs):
+    """Adds the flags of `jobs` (`{job: config class}`) to `parser`, each from its field.
+
+    Flags keep argparse's SUPPRESS as default: only what is given reaches
+    the config, which supplies the rest (its defaults are shown in `--help`).
+    A flag of some of the jobs only is listed under its own heading.
+    """
+    fields = {}  # name -> (field, metadata, {job: default})
+    for job, config_class in jobs.items():
+        for field, metadata in config.flags(config_class):
+            fields.setdefault(field.name, (field, metadata, {}))[2][job] = field.default
+    groups = {}
+    order = lambda item: {config.TRAINING: 1, config.OUTPUT: 2}.get(item[1][1]["group"], 0)  # noqa: E731
+    for name, (field, metadata, defaults) in sorted(fields.items(), key=order):
+        group = metadata["group"]
+        where = groups.get(group) or groups.setdefault(group, parser.add_argument_group(group) if group else parser)
+        shown = metadata.get("cli_default", field.default)
+        help = metadata["help"].replace("%", "%%")
+        if len(set(map(repr, defaults.values()))) > 1:
+            help += " (default: " + ", ".join(f"{value} for {job}" for job, value in defaults.items()) + ")"
+        elif not any(shown is hidden for hidden in (None, False, True)):
+            help += f" (default: {shown})"
+        options = dict(help=help, default=argparse.SUPPRESS)
+        for key in ("choices", "nargs", "metavar", "required"):
+            if key in metadata:
+                options[key] = metadata[key]
+        if metadata.get("positional"):
+            where.add_argument(name, **options)
+            continue
+        flag = metadata.get("flag", "--" + name.replace("_", "-"))
+        if field.type is bool and "choices" not in metadata:
+            options["action"] = "store_false" if flag.startswith("--no-") else "store_true"
+        else:
+            check = metadata["check"]
+            if isinstance(check, tuple):
+                options["type"] = _at_least(check[1])
+            elif check:
+                options["type"] = _CHECKS[check]
+            elif name in _PARSE:
+                options["type"] = _PARSE[name]
+            elif field.type in (int, float):
+                options["type"] = field.type
+        where.add_argument(flag, dest=name, **options)
+
+
+def _config_from(args, config_class):
+    """`config_class` with the flags given in `args` (the CLI's spellings converted)."""
+    values = {}
+    for field, metadata in config.flags(config_class):
+        if field.name in vars(args):
+            values[field.name] = _convert(field.name, getattr(args, field.name))
+        elif "cli_default" in metadata:
+            values[field.name] = _convert(field.name, metadata["cli_default"])
+    return config_class(**values)
+
+
+TRAIN_JOBS = {"transformer": config.TranslationConfig, "seq2seq": config.Seq2SeqConfig}
 
 
 def build_parser():
@@ -160,81 +234,7 @@ def build_parser():
     train = command("train", "train a model, evaluate it and export it")
     train.add_argument("job", choices=["transformer", "seq2seq"],
                        help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention")
-    data = train.add_argument_group("data (default: the built-in generated corpus)")
-    data.add_argument("--src", help="training source text, one sentence a line (.gz allowed)")
-    data.add_argument("--tgt", help="training target text, line-aligned with --src")
-    data.add_argument("--data", help="training pairs as one TSV file: source<TAB>target")
-    data.add_argument("--builtin-size", type=_at_least(10), default=20000, help="training pairs of the built-in corpus")
-    data.add_argument("--valid-src", help="validation source (default: 2%% of training)")
-    data.add_argument("--valid-tgt", help="validation target")
-    data.add_argument("--test-src", help="test source, scored at the end (default: the validation pairs)")
-    data.add_argument("--test-tgt", help="test target")
-    data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="WordPiece vocabulary size")
-    data.add_argument("--shared-vocab", action="store_true", help="one vocabulary and embedding for both languages")
-    data.add_argument("--lowercase", action="store_true", help="lowercase before tokenizing")
-    data.add_argument("--max-length", type=_at_least(2), default=64, help="longest sequence in tokens")
-    model = train.add_argument_group("model and training")
-    model.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny",
-                       help="model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
-                            "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)")
-    model.add_argument("--epochs", type=_at_least(1), default=8,
-                       help="passes over the training data, those of a resumed run included")
-    model.add_argument("--batch-size", type=_at_least(1), default=None,
-                       help="examples per replica (default: 64; with --batch-tokens: the most a batch may hold, "
-                            "by default as many as fit)")
-    model.add_argument("--batch-tokens", type=_at_least(1), default=None, metavar="N",
-                       help="batches of up to N ids per replica (pairs x padded length) instead of "
-                            "--batch-size pairs: short pairs share a batch with more of their kind")
-    model.add_argument("--dropout", type=_fraction, default=None,
-                       help="dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)")
-    model.add_argument("--label-smoothing", type=_fraction, default=0.1,
-                       help="probability mass spread over the other tokens of each target")
-    model.add_argument("--schedule", choices=["cosine", "noam"], default="cosine",
-                       help="cosine: warm-up, then cosine decay to the end of the run; noam: the paper's")
-    model.add_argument("--learning-rate", type=_positive, default=2e-3, help="peak learning rate")
-    model.add_argument("--warmup-steps", type=_at_least(1), default=200,
-                       help="steps of linear learning-rate warm-up")
-    model.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
-                       help="auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG")
-    model.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
-    model.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
-                       help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
-    model.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
-    model.add_argument("--seed", type=int, default=0, help="seeds the data order, the initial weights and dropout")
-    model.add_argument("--average-epochs", type=_at_least(1), default=1, metavar="K", help=AVERAGE_HELP)
-    rnn = train.add_argument_group("seq2seq only (train seq2seq)")
-    rnn.add_argument("--attention", choices=choices.ATTENTIONS, default=None,
-                     help="bahdanau: additive, from the previous state; luong: multiplicative, from the current "
-                          "state, input feeding; none: the fixed-context baseline (default: bahdanau)")
-    rnn.add_argument("--cell", choices=choices.CELLS, default=None, help="recurrent cell (default: lstm)")
-    rnn.add_argument("--score", choices=choices.SCORES, default=None,
-                     help="Luong's score function (default: general)")
-    rnn.add_argument("--local", choices=choices.LOCALS, default=None,
-                     help="Luong's local attention, local-m or local-p (default: global)")
-    rnn.add_argument("--window", type=_at_least(0), default=None, help="half-width D of local attention (default: 10)")
-    rnn.add_argument(
-        "--bidirectional", action="store_true", default=None,
-        help="a bidirectional encoder (both attentions learned more slowly with one on Multi30k: benchmarks/RESULTS.md)",
-    )
-    rnn.add_argument("--scheduled-sampling", choices=choices.DECAYS, default=None,
-                     help="feed the model's own predictions with a probability that rises as the "
-                          "teacher-forcing ratio decays this way (Bengio et al. 2015)")
-    rnn.add_argument("--decay-parameters", type=_decay_parameter, nargs="+", default=None, metavar="NAME=X",
-                     help="the decay's parameters, e.g. k=1000 (each decay's parameters and defaults: "
-                          "keras_attn/training/scheduled_sampling.py)")
-    output = train.add_argument_group("output")
-    output.add_argument("--run-dir", default=None,
-                        help="backups, logs and the test split (default: runs/<name>); rerun to resume")
-    output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
-                        help="back up every STEPS steps as well as after each epoch (0: epochs only)")
-    output.add_argument("--export", default="saved_models", metavar="ROOT",
-                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed (or --force-export)")
-    output.add_argument("--force-export", action="store_true",
-                        help="export a new version even when the newest one holds the same model")
-    output.add_argument("--no-export", action="store_true", help="do not export")
-    output.add_argument("--name", default=None, help="model name under the export root and runs/ (default: the job's)")
-    output.add_argument("--beam-width", type=_at_least(1), default=4,
-                        help="beam search width for the test split and samples (1: greedy)")
+    _add_config_flags(train, TRAIN_JOBS)
 
     translate = command("translate", "translate with an exported model")
     translate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
@@ -258,86 +258,10 @@ def build_parser():
     return parser
 
 
-def _pairs_per_batch(args):
-    """`--batch-size`, or with `--batch-tokens` alone as many pairs as the budget can hold."""
-    if args.batch_size is not None:
-        return args.batch_size
-    if args.batch_tokens is None:
-        return 64
-    from pipelines.translation import most_pairs
-
-    return most_pairs(args.batch_tokens)
-
-
-def _runner_flags(parser, name, epochs, batch_size, learning_rate, learning_rate_help="peak learning rate (AdamW)"):
-    """The flags every job has: training length, strategy, precision, run folder, export."""
-    run = parser.add_argument_group("training")
-    run.add_argument("--epochs", type=_at_least(1), default=epochs,
-                     help="passes over the training data, those of a resumed run included")
-    run.add_argument("--batch-size", type=_at_least(1), default=batch_size, help="examples per replica")
-    run.add_argument("--learning-rate", type=_positive, default=learning_rate, help=learning_rate_help)
-    run.add_argument("--dropout", type=_fraction, default=0.1, help="dropout rate")
-    run.add_argument("--strategy", choices=["auto", "one_device", "mirrored", "multi_worker"], default="auto",
-                     help="auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG")
-    run.add_argument("--devices", nargs="+", help="devices for one_device/mirrored, e.g. /gpu:0 /gpu:1")
-    run.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto",
-                     help="auto: mixed_bfloat16 where the hardware runs bfloat16 natively")
-    run.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
-    run.add_argument("--seed", type=int, default=0, help="seeds the data, the initial weights and dropout")
-    run.add_argument("--average-epochs", type=_at_least(1), default=1, metavar="K", help=AVERAGE_HELP)
-    output = parser.add_argument_group("output")
-    output.add_argument("--run-dir", default=None,
-                        help=f"backups and logs (default: runs/<name>, runs/{name}); rerun to resume")
-    output.add_argument("--backup-every", type=_at_least(0), default=500, metavar="STEPS",
-                        help="back up every STEPS steps as well as after each epoch (0: epochs only)")
-    output.add_argument("--export", default="saved_models", metavar="ROOT",
-                        help="export root (ROOT/<name>/<version>/); a new version only when the model changed")
-    output.add_argument("--force-export", action="store_true",
-                        help="export a new version even when the newest one holds the same model")
-    output.add_argument("--no-export", action="store_true", help="do not export")
-    output.add_argument("--name", default=name, help="model name under the export root and runs/")
-
-
-def _runner_settings(args):
-    """`RunConfig` and export fields from `_runner_flags`."""
-    from keras_attn.training.precision import resolve_mixed_precision
-
-    return dict(
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, dropout=args.dropout,
-        strategy=args.strategy, devices=args.devices, mixed_precision=resolve_mixed_precision(args.precision),
-        jit_compile=args.jit_compile, seed=args.seed, run_dir=args.run_dir or os.path.join("runs", args.name),
-        backup_every=args.backup_every, export_root=args.export, name=args.name, export=not args.no_export,
-        force_export=args.force_export, average_epochs=args.average_epochs,
-    )
-
-
 def _add_bert_commands(command):
     pretrain = command("pretrain", "pretrain BERT (masked LM + next sentence) and export it")
     pretrain.add_argument("job", choices=["bert"], help="bert: BERT's two pretraining tasks")
-    data = pretrain.add_argument_group("data (default: the built-in generated documents)")
-    data.add_argument("--data", nargs="+", metavar="PATH",
-                      help="text files or folders (.gz allowed); blank lines separate documents")
-    data.add_argument("--one-document-per-file", action="store_true", help="each file is one document")
-    data.add_argument("--builtin-documents", type=_at_least(10), default=3000, help="documents of the built-in corpus")
-    data.add_argument("--vocab-size", type=_at_least(10), default=8000, help="uncased WordPiece vocabulary size")
-    data.add_argument("--max-length", type=_at_least(8), default=None,
-                      help="tokens per sentence pair (default: 128, or 64 on the built-in documents)")
-    data.add_argument("--max-predictions", type=_at_least(1), default=None,
-                      help="most masked tokens per pair (default: --mask-rate of --max-length, rounded up)")
-    data.add_argument("--mask-rate", type=_rate, default=0.15,
-                      help="fraction of each pair's tokens masked (BERT: 0.15; see --max-predictions)")
-    data.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
-    data.add_argument("--pairs-per-epoch", type=_at_least(1), default=None,
-                      help="sentence pairs per epoch (default: the corpus's tokens / (max-length - 3))")
-    model = pretrain.add_argument_group("model")
-    model.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base"], default="tiny",
-                       help="tiny (L2/H128), mini (L4/H256), small (L4/H512), medium (L8/H512), base (L12/H768)")
-    model.add_argument("--norm-first", action="store_true",
-                       help="pre-norm blocks and a final LayerNorm instead of BERT's post-norm")
-    model.add_argument("--warmup-steps", type=_at_least(0), default=200, help="steps of linear warm-up")
-    model.add_argument("--nsp-weight", type=_non_negative, default=1.0,
-                       help="weight of the next-sentence loss beside the masked LM's (BERT: 1; 0: MLM alone)")
-    _runner_flags(pretrain, "bert", epochs=10, batch_size=32, learning_rate=1e-3)
+    _add_config_flags(pretrain, {"bert": config.PretrainConfig})
 
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
@@ -345,16 +269,7 @@ def _add_bert_commands(command):
     fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
 
     finetune = command("finetune", "fine-tune a pretrained BERT (export or run folder) as a classifier and export it")
-    finetune.add_argument(
-        "model_dir", help="a pretraining export (saved_models/bert/<version>) or run folder (runs/bert)")
-    finetune.add_argument("--train", required=True, help="label<TAB>text or label<TAB>text_a<TAB>text_b lines")
-    finetune.add_argument("--valid", help="validation examples, same format (default: 10%% of --train)")
-    finetune.add_argument("--test", help="test examples, scored once at the end")
-    finetune.add_argument("--max-length", type=_at_least(8), default=None,
-                          help="tokens per example (default: the pretraining's)")
-    _runner_flags(finetune, "bert-classifier", epochs=3, batch_size=32, learning_rate=None,
-                  learning_rate_help="peak learning rate (AdamW; default: 1e-3 for a tiny backbone, "
-                                     "the default pretraining's, else 1e-4)")
+    _add_config_flags(finetune, {"finetune": config.FinetuneConfig})
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
     classify.add_argument("model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>")
@@ -409,57 +324,16 @@ def _fail(message):
     return 2
 
 
-SEQ2SEQ_FLAGS = (
-    "attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling", "decay_parameters",
-)
-
-
-def _decay_parameter(text):
-    """`NAME=X` → `(NAME, float X)`."""
-    name, _, value = text.partition("=")
-    try:
-        return name.strip(), float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
-
-
 def _train(args):
     from keras_attn.jobs import translation
-    from keras_attn.training.precision import resolve_mixed_precision
 
-    rnn_flags = {
-        name: getattr(args, name)
-        for name in SEQ2SEQ_FLAGS
-        if getattr(args, name) is not None
-    }
-    if "decay_parameters" in rnn_flags:
-        rnn_flags["decay_parameters"] = dict(rnn_flags["decay_parameters"])
-    if args.job == "seq2seq":
-        from keras_attn.jobs.seq2seq import Seq2SeqConfig as make_config
-    else:
-        make_config = translation.TranslationConfig
-        if rnn_flags:
-            flags = ", ".join(f"--{name.replace('_', '-')}" for name in rnn_flags)
-            raise UserError(f"{flags}: for train seq2seq only, not train transformer")
-    name = args.name or args.job
-    config = make_config(
-        **rnn_flags,
-        src=args.src, tgt=args.tgt, data=args.data, builtin_size=args.builtin_size,
-        valid_src=args.valid_src, valid_tgt=args.valid_tgt,
-        test_src=args.test_src, test_tgt=args.test_tgt,
-        preset=args.preset, epochs=args.epochs, batch_size=_pairs_per_batch(args), batch_tokens=args.batch_tokens,
-        max_length=args.max_length, vocab_size=args.vocab_size,
-        shared_vocab=args.shared_vocab, lowercase=args.lowercase,
-        dropout=args.dropout, label_smoothing=args.label_smoothing,
-        schedule=args.schedule, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
-        strategy=args.strategy, devices=args.devices,
-        mixed_precision=resolve_mixed_precision(args.precision), jit_compile=args.jit_compile,
-        beam_width=args.beam_width, run_dir=args.run_dir or os.path.join("runs", name),
-        export_root=args.export, name=name, export=not args.no_export,
-        force_export=args.force_export, seed=args.seed,
-        backup_every=args.backup_every, average_epochs=args.average_epochs,
-    )
-    result = translation.run(config)
+    transformer_flags = {field.name for field, _ in config.flags(config.TranslationConfig)}
+    seq2seq_only = [f"--{name.replace('_', '-')}" for name in vars(args) if name in
+                    {field.name for field, _ in config.flags(config.Seq2SeqConfig)} - transformer_flags]
+    if args.job == "transformer" and seq2seq_only:
+        raise UserError(f"{', '.join(seq2seq_only)}: for train seq2seq only, not train transformer")
+    job = _config_from(args, TRAIN_JOBS[args.job])
+    result = translation.run(job)
     if not result.samples:  # a worker other than the chief: it only trains
         return 0
     print("\nsample translations:")
@@ -471,7 +345,7 @@ def _train(args):
         print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabularies)")
     if result.export_path:
         print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
-        test_split = run_folder.path(config.run_dir, run_folder.TEST_SOURCE)
+        test_split = run_folder.path(job.run_dir, run_folder.TEST_SOURCE)
         print(f"     keras-attn evaluate {result.export_path}   (scores its test split, {test_split})")
     return 0
 
@@ -616,17 +490,11 @@ def _plot_attention(args):
 def _pretrain(args):
     from keras_attn.jobs import bert
 
-    config = bert.PretrainConfig(
-        **_runner_settings(args), data=args.data, one_document_per_file=args.one_document_per_file,
-        builtin_documents=args.builtin_documents, preset=args.preset, norm_first=args.norm_first,
-        max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
-        mask_rate=args.mask_rate, whole_word=args.whole_word,
-        pairs_per_epoch=args.pairs_per_epoch, warmup_steps=args.warmup_steps, nsp_weight=args.nsp_weight,
-    )
-    result = bert.pretrain(config)
+    job = _config_from(args, config.PretrainConfig)
+    result = bert.pretrain(job)
     _say_exported(result)
     if result.export_path:
-        example = bert.FILL_MASK_EXAMPLES["data" if args.data else "builtin"]
+        example = bert.FILL_MASK_EXAMPLES["data" if job.data else "builtin"]
         print(f"try: keras-attn fill-mask {result.export_path} {shlex.quote(example)}")
     return 0
 
@@ -636,11 +504,7 @@ def _finetune(args):
 
     if not run_folder.is_run_folder(args.model_dir):
         _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS})")
-    config = bert.FinetuneConfig(
-        **_runner_settings(args), model_dir=args.model_dir, train=args.train, valid=args.valid,
-        test=args.test, max_length=args.max_length,
-    )
-    result = bert.finetune(config)
+    result = bert.finetune(_config_from(args, config.FinetuneConfig))
     _say_exported(result)
     if result.export_path:
         print(f"try: keras-attn classify {result.export_path} {shlex.quote('a fine film.')}")

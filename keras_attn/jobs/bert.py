@@ -22,78 +22,10 @@ from keras_attn.training import WarmupLinearDecay
 from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
-from keras_attn.models.presets import PRESETS
-from keras_attn.training.runner import RunConfig, train
+from keras_attn.presets import PRESETS
+from keras_attn.training.runner import train
 from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
 from pipelines.preprocessors import BertPreprocessor
-
-
-@dataclasses.dataclass
-class PretrainConfig(RunConfig, common.ExportSettings):
-    """Everything `keras-attn pretrain bert` can be told (its flags map onto these fields).
-
-    The runner's own settings (run folder, epochs, batch size, strategy,
-    precision, seed, backups) are those of `RunConfig`.
-    """
-
-    run_dir: str = "runs/bert"
-    epochs: int = 10
-    batch_size: int = 32
-    backup_every: int = 500
-    data: list = None  # files or folders of documents; None: the built-in corpus
-    one_document_per_file: bool = False
-    builtin_documents: int = 3000
-    valid_fraction: float = 0.05
-    preset: str = "tiny"
-    norm_first: bool = False  # pre-norm blocks and a final LayerNorm instead of BERT's post-norm
-    max_length: int = None  # 128 on --data, 64 on the built-in corpus (its documents are short)
-    max_predictions: int = None  # None: mask_rate of max_length, rounded up (BERT: 20 of 128 at 15%)
-    vocab_size: int = 8000
-    mask_rate: float = 0.15
-    whole_word: bool = False
-    short_sequence_probability: float = 0.1
-    pairs_per_epoch: int = None  # None: the corpus's tokens / (max_length - 3)
-    nsp_weight: float = 1.0  # the next-sentence loss's weight beside the masked LM's (0: MLM alone)
-    dropout: float = 0.1
-    learning_rate: float = 1e-3
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    name: str = "bert"
-
-    def bound_settings(self):
-        """Fields a run folder keeps: a rerun with other values is refused."""
-        return ("vocab_size", "preset", "norm_first", "max_length", "max_predictions", "whole_word", "mask_rate")
-
-
-@dataclasses.dataclass
-class FinetuneConfig(RunConfig, common.ExportSettings):
-    """Everything `keras-attn finetune` can be told.
-
-    Attributes:
-        model_dir: a pretraining export (`saved_models/bert/<version>`) or
-            pretraining run folder (`runs/bert`, its best weights).
-        train, valid, test: TSV files (`label<TAB>text` or
-            `label<TAB>text_a<TAB>text_b`); without `valid`, 10% of the
-            training examples are held out.
-    """
-
-    model_dir: str = None
-    train: str = None
-    valid: str = None
-    test: str = None
-    run_dir: str = "runs/bert-classifier"
-    epochs: int = 3
-    batch_size: int = 32
-    backup_every: int = 500
-    max_length: int = None  # None: the pretraining's
-    dropout: float = 0.1
-    learning_rate: float = None  # None: the pretrained backbone's (`finetune_learning_rate`)
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    name: str = "bert-classifier"
-
-    def bound_settings(self):
-        return ("model_dir", "max_length")
 
 
 def finetune_learning_rate(pretrained):

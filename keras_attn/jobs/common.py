@@ -23,21 +23,6 @@ from keras_attn.training.runner import ANOTHER_RUN, prepare
 from keras_attn.training.strategy import worker_role
 
 
-@dataclasses.dataclass
-class ExportSettings:
-    """Where a job exports its model (each job adds its `name`).
-
-    Attributes:
-        export_root: the export root; versions go to `<export_root>/<name>/<n>`.
-        export: export at the end of the run.
-        force_export: a new version even when the newest export holds this model.
-    """
-
-    export_root: str = "saved_models"
-    export: bool = True
-    force_export: bool = False
-
-
 def start(config, log):
     """What a job does before it reads any data; returns whether this process is the chief.
 

@@ -1,10 +1,10 @@
 """The translation job: data → tokenizers → fit → evaluate → export.
 
-`run(TranslationConfig(...))` is what `keras-attn train transformer` runs;
-`run(Seq2SeqConfig(...))` (`keras_attn.jobs.seq2seq`) what `keras-attn train
-seq2seq` runs. A config says which model it trains through three methods
-(`build_backbone`, `hidden_dim`, `callbacks`) and which of its
-fields bind a run folder (`bound_settings`); everything else here is shared.
+`run(TranslationConfig(...))` is what `keras-attn train transformer` runs,
+`run(Seq2SeqConfig(...))` what `keras-attn train seq2seq` runs (both configs:
+`keras_attn.config`). A config says which model it trains (`build_backbone`,
+`hidden_dim`, `callbacks`) and which of its fields bind a run folder
+(`bound_settings`); everything else here is shared.
 What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
 """
@@ -24,70 +24,12 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     describe_setup,
     wait_for_chief,
 )
-from keras_attn.models import TRANSFORMER_PRESETS, Seq2SeqLM, TransformerBackbone
+from keras_attn.models import Seq2SeqLM
 from keras_attn.training import TransformerSchedule, warmup_cosine
 from keras_attn.training.checkpoints import write_text_atomically
-from keras_attn.training.runner import RunConfig, train
+from keras_attn.training.runner import train
 from pipelines import synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
-
-
-@dataclasses.dataclass
-class TranslationConfig(RunConfig, common.ExportSettings):
-    """Everything the job can be told; the CLI flags map onto these fields.
-
-    The runner's own settings (run folder, epochs, batch size, strategy,
-    precision, seed, backups) are those of `RunConfig`.
-    """
-
-    run_dir: str = "runs/transformer"
-    epochs: int = 8
-    backup_every: int = 500
-    src: str = None
-    tgt: str = None
-    data: str = None
-    builtin_size: int = 20000
-    builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
-    valid_src: str = None
-    valid_tgt: str = None
-    test_src: str = None
-    test_tgt: str = None
-    preset: str = "tiny"
-    max_length: int = 64
-    batch_tokens: int = None  # ids per replica per batch instead of batch_size pairs (batch_size then caps the pairs)
-    vocab_size: int = 8000
-    shared_vocab: bool = False
-    lowercase: bool = False
-    dropout: float = None  # 0.1 on real data, 0 on the noise-free built-in corpus
-    label_smoothing: float = 0.1
-    schedule: str = "cosine"
-    learning_rate: float = 2e-3
-    warmup_steps: int = 200
-    beam_width: int = 4
-    name: str = "transformer"
-    samples: int = 5
-
-    # What makes this config the Transformer's; `Seq2SeqConfig` overrides them.
-
-    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
-        """The backbone this job trains, inside a `Seq2SeqLM`."""
-        return TransformerBackbone(
-            source_vocabulary_size, target_vocabulary_size,
-            max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
-            share_embeddings=self.shared_vocab,
-        )
-
-    def hidden_dim(self):
-        """The model width the Noam schedule scales by."""
-        return TRANSFORMER_PRESETS[self.preset]["hidden_dim"]
-
-    def callbacks(self):
-        """Keras callbacks the runner adds to the job's."""
-        return []
-
-    def bound_settings(self):
-        """Fields a run folder keeps: a rerun with other values is refused."""
-        return BOUND_SETTINGS
 
 
 @dataclasses.dataclass
@@ -206,9 +148,6 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     return result
 
 
-# What a run folder is bound to: resuming with other values would train
-# the saved model on other data, or restore weights of another shape.
-BOUND_SETTINGS = ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length", "batch_tokens")
 # With --jit-compile, batches are padded to lengths that are multiples of this.
 XLA_LENGTH_MULTIPLE = 8
 

@@ -21,8 +21,8 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
 )
 from keras_attn.models.backbone import Backbone
-from keras_attn.models.presets import PRESETS as _ALL_PRESETS
-from keras_attn.models.presets import architecture
+from keras_attn.presets import PRESETS as _ALL_PRESETS
+from keras_attn.presets import architecture
 from keras_attn.models.task import Task
 from keras_attn.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.training.losses import ClassificationLoss, PretrainingLoss

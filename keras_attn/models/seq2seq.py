@@ -12,9 +12,9 @@ import keras
 from keras import ops
 
 from keras_attn.layers import AttentionDecoder, RNNEncoder
-from keras_attn.models.presets import PRESETS as _ALL_PRESETS
+from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.backbone import Backbone
-from keras_attn.models.presets import architecture
+from keras_attn.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["seq2seq"]
@@ -36,7 +36,7 @@ class Seq2SeqBackbone(Backbone):
         target_vocabulary_size: size of the target vocabulary.
         preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
             `num_layers` and `hidden_dim` for those not given explicitly
-            (`keras_attn.models.presets`).
+            (`keras_attn.presets`).
         cell: `"lstm"` or `"gru"`.
         num_layers: RNN layers of the encoder and of the decoder (1 to 4); 1
             without a preset.

@@ -67,7 +67,7 @@ class Seq2SeqLM(Task):
         builds the task on it.
 
         Args:
-            preset: a preset name of the family (`keras_attn.models.presets`).
+            preset: a preset name of the family (`keras_attn.presets`).
             preprocessor: the `TranslationPreprocessor` it translates with.
             family: `"transformer"` or `"seq2seq"` (the RNN encoder-decoder).
             **kwargs: backbone arguments, which win over the preset's.

@@ -42,7 +42,7 @@ class Task(keras.Model):
         """A new task on a new backbone of `preset`, sized by `preprocessor`'s vocabulary and length.
 
         Args:
-            preset: a preset name of the backbone's family (`keras_attn.models.presets`).
+            preset: a preset name of the backbone's family (`keras_attn.presets`).
             preprocessor: the preprocessor the task reads its inputs with.
             **kwargs: the task's own arguments (those its constructor
                 names) and backbone arguments, which win over the preset's.

@@ -8,9 +8,9 @@ from keras_attn.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from keras_attn.models.presets import PRESETS as _ALL_PRESETS
+from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.backbone import Backbone
-from keras_attn.models.presets import architecture
+from keras_attn.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["transformer"]
@@ -38,7 +38,7 @@ class TransformerBackbone(Backbone):
         max_sequence_length: the longest source or target sequence.
         preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
             `num_layers`, `hidden_dim`, `num_heads` and `intermediate_dim`
-            for those not given explicitly (`keras_attn.models.presets`).
+            for those not given explicitly (`keras_attn.presets`).
         num_layers: encoder layers (and decoder layers unless
             `num_decoder_layers` is given); 3 without a preset.
         num_decoder_layers: decoder layers.

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from keras_attn.config import PRECISIONS
+
 
 def bfloat16_support():
     """Whether this machine runs bfloat16 matrix products natively, and on what.
@@ -42,7 +44,7 @@ def _cpu_flags():
 
 def resolve_mixed_precision(choice):
     """`"auto"` → `native_bfloat16()`; `"float32"` → False; `"mixed_bfloat16"` → True."""
-    if choice not in ("auto", "float32", "mixed_bfloat16"):
+    if choice not in PRECISIONS:
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {choice!r}.")
     return native_bfloat16() if choice == "auto" else choice == "mixed_bfloat16"
 

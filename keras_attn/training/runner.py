@@ -51,47 +51,6 @@ ANOTHER_RUN = "train under another --name (it names both the run folder, runs/<n
 
 
 @dataclasses.dataclass
-class RunConfig:
-    """What the runner needs to know, beyond the job itself.
-
-    Attributes:
-        run_dir: folder for backups, best weights and logs. Running the
-            same command again resumes from its latest backup.
-        epochs: total epochs (including those already done when resuming).
-        batch_size: examples per replica; the global batch is this times the
-            number of replicas.
-        strategy: `"auto"`, `"one_device"`, `"mirrored"` or `"multi_worker"`.
-        devices: devices for `one_device` / `mirrored`.
-        mixed_precision: train under the `mixed_bfloat16` policy.
-        jit_compile: compile the model's forward and backward pass with XLA.
-        seed: seeds Python, NumPy and TensorFlow.
-        verbose: progress display: 1 a progress bar, 2 one line per epoch,
-            0 nothing, `"auto"` a bar on a terminal and lines otherwise (so
-            a log file gets no carriage returns or colour codes).
-        backup_every: also back up every this many steps within an epoch
-            (0: only at the end of each epoch).
-        keep_checkpoints: how many backups to keep.
-        average_epochs: after each epoch, also validate the mean of the
-            last this many epochs' weights (checkpoint averaging), which
-            becomes the best weights when its validation loss is lower
-            (logged as `val_loss_averaged`); 1: off.
-    """
-
-    run_dir: str
-    epochs: int = 10
-    batch_size: int = 64
-    strategy: str = "auto"
-    devices: list = None
-    mixed_precision: bool = False
-    jit_compile: bool = False
-    seed: int = 0
-    verbose: object = "auto"
-    backup_every: int = 0
-    keep_checkpoints: int = 2
-    average_epochs: int = 1
-
-
-@dataclasses.dataclass
 class TrainingResult:
     """What `train` gives back.
 

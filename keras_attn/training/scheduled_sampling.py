@@ -18,7 +18,7 @@ import math
 
 import keras
 
-from keras_attn.choices import DECAYS
+from keras_attn.config import DECAYS
 
 
 def linear_decay(step, k=1.0, c=1e-4, minimum=0.25):
@@ -40,7 +40,7 @@ def inverse_sigmoid_decay(step, k=500.0):
 
 
 SCHEDULES = {"linear": linear_decay, "exponential": exponential_decay, "inverse_sigmoid": inverse_sigmoid_decay}
-assert tuple(SCHEDULES) == DECAYS  # the CLI offers choices.DECAYS without importing this module
+assert tuple(SCHEDULES) == DECAYS  # the CLI offers keras_attn.config's DECAYS without importing this module
 
 
 def decay_parameters(name):

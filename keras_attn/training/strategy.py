@@ -6,7 +6,7 @@ import socket
 
 import tensorflow as tf
 
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+from keras_attn.config import STRATEGIES
 
 
 def get_strategy(name="auto", devices=None):

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import cli
+from keras_attn.config import PretrainConfig
 from keras_attn.errors import UserError
 from pipelines import synthetic_documents
 
@@ -175,7 +176,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
     (run / "vocab.txt").write_text((pretrained.root / "run" / "vocab.txt").read_text())
     config = dict(CONFIG, run_dir=str(run), epochs=1, pairs_per_epoch=32, backup_every=0, verbose=0,
                   norm_first=True, export=True, export_root=str(tmp_path / "saved_models"))
-    result = bert.pretrain(bert.PretrainConfig(**config), log=lambda line: None)
+    result = bert.pretrain(PretrainConfig(**config), log=lambda line: None)
     trained = result.model.backbone
     ids = np.array([[4, 9, 12, 5, 30, 5]], "int32")
     inputs = {"token_ids": ids, "segment_ids": np.array([[0, 0, 0, 0, 1, 1]], "int32")}
@@ -186,7 +187,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
         np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
     # The same run folder is bound to pre-norm: a post-norm rerun is refused.
     with pytest.raises(UserError, match="norm_first True \\(now False\\)"):
-        bert.pretrain(bert.PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
+        bert.pretrain(PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
 
 
 @pytest.mark.slow
@@ -268,6 +269,7 @@ _KILLED_PROCESS = """
 import json, os, signal, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras
+from keras_attn.config import PretrainConfig
 from keras_attn.jobs import bert
 
 class Kill(keras.callbacks.Callback):  # a real SIGKILL: no handler, no cleanup
@@ -278,7 +280,7 @@ class Kill(keras.callbacks.Callback):  # a real SIGKILL: no handler, no cleanup
 
 train = bert.train
 bert.train = lambda *args, callbacks=(), **kwargs: train(*args, callbacks=[*callbacks, Kill()], **kwargs)
-bert.pretrain(bert.PretrainConfig(**json.loads(sys.argv[1])))
+bert.pretrain(PretrainConfig(**json.loads(sys.argv[1])))
 """
 
 
@@ -297,7 +299,7 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "ckpt-4.index" in os.listdir(run / "checkpoints")  # backed up at step 4, killed after step 7
     lines = []
-    resumed = bert.pretrain(bert.PretrainConfig(**config), log=lines.append)
+    resumed = bert.pretrain(PretrainConfig(**config), log=lines.append)
     assert f"run folder: {run} (continues from its backup ckpt-4)" in lines
     assert resumed.steps == pretrained.result.steps == 20
     for a, b in zip(resumed.model.get_weights(), pretrained.result.model.get_weights()):
@@ -307,7 +309,8 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
 @pytest.mark.parametrize("mask_rate", [0.15, 0.3, 0.4])
 @pytest.mark.parametrize("data, max_length", [(None, None), (["docs"], None), (None, 32), (["docs"], 512)])
 def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, mask_rate):
-    from keras_attn.jobs.bert import PretrainConfig, with_lengths
+    from keras_attn.config import PretrainConfig
+    from keras_attn.jobs.bert import with_lengths
 
     config = with_lengths(PretrainConfig(data=data, max_length=max_length, mask_rate=mask_rate))
     assert config.max_length == (max_length or (128 if data else 64))

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from keras_attn.training import precision, runner
+from keras_attn.config import TranslationConfig
 
 
 @pytest.mark.parametrize(
@@ -31,7 +32,7 @@ def test_the_setup_names_strategy_devices_and_global_batch(tmp_path):
     from keras_attn.training.strategy import get_strategy
 
     strategy = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
-    config = translation.TranslationConfig(run_dir=str(tmp_path / "run"), batch_size=16, jit_compile=True)
+    config = TranslationConfig(run_dir=str(tmp_path / "run"), batch_size=16, jit_compile=True)
     lines = translation.describe_setup(config, strategy)
     assert lines[0] == (
         "strategy: MirroredStrategy, 2 replica(s) on "
@@ -39,7 +40,7 @@ def test_the_setup_names_strategy_devices_and_global_batch(tmp_path):
     )
     assert lines[2].startswith("XLA: on") and lines[3] == "global batch: 32 (16 per replica)"
     assert lines[4] == f"run folder: {tmp_path / 'run'} (a new run)"
-    by_tokens = translation.TranslationConfig(run_dir=str(tmp_path / "run"), batch_size=500, batch_tokens=4096)
+    by_tokens = TranslationConfig(run_dir=str(tmp_path / "run"), batch_size=500, batch_tokens=4096)
     assert translation.describe_setup(by_tokens, strategy)[3] == (
         "global batch: up to 8192 ids (4096 per replica), at most 1000 examples"
     )

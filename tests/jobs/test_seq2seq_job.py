@@ -10,7 +10,7 @@ import pytest
 
 from keras_attn import cli
 from keras_attn.jobs import translation
-from keras_attn.jobs.seq2seq import Seq2SeqConfig
+from keras_attn.config import Seq2SeqConfig
 from keras_attn.errors import UserError
 
 

@@ -12,6 +12,7 @@ import types
 import pytest
 
 from keras_attn import cli
+from keras_attn.config import TranslationConfig
 from keras_attn.training.precision import describe_precision
 
 pytest_plugins = ["tests.fixtures_export"]
@@ -157,7 +158,7 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
         return translation.build_tokenizers(config, train)
 
     train = synthetic.translation_corpus(seed=0, train_size=300)["train"]
-    config = translation.TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
+    config = TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
     learned = start(config, train)
     reused = start(dataclasses.replace(config, epochs=20), train)
     for old, new, texts in zip(learned, reused, (train.sources[:20], train.targets[:20])):
@@ -186,7 +187,7 @@ def test_the_job_trains_on_batches_by_tokens(tmp_path):
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     from keras_attn.jobs import translation
 
-    config = translation.TranslationConfig(
+    config = TranslationConfig(
         run_dir=str(tmp_path), builtin_size=600, builtin_eval_size=20, epochs=2, batch_size=1000,
         batch_tokens=700, warmup_steps=5, beam_width=1, export=False,
     )

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
-from keras_attn.models.presets import PRESETS
+from keras_attn.presets import PRESETS
 from keras_attn.special_tokens import SPECIAL_TOKENS
 from pipelines.preprocessors import BertPreprocessor
 

@@ -3,7 +3,7 @@
 import pytest
 
 from keras_attn.models import BertBackbone, Seq2SeqBackbone, TransformerBackbone
-from keras_attn.models.presets import PRESETS, architecture
+from keras_attn.presets import PRESETS, architecture
 
 
 def test_explicit_arguments_win_over_the_preset_in_every_model():

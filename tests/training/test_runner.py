@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from keras_attn.models import TransformerBackbone
 from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
-from keras_attn.training.runner import RunConfig, read_history, train
+from keras_attn.config import RunConfig
+from keras_attn.training.runner import read_history, train
 
 RNG = np.random.default_rng(0)
 

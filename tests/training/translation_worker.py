@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
+from keras_attn.config import TranslationConfig  # noqa: E402
 
 
 def _die():
@@ -89,7 +90,7 @@ def main(config_json, out_prefix):
         export._write_metadata = _kill_in_export(export._write_metadata)  # noqa: SLF001
     if not config.pop("translate_test_split", True):
         translation.evaluate = _score_empty_translations
-    result = translation.run(translation.TranslationConfig(**config))
+    result = translation.run(TranslationConfig(**config))
     np.savez(out_prefix + ".npz", *result.model.get_weights())
     with open(out_prefix + ".json", "w") as f:
         json.dump({

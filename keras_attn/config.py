@@ -1,0 +1,363 @@
+"""Every job's settings in one place, without TensorFlow: the fields, their defaults, choices and help.
+
+A job is told what to do by one of these dataclasses; `keras-attn`
+generates each command's flags from them (`--batch-size` from
+`batch_size`, with its default, its check and its help), so a setting is
+written once, here. A field with `help` is a flag; the others are set in
+Python only.
+
+    >>> config = TranslationConfig(preset="small", epochs=2)
+    >>> config.run_dir, config.batch_size
+    ('runs/transformer', 64)
+"""
+
+import dataclasses
+
+from keras_attn.errors import UserError
+from keras_attn.presets import PRESETS
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")
+SCHEDULES = ("cosine", "noam")  # the translation jobs' learning-rate schedules
+# The RNN Seq2Seq model's options.
+ATTENTIONS = ("bahdanau", "luong", "none")
+CELLS = ("lstm", "gru")
+SCORES = ("dot", "general", "scaled_general", "concat")
+LOCALS = ("monotonic", "predictive")
+DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
+
+# The constraints a flag's value is checked against (the CLI refuses others in one line).
+AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (("at_least", n) for n in (0, 1, 2, 8, 10))
+FRACTION = "in [0, 1)"
+RATE = "in (0, 1)"
+POSITIVE = "> 0"
+NON_NEGATIVE = ">= 0"
+
+PAIRS_PER_BATCH = 64  # the translation jobs' batch without --batch-size or --batch-tokens
+
+
+def setting(default, help=None, group=None, check=None, **flag):
+    """A dataclass field; with `help`, a command-line flag.
+
+    Args:
+        default: the field's default.
+        help: what the flag does (the CLI appends its default).
+        group: the heading it is listed under in `--help`.
+        check: the constraint its value must meet (`AT_LEAST_1`, `FRACTION`, ...).
+        **flag: other `argparse.add_argument` arguments (`choices`,
+            `nargs`, `metavar`), or `flag="--name"` for another name than
+            the field's.
+    """
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, check=check, **flag))
+
+
+def flags(config_class):
+    """`(field, metadata)` of each of `config_class`'s flags, in declaration order."""
+    return [(field, field.metadata) for field in dataclasses.fields(config_class) if field.metadata.get("help")]
+
+
+TRAINING, OUTPUT = "training", "output"
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """What the runner needs to know, beyond the job itself.
+
+    Attributes:
+        run_dir: folder for backups, best weights and logs (default
+            `runs/<name>`). Running the same command again resumes from its
+            latest backup.
+        name: the model's name: its run folder's and its export's.
+        epochs: total epochs (including those already done when resuming).
+        batch_size: examples per replica; the global batch is this times the
+            number of replicas.
+        strategy: one of `STRATEGIES`.
+        devices: devices for `one_device` / `mirrored`.
+        mixed_precision: train under the `mixed_bfloat16` policy (the CLI's
+            `--precision`, one of `PRECISIONS`).
+        jit_compile: compile the model's forward and backward pass with XLA.
+        seed: seeds Python, NumPy and TensorFlow.
+        verbose: progress display: 1 a progress bar, 2 one line per epoch,
+            0 nothing, `"auto"` a bar on a terminal and lines otherwise (so
+            a log file gets no carriage returns or colour codes).
+        backup_every: also back up every this many steps within an epoch
+            (0: only at the end of each epoch).
+        keep_checkpoints: how many backups to keep.
+        average_epochs: after each epoch, also validate the mean of the
+            last this many epochs' weights (checkpoint averaging), which
+            becomes the best weights when its validation loss is lower
+            (logged as `val_loss_averaged`); 1: off.
+    """
+
+    run_dir: str = setting(None, "backups, best weights and logs (default: runs/<name>); rerun to resume", OUTPUT)
+    name: str = setting("run", "model name under the export root and runs/", OUTPUT)
+    epochs: int = setting(10, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
+    batch_size: int = setting(PAIRS_PER_BATCH, "examples per replica", TRAINING, AT_LEAST_1)
+    strategy: str = setting("auto", "auto: all local GPUs, else the CPU; multi_worker: the hosts of TF_CONFIG",
+                            TRAINING, choices=STRATEGIES)
+    devices: list = setting(None, "devices for one_device/mirrored, e.g. /gpu:0 /gpu:1", TRAINING, nargs="+")
+    mixed_precision: bool = setting(
+        False, "auto: mixed_bfloat16 where the hardware runs bfloat16 natively", TRAINING,
+        flag="--precision", choices=PRECISIONS, cli_default="auto",
+    )
+    jit_compile: bool = setting(
+        False, "compile the train step with XLA (off by default: slower than without on the CPUs measured, "
+        "compilations included; benchmarks/RESULTS.md)", TRAINING,
+    )
+    seed: int = setting(0, "seeds the data order, the initial weights and dropout", TRAINING)
+    verbose: object = "auto"
+    backup_every: int = setting(500, "back up every STEPS steps as well as after each epoch (0: epochs only)",
+                                OUTPUT, AT_LEAST_0, metavar="STEPS")
+    keep_checkpoints: int = 2
+    average_epochs: int = setting(
+        1, "also validate the mean of the last K epochs' weights after each epoch; the best of it and the "
+        "single epochs is kept (checkpoint averaging, Vaswani et al. 2017; 1: off)", TRAINING, AT_LEAST_1, metavar="K",
+    )
+    # Where the job exports its model: versions go to `<export_root>/<name>/<n>`, only when the model changed.
+    export_root: str = setting("saved_models", "export root (ROOT/<name>/<version>/); a new version only when "
+                               "the model changed (or --force-export)", OUTPUT, flag="--export", metavar="ROOT")
+    export: bool = setting(True, "do not export", OUTPUT, flag="--no-export")
+    force_export: bool = setting(False, "export a new version even when the newest one holds the same model", OUTPUT)
+
+    def __post_init__(self):
+        if self.run_dir is None:
+            self.run_dir = f"runs/{self.name}"
+
+
+DATA = "data (default: the built-in generated corpus)"
+MODEL = "model and optimization"
+
+
+@dataclasses.dataclass
+class TranslationConfig(RunConfig):
+    """Everything `keras-attn train transformer` can be told; its flags are these fields.
+
+    Each config says which model it trains through three methods
+    (`build_backbone`, `hidden_dim`, `callbacks`) and which of its fields
+    bind a run folder (`bound_settings`); `Seq2SeqConfig` overrides them.
+    """
+
+    name: str = setting("transformer", "model name under the export root and runs/", OUTPUT)
+    epochs: int = setting(8, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
+    batch_size: int = setting(
+        None, f"examples per replica (default: {PAIRS_PER_BATCH}; with --batch-tokens: the most a batch may hold, "
+        "by default as many as fit)", TRAINING, AT_LEAST_1,
+    )
+    src: str = setting(None, "training source text, one sentence a line (.gz allowed)", DATA)
+    tgt: str = setting(None, "training target text, line-aligned with --src", DATA)
+    data: str = setting(None, "training pairs as one TSV file: source<TAB>target", DATA)
+    builtin_size: int = setting(20000, "training pairs of the built-in corpus", DATA, AT_LEAST_10)
+    builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
+    valid_src: str = setting(None, "validation source (default: 2% of training)", DATA)
+    valid_tgt: str = setting(None, "validation target", DATA)
+    test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
+    test_tgt: str = setting(None, "test target", DATA)
+    vocab_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10)
+    shared_vocab: bool = setting(False, "one vocabulary and embedding for both languages", DATA)
+    lowercase: bool = setting(False, "lowercase before tokenizing", DATA)
+    max_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2)
+    preset: str = setting(
+        "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
+        "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
+        choices=tuple(PRESETS["transformer"]),
+    )
+    batch_tokens: int = setting(
+        None, "batches of up to N ids per replica (pairs x padded length) instead of --batch-size pairs: short "
+        "pairs share a batch with more of their kind", TRAINING, AT_LEAST_1, metavar="N",
+    )
+    dropout: float = setting(None, "dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)",
+                             MODEL, FRACTION)
+    label_smoothing: float = setting(0.1, "probability mass spread over the other tokens of each target",
+                                     MODEL, FRACTION)
+    schedule: str = setting("cosine", "cosine: warm-up, then cosine decay to the end of the run; noam: the paper's",
+                            MODEL, choices=SCHEDULES)
+    learning_rate: float = setting(2e-3, "peak learning rate", MODEL, POSITIVE)
+    warmup_steps: int = setting(200, "steps of linear learning-rate warm-up", MODEL, AT_LEAST_1)
+    beam_width: int = setting(4, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)
+    samples: int = 5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.batch_size is None:  # with --batch-tokens alone: as many pairs as the budget can hold
+            from pipelines.translation import most_pairs
+
+            self.batch_size = PAIRS_PER_BATCH if self.batch_tokens is None else most_pairs(self.batch_tokens)
+
+    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
+        """The backbone this job trains, inside a `Seq2SeqLM`."""
+        from keras_attn.models import TransformerBackbone
+
+        return TransformerBackbone(
+            source_vocabulary_size, target_vocabulary_size,
+            max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
+            share_embeddings=self.shared_vocab,
+        )
+
+    def hidden_dim(self):
+        """The model width the Noam schedule scales by."""
+        return PRESETS["transformer"][self.preset]["hidden_dim"]
+
+    def callbacks(self):
+        """Keras callbacks the runner adds to the job's."""
+        return []
+
+    def bound_settings(self):
+        """Fields a run folder keeps: a rerun with other values would train the saved model on
+        other data, or restore weights of another shape, and is refused."""
+        return ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length", "batch_tokens")
+
+
+SEQ2SEQ = "seq2seq only (train seq2seq)"
+
+
+@dataclasses.dataclass
+class Seq2SeqConfig(TranslationConfig):
+    """`keras-attn train seq2seq`: the translation job's settings, with the RNN model's.
+
+    Attributes:
+        decay_parameters: the scheduled-sampling decay's parameters that
+            differ from its defaults (`keras_attn.training.scheduled_sampling`),
+            e.g. `{"k": 1000.0}`.
+    """
+
+    name: str = setting("seq2seq", "model name under the export root and runs/", OUTPUT)
+    attention: str = setting(
+        "bahdanau", "bahdanau: additive, from the previous state; luong: multiplicative, from the current state, "
+        "input feeding; none: the fixed-context baseline", SEQ2SEQ, choices=ATTENTIONS,
+    )
+    cell: str = setting("lstm", "recurrent cell", SEQ2SEQ, choices=CELLS)
+    score: str = setting("general", "Luong's score function", SEQ2SEQ, choices=SCORES)
+    local: str = setting(None, "Luong's local attention, local-m or local-p (default: global)", SEQ2SEQ,
+                         choices=LOCALS)
+    window: int = setting(10, "half-width D of local attention", SEQ2SEQ, AT_LEAST_0)
+    bidirectional: bool = setting(
+        False, "a bidirectional encoder (both attentions learned more slowly with one on Multi30k: "
+        "benchmarks/RESULTS.md)", SEQ2SEQ,
+    )
+    scheduled_sampling: str = setting(
+        None, "feed the model's own predictions with a probability that rises as the teacher-forcing ratio "
+        "decays this way (Bengio et al. 2015)", SEQ2SEQ, choices=DECAYS,
+    )
+    decay_parameters: dict = setting(
+        None, "the decay's parameters, e.g. k=1000 (each decay's parameters and defaults: "
+        "keras_attn/training/scheduled_sampling.py)", SEQ2SEQ, nargs="+", metavar="NAME=X",
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for field, choices in (
+            ("attention", ATTENTIONS), ("cell", CELLS), ("score", SCORES),
+            ("local", (None, *LOCALS)), ("scheduled_sampling", (None, *DECAYS)),
+            ("preset", tuple(PRESETS["seq2seq"])),
+        ):
+            if getattr(self, field) not in choices:
+                shown = ", ".join(c for c in choices if c)
+                raise UserError(f"--{field.replace('_', '-')} must be one of {shown}, got {getattr(self, field)!r}")
+        if self.decay_parameters and not self.scheduled_sampling:
+            raise UserError("--decay-parameters: a decay's parameters need --scheduled-sampling")
+        if self.scheduled_sampling:
+            from keras_attn.training.scheduled_sampling import teacher_forcing_schedule
+
+            try:
+                teacher_forcing_schedule(self.scheduled_sampling, **(self.decay_parameters or {}))
+            except ValueError as error:
+                raise UserError(f"--scheduled-sampling: {error}") from None
+
+    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
+        from keras_attn.models import Seq2SeqBackbone
+
+        return Seq2SeqBackbone(
+            source_vocabulary_size, target_vocabulary_size, preset=self.preset,
+            cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,
+            score=self.score, local=self.local, window=self.window, dropout=dropout,
+            scheduled_sampling="argmax" if self.scheduled_sampling else None,
+        )
+
+    def hidden_dim(self):
+        return PRESETS["seq2seq"][self.preset]["hidden_dim"]
+
+    def callbacks(self):
+        if not self.scheduled_sampling:
+            return []
+        from keras_attn.training.scheduled_sampling import ScheduledSampling, teacher_forcing_schedule
+
+        return [ScheduledSampling(teacher_forcing_schedule(self.scheduled_sampling, **(self.decay_parameters or {})))]
+
+    def bound_settings(self):
+        # scheduled_sampling too: it adds a weight (the sampling probability) to the model.
+        return super().bound_settings() + (
+            "attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling",
+        )
+
+
+BERT_DATA = "data (default: the built-in generated documents)"
+BERT_MODEL = "model"
+
+
+@dataclasses.dataclass
+class PretrainConfig(RunConfig):
+    """Everything `keras-attn pretrain bert` can be told; its flags are these fields."""
+
+    name: str = setting("bert", "model name under the export root and runs/", OUTPUT)
+    epochs: int = setting(10, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
+    batch_size: int = setting(32, "examples per replica", TRAINING, AT_LEAST_1)
+    data: list = setting(None, "text files or folders (.gz allowed); blank lines separate documents", BERT_DATA,
+                         nargs="+", metavar="PATH")
+    one_document_per_file: bool = setting(False, "each file is one document", BERT_DATA)
+    builtin_documents: int = setting(3000, "documents of the built-in corpus", BERT_DATA, AT_LEAST_10)
+    valid_fraction: float = 0.05
+    vocab_size: int = setting(8000, "uncased WordPiece vocabulary size", BERT_DATA, AT_LEAST_10)
+    max_length: int = setting(None, "tokens per sentence pair (default: 128, or 64 on the built-in documents)",
+                              BERT_DATA, AT_LEAST_8)
+    max_predictions: int = setting(None, "most masked tokens per pair (default: --mask-rate of --max-length, "
+                                   "rounded up)", BERT_DATA, AT_LEAST_1)
+    mask_rate: float = setting(0.15, "fraction of each pair's tokens masked (BERT: 0.15; see --max-predictions)",
+                               BERT_DATA, RATE)
+    whole_word: bool = setting(False, "mask all pieces of a word together", BERT_DATA)
+    short_sequence_probability: float = 0.1
+    pairs_per_epoch: int = setting(None, "sentence pairs per epoch (default: the corpus's tokens / "
+                                   "(max-length - 3))", BERT_DATA, AT_LEAST_1)
+    preset: str = setting("tiny", "tiny (L2/H128), mini (L4/H256), small (L4/H512), medium (L8/H512), "
+                          "base (L12/H768)", BERT_MODEL, choices=tuple(PRESETS["bert"]))
+    norm_first: bool = setting(False, "pre-norm blocks and a final LayerNorm instead of BERT's post-norm", BERT_MODEL)
+    warmup_steps: int = setting(200, "steps of linear warm-up", BERT_MODEL, AT_LEAST_0)
+    nsp_weight: float = setting(1.0, "weight of the next-sentence loss beside the masked LM's (BERT: 1; "
+                                "0: MLM alone)", BERT_MODEL, NON_NEGATIVE)
+    learning_rate: float = setting(1e-3, "peak learning rate (AdamW)", TRAINING, POSITIVE)
+    dropout: float = setting(0.1, "dropout rate", TRAINING, FRACTION)
+    weight_decay: float = 0.01
+
+    def bound_settings(self):
+        """Fields a run folder keeps: a rerun with other values is refused."""
+        return ("vocab_size", "preset", "norm_first", "max_length", "max_predictions", "whole_word", "mask_rate")
+
+
+@dataclasses.dataclass
+class FinetuneConfig(RunConfig):
+    """Everything `keras-attn finetune` can be told; its flags are these fields.
+
+    Attributes:
+        model_dir: a pretraining export (`saved_models/bert/<version>`) or
+            pretraining run folder (`runs/bert`, its best weights).
+        train, valid, test: TSV files (`label<TAB>text` or
+            `label<TAB>text_a<TAB>text_b`); without `valid`, 10% of the
+            training examples are held out.
+    """
+
+    name: str = setting("bert-classifier", "model name under the export root and runs/", OUTPUT)
+    epochs: int = setting(3, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
+    batch_size: int = setting(32, "examples per replica", TRAINING, AT_LEAST_1)
+    model_dir: str = setting(None, "a pretraining export (saved_models/bert/<version>) or run folder (runs/bert)",
+                             positional=True)
+    train: str = setting(None, "label<TAB>text or label<TAB>text_a<TAB>text_b lines", required=True)
+    valid: str = setting(None, "validation examples, same format (default: 10% of --train)")
+    test: str = setting(None, "test examples, scored once at the end")
+    max_length: int = setting(None, "tokens per example (default: the pretraining's)", check=AT_LEAST_8)
+    learning_rate: float = setting(None, "peak learning rate (AdamW; default: 1e-3 for a tiny backbone, the "
+                                   "default pretraining's, else 1e-4)", TRAINING, POSITIVE)
+    dropout: float = setting(0.1, "dropout rate", TRAINING, FRACTION)
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+
+    def bound_settings(self):
+        return ("model_dir", "max_length")

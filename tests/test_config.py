@@ -1,0 +1,68 @@
+"""The job configs are the one home of every setting: the command line's flags come from them."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from keras_attn import cli, config
+
+COMMANDS = {  # argv with only what is required → the config it builds
+    ("train", "transformer"): config.TranslationConfig,
+    ("train", "seq2seq"): config.Seq2SeqConfig,
+    ("pretrain", "bert"): config.PretrainConfig,
+    ("finetune", "runs/bert", "--train", "train.tsv"): config.FinetuneConfig,
+}
+
+
+def _built(argv):
+    return cli._config_from(cli.build_parser().parse_args(list(argv)), COMMANDS[argv])
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_a_command_without_flags_builds_the_configs_defaults(argv, monkeypatch):
+    from keras_attn.training import precision
+
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)  # --precision auto on a bfloat16 machine
+    required = {"model_dir": "runs/bert", "train": "train.tsv"} if argv[0] == "finetune" else {}
+    expected = COMMANDS[argv](**required, mixed_precision=True)
+    assert _built(argv) == expected
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_every_flag_reaches_its_field(argv):
+    """Each field with help is a flag, whose value lands in that field (and nowhere else)."""
+    config_class = COMMANDS[argv]
+    defaults = _built(argv)
+    examples = {int: "12", float: "0.5", str: "x"}  # within every check
+    for field, metadata in config.flags(config_class):
+        if metadata.get("positional") or field.name == "train":
+            continue
+        flag = metadata.get("flag", "--" + field.name.replace("_", "-"))
+        if field.name == "mixed_precision":
+            given, expected = ["--precision", "float32"], False
+        elif field.name == "decay_parameters":
+            given, expected = ["--scheduled-sampling", "linear", flag, "k=3"], {"k": 3.0}
+        elif "choices" in metadata:
+            value = next(c for c in metadata["choices"] if c != getattr(defaults, field.name))
+            given, expected = [flag, value], value
+        elif field.type is bool:
+            given, expected = [flag], not getattr(defaults, field.name)
+        elif metadata.get("nargs"):
+            given, expected = [flag, "a", "b"], ["a", "b"]
+        else:
+            given, expected = [flag, examples[field.type]], field.type(examples[field.type])
+        built = cli._config_from(cli.build_parser().parse_args([*argv, *given]), config_class)
+        changed = {f.name for f in dataclasses.fields(built) if getattr(built, f.name) != getattr(defaults, f.name)}
+        assert getattr(built, field.name) == expected, flag
+        derived = {"run_dir"} if field.name == "name" else set()  # runs/<name>
+        derived |= {"scheduled_sampling"} if field.name == "decay_parameters" else set()
+        derived |= {"batch_size"} if field.name == "batch_tokens" else set()  # as many pairs as the budget holds
+        assert changed == {field.name} | derived, flag
+
+
+def test_the_command_line_parser_and_the_configs_import_without_tensorflow():
+    code = ("import sys; from keras_attn import cli; cli.build_parser(); "
+            "assert not {'tensorflow', 'keras'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
