@@ -1,6 +1,6 @@
 """Has a trained translator's attention collapsed onto one source position?
 
-    python benchmarks/attention_focus.py seq2seq:runs/like-luong-12 [--sentences 100]
+    python -m benchmarks.attention_focus seq2seq:runs/like-luong-12 [--sentences 100]
 
 For the first `--sentences` sentences of a finished run's `test.src`, decoded
 greedily, prints the share of output tokens whose likeliest source position is
@@ -11,13 +11,10 @@ positions over the sentence; one that decodes from a fixed summary of the
 source puts nearly all of them on one position, with rows close to one-hot.
 """
 
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-from attention_maps import load_run, run_parser, sentence_attention  # noqa: E402
+from benchmarks.attention_maps import load_run, run_parser, sentence_attention  # noqa: E402
 
 
 def attention_focus(weights):

@@ -1,6 +1,6 @@
 """Attention heat maps of trained translation runs, side by side, for the README.
 
-    python benchmarks/attention_maps.py --out benchmarks/attention_maps.png \
+    python -m benchmarks.attention_maps --out benchmarks/attention_maps.png \
         --run bahdanau=seq2seq:runs/multi30k-bahdanau \
         --run transformer=transformer:runs/multi30k-de-en-transformer \
         --sentences 2
@@ -16,9 +16,7 @@ those two jobs load.
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 

@@ -1,6 +1,6 @@
 """BERT pretraining learns both tasks on the built-in documents: the learning curve, with bars.
 
-    python benchmarks/bert_learning.py [--seed 2] [--out out/bert-learning.json]
+    python -m benchmarks.bert_learning [--seed 2] [--out out/bert-learning.json]
 
 Pretrains preset tiny for 7 epochs (700 steps of 32 pairs, learning rate
 2e-3, 50 warm-up steps, no dropout) and checks the curve: NSP and MLM at

@@ -1,11 +1,11 @@
 """BERT-mini pretraining on real text against keras-hub's BertMaskedLM, then SST-2 fine-tuning.
 
-    python benchmarks/bert_pretraining.py                    # about 65 minutes: all of the below
-    python benchmarks/bert_pretraining.py --only speed       # about 5 minutes
-    python benchmarks/bert_pretraining.py --minutes 2 --sst2-train 500   # a quick look
-    python benchmarks/bert_pretraining.py --only pretrain --models keras-attn --steps 500 --minutes 10
+    python -m benchmarks.bert_pretraining                    # about 65 minutes: all of the below
+    python -m benchmarks.bert_pretraining --only speed       # about 5 minutes
+    python -m benchmarks.bert_pretraining --minutes 2 --sst2-train 500   # a quick look
+    python -m benchmarks.bert_pretraining --only pretrain --models keras-attn --steps 500 --minutes 10
         # a fixed number of steps (no speed section), e.g. to compare two versions of the code
-    python benchmarks/bert_pretraining.py --only sst2 --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-b
+    python -m benchmarks.bert_pretraining --only sst2 --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-b
         # SST-2 only, from an earlier pretraining's export and from scratch
 
 1. Speed: training tokens/s of our `BertPretrainer` (MLM + NSP) and of
@@ -52,7 +52,6 @@ import zipfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from keras_attn.config import PretrainConfig, FinetuneConfig  # noqa: E402
 
 import keras  # noqa: E402

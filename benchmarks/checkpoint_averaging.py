@@ -1,6 +1,6 @@
 """Checkpoint averaging: the mean of the last epochs' weights, chosen on val, scored on test2016.
 
-    python benchmarks/checkpoint_averaging.py --run-dir runs/ttq-14-1e3 --epochs 14
+    python -m benchmarks.checkpoint_averaging --run-dir runs/ttq-14-1e3 --epochs 14
 
 Vaswani et al. (2017, 6.1) averaged the last 5 checkpoints of the base
 model. This reads the per-epoch weights a `time_to_quality.py` run kept
@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
-from multi30k import job_config  # noqa: E402
+from benchmarks.multi30k import job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.models import Seq2SeqLM  # noqa: E402

@@ -1,6 +1,6 @@
 """Where the `Cast` ops of a mixed_bfloat16 Transformer training step come from.
 
-    python benchmarks/count_casts.py
+    python -m benchmarks.count_casts
 
 Traces one training step (forward, loss and gradients; preset small, batch
 64, 17 tokens each side) under `mixed_bfloat16` and counts the graph's casts
@@ -12,11 +12,8 @@ and cast, more than once)?
 
 import collections
 import os
-import sys
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -1,6 +1,6 @@
 """Forward + backward time of the cross-entropy over a vocabulary, fused op against log-sum-exp.
 
-    python benchmarks/cross_entropy.py
+    python -m benchmarks.cross_entropy
 
 The losses (`keras_attn/training/losses.py`) use TensorFlow's fused ops:
 `sparse_softmax_cross_entropy_with_logits` (BERT's masked LM, no label
@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from alternate import alternate  # noqa: E402  (benchmarks/alternate.py, this script's folder)
+from benchmarks.alternate import alternate  # noqa: E402  (benchmarks/alternate.py, this script's folder)
 
 VOCABULARY = 8000
 

@@ -2,8 +2,8 @@
 
 Run from the repository root:
 
-    python benchmarks/decoding.py             # about 2 minutes
-    python benchmarks/decoding.py --quick     # fewer repeats
+    python -m benchmarks.decoding             # about 2 minutes
+    python -m benchmarks.decoding --quick     # fewer repeats
 
 A randomly initialised `TransformerBackbone(..., preset="small")` (3+3 layers,
 width 256, 8 heads, feed-forward 512, tied 8000-token vocabulary, dropout
@@ -28,7 +28,6 @@ them alike, and the medians of wall and process CPU time are reported.
 import argparse
 import os
 import statistics
-import time
 
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 
@@ -40,9 +39,10 @@ from keras_attn.decoding import (  # noqa: E402
     Stepper,
     beam_search,
     greedy_search,
-    uncached_greedy_search,
 )
 from keras_attn.models import TransformerBackbone  # noqa: E402
+from benchmarks.alternate import alternate  # noqa: E402
+from benchmarks.measures import uncached_greedy_search  # noqa: E402
 
 BATCH, STEPS, VOCAB, BEAM_WIDTH = 32, 64, 8000, 4
 NO_EOS = -1  # never emitted: every search runs all STEPS steps
@@ -60,26 +60,14 @@ def make_source(rng, batch, vocab_size):
 
 
 def time_interleaved(cases, repeats):
-    """Median wall and process-CPU seconds per call, warm-up excluded."""
-    for function, source in cases.values():
-        _wait(function(source))  # trace and warm up
-    wall = {name: [] for name in cases}
-    cpu = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, (function, source) in cases.items():
-            start, start_cpu = time.perf_counter(), time.process_time()
-            _wait(function(source))
-            wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
+    """Median wall and process-CPU seconds per call, warm-up excluded (`benchmarks.alternate`)."""
+    calls = {name: (lambda function=function, source=source: function(source)) for name, (function, source) in cases.items()}
+    wall, cpu = alternate(calls, repeats, calls=1, warmup=1, cpu=True)
     median = statistics.median
     return (
-        {name: median(times) for name, times in wall.items()},
-        {name: median(times) for name, times in cpu.items()},
+        {name: median(times) / 1000 for name, times in wall.items()},
+        {name: median(times) / 1000 for name, times in cpu.items()},
     )
-
-
-def _wait(outputs):
-    return {name: value.numpy() for name, value in outputs.items()}
 
 
 def main():

@@ -2,8 +2,8 @@
 
 Run from the repository root:
 
-    python benchmarks/distributed.py            # about 4 minutes
-    python benchmarks/distributed.py --quick    # fewer steps
+    python -m benchmarks.distributed            # about 4 minutes
+    python -m benchmarks.distributed --quick    # fewer steps
 
 The Transformer job's model (preset "small", vocabularies of 4,000 pieces)
 trains on the built-in corpus through `keras_attn.training.runner.train`
@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 

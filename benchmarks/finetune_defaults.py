@@ -1,6 +1,6 @@
 """Fine-tuning's default learning rate on the default pretraining, against BERT's 1e-4.
 
-    python benchmarks/finetune_defaults.py --run-dir runs/finetune-defaults --out out/finetune-defaults.json
+    python -m benchmarks.finetune_defaults --run-dir runs/finetune-defaults --out out/finetune-defaults.json
 
 Pretrains BERT as `keras-attn pretrain bert` does with its defaults (the
 built-in documents, preset tiny), then fine-tunes it through the CLI on the

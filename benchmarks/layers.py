@@ -2,9 +2,9 @@
 
 Run from the repository root:
 
-    python benchmarks/layers.py            # about 1 minute on an idle machine
-    python benchmarks/layers.py --quick    # fewer, shorter repeats
-    python benchmarks/layers.py --jit      # also XLA-compiled steps, ~2 minutes
+    python -m benchmarks.layers            # about 1 minute on an idle machine
+    python -m benchmarks.layers --quick    # fewer, shorter repeats
+    python -m benchmarks.layers --jit      # also XLA-compiled steps, ~2 minutes
 
 One training step is a `tf.function` that runs the layer forward, reduces
 its output to a scalar loss and takes the gradients of that loss with
@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import time
 from typing import Callable
 
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -40,6 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_attn.layers  # noqa: E402
+from benchmarks.alternate import alternate  # noqa: E402
 
 BATCH, LENGTH, WIDTH, HEADS, FFN = 32, 64, 256, 8, 1024
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -144,35 +144,17 @@ def random_inputs():
     return x, memory
 
 
-def seconds_per_call(fn, args, n):
-    start = time.perf_counter()
-    for _ in range(n):
-        result = fn(*args)
-    tf.nest.flatten(result)[0].numpy()  # wait for the last call
-    return (time.perf_counter() - start) / n
-
-
 def interleaved_samples(fns, args, repeats, repeat_seconds, warmup=3):
-    """Seconds per call of each of `fns`, one sample per repeat.
+    """Seconds per call of each of `fns(*args)`, one sample per repeat (`benchmarks.alternate`).
 
     Each function is warmed up (`warmup` calls, tracing and compilation
-    included there), then timed `repeats` times over `n` calls, `n` chosen so
-    that one repeat lasts about `repeat_seconds`. Repeats are interleaved
-    (one of each function in turn, the order alternating) so that background
-    load hits every function alike.
+    included there), then timed `repeats` times, each repeat lasting about
+    `repeat_seconds`, interleaved so that background load hits every
+    function alike.
     """
-    counts = {}
-    for name, fn in fns.items():
-        for _ in range(warmup - 1):
-            fn(*args)
-        estimate = seconds_per_call(fn, args, 1)
-        counts[name] = max(1, round(repeat_seconds / estimate))
-    samples = {name: [] for name in fns}
-    names = list(fns)
-    for repeat in range(repeats):
-        for name in names if repeat % 2 == 0 else reversed(names):
-            samples[name].append(seconds_per_call(fns[name], args, counts[name]))
-    return samples
+    cases = {name: (lambda fn=fn: fn(*args)) for name, fn in fns.items()}
+    samples = alternate(cases, repeats, warmup=warmup, seconds=repeat_seconds)
+    return {name: [ms / 1000 for ms in values] for name, values in samples.items()}
 
 
 def paired_ratio(numerators, denominators):

@@ -1,6 +1,6 @@
 """Long sequences: time and peak memory of an encoder-block training step against length.
 
-    python benchmarks/long_sequences.py [--lengths 128 256 ... 8192] [--tokens 65536]
+    python -m benchmarks.long_sequences [--lengths 128 256 ... 8192] [--tokens 65536]
         [--out benchmarks/long_sequences.png] [--memory-limit-gb 20]
 
 One `TransformerEncoderBlock` (width 256, 8 heads, FFN 1024, float32), forward
@@ -30,7 +30,6 @@ import json, os, resource, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 limit = int(float(sys.argv[4]) * 2**30)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-sys.path.insert(0, sys.argv[5])
 import numpy as np, tensorflow as tf, keras
 from keras_attn.layers import TransformerEncoderBlock
 path, length, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -56,7 +55,7 @@ print(json.dumps({"seconds": sorted(times)[1], "peak_gb": resource.getrusage(res
 def run_case(path, length, batch, memory_limit_gb):
     started = time.time()
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, path, str(length), str(batch), str(memory_limit_gb), ROOT],
+        [sys.executable, "-c", CHILD, path, str(length), str(batch), str(memory_limit_gb)], cwd=ROOT,
         capture_output=True, text=True, timeout=1800,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]

@@ -1,6 +1,6 @@
 """A bf16 / float32 matmul of the feed-forward layer's size, in every layout its gradients use.
 
-    python benchmarks/matmul_transposes.py
+    python -m benchmarks.matmul_transposes
 
 x (2048 × 256) by W (256 × 1024): the forward pass, the weight gradient
 xᵀ dy (as `transpose_a`, an explicit transpose, and (dyᵀ x)ᵀ) and the input
@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-from alternate import alternate  # noqa: E402  (benchmarks/alternate.py, beside this script)
+from benchmarks.alternate import alternate  # noqa: E402  (benchmarks/alternate.py, beside this script)
 
 M, K, N = 2048, 256, 1024
 

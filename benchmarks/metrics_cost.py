@@ -1,9 +1,9 @@
 """What the training metrics cost a step: BERT's `PretrainingMetrics`, the translators' token metrics.
 
-    python benchmarks/metrics_cost.py                       # BERT-mini pretraining
-    python benchmarks/metrics_cost.py --model seq2seq       # Bahdanau, bidirectional, mixed_bfloat16
-    python benchmarks/metrics_cost.py --model transformer --precision float32
-    python benchmarks/metrics_cost.py --predictions 20 39 52 --precision mixed_bfloat16   # BERT's mask rates
+    python -m benchmarks.metrics_cost                       # BERT-mini pretraining
+    python -m benchmarks.metrics_cost --model seq2seq       # Bahdanau, bidirectional, mixed_bfloat16
+    python -m benchmarks.metrics_cost --model transformer --precision float32
+    python -m benchmarks.metrics_cost --predictions 20 39 52 --precision mixed_bfloat16   # BERT's mask rates
 
 The runner's `TrainingSteps` with and without the metrics, on one fixed
 random batch, 15 steps at a time, alternated three times in one process;
@@ -24,9 +24,7 @@ prints ms/step of each repeat and the medians.
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
@@ -118,7 +116,7 @@ def main():
 
     from keras_attn.training.steps import TrainingSteps, build_metrics
 
-    from alternate import alternate  # benchmarks/alternate.py (this script's folder)
+    from benchmarks.alternate import alternate  # benchmarks/alternate.py (this script's folder)
 
     precision = args.precision or ("float32" if args.model == "bert" else "mixed_bfloat16")
     keras.mixed_precision.set_global_policy(precision)

@@ -1,8 +1,8 @@
 """Multi30k quality run: train a translation job on real data, score test2016.
 
-    python benchmarks/multi30k.py --direction de-en --epochs 20 [--mixed-precision]
-    python benchmarks/multi30k.py --direction en-de --epochs 20 [--mixed-precision]
-    python benchmarks/multi30k.py --model seq2seq --attention bahdanau --epochs 6 ...
+    python -m benchmarks.multi30k --direction de-en --epochs 20 [--mixed-precision]
+    python -m benchmarks.multi30k --direction en-de --epochs 20 [--mixed-precision]
+    python -m benchmarks.multi30k --model seq2seq --attention bahdanau --epochs 6 ...
 
 Trains on train (29,000 pairs), keeps the best weights on val (1,014 pairs;
 all tuning happens here), and reports test2016 (1,000 pairs) BLEU two ways:
@@ -21,7 +21,6 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from keras_attn.config import TranslationConfig, Seq2SeqConfig, ATTENTIONS, CELLS, SCORES, DECAYS  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

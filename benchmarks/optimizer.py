@@ -1,6 +1,6 @@
 """The optimizer alone: Keras's Adam against FusedAdam on the Transformer's weight shapes.
 
-    python benchmarks/optimizer.py
+    python -m benchmarks.optimizer
 
 One `apply` of `transformer_adam` (β2 0.98, ε 1e-9) on 127 weights shaped
 like the small Transformer's (8.36M parameters), with and without
@@ -10,17 +10,14 @@ checked against Keras's on the same gradients first.
 """
 
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from alternate import alternate  # noqa: E402
+from benchmarks.alternate import alternate  # noqa: E402
 from keras_attn.training import transformer_adam  # noqa: E402
 
 SHAPES = [(8000, 256)] + [(256, 256)] * 48 + [(256, 1024), (1024, 256)] * 6 + [(256,)] * 60 + [(1024,)] * 6

@@ -2,8 +2,8 @@
 
 Run from the repository root (Multi30k is read from ../shared/data/multi30k):
 
-    python benchmarks/pipeline.py                    # about 3-4 minutes
-    python benchmarks/pipeline.py --skip-keras-hub   # without the slow anchor
+    python -m benchmarks.pipeline                    # about 3-4 minutes
+    python -m benchmarks.pipeline --skip-keras-hub   # without the slow anchor
 
 On Multi30k train (29,000 German-English pairs) it measures:
 
@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.measures import count_truncated, padding_fraction  # noqa: E402
 from pipelines import translation  # noqa: E402
 from pipelines.text import read_parallel  # noqa: E402
 from pipelines.tokenizers import (  # noqa: E402
@@ -164,12 +165,12 @@ def main():
     }
     for name, dataset in variants.items():
         first, cached = epochs_per_second(dataset, len(corpus))
-        padding = translation.padding_fraction(dataset)
+        padding = padding_fraction(dataset)
         print(
             f"   {name:26s} first epoch {first:9,.0f} pairs/s   cached {cached:9,.0f} pairs/s"
             f"   padding {padding:6.1%}"
         )
-    truncated = translation.count_truncated(
+    truncated = count_truncated(
         corpus.sources, corpus.targets, source_tokenizer, target_tokenizer, MAX_LENGTH
     )
     print(f"   pairs truncated at max_length {MAX_LENGTH}: {truncated}")

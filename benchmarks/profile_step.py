@@ -1,12 +1,12 @@
 """Where a step's time goes: the TensorFlow profiler over a few training or decoding steps.
 
-    python benchmarks/profile_step.py --case seq2seq-train
-    python benchmarks/profile_step.py --case seq2seq-train --precision mixed_bfloat16
-    python benchmarks/profile_step.py --case transformer-train [--precision mixed_bfloat16]
-    python benchmarks/profile_step.py --case transformer-beam4
-    python benchmarks/profile_step.py --case seq2seq-beam4
-    python benchmarks/profile_step.py --case seq2seq-train --top 40 --by op   # raw ops
-    python benchmarks/profile_step.py --case encoder-block --precision mixed_bfloat16 [--anchor]
+    python -m benchmarks.profile_step --case seq2seq-train
+    python -m benchmarks.profile_step --case seq2seq-train --precision mixed_bfloat16
+    python -m benchmarks.profile_step --case transformer-train [--precision mixed_bfloat16]
+    python -m benchmarks.profile_step --case transformer-beam4
+    python -m benchmarks.profile_step --case seq2seq-beam4
+    python -m benchmarks.profile_step --case seq2seq-train --top 40 --by op   # raw ops
+    python -m benchmarks.profile_step --case encoder-block --precision mixed_bfloat16 [--anchor]
 
 Benchmark-only requirement: the `xprof` package (`pip install xprof`; not a
 dependency of keras-attn). It turns the profiler's `*.xplane.pb` into
@@ -55,12 +55,10 @@ import glob
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402

@@ -1,8 +1,8 @@
 """An export's Multi30k scores the way the published de→en baselines were scored.
 
-    python benchmarks/published_scoring.py saved_models/transformer/1
-    python benchmarks/published_scoring.py saved_models/seq2seq/1 --caps 24 --out out/bahdanau.json
-    python benchmarks/published_scoring.py EXPORT --src test.de --ref test.en
+    python -m benchmarks.published_scoring saved_models/transformer/1
+    python -m benchmarks.published_scoring saved_models/seq2seq/1 --caps 24 --out out/bahdanau.json
+    python -m benchmarks.published_scoring EXPORT --src test.de --ref test.en
 
 The published rows we set our scores beside (benchmarks/REFERENCES.md: the
 3+3 Transformer's 36.52, the Bahdanau model's 28.30, the GRU's 20.61)
@@ -36,10 +36,8 @@ never copied).
 import argparse
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../shared/data/multi30k/raw"))

@@ -1,7 +1,7 @@
 """The RNN encoder's loop: Keras's LSTM/GRU layers against `masked_rnn`, same weights.
 
-    python benchmarks/rnn_loop.py                      # LSTM and GRU, float32 and bfloat16
-    python benchmarks/rnn_loop.py --cells lstm --batch 128
+    python -m benchmarks.rnn_loop                      # LSTM and GRU, float32 and bfloat16
+    python -m benchmarks.rnn_loop --cells lstm --batch 128
 
 Keras 3 runs an LSTM or GRU layer as one fused op only through cuDNN (a GPU,
 and the cuDNN-compatible configuration: tanh/sigmoid, no recurrent dropout,
@@ -20,16 +20,13 @@ encoder ran before), and the encoder itself. The outputs agree (see
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from alternate import alternate  # noqa: E402
+from benchmarks.alternate import alternate  # noqa: E402
 
 from keras_attn.layers import RNNEncoder  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Serving latency and throughput of an export, in a fresh TensorFlow-only process.
 
-    python benchmarks/serving.py saved_models/transformer/1 [--repeats 50]
+    python -m benchmarks.serving saved_models/transformer/1 [--repeats 50]
 
 The export is loaded with only `tensorflow` and `tensorflow_text` imported
 (as a server would), warmed up once per batch shape, then timed:

@@ -1,8 +1,8 @@
 """SST-2 with and without BERT pretraining, against the number of training rows.
 
-    python benchmarks/sst2_rows.py --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-rows
-    python benchmarks/sst2_rows.py --pretrained ... --rows 1000 2000 --seeds 0 1 --learning-rates 1e-4
-    python benchmarks/sst2_rows.py --pretrained ... --keep-pretrained-blocks 0   # pretrained embeddings only
+    python -m benchmarks.sst2_rows --pretrained runs/b/ours/export/bert/1 --run-dir runs/sst2-rows
+    python -m benchmarks.sst2_rows --pretrained ... --rows 1000 2000 --seeds 0 1 --learning-rates 1e-4
+    python -m benchmarks.sst2_rows --pretrained ... --keep-pretrained-blocks 0   # pretrained embeddings only
 
 Pretraining is expected to help most where labelled rows are few; this runs
 `bert_pretraining.py --only sst2` (the pretrained backbone and the same

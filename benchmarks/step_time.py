@@ -2,10 +2,10 @@
 
     git worktree add /tmp/before 62f13fc
     for repo in /tmp/before . /tmp/before . ; do
-        python benchmarks/step_time.py $repo bahdanau,128,0,float32 bahdanau,128,0,mixed_bfloat16
+        (cd $repo && python -m benchmarks.step_time bahdanau,128,0,float32 bahdanau,128,0,mixed_bfloat16)
     done
 
-Imports `keras_attn` from the checkout given first, builds each case
+Imports `keras_attn` from the checkout it runs in, builds each case
 `MODEL,BATCH,JIT,PRECISION` (MODEL: a Seq2Seq attention, `bahdanau`, `luong`
 or `none`, with preset "small", `-bi` appended for a bidirectional encoder, or
 `transformer`, preset "small"; JIT 1 or 0)
@@ -20,7 +20,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, sys.argv.pop(1))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,8 +1,8 @@
 """Time to quality: training wall time until test2016 BLEU first reaches a bar.
 
-    python benchmarks/time_to_quality.py --epochs 5 --batch-size 64 --learning-rate 1e-3 \
+    python -m benchmarks.time_to_quality --epochs 5 --batch-size 64 --learning-rate 1e-3 \
         --warmup-steps 800 --run-dir runs/ttq-5
-    python benchmarks/time_to_quality.py --model seq2seq --attention luong --bar 30 ...
+    python -m benchmarks.time_to_quality --model seq2seq --attention luong --bar 30 ...
 
 Issue 13, goal 1, and issue 11's 30 minutes. The Transformer job
 (`translation.run`, Multi30k de→en, preset small, beam 4), or with
@@ -26,13 +26,11 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
-from multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
+from benchmarks.multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
 from keras_attn.models import Seq2SeqLM  # noqa: E402

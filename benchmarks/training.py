@@ -1,10 +1,10 @@
 """Training throughput of the Transformer job, and the input pipeline beside it.
 
-    python benchmarks/training.py                 # Multi30k if ../shared/data has it
-    python benchmarks/training.py --steps 60 --jit
-    python benchmarks/training.py --model seq2seq --attention bahdanau luong none
-    python benchmarks/training.py --model seq2seq --bidirectional --batch-size 32   # the RNN's Multi30k recipe
-    python benchmarks/training.py --batch-tokens 8192 --precision float32 mixed_bfloat16 float32 mixed_bfloat16
+    python -m benchmarks.training                 # Multi30k if ../shared/data has it
+    python -m benchmarks.training --steps 60 --jit
+    python -m benchmarks.training --model seq2seq --attention bahdanau luong none
+    python -m benchmarks.training --model seq2seq --bidirectional --batch-size 32   # the RNN's Multi30k recipe
+    python -m benchmarks.training --batch-tokens 8192 --precision float32 mixed_bfloat16 float32 mixed_bfloat16
 
 In one process, on Multi30k de→en train (or the built-in corpus when the
 shared data is missing), batch 64, max_length 64, preset "small" (3+3
@@ -25,11 +25,9 @@ layers, width 256, 8 heads, FFN 512, the Multi30k literature's model):
 import argparse
 import itertools
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402

@@ -1,6 +1,6 @@
 """Sentences per second of a trained run's translator: cached greedy and beam 4.
 
-    python benchmarks/translation_speed.py seq2seq:runs/multi30k-bahdanau [--batch-size 64]
+    python -m benchmarks.translation_speed seq2seq:runs/multi30k-bahdanau [--batch-size 64]
 
 Loads a finished run folder (`MODEL:RUN_DIR`, as in `attention_maps.py`), and
 translates its whole `test.src` (Multi30k test2016 for `benchmarks/multi30k.py`
@@ -9,13 +9,11 @@ warm up (traces) and once timed, at beam width 1 (greedy) and 4.
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from attention_maps import load_run, run_parser  # noqa: E402
+from benchmarks.attention_maps import load_run, run_parser  # noqa: E402
 
 
 def main():

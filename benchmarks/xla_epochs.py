@@ -1,7 +1,7 @@
 """Whole Multi30k epochs of the Transformer job with and without XLA, float32 and bfloat16.
 
-    python benchmarks/xla_epochs.py                       # 4 cases, then again in reverse order
-    python benchmarks/xla_epochs.py --repeats 1 --cases float32:xla mixed_bfloat16:plain
+    python -m benchmarks.xla_epochs                       # 4 cases, then again in reverse order
+    python -m benchmarks.xla_epochs --repeats 1 --cases float32:xla mixed_bfloat16:plain
 
 Issue 13, goal 5: with `--jit-compile` the job rounds batch lengths up to
 multiples of 8 ids (`translation.XLA_LENGTH_MULTIPLE`), so XLA compiles one
@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from keras_attn.config import TranslationConfig  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

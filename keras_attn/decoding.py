@@ -358,58 +358,6 @@ def max_decode_length(source, ratio=1.5, extra=10, cap=None):
     return ops.convert_to_tensor(length, "int32")
 
 
-def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID):
-    """Reference only: greedy search that reruns the whole model every step.
-
-    Not for use: it exists for the tests, as the reference `greedy_search`
-    must equal, and for `benchmarks/decoding.py`, as the baseline it is
-    timed against. Step t runs the encoder, and the decoder over all t
-    outputs so far (what the TensorFlow tutorials do): O(t) work a step
-    where a cached stepper does O(1).
-
-    Args:
-        model: a functional model mapping `{"source", "target_in"}` to
-            `(B, T, V)` logits, e.g. `TransformerBackbone(...)`.
-        source: `(B, S)` int token ids, 0 as padding.
-        max_length: the most tokens to emit; int or scalar int32 tensor.
-        bos_id: the token fed at the first step.
-        eos_id: the token that ends a sequence.
-
-    Returns:
-        A dict with `tokens` `(B, L)`, `scores` `(B,)` and `lengths` `(B,)`,
-        as `greedy_search` returns them.
-
-    Example:
-
-    >>> from keras_attn.models import TransformerBackbone
-    >>> model = TransformerBackbone(1000, 1000, preset="tiny")
-    >>> source = np.array([[5, 6, 7, 3]], "int32")
-    >>> sorted(uncached_greedy_search(model, source, max_length=5))
-    ['lengths', 'scores', 'tokens']
-    """
-    source = tf.convert_to_tensor(source)
-    batch = tf.shape(source)[0]
-
-    def body(index, state, sequences):
-        logits = model(
-            {"source": source, "target_in": sequences["prefix"]}, training=False
-        )
-        updated = _greedy_step(logits[:, -1], sequences, bos_id, eos_id)
-        updated["prefix"] = tf.concat(
-            [sequences["prefix"], updated["last"][:, None]], axis=1
-        )
-        return index + 1, state, updated
-
-    sequences = _start_sequences(batch, bos_id)
-    sequences["prefix"] = sequences["last"][:, None]  # (B, 1 + steps)
-    sequences = _decode_loop(body, {}, sequences, max_length)
-    return {
-        "tokens": sequences["prefix"][:, 1:],
-        "scores": sequences["scores"],
-        "lengths": sequences["lengths"],
-    }
-
-
 # --------------------------------------------------------------------------
 # Shared pieces.
 

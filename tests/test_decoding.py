@@ -14,9 +14,9 @@ from keras_attn.decoding import (
     gnmt_length_penalty,
     greedy_search,
     max_decode_length,
-    uncached_greedy_search,
 )
 from keras_attn.models import TransformerBackbone
+from benchmarks.measures import uncached_greedy_search
 
 SIGNATURE = [tf.TensorSpec([None, None], tf.int32)]  # as in an exported model
 

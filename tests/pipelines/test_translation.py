@@ -12,9 +12,8 @@ from pipelines.tokenizers import (
     WordPieceTokenizer,
     learn_wordpiece_vocabulary,
 )
+from benchmarks.measures import count_truncated, padding_fraction
 from pipelines.translation import (
-    count_truncated,
-    padding_fraction,
     translation_dataset,
     translation_epochs,
     width_count,
