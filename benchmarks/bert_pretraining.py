@@ -251,15 +251,14 @@ def warmup_steps(args, steps):
 TEST_MAX_PREDICTIONS = 20  # 15% of 128 tokens, BERT's setting
 
 
-def test_batches(corpus, vocabulary, args, draws=3):
+def test_batches(corpus, preprocessor, args, draws=3):
     """The test articles' pairs with `draws` different 15% masks (fixed: epochs -1, -2, ...).
 
     Whatever `--mask-rate` and `--max-predictions` the models trained with,
     they are scored on the same masks: 15%, at most `TEST_MAX_PREDICTIONS`.
     """
-    settings = dict(batch_size=64, max_length=args.max_length, max_predictions=TEST_MAX_PREDICTIONS,
-                    seed=1234, drop_remainder=False)
-    return [pretraining.pretraining_dataset(corpus, vocabulary, epoch=-1 - draw, **settings)
+    settings = dict(batch_size=64, max_predictions=TEST_MAX_PREDICTIONS, seed=1234, drop_remainder=False)
+    return [pretraining.pretraining_dataset(corpus, preprocessor, epoch=-1 - draw, **settings)
             for draw in range(draws)]
 
 
@@ -301,31 +300,31 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
                     "history": result.history}
 
 
-def pretrain_keras_hub(args, corpus, valid_corpus, vocabulary, seconds_per_step, pairs_per_epoch, jit_compile):
+def pretrain_keras_hub(args, corpus, valid_corpus, preprocessor, seconds_per_step, pairs_per_epoch, jit_compile):
     epochs, pairs = plan_steps(seconds_per_step, 60 * args.minutes, pairs_per_epoch, args.batch_size)
     steps_per_epoch = pairs // args.batch_size
     steps = epochs * steps_per_epoch
     keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(args.seed)
-    model = keras_hub_model(len(vocabulary), args.preset, args.max_length, dropout=args.dropout)
+    model = keras_hub_model(preprocessor.tokenizer.vocabulary_size, args.preset, args.max_length, dropout=args.dropout)
     model.compile(
         optimizer=adamw(WarmupLinearDecay(args.learning_rate, warmup_steps(args, steps), steps)),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,
     )
-    settings = dict(batch_size=args.batch_size, max_length=args.max_length,
-                    max_predictions=args.max_predictions, mask_rate=args.mask_rate, seed=args.seed)
+    settings = dict(batch_size=args.batch_size, max_predictions=args.max_predictions, mask_rate=args.mask_rate,
+                    seed=args.seed)
 
     def for_keras_hub(features, labels):
         return keras_hub_inputs(features), labels["mlm_labels"], labels["mlm_weights"]
 
     train = None
     for epoch in range(epochs):  # the same pairs and masks as our job's epochs
-        data = pretraining.pretraining_dataset(corpus, vocabulary, num_pairs=pairs, epoch=epoch, **settings)
+        data = pretraining.pretraining_dataset(corpus, preprocessor, num_pairs=pairs, epoch=epoch, **settings)
         train = data if train is None else train.concatenate(data)
     valid = pretraining.pretraining_dataset(
-        valid_corpus, vocabulary, num_pairs=max(args.batch_size, pretraining.pairs_per_epoch(valid_corpus, args.max_length)),
+        valid_corpus, preprocessor, num_pairs=max(args.batch_size, pretraining.pairs_per_epoch(valid_corpus, args.max_length)),
         epoch=-1, **settings,
     )
     budget = TimeBudget(60 * args.minutes)
@@ -464,6 +463,7 @@ def main():
             [s for d in train_docs for s in d],
         )
         vocabulary = tokenizer.vocabulary
+        preprocessor = BertPreprocessor(tokenizer, args.max_length)
         corpus = pretraining.tokenize_documents(train_docs, tokenizer)
         valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
         test_docs = documents.read_documents(str(test_folder), one_document_per_file=True)
@@ -472,7 +472,7 @@ def main():
         print(f"{corpus.num_tokens} training tokens ({pairs_per_epoch} pairs an epoch), "
               f"{test_corpus.num_tokens} test tokens; {len(vocabulary)} WordPieces", flush=True)
         batch = next(iter(pretraining.pretraining_dataset(
-            corpus, vocabulary, args.batch_size, args.max_length, args.max_predictions, seed=args.seed)))
+            corpus, preprocessor, args.batch_size, args.max_predictions, seed=args.seed)))
 
         if args.steps:
             step_seconds = {name: 0.9 * 60 * args.minutes / args.steps for name in ("keras-attn", "keras-hub")}
@@ -490,7 +490,7 @@ def main():
                 step_seconds[name] = min(plain, compiled)
             results["xla"] = xla
             print(f"XLA where faster: {xla}", flush=True)
-        tests = test_batches(test_corpus, vocabulary, args)
+        tests = test_batches(test_corpus, preprocessor, args)
         if "keras-attn" in args.models:
             ours, results["keras-attn"] = pretrain_ours(
                 args, train_folder, run_dir / "ours", step_seconds["keras-attn"], pairs_per_epoch, xla["keras-attn"])
@@ -499,7 +499,7 @@ def main():
             print(f"keras-attn test: {results['keras-attn']['test']}", flush=True)
         if "keras-hub" in args.models:
             theirs, results["keras-hub"] = pretrain_keras_hub(
-                args, corpus, valid_corpus, vocabulary, step_seconds["keras-hub"], pairs_per_epoch, xla["keras-hub"])
+                args, corpus, valid_corpus, preprocessor, step_seconds["keras-hub"], pairs_per_epoch, xla["keras-hub"])
             # In a tf.function: keras-hub's bfloat16 MLM head fails when called eagerly (a float32 bias).
             results["keras-hub"]["test"] = score(
                 tf.function(lambda f: theirs(keras_hub_inputs(f), training=False), autograph=False), tests)

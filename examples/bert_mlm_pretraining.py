@@ -24,6 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_attn import layers  # noqa: E402
 from pipelines import pretraining, synthetic_documents, tokenizers  # noqa: E402
+from pipelines.preprocessors import BertPreprocessor  # noqa: E402
 
 
 def bert_mlm(vocabulary_size, max_length, hidden_dim, num_layers, num_heads):
@@ -44,9 +45,9 @@ def bert_mlm(vocabulary_size, max_length, hidden_dim, num_layers, num_heads):
     )
 
 
-def masked_batches(corpus, vocabulary, epoch, **settings):
+def masked_batches(corpus, preprocessor, epoch, **settings):
     """(features, original tokens, weights): the weights are 0 where a row has fewer masks."""
-    data = pretraining.pretraining_dataset(corpus, vocabulary, epoch=epoch, **settings)
+    data = pretraining.pretraining_dataset(corpus, preprocessor, epoch=epoch, **settings)
     return data.map(lambda features, labels: (features, labels["mlm_labels"], labels["mlm_weights"]))
 
 
@@ -58,7 +59,7 @@ def main(argv=None):
     tiny = args.tiny or os.environ.get("KERAS_ATTN_EXAMPLES_TINY") == "1"
     documents, hidden_dim, num_layers, max_length = (800, 64, 2, 32) if tiny else (3000, 128, 2, 64)
     epochs = args.epochs or (6 if tiny else 10)
-    settings = dict(batch_size=32, max_length=max_length, max_predictions=max_length // 6, seed=0)
+    settings = dict(batch_size=32, max_predictions=max_length // 6, seed=0)
 
     keras.utils.set_random_seed(0)
     docs = synthetic_documents.document_corpus(documents, seed=0)
@@ -70,10 +71,11 @@ def main(argv=None):
     tokenizer = tokenizers.WordPieceTokenizer(vocabulary, lowercase=True)
     train = pretraining.tokenize_documents(train_docs, tokenizer)
     test = pretraining.tokenize_documents(test_docs, tokenizer)
+    preprocessor = BertPreprocessor(tokenizer, max_length)  # the vocabulary and the tokens per pair
 
     # Epoch e's pairs and masks come from a dataset of its own: a new mask every epoch.
-    steps = int(masked_batches(train, vocabulary, 0, **settings).cardinality())
-    data = tf.data.Dataset.range(epochs).flat_map(lambda epoch: masked_batches(train, vocabulary, epoch, **settings))
+    steps = int(masked_batches(train, preprocessor, 0, **settings).cardinality())
+    data = tf.data.Dataset.range(epochs).flat_map(lambda epoch: masked_batches(train, preprocessor, epoch, **settings))
 
     model = bert_mlm(len(vocabulary), max_length, hidden_dim, num_layers, num_heads=2)
     model.compile(
@@ -82,7 +84,7 @@ def main(argv=None):
         weighted_metrics=["accuracy"],  # over the real masked positions only
     )
     model.fit(data, epochs=epochs, steps_per_epoch=steps, shuffle=False, verbose=0 if tiny else 2)
-    _, accuracy = model.evaluate(masked_batches(test, vocabulary, 0, **settings), verbose=0)
+    _, accuracy = model.evaluate(masked_batches(test, preprocessor, 0, **settings), verbose=0)
     print(f"masked-token accuracy on held-out documents: {accuracy:.3f}")
     return {"accuracy": float(accuracy), "steps": steps * epochs}
 

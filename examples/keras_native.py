@@ -108,9 +108,8 @@ def bert(strategy, out, tiny):
         model.compile(learning_rate=2e-3)
     corpus = pretraining.tokenize_documents(documents, preprocessor.tokenizer)
 
-    pairs = pretraining.pretraining_epochs(  # epoch -> its batches: new pairs and new masks every epoch
-        corpus, preprocessor.tokenizer.vocabulary, batch_size=32, max_length=preprocessor.max_length,
-    )
+    # epoch -> its batches (new pairs and masks every epoch), of the preprocessor's vocabulary and length
+    pairs = pretraining.pretraining_epochs(corpus, preprocessor, batch_size=32)
     model.fit(tf.data.Dataset.range(epochs).flat_map(pairs), epochs=epochs,
               steps_per_epoch=int(pairs(0).cardinality()), verbose=0 if tiny else 2)
     answers = model.fill_mask([FILL_MASK], top_k=3)

@@ -340,9 +340,8 @@ def masker(
 
 def pretraining_dataset(
     corpus,
-    vocabulary,
+    preprocessor,
     batch_size,
-    max_length=128,
     max_predictions=None,
     num_pairs=None,
     seed=0,
@@ -355,11 +354,16 @@ def pretraining_dataset(
 ):
     """Batches of masked sentence pairs: one epoch of BERT pretraining.
 
+    The preprocessor the model reads text with at inference gives the
+    vocabulary (the tokens masking draws from) and the tokens per pair; the
+    pairs are packed here, not by its `pack`: pretraining samples sentence
+    pairs and trims the longer one from either end at random (BERT's
+    `truncate_seq_pair`), where inference cuts at the end.
+
     Args:
-        corpus: a `TokenizedDocuments`.
-        vocabulary: the tokenizer's tokens.
+        corpus: a `TokenizedDocuments`, tokenized by `preprocessor.tokenizer`.
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor`.
         batch_size: pairs per batch.
-        max_length: tokens per pair.
         max_predictions: most masked tokens per pair (default:
             `default_max_predictions`).
         num_pairs: pairs in the epoch; defaults to `pairs_per_epoch`.
@@ -375,16 +379,18 @@ def pretraining_dataset(
 
     Example:
 
+    >>> from pipelines.preprocessors import BertPreprocessor
     >>> from pipelines.synthetic_documents import document_corpus
     >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
     >>> documents = document_corpus(200)
     >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(sum(documents, []), 500))
     >>> corpus = tokenize_documents(documents, tokenizer)
-    >>> data = pretraining_dataset(corpus, tokenizer.vocabulary, batch_size=32)
+    >>> data = pretraining_dataset(corpus, BertPreprocessor(tokenizer, max_length=128), batch_size=32)
     >>> features, labels = next(iter(data))
     >>> features["token_ids"].shape, labels["mlm_labels"].shape
     (TensorShape([32, 128]), TensorShape([32, 20]))
     """
+    max_length, vocabulary = preprocessor.max_length, preprocessor.tokenizer.vocabulary
     num_pairs = num_pairs or pairs_per_epoch(corpus, max_length)
     pairs = sentence_pairs(
         corpus, max_length, num_pairs, seed=seed, epoch=epoch,
@@ -396,6 +402,6 @@ def pretraining_dataset(
     return batches.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
-def pretraining_epochs(corpus, vocabulary, **settings):
+def pretraining_epochs(corpus, preprocessor, **settings):
     """`epoch -> pretraining_dataset(..., epoch=epoch)`: the runner's training data."""
-    return lambda epoch: pretraining_dataset(corpus, vocabulary, epoch=epoch, **settings)
+    return lambda epoch: pretraining_dataset(corpus, preprocessor, epoch=epoch, **settings)

@@ -135,10 +135,10 @@ def pretrain(config, log=print, callbacks=()):
         f"vocabulary: {len(vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
         + (f", {dropped} sentences without tokens dropped" if dropped else "")
     )
+    preprocessor = BertPreprocessor(tokenizer, config.max_length)  # the pipeline's, the model's and the export's
     settings = dict(
-        max_length=config.max_length, max_predictions=config.max_predictions, seed=config.seed,
-        mask_rate=config.mask_rate, whole_word=config.whole_word,
-        short_sequence_probability=config.short_sequence_probability,
+        max_predictions=config.max_predictions, seed=config.seed, mask_rate=config.mask_rate,
+        whole_word=config.whole_word, short_sequence_probability=config.short_sequence_probability,
     )
 
     def make_datasets(global_batch_size):
@@ -152,18 +152,16 @@ def pretrain(config, log=print, callbacks=()):
         try:
             return (
                 pretraining.pretraining_epochs(
-                    train_corpus, vocabulary, batch_size=global_batch_size, num_pairs=pairs, **settings
+                    train_corpus, preprocessor, batch_size=global_batch_size, num_pairs=pairs, **settings
                 ),
                 # Fixed pairs and masks (epoch -1): every epoch is scored on the same.
                 pretraining.pretraining_dataset(
-                    valid_corpus, vocabulary, batch_size=global_batch_size, num_pairs=valid_pairs,
+                    valid_corpus, preprocessor, batch_size=global_batch_size, num_pairs=valid_pairs,
                     epoch=-1, **settings,
                 ),
             )
         except ValueError as error:  # too few documents, or none of two sentences
             raise text.DataError(str(error)) from None
-
-    preprocessor = BertPreprocessor(tokenizer, config.max_length)
 
     def build_model():
         return BertPretrainer.from_preset(

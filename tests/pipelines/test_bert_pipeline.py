@@ -143,7 +143,7 @@ def test_pairs_fill_the_length_and_short_sequences_are_drawn(corpus):
 def test_a_batch_has_the_shapes_the_model_takes(corpus):
     _, tokenizer, tokenized = corpus
     data = pretraining.pretraining_dataset(
-        tokenized, tokenizer.vocabulary, batch_size=16, max_length=32, max_predictions=3, num_pairs=40
+        tokenized, preprocessors.BertPreprocessor(tokenizer, max_length=32), batch_size=16, max_predictions=3, num_pairs=40
     )
     assert int(data.cardinality()) == 2
     features, labels = next(iter(data))
