@@ -23,9 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def load_translator(model, run_dir):
     """An in-process `export.Translator` of a finished run folder."""
     from keras_attn import export, run_folder
-    from keras_attn.models import Seq2SeqLM
-    from keras_attn.config import Seq2SeqConfig
-    from keras_attn.config import TranslationConfig
+    from keras_attn.config import Seq2SeqConfig, TranslationConfig
+    from keras_attn.jobs.translation import build_task
     from pipelines import tokenizers
     from pipelines.preprocessors import TranslationPreprocessor
 
@@ -35,8 +34,7 @@ def load_translator(model, run_dir):
     config = make(run_dir=run_dir, **known)
     lowercase = bool(settings.get("lowercase"))
     source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
-    backbone = config.build_backbone(source.vocabulary_size, target.vocabulary_size, 0.0)
-    model = Seq2SeqLM(backbone, TranslationPreprocessor(source, target, config.max_length))  # as the job trained it
+    model = build_task(config, TranslationPreprocessor(source, target, config.max_length), 0.0)  # as the job trained it
     model.load_weights(run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return export.Translator(model)
 

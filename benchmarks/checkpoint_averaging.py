@@ -24,7 +24,6 @@ import keras  # noqa: E402
 from benchmarks.multi30k import job_config  # noqa: E402
 
 from keras_attn import evaluation, export  # noqa: E402
-from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
@@ -51,8 +50,7 @@ def main():
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     corpora = translation.load_corpora(config)
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
-    backbone = config.build_backbone(source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, 0.1)
-    model = Seq2SeqLM(backbone, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64))  # as the job trained it
+    model = translation.build_task(config, TranslationPreprocessor(source_tokenizer, target_tokenizer, 64), 0.1)
     model.compile(label_smoothing=0.1)  # the job's loss
     valid = pipelines.translation_dataset(
         corpora["valid"].sources, corpora["valid"].targets, source_tokenizer, target_tokenizer,

@@ -132,10 +132,14 @@ MODEL = "model and optimization"
 class TranslationConfig(RunConfig):
     """Everything `keras-attn train transformer` can be told; its flags are these fields.
 
-    Each config says which model it trains through three methods
-    (`build_backbone`, `hidden_dim`, `callbacks`) and which of its fields
-    bind a run folder (`bound_settings`); `Seq2SeqConfig` overrides them.
+    Each config says which model it trains (`family`, a family of
+    `Seq2SeqLM.BACKBONES`, built with `Seq2SeqLM.from_preset(preset, ...,
+    **backbone_arguments(dropout))`), its width (`hidden_dim`), its callbacks
+    and which of its fields bind a run folder (`bound_settings`);
+    `Seq2SeqConfig` overrides them.
     """
+
+    family = "transformer"
 
     name: str = setting("transformer", "model name under the export root and runs/", OUTPUT)
     epochs: int = setting(8, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
@@ -183,19 +187,13 @@ class TranslationConfig(RunConfig):
 
             self.batch_size = PAIRS_PER_BATCH if self.batch_tokens is None else most_pairs(self.batch_tokens)
 
-    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
-        """The backbone this job trains, inside a `Seq2SeqLM`."""
-        from keras_attn.models import TransformerBackbone
-
-        return TransformerBackbone(
-            source_vocabulary_size, target_vocabulary_size,
-            max_sequence_length=self.max_length, preset=self.preset, dropout=dropout,
-            share_embeddings=self.shared_vocab,
-        )
+    def backbone_arguments(self, dropout):
+        """The backbone's arguments beside its preset and the preprocessor's sizes."""
+        return dict(dropout=dropout, share_embeddings=self.shared_vocab)
 
     def hidden_dim(self):
         """The model width the Noam schedule scales by."""
-        return PRESETS["transformer"][self.preset]["hidden_dim"]
+        return PRESETS[self.family][self.preset]["hidden_dim"]
 
     def callbacks(self):
         """Keras callbacks the runner adds to the job's."""
@@ -238,6 +236,7 @@ class Seq2SeqConfig(TranslationConfig):
         None, "feed the model's own predictions with a probability that rises as the teacher-forcing ratio "
         "decays this way (Bengio et al. 2015)", SEQ2SEQ, choices=DECAYS,
     )
+    family = "seq2seq"
     decay_parameters: dict = setting(
         None, "the decay's parameters, e.g. k=1000 (each decay's parameters and defaults: "
         "keras_attn/training/scheduled_sampling.py)", SEQ2SEQ, nargs="+", metavar="NAME=X",
@@ -263,18 +262,12 @@ class Seq2SeqConfig(TranslationConfig):
             except ValueError as error:
                 raise UserError(f"--scheduled-sampling: {error}") from None
 
-    def build_backbone(self, source_vocabulary_size, target_vocabulary_size, dropout):
-        from keras_attn.models import Seq2SeqBackbone
-
-        return Seq2SeqBackbone(
-            source_vocabulary_size, target_vocabulary_size, preset=self.preset,
+    def backbone_arguments(self, dropout):
+        return dict(
             cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,
             score=self.score, local=self.local, window=self.window, dropout=dropout,
             scheduled_sampling="argmax" if self.scheduled_sampling else None,
         )
-
-    def hidden_dim(self):
-        return PRESETS["seq2seq"][self.preset]["hidden_dim"]
 
     def callbacks(self):
         if not self.scheduled_sampling:

@@ -2,8 +2,8 @@
 
 `run(TranslationConfig(...))` is what `keras-attn train transformer` runs,
 `run(Seq2SeqConfig(...))` what `keras-attn train seq2seq` runs (both configs:
-`keras_attn.config`). A config says which model it trains (`build_backbone`,
-`hidden_dim`, `callbacks`) and which of its fields bind a run folder
+`keras_attn.config`). A config says which model it trains (`build_task`),
+its width and callbacks and which of its fields bind a run folder
 (`bound_settings`); everything else here is shared.
 What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
@@ -230,8 +230,7 @@ def run(config, log=print):
     preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
 
     def build_model():
-        backbone = config.build_backbone(source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, dropout)
-        return Seq2SeqLM(backbone, preprocessor)
+        return build_task(config, preprocessor, dropout)
 
     def compile_model(model, total_steps):
         model.compile(learning_rate=learning_rate_schedule(config, total_steps), label_smoothing=config.label_smoothing)
@@ -266,6 +265,11 @@ def run(config, log=print):
         model=model, steps=result.steps, new_export=new_export,
         already_finished=result.already_finished,
     )
+
+
+def build_task(config, preprocessor, dropout):
+    """The `Seq2SeqLM` a translation config trains: its family's preset, sized by `preprocessor`."""
+    return Seq2SeqLM.from_preset(config.preset, preprocessor, family=config.family, **config.backbone_arguments(dropout))
 
 
 def translate_all(translator, sentences, beam_width, batch_size=64):

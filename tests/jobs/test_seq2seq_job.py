@@ -105,7 +105,9 @@ def test_scheduled_sampling_is_wired_into_model_and_runner():
     assert isinstance(callback, ScheduledSampling)
     assert callback.schedule(0) == pytest.approx(500 / 501)  # ε starts near 1: teacher forcing
     assert callback.schedule(10_000) < 0.01
-    model = config.build_backbone(50, 50, dropout=0.0)
+    from keras_attn.models import Seq2SeqBackbone
+
+    model = Seq2SeqBackbone(50, 50, preset=config.preset, **config.backbone_arguments(dropout=0.0))
     assert model.decoder.scheduled_sampling == "argmax"
     assert Seq2SeqConfig(preset="tiny").callbacks() == []
 
