@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 
 import keras_attn  # noqa: E402
-from keras_attn import export  # noqa: E402
+from keras_attn import serving  # noqa: E402
 from keras_attn.models import Seq2SeqLM, TransformerBackbone  # noqa: E402
 from pipelines import tokenizers  # noqa: E402
 from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
@@ -51,9 +51,9 @@ def round_trip():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    translator = export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
+    translator = serving.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
     with tempfile.TemporaryDirectory() as root:
-        path = export.export(translator, root, "toy")
+        path = serving.export(translator, root, "toy")
         command = os.path.join(os.path.dirname(sys.executable), "keras-attn")
         result = subprocess.run([command, "translate", path, "ein hund ."], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

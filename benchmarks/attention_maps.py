@@ -21,8 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def load_translator(model, run_dir):
-    """An in-process `export.Translator` of a finished run folder."""
-    from keras_attn import export, run_folder
+    """An in-process `serving.Translator` of a finished run folder."""
+    from keras_attn import serving, run_folder
     from keras_attn.config import Seq2SeqConfig, TranslationConfig
     from keras_attn.jobs.translation import build_task
     from pipelines import tokenizers
@@ -36,7 +36,7 @@ def load_translator(model, run_dir):
     source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
     model = build_task(config, TranslationPreprocessor(source, target, config.max_length), 0.0)  # as the job trained it
     model.load_weights(run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
-    return export.Translator(model)
+    return serving.Translator(model)
 
 
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"

@@ -58,8 +58,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn.bert_server import BertServer  # noqa: E402
-from keras_attn.export import export  # noqa: E402
+from keras_attn.serving.bert import BertServer  # noqa: E402
+from keras_attn.serving import export  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
 from keras_attn.training import PretrainingLoss, PretrainingMetrics, WarmupLinearDecay, adamw  # noqa: E402
 from keras_attn.models import BertBackbone, BertMaskedLM, BertPretrainer  # noqa: E402

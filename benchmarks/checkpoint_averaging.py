@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 from benchmarks.multi30k import job_config  # noqa: E402
 
-from keras_attn import evaluation, export  # noqa: E402
+from keras_attn import evaluation, serving  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.training.averaging import mean_weights  # noqa: E402
 from keras_attn.training.precision import resolve_mixed_precision  # noqa: E402
@@ -56,7 +56,7 @@ def main():
         corpora["valid"].sources, corpora["valid"].targets, source_tokenizer, target_tokenizer,
         batch_size=64, max_length=64, shuffle=False,
     )
-    translator = export.Translator(model)
+    translator = serving.Translator(model)
 
     snapshots = []
     for epoch in range(1, args.epochs + 1):

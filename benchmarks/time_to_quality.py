@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
 from benchmarks.multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
-from keras_attn import evaluation, export  # noqa: E402
+from keras_attn import evaluation, serving  # noqa: E402
 from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.config import TranslationConfig, Seq2SeqConfig  # noqa: E402
@@ -86,7 +86,7 @@ def score_epochs(config, model, rows, corpora):
     """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
     source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
     preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
-    translator = export.Translator(Seq2SeqLM(model, preprocessor))
+    translator = serving.Translator(Seq2SeqLM(model, preprocessor))
     scored = {}
     table = []
     for row in rows:

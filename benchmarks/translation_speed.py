@@ -4,7 +4,7 @@
 
 Loads a finished run folder (`MODEL:RUN_DIR`, as in `attention_maps.py`), and
 translates its whole `test.src` (Multi30k test2016 for `benchmarks/multi30k.py`
-runs) in batches through the same `export.Translator` an export serves, once to
+runs) in batches through the same `serving.Translator` an export serves, once to
 warm up (traces) and once timed, at beam width 1 (greedy) and 4.
 """
 

@@ -39,7 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_attn import export  # noqa: E402
+from keras_attn import serving  # noqa: E402
 from keras_attn.models import BertPretrainer, Seq2SeqLM  # noqa: E402
 from pipelines import pretraining, synthetic, synthetic_documents, translation  # noqa: E402
 from pipelines.preprocessors import BertPreprocessor, TranslationPreprocessor  # noqa: E402
@@ -86,7 +86,7 @@ def main(argv=None):
     reloaded = keras.saving.load_model(out / "translator.keras")
     same_after_reload = reloaded.generate(sources) == greedy and reloaded.generate(sources, beam_width=4) == beam
 
-    path = export.export(export.Translator(model), out / "saved_models", "translator")
+    path = serving.export(serving.Translator(model), out / "saved_models", "translator")
     saved_model = tf.saved_model.load(path)  # kept: a dropped SavedModel loses its variables
     served = saved_model.translate(text=tf.constant(sources), beam_width=tf.constant(4))["translation"]
     served = [text.decode("utf-8") for text in served.numpy()]

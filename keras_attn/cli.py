@@ -445,7 +445,7 @@ def _evaluate(args):
 
 def _test_split(args):
     """`(--src, --ref)`, by default the test split the export's run wrote."""
-    from keras_attn.export import read_metadata
+    from keras_attn.serving import read_metadata
 
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref must be given together")
@@ -564,7 +564,7 @@ def _classify(args):
     import numpy as np
     import tensorflow as tf
 
-    from keras_attn.bert_server import read_classifier
+    from keras_attn.serving.bert import read_classifier
 
     model = _load_bert(args.model_dir, "classify", "classify")
     known = read_classifier(args.model_dir)  # {} for an export of an older keras-attn

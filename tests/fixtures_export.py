@@ -9,7 +9,7 @@ import os
 import keras
 import pytest
 
-from keras_attn import export
+from keras_attn import serving
 from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone
 from pipelines import tokenizers
 from pipelines.preprocessors import TranslationPreprocessor
@@ -33,7 +33,7 @@ def tiny_translator():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
+    return serving.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +45,14 @@ def tiny_seq2seq_translator():
         source.vocabulary_size, target.vocabulary_size, cell="gru", bidirectional=True,
         hidden_dim=16, attention="bahdanau", dropout=0.0,
     )
-    return export.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
+    return serving.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
 
 
 def _export_once(translator, root, name):
     split = {"test_src": str(root / "test.src"), "test_ref": str(root / "test.ref")}
     (root / "test.src").write_text("".join(s + "\n" for s in SOURCES))
     (root / "test.ref").write_text("".join(t + "\n" for t in TARGETS))
-    path = export.export(translator, str(root), name, metadata=split)
+    path = serving.export(translator, str(root), name, metadata=split)
     assert path == os.path.join(str(root), name, "1")
     return path
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_attn import export
+from keras_attn import serving
 from pipelines import tokenizers
 
 pytest_plugins = ["tests.fixtures_export"]
@@ -148,19 +148,19 @@ def test_exports_reload_in_a_fresh_tensorflow_only_process(request, tmp_path):
 
 def test_an_unchanged_model_is_not_exported_again(tiny_translator, tiny_export):
     root = os.path.dirname(os.path.dirname(tiny_export))
-    assert export.read_metadata(tiny_export)["fingerprint"] == tiny_translator.fingerprint()
-    assert export.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
+    assert serving.read_metadata(tiny_export)["fingerprint"] == tiny_translator.fingerprint()
+    assert serving.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
     assert sorted(os.listdir(os.path.join(root, "toy"))) == ["1"]
     weight = tiny_translator.model.weights[-1]
     kept = weight.numpy()
     weight.assign(kept + 1.0)
     try:
-        path, new = export.export_if_changed(tiny_translator, root, "toy")
+        path, new = serving.export_if_changed(tiny_translator, root, "toy")
         assert (path, new) == (os.path.join(root, "toy", "2"), True)
-        assert export.newest_version(root, "toy") == path
+        assert serving.newest_version(root, "toy") == path
     finally:
         weight.assign(kept)
         shutil.rmtree(os.path.join(root, "toy", "2"), ignore_errors=True)
-    assert export.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
+    assert serving.export_if_changed(tiny_translator, root, "toy") == (tiny_export, False)
 
 

@@ -14,8 +14,8 @@ import os
 import time
 
 
-from keras_attn import export, run_folder
-from keras_attn.bert_server import BertServer
+from keras_attn import serving, run_folder
+from keras_attn.serving.bert import BertServer
 from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.errors import UserError
 from keras_attn.training import WarmupLinearDecay
@@ -274,4 +274,4 @@ def _hold_out_examples(data, seed, fraction=0.1):
 def _export(config, server):
     if not config.export:
         return None, False
-    return export.export_if_changed(server, config.export_root, config.name, force=config.force_export)
+    return serving.export_if_changed(server, config.export_root, config.name, force=config.force_export)

@@ -1,7 +1,7 @@
 """A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export or a run folder.
 
 `keras-attn finetune MODEL_DIR` reads either a BERT export (what
-`keras_attn.bert_server.BertServer` keeps in `assets.extra/`) or the run
+`keras_attn.serving.BertServer` keeps in `assets.extra/`) or the run
 folder of `keras-attn pretrain bert` (`keras_attn.run_folder`'s layout).
 """
 
@@ -9,7 +9,7 @@ import json
 import os
 
 from keras_attn import run_folder
-from keras_attn.bert_server import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
+from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
 from pipelines.tokenizers import WordPieceTokenizer
 

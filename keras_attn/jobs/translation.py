@@ -16,7 +16,7 @@ import time
 import keras
 import numpy as np
 
-from keras_attn import evaluation, export, run_folder
+from keras_attn import evaluation, serving, run_folder
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
     check_strategy_flags,
@@ -249,14 +249,14 @@ def run(config, log=print):
             already_finished=result.already_finished,
         )
 
-    translator = export.Translator(model)
+    translator = serving.Translator(model)
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")
     path, new_export = None, False
     if config.export:
         metadata = {"test_src": os.path.abspath(test_paths[0]), "test_ref": os.path.abspath(test_paths[1])}
-        path, new_export = export.export_if_changed(
+        path, new_export = serving.export_if_changed(
             translator, config.export_root, config.name, metadata, force=config.force_export
         )
     samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))

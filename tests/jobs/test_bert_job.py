@@ -324,7 +324,7 @@ def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, 
 
 def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_path):
     """Exports made before the backbone's config was saved whole keep `preset`: the same settings come back."""
-    from keras_attn.bert_server import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
+    from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
     from keras_attn.jobs.bert_loader import read_pretrained
     from keras_attn.models import BERT_PRESETS
     from keras_attn.special_tokens import SPECIAL_TOKENS

@@ -93,7 +93,7 @@ def test_a_rerun_of_a_finished_run_trains_and_exports_nothing(trained):
 
 @pytest.mark.slow
 def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys):
-    from keras_attn import export
+    from keras_attn import serving
 
     run, root = tmp_path / "run", tmp_path / "saved_models"  # copies: the fixture's stay as they are
     shutil.copytree(trained.root / "run", run)
@@ -105,20 +105,20 @@ def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys
     assert "nothing trained: the run had already finished after 470 steps" in printed
     assert f"exported to {root / 'transformer' / '2'}" in printed.splitlines()
     assert sorted(os.listdir(root / "transformer")) == ["1", "2"]
-    fingerprints = {export.read_metadata(str(root / "transformer" / v))["fingerprint"] for v in ("1", "2")}
+    fingerprints = {serving.read_metadata(str(root / "transformer" / v))["fingerprint"] for v in ("1", "2")}
     assert len(fingerprints) == 1  # the same model
 
 
 @pytest.mark.slow
 def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained, cli_loads_once, tmp_path, capsys):
-    from keras_attn import evaluation, export
+    from keras_attn import evaluation, serving
     from pipelines import synthetic
 
     test = synthetic.translation_corpus(seed=0, train_size=6000)["test"]
     assert (trained.root / "run" / "test.src").read_text().splitlines() == test.sources
     assert (trained.root / "run" / "test.ref").read_text().splitlines() == test.targets
     model_dir = str(trained.root / "saved_models" / "transformer" / "1")
-    assert export.read_metadata(model_dir)["test_src"] == str(trained.root / "run" / "test.src")
+    assert serving.read_metadata(model_dir)["test_src"] == str(trained.root / "run" / "test.src")
 
     hypotheses = trained.result.metrics["hypotheses"]
     # The export scores the job's first batch of 64 as the in-process model did (beam 2).

@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_attn import evaluation, export  # noqa: E402
+from keras_attn import evaluation  # noqa: E402
+from keras_attn.serving import versions  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.config import TranslationConfig  # noqa: E402
 
@@ -87,7 +88,7 @@ def main(config_json, out_prefix):
     if kill_after_step is not None:
         translation.train = _with_callback(translation.train, _KillAfterStep(kill_after_step))
     if config.pop("kill_in_export", False):
-        export._write_metadata = _kill_in_export(export._write_metadata)  # noqa: SLF001
+        versions._write_metadata = _kill_in_export(versions._write_metadata)  # noqa: SLF001
     if not config.pop("translate_test_split", True):
         translation.evaluate = _score_empty_translations
     result = translation.run(TranslationConfig(**config))

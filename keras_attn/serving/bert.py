@@ -1,6 +1,6 @@
 """BERT's serving module: fill-mask, encode and classify, with the tokenizer in the graph.
 
-Exported with `keras_attn.export.export` as `<root>/<name>/<version>/`, it
+Exported with `keras_attn.serving.export` as `<root>/<name>/<version>/`, it
 loads where only `tensorflow` and `tensorflow_text` are imported:
 
     import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 
-from keras_attn.export import fingerprint
+from keras_attn.serving.versions import fingerprint
 from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
 from keras_attn.special_tokens import PAD_ID
 

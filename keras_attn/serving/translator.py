@@ -1,0 +1,136 @@
+"""The translation SavedModel of a `Seq2SeqLM`: strings in, strings out, the tokenizers inside the graph.
+
+It loads in a process that imports only `tensorflow` and `tensorflow_text`:
+
+    import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
+    translator = tf.saved_model.load("saved_models/transformer/1")
+    out = translator.signatures["translate"](
+        text=tf.constant(["Ein Hund läuft."]), beam_width=tf.constant(4))
+    out["translation"], out["score"], out["truncated"]
+
+Exported with `keras_attn.serving.export` (versions and their metadata).
+"""
+
+import json
+
+import tensorflow as tf
+
+from keras_attn import decoding
+from keras_attn.serving.versions import fingerprint
+from keras_attn.special_tokens import PAD_ID
+
+
+class Translator(tf.Module):
+    """A translation model with its tokenizers and search, ready to export.
+
+    Signatures:
+    - `translate(text: string[B], beam_width: int32[])` →
+      `translation` string[B], `score` float32[B] (length-normalized
+      log-probability), `truncated` bool[B] (the input was longer than the
+      model accepts and was cut). Beam width 1 is greedy search; a width
+      below 1 counts as 1, and one above `max_beam_width` (or the target
+      vocabulary size, if smaller) as that cap.
+    - `attention(text: string[B])` → `translation`, `source_tokens`
+      string[B, S], `output_tokens` string[B, L] and `cross_attention`
+      float32[B, L, layers, heads, S] of greedy decoding, for plotting.
+
+    Every input gives one output: an empty batch gives empty outputs, and
+    a text with no tokens (empty, blank or invisible characters only)
+    translates to `""` with score 0.0 (log-probability 0: certain, which a
+    decoded translation never scores), no output tokens and zero attention.
+
+    Args:
+        task: a `keras_attn.models.Seq2SeqLM` with its preprocessor (whose
+            `max_length` caps sources and outputs), decoded through its stepper.
+        length_penalty: GNMT length penalty α of beam search.
+        max_beam_width: the widest beam a request gets (memory and time
+            grow with it).
+    """
+
+    def __init__(self, task, length_penalty=0.6, max_beam_width=32):
+        super().__init__(name="translator")
+        if task.preprocessor is None:
+            raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
+        self.model = task.backbone
+        self.stepper = task.stepper
+        self.preprocessor = preprocessor = task.preprocessor
+        # Tracked here too: their vocabulary files are the SavedModel's assets.
+        self.source_tokenizer = preprocessor.source_tokenizer
+        self.target_tokenizer = preprocessor.target_tokenizer
+        self.length_penalty = length_penalty
+        self.max_beam_width = max_beam_width
+
+    def encode(self, text):
+        """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
+        return self.preprocessor.tokenize_source(text)
+
+    def _decode_length(self, source):
+        return decoding.max_decode_length(source, cap=self.preprocessor.max_length)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text"),
+            tf.TensorSpec([], tf.int32, name="beam_width"),
+        ]
+    )
+    def translate(self, text, beam_width):
+        source, truncated = self.encode(text)
+        empty = _no_tokens(source)
+        cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
+        result = decoding.beam_search(
+            self.stepper,
+            source,
+            beam_width=tf.clip_by_value(beam_width, 1, cap),
+            max_length=self._decode_length(source),
+            length_penalty=self.length_penalty,
+        )
+        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
+        return {
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "score": tf.where(empty, 0.0, result["scores"]),
+            "truncated": truncated,
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def attention(self, text):
+        source, _ = self.encode(text)
+        empty = _no_tokens(source)
+        result = decoding.greedy_search(
+            self.stepper,
+            source,
+            max_length=self._decode_length(source),
+            return_attention=True,
+        )
+        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
+        attention = tf.cast(result["attention"], tf.float32)
+        return {
+            "translation": self.target_tokenizer.detokenize(tokens),
+            "source_tokens": self.source_tokenizer.id_to_token(source),
+            "output_tokens": self.target_tokenizer.id_to_token(tokens),
+            "cross_attention": tf.where(empty[:, None, None, None, None], 0.0, attention),
+        }
+
+    def fingerprint(self):
+        """SHA-256 of what decides the outputs: weights, vocabularies and settings.
+
+        Two translators with the same fingerprint translate alike (with the
+        same code), so an export whose fingerprint equals the newest
+        version's need not be written again.
+        """
+        return fingerprint(
+            [json.dumps([t.vocabulary, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
+            + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"],
+            self.model.weights,
+        )
+
+    def signatures(self):
+        return {
+            "serving_default": self.translate,
+            "translate": self.translate,
+            "attention": self.attention,
+        }
+
+
+def _no_tokens(source):
+    """`(B,)` bool: the rows of `(B, S)` source ids that are all padding (no text)."""
+    return tf.reduce_all(tf.equal(source, PAD_ID), axis=1)
