@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -95,9 +96,9 @@ def _two_workers(args):
     for index, tf_config in enumerate(local_cluster(2)):
         env = dict(os.environ, TF_CONFIG=tf_config)
         out = f"/tmp/keras_attn_distributed_{os.getpid()}_{index}.json"
-        command = [sys.executable, __file__, "--worker", str(index), "--out", out,
+        command = [sys.executable, "-m", "benchmarks.distributed", "--worker", str(index), "--out", out,
                    "--pairs", str(args.pairs), "--warmup", str(args.warmup)]
-        processes.append((subprocess.Popen(command, env=env), out))
+        processes.append((subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent), out))
     rates = []
     for process, out in processes:
         if process.wait(timeout=1800) != 0:
@@ -128,7 +129,7 @@ def main():
     }
     results["runner, two workers (2 processes)"] = _two_workers(args)
     base = results["runner, one device"]
-    print(f"\n| global batch 64, preset small, float32 | steps/s | vs one device |\n|---|---|---|")
+    print("\n| global batch 64, preset small, float32 | steps/s | vs one device |\n|---|---|---|")
     for name, rate in results.items():
         print(f"| {name} | {rate:.2f} | {rate / base:.2f}x |")
 

@@ -18,7 +18,6 @@ for attention-bound steps, 0 when linear parts dominate), plots to `--out`.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time

@@ -162,7 +162,7 @@ def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimi
 
 def block_case(case_name, anchor, steps):
     """`benchmarks/layers.py`'s step of one block (ours, or keras-hub's with `anchor`)."""
-    import layers as layer_benchmark  # benchmarks/layers.py, beside this script
+    from benchmarks import layers as layer_benchmark
 
     case = {case.name: case for case in layer_benchmark.CASES}[BLOCK_CASES[case_name]]
     x, memory = layer_benchmark.random_inputs()

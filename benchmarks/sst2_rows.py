@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+REPOSITORY = Path(__file__).resolve().parent.parent  # where `python -m benchmarks.X` runs
 
 
 def run_one(args, rows, seed, learning_rate):
@@ -40,14 +40,14 @@ def run_one(args, rows, seed, learning_rate):
     if not out.exists():
         shutil.rmtree(Path(args.run_dir) / name, ignore_errors=True)  # an interrupted run's folder
         command = [
-            sys.executable, str(HERE / "bert_pretraining.py"), "--only", "sst2", "--pretrained", args.pretrained,
+            sys.executable, "-m", "benchmarks.bert_pretraining", "--only", "sst2", "--pretrained", args.pretrained,
             "--sst2-train", str(rows), "--sst2-steps", str(args.steps), "--sst2-learning-rate", str(learning_rate),
             "--seed", str(seed), "--run-dir", str(Path(args.run_dir) / name), "--out", str(out),
         ]
         if args.keep_pretrained_blocks is not None:
             command += ["--keep-pretrained-blocks", str(args.keep_pretrained_blocks)]
         with open(Path(args.run_dir) / f"{name}.log", "w") as log:
-            subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+            subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPOSITORY)
     return rows, seed, learning_rate, json.loads(out.read_text())["sst2"]
 
 

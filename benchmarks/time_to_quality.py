@@ -33,11 +33,9 @@ import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
 from benchmarks.multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
 from keras_attn import evaluation, serving  # noqa: E402
-from keras_attn.models import Seq2SeqLM  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.config import TranslationConfig, Seq2SeqConfig  # noqa: E402
 from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
-from pipelines.preprocessors import TranslationPreprocessor  # noqa: E402
 
 
 class EpochSnapshots(keras.callbacks.Callback):
@@ -83,10 +81,8 @@ class Seq2SeqSnapshotConfig(_Snapshots, Seq2SeqConfig):
 
 
 def score_epochs(config, model, rows, corpora):
-    """Scores, for each epoch, the model chosen on val so far; returns the table rows."""
-    source_tokenizer, target_tokenizer = translation.build_tokenizers(config, corpora["train"])
-    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
-    translator = serving.Translator(Seq2SeqLM(model, preprocessor))
+    """Scores, for each epoch, the task (`Seq2SeqLM`) chosen on val so far; returns the table rows."""
+    translator = serving.Translator(model)
     scored = {}
     table = []
     for row in rows:

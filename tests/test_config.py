@@ -31,8 +31,11 @@ def test_a_command_without_flags_builds_the_configs_defaults(argv, monkeypatch):
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
-def test_every_flag_reaches_its_field(argv):
+def test_every_flag_reaches_its_field(argv, monkeypatch):
     """Each field with help is a flag, whose value lands in that field (and nowhere else)."""
+    from keras_attn.training import precision
+
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)  # so --precision float32 changes a field
     config_class = COMMANDS[argv]
     defaults = _built(argv)
     examples = {int: "12", float: "0.5", str: "x"}  # within every check
