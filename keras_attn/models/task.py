@@ -63,7 +63,8 @@ class Task(keras.Model):
     def compile_from_config(self, config):
         if "auto" not in config:
             return super().compile_from_config(config)
-        self.compile(**config["auto"])  # a task compiled with its defaults loads compiled the same way
+        # A task compiled with its own arguments loads compiled the same way (a schedule among them comes back an object).
+        self.compile(**keras.saving.deserialize_keras_object(config["auto"]))
         if self.built:
             self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
 

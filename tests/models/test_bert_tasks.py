@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.presets import PRESETS
+from keras_attn.training import WarmupLinearDecay
 from keras_attn.special_tokens import SPECIAL_TOKENS
 from pipelines.preprocessors import BertPreprocessor
 
@@ -72,7 +73,7 @@ def _as_detokenized(preprocessor, text):
 def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_state(preprocessor, tmp_path):
     keras.utils.set_random_seed(1)
     model = BertPretrainer.from_preset("tiny", preprocessor, **SMALL)
-    model.compile(learning_rate=5e-3, nsp_weight=0.5)
+    model.compile(learning_rate=WarmupLinearDecay(5e-3, 1, 10), nsp_weight=0.5)  # a schedule, as the job gives
     rows = preprocessor(tf.constant(["the dog runs", "a cat sits on a mat"]), tf.constant(["on a mat .", "the dog"]))
     inputs = {**rows, "mask_positions": np.array([[1, 2], [2, 3]], "int32")}
     targets = {"mlm_labels": np.array([[8, 9], [9, 10]], "int32"), "mlm_weights": np.ones((2, 2), "float32"),
@@ -88,5 +89,6 @@ def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_stat
     assert loaded.fill_mask(texts, top_k=4) == model.fill_mask(texts, top_k=4)
     # Compiled as it was (its own arguments), with the optimizer's state: training goes on from step 1.
     assert loaded.task_loss.nsp_weight == 0.5 and int(loaded.optimizer.iterations.numpy()) == 1
+    assert loaded.optimizer.get_config()["learning_rate"] == model.optimizer.get_config()["learning_rate"]
     for a, b in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.models import Seq2SeqLM, TransformerBackbone
-from keras_attn.training import get_strategy
+from keras_attn.training import get_strategy, warmup_cosine
 from pipelines import synthetic, translation
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS
@@ -106,7 +106,7 @@ def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
 
 def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(preprocessor, corpus, tmp_path):
     model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
-    model.compile()
+    model.compile(learning_rate=warmup_cosine(1e-3, 5, 50))  # a schedule object, as the translation job gives
     model.train_on_batch(*next(iter(_dataset(corpus, preprocessor))))
     sources = corpus["valid"].sources[:4]
     expected = model.generate(sources, beam_width=2)
@@ -115,6 +115,7 @@ def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer
     assert len(loaded.optimizer.variables) == len(model.optimizer.variables) > 1
     for saved, restored in zip(model.optimizer.variables, loaded.optimizer.variables):
         np.testing.assert_array_equal(restored, saved)  # training resumes where it was
+    assert loaded.optimizer.get_config()["learning_rate"] == model.optimizer.get_config()["learning_rate"]
     assert isinstance(loaded.backbone, TransformerBackbone)
     assert loaded.preprocessor.target_tokenizer.vocabulary == preprocessor.target_tokenizer.vocabulary
     assert loaded.generate(sources, beam_width=2) == expected
