@@ -35,8 +35,17 @@ def load_translator(model, run_dir):
     lowercase = bool(settings.get("lowercase"))
     source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
     model = build_task(config, TranslationPreprocessor(source, target, config.max_length), 0.0)  # as the job trained it
-    model.load_weights(run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
+    load_weights_of_any_age(model, run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return serving.Translator(model)
+
+
+def load_weights_of_any_age(task, path):
+    """Loads a run's weights file into `task`: the task's own, or a bare backbone's (runs before the
+    twenty-fifth session saved the backbone alone)."""
+    try:
+        task.load_weights(path)
+    except ValueError:
+        task.backbone.load_weights(path)
 
 
 RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"

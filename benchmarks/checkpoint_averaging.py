@@ -22,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 from benchmarks.multi30k import job_config  # noqa: E402
+from benchmarks.attention_maps import load_weights_of_any_age  # noqa: E402
 
 from keras_attn import evaluation, serving  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
@@ -60,7 +61,7 @@ def main():
 
     snapshots = []
     for epoch in range(1, args.epochs + 1):
-        model.load_weights(os.path.join(args.run_dir, "epochs", f"epoch-{epoch}.weights.h5"))
+        load_weights_of_any_age(model, os.path.join(args.run_dir, "epochs", f"epoch-{epoch}.weights.h5"))
         snapshots.append([w.copy() for w in model.get_weights()])
 
     def use(first, last):

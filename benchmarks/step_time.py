@@ -1,6 +1,6 @@
 """Training-step time of one checkout of the code, for before/after comparisons.
 
-    git worktree add /tmp/before 62f13fc
+    git worktree add /tmp/before d5a0b9a
     for repo in /tmp/before . /tmp/before . ; do
         (cd $repo && python -m benchmarks.step_time bahdanau,128,0,float32 bahdanau,128,0,mixed_bfloat16)
     done
@@ -12,7 +12,10 @@ or `none`, with preset "small", `-bi` appended for a bidirectional encoder, or
 on random ids (8,000-token vocabularies, source and target 24 tokens), runs two
 warm-up `train_on_batch` steps and prints the mean wall and process-CPU time of
 15 more. Alternate the checkouts in one shell, as above: the machine's speed
-moves between runs.
+moves between runs. Both checkouts need this form of the script (`benchmarks/`
+a package, the backbone classes): d5a0b9a or later. Older checkouts have an
+older step_time.py, which takes the checkout as its first argument (the
+RESULTS rows measured before d5a0b9a ran that one).
 """
 
 import os
