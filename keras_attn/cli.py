@@ -214,7 +214,7 @@ def _config_from(args, config_class):
     return config_class(**values)
 
 
-TRAIN_JOBS = {"transformer": config.TranslationConfig, "seq2seq": config.Seq2SeqConfig}
+TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig)}  # `train JOB`
 
 
 def build_parser():
@@ -232,7 +232,7 @@ def build_parser():
         return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
 
     train = command("train", "train a model, evaluate it and export it")
-    train.add_argument("job", choices=["transformer", "seq2seq"],
+    train.add_argument("job", choices=list(TRAIN_JOBS),
                        help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention")
     _add_config_flags(train, TRAIN_JOBS)
 

@@ -1,10 +1,15 @@
-"""Every job's settings in one place, without TensorFlow: the fields, their defaults, choices and help.
+"""Every job's settings in one place: the fields, their defaults, choices and help.
 
 A job is told what to do by one of these dataclasses; `keras-attn`
 generates each command's flags from them (`--batch-size` from
 `batch_size`, with its default, its check and its help), so a setting is
 written once, here. A field with `help` is a flag; the others are set in
-Python only.
+Python only. Importing this module (and building the command line's
+parser) needs no TensorFlow; a config that derives its batch size from a
+token budget, or checks a scheduled-sampling decay, imports the module
+that knows it when it is made. Derived fields (`run_dir` from `name`,
+`batch_size` from `batch_tokens`) are resolved then: `dataclasses.replace`
+keeps them, so pass them again (or `None`) with a new `name` or budget.
 
     >>> config = TranslationConfig(preset="small", epochs=2)
     >>> config.run_dir, config.batch_size

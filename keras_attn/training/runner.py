@@ -102,7 +102,7 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
     """Builds the job under the strategy, resumes, trains, keeps the best weights.
 
     Args:
-        config: a `RunConfig`.
+        config: a `keras_attn.config.RunConfig` (each job's config is one).
         build_model: `() -> keras.Model`, called inside the strategy scope.
         make_datasets: `(global_batch_size) -> (train, valid)`. `train` is
             a function `epoch -> tf.data.Dataset` giving that epoch's

@@ -105,10 +105,12 @@ def test_scheduled_sampling_is_wired_into_model_and_runner():
     assert isinstance(callback, ScheduledSampling)
     assert callback.schedule(0) == pytest.approx(500 / 501)  # ε starts near 1: teacher forcing
     assert callback.schedule(10_000) < 0.01
-    from keras_attn.models import Seq2SeqBackbone
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
 
-    model = Seq2SeqBackbone(50, 50, preset=config.preset, **config.backbone_arguments(dropout=0.0))
-    assert model.decoder.scheduled_sampling == "argmax"
+    words = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "b"])
+    model = translation.build_task(config, TranslationPreprocessor(words, words, max_length=8), dropout=0.0)
+    assert model.backbone.decoder.scheduled_sampling == "argmax"  # as the job builds it
     assert Seq2SeqConfig(preset="tiny").callbacks() == []
 
 
