@@ -187,7 +187,7 @@ def _add_config_flags(parser, jobs):
         if metadata.get("positional"):
             where.add_argument(name, **options)
             continue
-        flag = metadata.get("flag", "--" + name.replace("_", "-"))
+        flag = config.flag_name(field)
         if field.type is bool and "choices" not in metadata:
             options["action"] = "store_false" if flag.startswith("--no-") else "store_true"
         else:

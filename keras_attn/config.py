@@ -61,6 +61,11 @@ def flags(config_class):
     return [(field, field.metadata) for field in dataclasses.fields(config_class) if field.metadata.get("help")]
 
 
+def flag_name(field):
+    """The command-line flag of a `setting` field: `--batch-size` for `batch_size`, unless it names another."""
+    return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+
+
 TRAINING, OUTPUT = "training", "output"
 
 
@@ -127,6 +132,10 @@ class RunConfig:
     def __post_init__(self):
         if self.run_dir is None:
             self.run_dir = f"runs/{self.name}"
+        for field, metadata in flags(type(self)):
+            value = getattr(self, field.name)
+            if "choices" in metadata and field.type is not bool and value is not None and value not in metadata["choices"]:
+                raise UserError(f"{flag_name(field)} must be one of {', '.join(metadata['choices'])}, got {value!r}")
 
 
 DATA = "data (default: the built-in generated corpus)"
@@ -187,10 +196,12 @@ class TranslationConfig(RunConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.batch_size is None:  # with --batch-tokens alone: as many pairs as the budget can hold
+        if self.batch_size is None and self.batch_tokens is None:
+            self.batch_size = PAIRS_PER_BATCH
+        elif self.batch_size is None:  # with --batch-tokens alone: as many pairs as the budget can hold
             from pipelines.translation import most_pairs
 
-            self.batch_size = PAIRS_PER_BATCH if self.batch_tokens is None else most_pairs(self.batch_tokens)
+            self.batch_size = most_pairs(self.batch_tokens)
 
     def backbone_arguments(self, dropout):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
@@ -224,6 +235,7 @@ class Seq2SeqConfig(TranslationConfig):
     """
 
     name: str = setting("seq2seq", "model name under the export root and runs/", OUTPUT)
+    preset: str = setting("tiny", "model size", MODEL, choices=tuple(PRESETS["seq2seq"]))  # listed as the Transformer's
     attention: str = setting(
         "bahdanau", "bahdanau: additive, from the previous state; luong: multiplicative, from the current state, "
         "input feeding; none: the fixed-context baseline", SEQ2SEQ, choices=ATTENTIONS,
@@ -249,14 +261,6 @@ class Seq2SeqConfig(TranslationConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for field, choices in (
-            ("attention", ATTENTIONS), ("cell", CELLS), ("score", SCORES),
-            ("local", (None, *LOCALS)), ("scheduled_sampling", (None, *DECAYS)),
-            ("preset", tuple(PRESETS["seq2seq"])),
-        ):
-            if getattr(self, field) not in choices:
-                shown = ", ".join(c for c in choices if c)
-                raise UserError(f"--{field.replace('_', '-')} must be one of {shown}, got {getattr(self, field)!r}")
         if self.decay_parameters and not self.scheduled_sampling:
             raise UserError("--decay-parameters: a decay's parameters need --scheduled-sampling")
         if self.scheduled_sampling:

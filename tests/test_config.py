@@ -42,7 +42,7 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
     for field, metadata in config.flags(config_class):
         if metadata.get("positional") or field.name == "train":
             continue
-        flag = metadata.get("flag", "--" + field.name.replace("_", "-"))
+        flag = config.flag_name(field)
         if field.name == "mixed_precision":
             given, expected = ["--precision", "float32"], False
         elif field.name == "decay_parameters":
@@ -65,7 +65,20 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
         assert changed == {field.name} | derived, flag
 
 
-def test_the_command_line_parser_and_the_configs_import_without_tensorflow():
-    code = ("import sys; from keras_attn import cli; cli.build_parser(); "
+def test_the_command_line_parser_and_default_configs_need_no_tensorflow():
+    code = ("import sys; from keras_attn import cli, config; cli.build_parser(); "
+            "config.TranslationConfig(); config.Seq2SeqConfig(); config.PretrainConfig(); "
             "assert not {'tensorflow', 'keras'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("config_class", [config.TranslationConfig, config.Seq2SeqConfig, config.PretrainConfig])
+def test_a_config_refuses_what_is_not_among_a_flags_choices(config_class):
+    """Also when made in Python, where argparse does not check: one line naming the flag."""
+    from keras_attn.errors import UserError
+
+    chosen = [field for field, metadata in config.flags(config_class) if "choices" in metadata and field.type is not bool]
+    assert len(chosen) >= 2
+    for field in chosen:
+        with pytest.raises(UserError, match=f"^{config.flag_name(field)} must be one of .*, got 'huge'$"):
+            config_class(**{field.name: "huge"})
