@@ -44,8 +44,8 @@ def check_contents(checkout):
 
 
 def round_trip():
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
+    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocabulary_size=100))
+    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocabulary_size=100))
     keras.utils.set_random_seed(7)
     model = TransformerBackbone(
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,

@@ -34,7 +34,7 @@ def load_translator(model, run_dir):
     config = make(run_dir=run_dir, **known)
     lowercase = bool(settings.get("lowercase"))
     source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
-    model = build_task(config, TranslationPreprocessor(source, target, config.max_length), 0.0)  # as the job trained it
+    model = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), 0.0)  # as the job trained it
     load_weights_of_any_age(model, run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return serving.Translator(model)
 

@@ -286,7 +286,7 @@ def pretrain_ours(args, train_folder, run_dir, seconds_per_step, pairs_per_epoch
     budget = TimeBudget(60 * args.minutes)
     config = PretrainConfig(
         run_dir=str(run_dir), data=[str(train_folder)], one_document_per_file=True, preset=args.preset,
-        max_length=args.max_length, max_predictions=args.max_predictions, vocab_size=args.vocab_size,
+        max_sequence_length=args.max_length, max_predictions=args.max_predictions, vocabulary_size=args.vocab_size,
         pairs_per_epoch=pairs, epochs=epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=warmup_steps(args, steps),
         nsp_weight=args.nsp_weight, dropout=args.dropout, norm_first=args.norm_first, mask_rate=args.mask_rate,
@@ -349,7 +349,7 @@ def finetune(args, model_dir, sst2, run_dir, name):
     keras.mixed_precision.set_global_policy("float32")
     config = FinetuneConfig(
         model_dir=str(model_dir), train=str(sst2["train"]), valid=str(sst2["dev"]), test=str(sst2["test"]),
-        run_dir=str(run_dir / name), epochs=sst2_epochs(args), batch_size=SST2_BATCH, max_length=64,
+        run_dir=str(run_dir / name), epochs=sst2_epochs(args), batch_size=SST2_BATCH, max_sequence_length=64,
         learning_rate=args.sst2_learning_rate, mixed_precision=args.precision == "mixed_bfloat16",
         export_root=str(run_dir / "export"), name=name, verbose=2, seed=args.seed,
     )
@@ -459,7 +459,7 @@ def main():
         # The vocabulary our job will learn (same documents, same held-out split, same seed).
         train_docs, valid_docs = documents.hold_out_documents(read.documents, 0.05, seed=args.seed, minimum=2)
         tokenizer = bert_job.build_tokenizer(
-            PretrainConfig(run_dir=str(run_dir / "ours"), vocab_size=args.vocab_size),
+            PretrainConfig(run_dir=str(run_dir / "ours"), vocabulary_size=args.vocab_size),
             [s for d in train_docs for s in d],
         )
         vocabulary = tokenizer.vocabulary

@@ -44,7 +44,7 @@ def main():
 
     config = job_config(
         "de-en",
-        preset="small", max_length=64, dropout=0.1, run_dir=args.run_dir, export=False,
+        preset="small", max_sequence_length=64, dropout=0.1, run_dir=args.run_dir, export=False,
         mixed_precision=resolve_mixed_precision("auto"),
     )
     if config.mixed_precision:

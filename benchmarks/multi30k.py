@@ -111,10 +111,10 @@ def main():
     config = job_config(
         args.direction, args,
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
-        vocab_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
+        vocabulary_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
-        mixed_precision=args.mixed_precision, max_length=64, average_epochs=args.average_epochs,
+        mixed_precision=args.mixed_precision, max_sequence_length=64, average_epochs=args.average_epochs,
         run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", verbose=2,
         export=args.export_root is not None, export_root=args.export_root or "saved_models",
     )

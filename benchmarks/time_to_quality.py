@@ -124,7 +124,7 @@ def main():
     mixed_precision = resolve_mixed_precision(args.precision)
     config = job_config(
         "de-en", args, transformer_config=SnapshotConfig, seq2seq_config=Seq2SeqSnapshotConfig,
-        preset="small", epochs=args.epochs, batch_size=args.batch_size, max_length=64,
+        preset="small", epochs=args.epochs, batch_size=args.batch_size, max_sequence_length=64,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=args.dropout,
         mixed_precision=mixed_precision, seed=args.seed, run_dir=args.run_dir, verbose=2, export=False,
         snapshot_dir=os.path.join(args.run_dir, "epochs"),

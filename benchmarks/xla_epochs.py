@@ -42,7 +42,7 @@ def job_config(run_dir, precision, xla, batch_size):
         src=path("train", "de"), tgt=path("train", "en"),
         valid_src=path("val", "de"), valid_tgt=path("val", "en"),
         test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),
-        preset="small", epochs=1, batch_size=batch_size, max_length=64, beam_width=1, samples=0,
+        preset="small", epochs=1, batch_size=batch_size, max_sequence_length=64, beam_width=1, samples=0,
         mixed_precision=precision == "mixed_bfloat16", jit_compile=xla, run_dir=str(run_dir),
         export=False, verbose=2, backup_every=0,
     )
@@ -59,7 +59,7 @@ def batch_shapes(config, length_multiples):
     for multiple in length_multiples:
         epoch = translation.translation_epochs(
             train.sources, train.targets, source_tokenizer, target_tokenizer,
-            batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
+            batch_size=config.batch_size, max_length=config.max_sequence_length, seed=config.seed,
             length_multiple=multiple,
         )(0)
         counts[multiple] = len({(tuple(x["source"].shape), tuple(y.shape)) for x, y in epoch})

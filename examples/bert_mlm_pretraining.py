@@ -66,7 +66,7 @@ def main(argv=None):
     train_docs, test_docs = docs[: -documents // 10], docs[-documents // 10 :]
     # An uncased WordPiece vocabulary learned from the training documents.
     vocabulary = tokenizers.learn_wordpiece_vocabulary(
-        [sentence for doc in train_docs for sentence in doc], vocab_size=1000, lowercase=True
+        [sentence for doc in train_docs for sentence in doc], vocabulary_size=1000, lowercase=True
     )
     tokenizer = tokenizers.WordPieceTokenizer(vocabulary, lowercase=True)
     train = pretraining.tokenize_documents(train_docs, tokenizer)

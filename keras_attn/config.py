@@ -62,7 +62,10 @@ def flags(config_class):
 
 
 def flag_name(field):
-    """The command-line flag of a `setting` field: `--batch-size` for `batch_size`, unless it names another."""
+    """The command-line name of a `setting` field: `--batch-size` for `batch_size`, unless it names
+    another flag; a positional argument's own name."""
+    if field.metadata.get("positional"):
+        return field.name
     return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
 
 
@@ -170,10 +173,11 @@ class TranslationConfig(RunConfig):
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
     test_tgt: str = setting(None, "test target", DATA)
-    vocab_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10)
+    vocabulary_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10, flag="--vocab-size", metavar="N")
     shared_vocab: bool = setting(False, "one vocabulary and embedding for both languages", DATA)
     lowercase: bool = setting(False, "lowercase before tokenizing", DATA)
-    max_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2)
+    max_sequence_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2, flag="--max-length",
+                                       metavar="N")
     preset: str = setting(
         "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
         "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
@@ -218,7 +222,7 @@ class TranslationConfig(RunConfig):
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values would train the saved model on
         other data, or restore weights of another shape, and is refused."""
-        return ("vocab_size", "shared_vocab", "lowercase", "preset", "max_length", "batch_tokens")
+        return ("vocabulary_size", "shared_vocab", "lowercase", "preset", "max_sequence_length", "batch_tokens")
 
 
 SEQ2SEQ = "seq2seq only (train seq2seq)"
@@ -308,9 +312,10 @@ class PretrainConfig(RunConfig):
     one_document_per_file: bool = setting(False, "each file is one document", BERT_DATA)
     builtin_documents: int = setting(3000, "documents of the built-in corpus", BERT_DATA, AT_LEAST_10)
     valid_fraction: float = 0.05
-    vocab_size: int = setting(8000, "uncased WordPiece vocabulary size", BERT_DATA, AT_LEAST_10)
-    max_length: int = setting(None, "tokens per sentence pair (default: 128, or 64 on the built-in documents)",
-                              BERT_DATA, AT_LEAST_8)
+    vocabulary_size: int = setting(8000, "uncased WordPiece vocabulary size", BERT_DATA, AT_LEAST_10,
+                                   flag="--vocab-size", metavar="N")
+    max_sequence_length: int = setting(None, "tokens per sentence pair (default: 128, or 64 on the built-in "
+                                       "documents)", BERT_DATA, AT_LEAST_8, flag="--max-length", metavar="N")
     max_predictions: int = setting(None, "most masked tokens per pair (default: --mask-rate of --max-length, "
                                    "rounded up)", BERT_DATA, AT_LEAST_1)
     mask_rate: float = setting(0.15, "fraction of each pair's tokens masked (BERT: 0.15; see --max-predictions)",
@@ -331,7 +336,8 @@ class PretrainConfig(RunConfig):
 
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values is refused."""
-        return ("vocab_size", "preset", "norm_first", "max_length", "max_predictions", "whole_word", "mask_rate")
+        return ("vocabulary_size", "preset", "norm_first", "max_sequence_length", "max_predictions", "whole_word",
+                "mask_rate")
 
 
 @dataclasses.dataclass
@@ -354,7 +360,8 @@ class FinetuneConfig(RunConfig):
     train: str = setting(None, "label<TAB>text or label<TAB>text_a<TAB>text_b lines", required=True)
     valid: str = setting(None, "validation examples, same format (default: 10% of --train)")
     test: str = setting(None, "test examples, scored once at the end")
-    max_length: int = setting(None, "tokens per example (default: the pretraining's)", check=AT_LEAST_8)
+    max_sequence_length: int = setting(None, "tokens per example (default: the pretraining's)", check=AT_LEAST_8,
+                                       flag="--max-length", metavar="N")
     learning_rate: float = setting(None, "peak learning rate (AdamW; default: 1e-3 for a tiny backbone, the "
                                    "default pretraining's, else 1e-4)", TRAINING, POSITIVE)
     dropout: float = setting(0.1, "dropout rate", TRAINING, FRACTION)
@@ -362,4 +369,4 @@ class FinetuneConfig(RunConfig):
     weight_decay: float = 0.01
 
     def bound_settings(self):
-        return ("model_dir", "max_length")
+        return ("model_dir", "max_sequence_length")

@@ -31,6 +31,8 @@ EPOCHS = "epochs"
 STOPPED = "STOPPED"
 VOCABULARY = "vocab.txt"
 TEST_SOURCE, TEST_REFERENCE = "test.src", "test.ref"
+# Settings that run folders started before 2026-12-04 recorded under the command line's shorter names.
+FORMER_NAMES = {"vocab_size": "vocabulary_size", "max_length": "max_sequence_length"}
 
 
 def path(run_dir, name):
@@ -49,9 +51,13 @@ def is_run_folder(folder):
 
 
 def read_settings(run_dir):
-    """The settings a run was bound to (`settings.json`), or `{}` when it has none or they do not parse."""
+    """The settings a run was bound to (`settings.json`), or `{}` when it has none or they do not parse.
+
+    Keys are the config's field names (`FORMER_NAMES` renamed).
+    """
     try:
         with open(path(run_dir, SETTINGS)) as file:
-            return json.load(file)
+            settings = json.load(file)
     except (OSError, ValueError):
         return {}
+    return {FORMER_NAMES.get(key, key): value for key, value in settings.items()} if isinstance(settings, dict) else {}

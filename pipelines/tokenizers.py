@@ -69,7 +69,7 @@ _DETOKENIZE_RULES = (
 )
 
 
-def learn_wordpiece_vocabulary(texts, vocab_size=8000, lowercase=False):
+def learn_wordpiece_vocabulary(texts, vocabulary_size=8000, lowercase=False):
     """Learns a WordPiece vocabulary from training text.
 
     Uses the Rust trainer of HuggingFace `tokenizers` with BERT's normalizer
@@ -78,7 +78,7 @@ def learn_wordpiece_vocabulary(texts, vocab_size=8000, lowercase=False):
 
     Args:
         texts: an iterable of `str` (sentences or lines).
-        vocab_size: the size to aim for, special tokens included. Smaller
+        vocabulary_size: the size to aim for, special tokens included. Smaller
             text may give a smaller vocabulary.
         lowercase: lowercase text before learning; pass the same value to
             `WordPieceTokenizer`.
@@ -97,7 +97,7 @@ def learn_wordpiece_vocabulary(texts, vocab_size=8000, lowercase=False):
 
     tokenizer = huggingface_tokenizer(lowercase=lowercase)
     trainer = tokenizers.trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocabulary_size,
         special_tokens=list(SPECIAL_TOKENS),
         continuing_subword_prefix=SUBWORD_PREFIX,
         show_progress=False,

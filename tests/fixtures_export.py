@@ -19,8 +19,8 @@ TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
 
 
 def _tokenizers():
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocab_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocab_size=100))
+    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocabulary_size=100))
+    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocabulary_size=100))
     return source, target
 
 

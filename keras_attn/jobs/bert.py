@@ -86,7 +86,7 @@ def build_tokenizer(config, sentences, chief=True):
     path = run_folder.path(config.run_dir, run_folder.VOCABULARY)
     if wait_for_chief([path], chief):
         return tokenizers.WordPieceTokenizer.load(path, lowercase=True)
-    vocabulary = tokenizers.learn_wordpiece_vocabulary(sentences, config.vocab_size, lowercase=True)
+    vocabulary = tokenizers.learn_wordpiece_vocabulary(sentences, config.vocabulary_size, lowercase=True)
     tokenizer = tokenizers.WordPieceTokenizer(vocabulary, lowercase=True)
     tokenizer.save(path)
     return tokenizer
@@ -100,14 +100,14 @@ def _document_lines(docs):
 
 
 def with_lengths(config):
-    """`config` with its defaults for `max_length` and `max_predictions` filled in.
+    """`config` with its defaults for `max_sequence_length` and `max_predictions` filled in.
 
-    `max_length`: 128 on given documents, 64 on the built-in ones (short);
+    `max_sequence_length`: 128 on given documents, 64 on the built-in ones (short);
     `max_predictions`: `pipelines.pretraining.default_max_predictions`.
     """
-    max_length = config.max_length or (128 if config.data else 64)
+    max_length = config.max_sequence_length or (128 if config.data else 64)
     max_predictions = config.max_predictions or pretraining.default_max_predictions(config.mask_rate, max_length)
-    return dataclasses.replace(config, max_length=max_length, max_predictions=max_predictions)
+    return dataclasses.replace(config, max_sequence_length=max_length, max_predictions=max_predictions)
 
 
 def pretrain(config, log=print, callbacks=()):
@@ -135,20 +135,20 @@ def pretrain(config, log=print, callbacks=()):
         f"vocabulary: {len(vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
         + (f", {dropped} sentences without tokens dropped" if dropped else "")
     )
-    preprocessor = BertPreprocessor(tokenizer, config.max_length)  # the pipeline's, the model's and the export's
+    preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)  # the pipeline's, the model's and the export's
     settings = dict(
         max_predictions=config.max_predictions, seed=config.seed, mask_rate=config.mask_rate,
         whole_word=config.whole_word, short_sequence_probability=config.short_sequence_probability,
     )
 
     def make_datasets(global_batch_size):
-        pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_length)
+        pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_sequence_length)
         if pairs < global_batch_size:
             raise UserError(
                 f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
                 "give more data, --pairs-per-epoch or a smaller --batch-size"
             )
-        valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_length))
+        valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_sequence_length))
         try:
             return (
                 pretraining.pretraining_epochs(
@@ -197,11 +197,11 @@ def finetune(config, log=print):
         tokenizer, pretrained = read_pretrained(config.model_dir)  # checked before any training
     except ValueError as error:
         raise UserError(str(error)) from None
-    max_length = config.max_length or pretrained["max_length"]
+    max_length = config.max_sequence_length or pretrained["max_length"]
     if max_length > pretrained["max_sequence_length"]:
         raise UserError(f"--max-length {max_length}: the pretrained model has {pretrained['max_sequence_length']} positions")
     learning_rate = config.learning_rate or finetune_learning_rate(pretrained)
-    config = dataclasses.replace(config, max_length=max_length, learning_rate=learning_rate)
+    config = dataclasses.replace(config, max_sequence_length=max_length, learning_rate=learning_rate)
     # The data first: an error in it stops the job before it names its run folder.
     train_data = classification.read_labelled_tsv(config.train)
     if config.valid:

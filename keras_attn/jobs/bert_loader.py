@@ -57,10 +57,10 @@ def _read_run_folder(run_dir):
         raise ValueError(f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)")
     tokenizer = WordPieceTokenizer.load(vocabulary, lowercase=True)
     architecture = _written_out(dict(
-        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"], max_sequence_length=bound["max_length"],
+        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"], max_sequence_length=bound["max_sequence_length"],
         norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
     ))
-    return tokenizer, {**architecture, "lowercase": True, "max_length": bound["max_length"]}
+    return tokenizer, {**architecture, "lowercase": True, "max_length": bound["max_sequence_length"]}
 
 
 def _written_out(arguments):

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from keras_attn.errors import UserError
 from keras_attn import run_folder
+from keras_attn.config import flag_name
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import ANOTHER_RUN, prepare
@@ -66,8 +67,9 @@ def bind_run_folder(config, training_lines, chief=True):
         # A folder started before a setting existed ran with that setting's default.
         defaults = {field.name: field.default for field in dataclasses.fields(config)}
         kept = {key: kept.get(key, defaults.get(key)) for key in settings}
+        fields = {field.name: field for field in dataclasses.fields(config)}
         changed = [
-            "other training data" if key == "training_data" else f"{key} {kept[key]} (now {value})"
+            "other training data" if key == "training_data" else f"{flag_name(fields[key])} {kept[key]} (now {value})"
             for key, value in settings.items()
             if kept[key] != value
         ]

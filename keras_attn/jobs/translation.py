@@ -133,7 +133,7 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
             tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
         )
     learn = lambda texts: tokenizers.learn_wordpiece_vocabulary(  # noqa: E731
-        texts, vocab_size=config.vocab_size, lowercase=config.lowercase
+        texts, vocabulary_size=config.vocabulary_size, lowercase=config.lowercase
     )
     if config.shared_vocab:
         vocabulary = learn(train.sources + train.targets)
@@ -203,7 +203,7 @@ def run(config, log=print):
 
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:
-        widths = translation.width_count(config.max_length, length_multiple)
+        widths = translation.width_count(config.max_sequence_length, length_multiple)
         log(
             f"XLA: batch lengths rounded up to multiples of {length_multiple} ids: at most "
             f"{widths} x {widths} (source x target) shapes, XLA compiles a program for each"
@@ -213,7 +213,7 @@ def run(config, log=print):
         replicas = global_batch_size // config.batch_size
         pipeline = dict(
             source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            batch_size=global_batch_size, max_length=config.max_length, seed=config.seed,
+            batch_size=global_batch_size, max_length=config.max_sequence_length, seed=config.seed,
             length_multiple=length_multiple,
             batch_tokens=config.batch_tokens and config.batch_tokens * replicas,
         )
@@ -227,7 +227,7 @@ def run(config, log=print):
     builtin = not (config.data or config.src or config.tgt)
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
 
-    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_length)
+    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_sequence_length)
 
     def build_model():
         return build_task(config, preprocessor, dropout)

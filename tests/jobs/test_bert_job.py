@@ -25,8 +25,8 @@ PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to ma
 ]
 # The same run as a `PretrainConfig` (for the killed process), backed up every 4 steps.
 CONFIG = dict(
-    builtin_documents=200, max_length=32, max_predictions=4, epochs=2, batch_size=16, pairs_per_epoch=160,
-    vocab_size=600, warmup_steps=5, dropout=0.0, verbose=2, backup_every=4, export=False,
+    builtin_documents=200, max_sequence_length=32, max_predictions=4, epochs=2, batch_size=16, pairs_per_epoch=160,
+    vocabulary_size=600, warmup_steps=5, dropout=0.0, verbose=2, backup_every=4, export=False,
 )
 HOSTILE = [
     "the [MASK] sees the [mask] .", "", "   ", "no mask at all", "[MASK]" * 40, "\u200b\u200d",
@@ -186,7 +186,7 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
         assert backbone.final_norm is not None and backbone.encoder_blocks[0].norm_first
         np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
     # The same run folder is bound to pre-norm: a post-norm rerun is refused.
-    with pytest.raises(UserError, match="norm_first True \\(now False\\)"):
+    with pytest.raises(UserError, match="--norm-first True \\(now False\\)"):
         bert.pretrain(PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
 
 
@@ -312,13 +312,13 @@ def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, 
     from keras_attn.config import PretrainConfig
     from keras_attn.jobs.bert import with_lengths
 
-    config = with_lengths(PretrainConfig(data=data, max_length=max_length, mask_rate=mask_rate))
-    assert config.max_length == (max_length or (128 if data else 64))
+    config = with_lengths(PretrainConfig(data=data, max_sequence_length=max_length, mask_rate=mask_rate))
+    assert config.max_sequence_length == (max_length or (128 if data else 64))
     # The masker's budget for a full pair (all but [CLS] and two [SEP]) fits under the cap.
-    assert round((config.max_length - 3) * mask_rate) <= config.max_predictions <= config.max_length
-    if mask_rate == 0.15 and config.max_length == 128:
+    assert round((config.max_sequence_length - 3) * mask_rate) <= config.max_predictions <= config.max_sequence_length
+    if mask_rate == 0.15 and config.max_sequence_length == 128:
         assert config.max_predictions == 20  # BERT's max_predictions_per_seq
-    given = with_lengths(PretrainConfig(max_length=max_length, max_predictions=4, mask_rate=mask_rate))
+    given = with_lengths(PretrainConfig(max_sequence_length=max_length, max_predictions=4, mask_rate=mask_rate))
     assert given.max_predictions == 4
 
 

@@ -52,16 +52,16 @@ def test_the_job_trains_evaluates_and_exports_the_rnn_model(trained, capsys):
 @pytest.mark.slow
 def test_the_run_folder_is_bound_to_its_model_settings(trained):
     root = trained[0]
-    with pytest.raises(UserError, match=r"attention luong \(now bahdanau\)"):
+    with pytest.raises(UserError, match=r"--attention luong \(now bahdanau\)"):
         translation.bind_run_folder(
             Seq2SeqConfig(run_dir=str(root / "run"), attention="bahdanau", cell="gru",
-                          vocab_size=200, builtin_size=640),
+                          vocabulary_size=200, builtin_size=640),
             translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
         )
-    with pytest.raises(UserError, match=r"scheduled_sampling None \(now linear\)"):
+    with pytest.raises(UserError, match=r"--scheduled-sampling None \(now linear\)"):
         translation.bind_run_folder(
             Seq2SeqConfig(run_dir=str(root / "run"), attention="luong", cell="gru",
-                          vocab_size=200, builtin_size=640, scheduled_sampling="linear"),
+                          vocabulary_size=200, builtin_size=640, scheduled_sampling="linear"),
             translation.load_corpora(Seq2SeqConfig(builtin_size=640))["train"],
         )
 
@@ -74,7 +74,7 @@ def test_the_readmes_commands_run_one_after_another_with_their_names(trained, ca
     assert cli.main(bahdanau) == 2
     error = capsys.readouterr().err.strip()
     assert error == (
-        f"keras-attn: error: {root / 'run'} was started with other settings: attention luong (now bahdanau); "
+        f"keras-attn: error: {root / 'run'} was started with other settings: --attention luong (now bahdanau); "
         "train under another --name (it names both the run folder, runs/<name>, and the export), "
         f"or delete {root / 'run'} to start over"
     )

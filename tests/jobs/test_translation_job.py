@@ -158,24 +158,30 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
         return translation.build_tokenizers(config, train)
 
     train = synthetic.translation_corpus(seed=0, train_size=300)["train"]
-    config = TranslationConfig(run_dir=str(tmp_path), vocab_size=200)
+    config = TranslationConfig(run_dir=str(tmp_path), vocabulary_size=200)
     learned = start(config, train)
     reused = start(dataclasses.replace(config, epochs=20), train)
     for old, new, texts in zip(learned, reused, (train.sources[:20], train.targets[:20])):
         assert new.tokenize(texts).to_list() == old.tokenize(texts).to_list()
-    with pytest.raises(UserError, match="vocab_size 200 \\(now 300\\)"):
-        start(dataclasses.replace(config, vocab_size=300), train)
-    with pytest.raises(UserError, match="shared_vocab False \\(now True\\), preset tiny \\(now small\\)"):
+    with pytest.raises(UserError, match="--vocab-size 200 \\(now 300\\)"):
+        start(dataclasses.replace(config, vocabulary_size=300), train)
+    with pytest.raises(UserError, match="--shared-vocab False \\(now True\\), --preset tiny \\(now small\\)"):
         start(dataclasses.replace(config, shared_vocab=True, preset="small"), train)
-    # A folder from before a setting existed ran with the setting's default.
+    # A folder from before the fields' renaming recorded the shorter names of their flags.
     settings = tmp_path / "settings.json"
     kept = json.loads(settings.read_text())
+    kept["vocab_size"], kept["max_length"] = kept.pop("vocabulary_size"), kept.pop("max_sequence_length")
+    settings.write_text(json.dumps(kept))
+    start(config, train)
+    with pytest.raises(UserError, match="--vocab-size 200 \\(now 300\\)"):
+        start(dataclasses.replace(config, vocabulary_size=300), train)
+    # A folder from before a setting existed ran with the setting's default.
     del kept["preset"]
     settings.write_text(json.dumps(kept))
     start(config, train)
-    with pytest.raises(UserError, match="preset tiny \\(now small\\)"):
+    with pytest.raises(UserError, match="--preset tiny \\(now small\\)"):
         start(dataclasses.replace(config, preset="small"), train)
-    with pytest.raises(UserError, match="batch_tokens None \\(now 2048\\)"):  # another number of steps an epoch
+    with pytest.raises(UserError, match="--batch-tokens None \\(now 2048\\)"):  # another number of steps an epoch
         start(dataclasses.replace(config, batch_tokens=2048), train)
     other = synthetic.translation_corpus(seed=1, train_size=300)["train"]
     with pytest.raises(UserError, match="other training data"):

@@ -67,7 +67,7 @@ def training_text():
 
 @pytest.fixture(scope="module")
 def tokenizer(training_text):
-    return WordPieceTokenizer(learn_wordpiece_vocabulary(training_text, vocab_size=3000))
+    return WordPieceTokenizer(learn_wordpiece_vocabulary(training_text, vocabulary_size=3000))
 
 
 def test_special_tokens_have_fixed_ids(tokenizer):
@@ -87,7 +87,7 @@ def test_vocabulary_must_start_with_the_special_tokens():
 
 
 def test_vocabulary_learning_uses_subwords_and_respects_the_size(training_text):
-    vocabulary = learn_wordpiece_vocabulary(training_text, vocab_size=300)
+    vocabulary = learn_wordpiece_vocabulary(training_text, vocabulary_size=300)
     assert len(vocabulary) <= 300
     assert any(token.startswith("##") for token in vocabulary)
     assert len(set(vocabulary)) == len(vocabulary)
@@ -282,7 +282,7 @@ def test_multi30k_vocabulary_covers_its_training_text():
         pytest.skip(f"{MULTI30K} not present")
     corpus = read_parallel(MULTI30K / "raw" / "train.de.gz", MULTI30K / "raw" / "train.en.gz")
     german = corpus.sources[:5000]
-    tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(german, vocab_size=8000))
+    tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(german, vocabulary_size=8000))
     ids = tokenizer.tokenize(german)
     assert UNK_ID not in ids.flat_values.numpy()
     back = [b.decode() for b in tokenizer.detokenize(ids).numpy()]

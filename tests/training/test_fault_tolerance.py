@@ -31,7 +31,7 @@ TIMEOUT = 240  # seconds any one process may take
 # backup every 4 steps within an epoch (steps 4 and 8, then 10 at its end).
 JOB = dict(
     builtin_size=320, builtin_eval_size=16, epochs=2, preset="tiny", warmup_steps=5,
-    vocab_size=600, beam_width=1, verbose=2, backup_every=4, export=False,
+    vocabulary_size=600, beam_width=1, verbose=2, backup_every=4, export=False,
     translate_test_split=False,  # no test here reads the scores
 )
 STEPS_PER_EPOCH, STEPS = 10, 20
@@ -177,7 +177,7 @@ def _assert_identical(a, b):
 # for this job's first epoch on a loaded machine), so one batch an epoch,
 # cut to 8 tokens: every batch has the same shape. No warm-up: both steps learn.
 BF16_XLA = dict(
-    builtin_size=32, epochs=2, max_length=8, warmup_steps=0, backup_every=0, mixed_precision=True, jit_compile=True,
+    builtin_size=32, epochs=2, max_sequence_length=8, warmup_steps=0, backup_every=0, mixed_precision=True, jit_compile=True,
 )
 BF16_XLA_TIMEOUT = 420  # each compilation takes tens of seconds on a loaded 2-core machine
 
