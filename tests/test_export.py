@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from keras_attn import serving
-from pipelines import tokenizers
 
 pytest_plugins = ["tests.fixtures_export"]
 
