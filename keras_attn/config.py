@@ -151,8 +151,7 @@ class TranslationConfig(RunConfig):
 
     Each config says which model it trains (`family`, a family of
     `Seq2SeqLM.BACKBONES`, built with `Seq2SeqLM.from_preset(preset, ...,
-    **backbone_arguments(dropout))`), its width (`hidden_dim`), its callbacks
-    and which of its fields bind a run folder (`bound_settings`);
+    **backbone_arguments(dropout))`), its callbacks and which of its fields bind a run folder (`bound_settings`);
     `Seq2SeqConfig` overrides them.
     """
 
@@ -210,10 +209,6 @@ class TranslationConfig(RunConfig):
     def backbone_arguments(self, dropout):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
         return dict(dropout=dropout, share_embeddings=self.shared_vocab)
-
-    def hidden_dim(self):
-        """The model width the Noam schedule scales by."""
-        return PRESETS[self.family][self.preset]["hidden_dim"]
 
     def callbacks(self):
         """Keras callbacks the runner adds to the job's."""

@@ -25,7 +25,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     wait_for_chief,
 )
 from keras_attn.models import Seq2SeqLM
-from keras_attn.training import TransformerSchedule, warmup_cosine
+from keras_attn.training import warmup_cosine
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import train
 from pipelines import synthetic, text, tokenizers, translation
@@ -232,12 +232,10 @@ def run(config, log=print):
     def build_model():
         return build_task(config, preprocessor, dropout)
 
-    def compile_model(model, total_steps):
-        model.compile(learning_rate=learning_rate_schedule(config, total_steps), label_smoothing=config.label_smoothing)
-
     train_started = time.time()
     result = train(
-        config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
+        config, build_model=build_model, make_datasets=make_datasets,
+        compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
         callbacks=config.callbacks(),
     )
     model = result.model
@@ -288,12 +286,14 @@ def evaluate(translator, corpus, beam_width):
     return {**evaluation.translation_scores(hypotheses, corpus.targets), "hypotheses": hypotheses}
 
 
-def learning_rate_schedule(config, total_steps):
-    """`"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end.
+def compile_task(model, config, total_steps):
+    """Compiles the job's `Seq2SeqLM` with its defaults and the config's schedule and label smoothing.
 
-    `"noam"`: the paper's schedule, hidden_dim^-0.5 · min(step^-0.5,
-    step · warmup^-1.5), scaled so that its peak is `learning_rate`.
+    `"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end
+    (`total_steps`). `"noam"`: `Seq2SeqLM.compile`'s own, the paper's
+    schedule with its peak, `learning_rate`, after `warmup_steps`.
     """
+    learning_rate = config.learning_rate
     if config.schedule == "cosine":
-        return warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
-    return TransformerSchedule.with_peak(config.hidden_dim(), config.warmup_steps, config.learning_rate)
+        learning_rate = warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
+    model.compile(learning_rate=learning_rate, warmup_steps=config.warmup_steps, label_smoothing=config.label_smoothing)

@@ -91,7 +91,7 @@ class Seq2SeqLM(Task):
                 mean over the global batch's real target tokens.
             metrics: `"auto"`: `MaskedTokenAccuracy()` and `MaskedPerplexity()`.
             learning_rate: for the `"auto"` optimizer, a schedule (the job's:
-                `jobs.translation.learning_rate_schedule`), or a number, the
+                `jobs.translation.compile_task`), or a number, the
                 peak of the paper's warm-up and inverse-square-root schedule
                 for the backbone's width, reached after `warmup_steps`.
             warmup_steps: that schedule's warm-up.

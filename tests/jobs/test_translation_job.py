@@ -236,3 +236,23 @@ def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path,
         code = cli.main(["train", "transformer", *flags, "--run-dir", str(tmp_path / "run")])
         error = capsys.readouterr().err.strip()
         assert code == 2 and len(error.splitlines()) == 1 and message in error, error
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "noam"])
+def test_the_job_compiles_its_schedule_with_the_peak_after_the_warm_up(schedule):
+    import keras
+
+    from keras_attn.jobs import translation
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
+
+    config = TranslationConfig(schedule=schedule, learning_rate=3e-3, warmup_steps=40, preset="small")
+    words = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "b"])
+    model = translation.build_task(config, TranslationPreprocessor(words, words, max_length=8), dropout=0.0)
+    translation.compile_task(model, config, total_steps=400)
+    rate = keras.saving.deserialize_keras_object(model.optimizer.get_config()["learning_rate"])
+    by_step = [float(rate(step)) for step in range(200)]
+    peak = max(by_step)
+    assert peak == pytest.approx(3e-3, rel=1e-5)
+    assert abs(by_step.index(peak) - 40) <= 1  # warm-up, then decay
+    assert by_step[0] < 3e-4 and by_step[199] < 0.8 * peak
