@@ -16,13 +16,16 @@ words), where attention's advantage should grow. The data is read from
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 
-from keras_attn.config import TranslationConfig, Seq2SeqConfig, ATTENTIONS, CELLS, SCORES, DECAYS  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from keras_attn.cli import TRAIN_JOBS  # noqa: E402
+from keras_attn.config import SCHEDULES, Seq2SeqConfig, TranslationConfig, flag_name  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
 BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
@@ -46,16 +49,17 @@ SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampl
 
 
 def add_model_arguments(parser):
-    """`--model` and the Seq2Seq model's flags."""
-    parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
-    parser.add_argument("--attention", choices=ATTENTIONS, default="bahdanau",
-                        help="seq2seq only")
-    parser.add_argument("--cell", choices=CELLS, default="lstm", help="seq2seq only")
-    parser.add_argument("--score", choices=SCORES, default="general",
-                        help="seq2seq with Luong's attention only")
-    parser.add_argument("--bidirectional", action="store_true", help="seq2seq only")
-    parser.add_argument("--scheduled-sampling", choices=DECAYS,
-                        default=None, help="seq2seq only")
+    """`--model` and the Seq2Seq model's flags, with the job's defaults, choices and help."""
+    parser.add_argument("--model", choices=list(TRAIN_JOBS), default="transformer")
+    fields = {field.name: field for field in dataclasses.fields(Seq2SeqConfig)}
+    for name in SEQ2SEQ_FLAGS:
+        field = fields[name]
+        options = dict(dest=name, default=field.default, help="seq2seq only: " + field.metadata["help"])
+        if field.type is bool:
+            options["action"] = "store_true"
+        else:
+            options["choices"] = field.metadata["choices"]
+        parser.add_argument(flag_name(field), **options)
 
 
 def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, **settings):
@@ -89,7 +93,7 @@ def main():
     parser.add_argument("--shared-vocab", action="store_true")
     parser.add_argument("--lowercase", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--schedule", choices=["cosine", "noam"], default="cosine")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="cosine")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=1000)
     parser.add_argument("--beam-width", type=int, default=4)
