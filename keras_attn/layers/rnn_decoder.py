@@ -78,7 +78,11 @@ class AttentionDecoder(keras.layers.Layer):
 
     Call arguments:
         target_in: `(B, T)` integer ids, [BOS] first, 0 as padding.
-        memory: `(B, S, d)` encoder outputs (unused with `"none"`).
+        memory: `(B, S, d)` encoder outputs (unused with `"none"`): what
+            the Transformer's decoder block calls `encoder_outputs` and the
+            attention layers `value` (Keras's names there); here the NMT
+            papers' "memory", which every step reads again and whose keys
+            (`memory_keys`) are projected once per source.
         encoder_states: the encoder's final states, a list per layer of
             `[h, c]` (LSTM) or `[h]` (GRU), each `(B, d)`.
         memory_mask: `(B, S)` booleans, `True` for real source tokens.
