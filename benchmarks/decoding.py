@@ -79,7 +79,7 @@ def main():
 
     keras.utils.set_random_seed(0)
     model = TransformerBackbone(
-        args.vocab_size, args.vocab_size, max_length=128, preset="small", dropout=0.0
+        args.vocab_size, args.vocab_size, max_sequence_length=128, preset="small", dropout=0.0
     )
     stepper = Stepper(model)
     source = make_source(np.random.default_rng(0), BATCH, args.vocab_size)

@@ -16,7 +16,6 @@ words), where attention's advantage should grow. The data is read from
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -24,8 +23,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from keras_attn import cli  # noqa: E402
 from keras_attn.cli import TRAIN_JOBS  # noqa: E402
-from keras_attn.config import SCHEDULES, Seq2SeqConfig, TranslationConfig, flag_name  # noqa: E402
+from keras_attn.config import SCHEDULES, Seq2SeqConfig, TranslationConfig  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
 BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
@@ -49,17 +49,9 @@ SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampl
 
 
 def add_model_arguments(parser):
-    """`--model` and the Seq2Seq model's flags, with the job's defaults, choices and help."""
+    """`--model` and the Seq2Seq model's flags, made by the CLI from `Seq2SeqConfig`'s fields."""
     parser.add_argument("--model", choices=list(TRAIN_JOBS), default="transformer")
-    fields = {field.name: field for field in dataclasses.fields(Seq2SeqConfig)}
-    for name in SEQ2SEQ_FLAGS:
-        field = fields[name]
-        options = dict(dest=name, default=field.default, help="seq2seq only: " + field.metadata["help"])
-        if field.type is bool:
-            options["action"] = "store_true"
-        else:
-            options["choices"] = field.metadata["choices"]
-        parser.add_argument(flag_name(field), **options)
+    cli._add_config_flags(parser, {"seq2seq": Seq2SeqConfig}, only=SEQ2SEQ_FLAGS)
 
 
 def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, **settings):
@@ -77,7 +69,7 @@ def job_config(direction, model_args=None, transformer_config=None, seq2seq_conf
         test_src=path("test_2016_flickr", src), test_tgt=path("test_2016_flickr", tgt),
     )
     if model_args is not None and model_args.model == "seq2seq":
-        model = {flag: getattr(model_args, flag) for flag in SEQ2SEQ_FLAGS}
+        model = {flag: getattr(model_args, flag) for flag in SEQ2SEQ_FLAGS if hasattr(model_args, flag)}
         return (seq2seq_config or Seq2SeqConfig)(**model, **data, **settings)
     return (transformer_config or TranslationConfig)(**data, **settings)
 

@@ -82,3 +82,10 @@ def test_a_config_refuses_what_is_not_among_a_flags_choices(config_class):
     for field in chosen:
         with pytest.raises(UserError, match=f"^{config.flag_name(field)} must be one of .*, got 'huge'$"):
             config_class(**{field.name: "huge"})
+
+
+def test_a_flag_is_named_as_the_command_line_spells_it():
+    fields = {field.name: field for field in dataclasses.fields(config.FinetuneConfig)}
+    assert config.flag_name(fields["model_dir"]) == "model_dir"  # a positional argument
+    assert config.flag_name(fields["max_sequence_length"]) == "--max-length"
+    assert config.flag_name(fields["batch_size"]) == "--batch-size"

@@ -90,8 +90,8 @@ class Seq2SeqLM(Task):
             loss: `"auto"`: `MaskedSparseCrossEntropy(label_smoothing)`, the
                 mean over the global batch's real target tokens.
             metrics: `"auto"`: `MaskedTokenAccuracy()` and `MaskedPerplexity()`.
-            learning_rate: for the `"auto"` optimizer, a schedule (the job's:
-                `jobs.translation.compile_task`), or a number, the
+            learning_rate: for the `"auto"` optimizer, a schedule (the job's
+                cosine one: `jobs.translation.compile_task`), or a number, the
                 peak of the paper's warm-up and inverse-square-root schedule
                 for the backbone's width, reached after `warmup_steps`.
             warmup_steps: that schedule's warm-up.

@@ -342,3 +342,17 @@ def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_pat
         hidden_dim=mini["hidden_dim"], num_heads=mini["num_heads"], intermediate_dim=4 * mini["hidden_dim"],
         norm_first=False, lowercase=True, max_length=32,
     )
+
+
+def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loads(tmp_path):
+    """Its settings.json says max_length and vocab_size (the flags' names); read_pretrained reads them."""
+    from keras_attn import run_folder
+    from keras_attn.jobs.bert_loader import read_pretrained
+    from keras_attn.special_tokens import SPECIAL_TOKENS
+
+    (tmp_path / run_folder.VOCABULARY).write_text("".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"]))
+    (tmp_path / run_folder.BEST_WEIGHTS).write_text("")
+    (tmp_path / run_folder.SETTINGS).write_text(json.dumps(dict(
+        training_data="0", vocab_size=9, preset="tiny", norm_first=False, max_length=48)))
+    _, settings = read_pretrained(str(tmp_path))
+    assert settings["max_sequence_length"] == settings["max_length"] == 48 and settings["vocabulary_size"] == 9
