@@ -158,17 +158,24 @@ def _convert(name, value):
     return dict(value) if name == "decay_parameters" else value
 
 
-def _add_config_flags(parser, jobs):
+def _add_config_flags(parser, jobs, only=None):
     """Adds the flags of `jobs` (`{job: config class}`) to `parser`, each from its field.
 
     Flags keep argparse's SUPPRESS as default: only what is given reaches
     the config, which supplies the rest (its defaults are shown in `--help`).
-    A flag of some of the jobs only is listed under its own heading.
+    A flag of some of the jobs only is listed under its own heading; one
+    whose choices differ between jobs takes any of them (each config checks
+    its own). `only`: the field names to add (default: all).
     """
     fields = {}  # name -> (field, metadata, {job: default})
     for job, config_class in jobs.items():
         for field, metadata in config.flags(config_class):
-            fields.setdefault(field.name, (field, metadata, {}))[2][job] = field.default
+            if only is not None and field.name not in only:
+                continue
+            known = fields.setdefault(field.name, (field, dict(metadata), {}))
+            known[2][job] = field.default
+            if "choices" in metadata:
+                known[1]["choices"] = tuple(dict.fromkeys([*known[1]["choices"], *metadata["choices"]]))
     groups = {}
     order = lambda item: {config.TRAINING: 1, config.OUTPUT: 2}.get(item[1][1]["group"], 0)  # noqa: E731
     for name, (field, metadata, defaults) in sorted(fields.items(), key=order):
@@ -255,6 +262,9 @@ def build_parser():
     plot.add_argument("--out", default="attention.png",
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     _add_bert_commands(command)
+
+    serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
+    _add_config_flags(serve, {"serve": config.ServeConfig})
     return parser
 
 
@@ -598,7 +608,14 @@ def _check_pairs(lines, pairs, model_dir):
             raise UserError(f"input {number} is {given}, but {model_dir} was fine-tuned on {wanted}")
 
 
+def _serve(args):
+    from keras_attn.serving.server import serve
+
+    return serve(_config_from(args, config.ServeConfig), log=lambda line: print(line, flush=True))
+
+
 COMMANDS = {
+    "serve": _serve,
     "pretrain": _pretrain,
     "fill-mask": _fill_mask,
     "finetune": _finetune,

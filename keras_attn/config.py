@@ -4,8 +4,8 @@ A job is told what to do by one of these dataclasses; `keras-attn`
 generates each command's flags from them (`--batch-size` from
 `batch_size`, with its default, its check and its help), so a setting is
 written once, here. A field with `help` is a flag; the others are set in
-Python only. Importing this module (and building the command line's
-parser) needs no TensorFlow; a config that derives its batch size from a
+Python only. Importing this module, building the command line's parser
+and making a default config need no TensorFlow; a config that derives its batch size from a
 token budget, or checks a scheduled-sampling decay, imports the module
 that knows it when it is made. Derived fields (`run_dir` from `name`,
 `batch_size` from `batch_tokens`) are resolved then: `dataclasses.replace`
@@ -137,8 +137,12 @@ class RunConfig:
             self.run_dir = f"runs/{self.name}"
         for field, metadata in flags(type(self)):
             value = getattr(self, field.name)
-            if "choices" in metadata and field.type is not bool and value is not None and value not in metadata["choices"]:
-                raise UserError(f"{flag_name(field)} must be one of {', '.join(metadata['choices'])}, got {value!r}")
+            if "choices" not in metadata or field.type is bool or value is None:
+                continue
+            for one in value if isinstance(value, list) else [value]:
+                if one not in metadata["choices"]:
+                    shown = ", ".join(map(str, metadata["choices"]))
+                    raise UserError(f"{flag_name(field)} must be one of {shown}, got {one!r}")
 
 
 DATA = "data (default: the built-in generated corpus)"
@@ -365,3 +369,32 @@ class FinetuneConfig(RunConfig):
 
     def bound_settings(self):
         return ("model_dir", "max_sequence_length")
+
+
+SERVER = "server"
+BATCHING = "dynamic batching (as TensorFlow Serving's --enable_batching)"
+LIMITS = "limits (over them: 413 with a JSON error)"
+
+
+@dataclasses.dataclass
+class ServeConfig:
+    """Everything `keras-attn serve` can be told; its flags are these fields.
+
+    Attributes:
+        model_root: the folder of `<name>/<version>/` exports, every one served.
+        threads: the model calls that may run at once (off the event loop).
+    """
+
+    model_root: str = setting("saved_models", "the exports to serve: MODEL_ROOT/<name>/<version>/",
+                              positional=True, nargs="?")
+    host: str = setting("127.0.0.1", "address to listen on (0.0.0.0: every interface)", SERVER)
+    port: int = setting(8501, "port to listen on (TensorFlow Serving's REST port)", SERVER, AT_LEAST_0)
+    poll_seconds: float = setting(2.0, "look for new exports under the root this often (0: only at start)",
+                                  SERVER, NON_NEGATIVE, metavar="S")
+    max_batch_size: int = setting(32, "merge concurrent requests of a signature up to N rows (1: no batching)",
+                                  BATCHING, AT_LEAST_1, metavar="N")
+    batch_timeout_ms: float = setting(5.0, "how long a request waits for others to batch with", BATCHING,
+                                      NON_NEGATIVE, metavar="MS")
+    max_request_bytes: int = setting(1 << 20, "the largest request body", LIMITS, AT_LEAST_1, metavar="N")
+    max_instances: int = setting(256, "the most rows (instances) in one request", LIMITS, AT_LEAST_1, metavar="N")
+    threads: int = 2

@@ -5,14 +5,16 @@ session-scoped fixtures are then built once for all the modules that ask.
 """
 
 import os
+import shutil
 
 import keras
 import pytest
 
 from keras_attn import serving
-from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone
+from keras_attn.models import BertBackbone, BertMaskedLM, Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone
+from keras_attn.special_tokens import SPECIAL_TOKENS
 from pipelines import tokenizers
-from pipelines.preprocessors import TranslationPreprocessor
+from pipelines.preprocessors import BertPreprocessor, TranslationPreprocessor
 
 SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
 TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
@@ -92,3 +94,24 @@ def cli_loads_once(monkeypatch):
         return _LOADED[key]
 
     monkeypatch.setattr(cli, "_load", load)
+
+
+@pytest.fixture(scope="session")
+def model_root(tiny_export, tmp_path_factory):
+    """A model root as `keras-attn serve` finds one: toy/1 (a Transformer translator), bert/1 (fill-mask), broken/1 (no SavedModel in it) and
+    escape -> a folder outside the root holding a good export. Tests may add versions but must
+    remove them again."""
+    root = tmp_path_factory.mktemp("root")
+    shutil.copytree(tiny_export, root / "toy" / "1")
+    keras.utils.set_random_seed(3)
+    words = [*SPECIAL_TOKENS, "the", "cat", "sat", "on", "mat", ".", "no", "mask", "here"]
+    preprocessor = BertPreprocessor(words, max_length=16, lowercase=True)
+    task = BertMaskedLM(BertBackbone(len(words), max_sequence_length=16, num_layers=1, hidden_dim=16, num_heads=2,
+                                     intermediate_dim=32), preprocessor=preprocessor)
+    serving.export(serving.BertServer(task), str(root), "bert")
+    (root / "broken" / "1").mkdir(parents=True)
+    (root / "broken" / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
+    outside = tmp_path_factory.mktemp("outside")
+    shutil.copytree(tiny_export, outside / "1")
+    os.symlink(outside, root / "escape")
+    return root

@@ -39,14 +39,15 @@ def fingerprint(parts, weights):
     return digest.hexdigest()
 
 
+def versions_of(model_root):
+    """The integer versions under `model_root` (`<root>/<name>`), in increasing order ([] when none)."""
+    entries = os.listdir(model_root) if os.path.isdir(model_root) else []
+    return sorted(int(entry) for entry in entries if re.fullmatch(r"\d{1,18}", entry))
+
+
 def next_version(model_root):
     """The next integer version under `model_root` (1 when there is none)."""
-    versions = [
-        int(entry)
-        for entry in (os.listdir(model_root) if os.path.isdir(model_root) else [])
-        if re.fullmatch(r"\d+", entry)
-    ]
-    return max(versions, default=0) + 1
+    return max(versions_of(model_root), default=0) + 1
 
 
 _TEMPORARY = ".tmp-export-"  # then host, process id and a random part

@@ -1,0 +1,94 @@
+"""Server-side dynamic batching, as TensorFlow Serving's `--enable_batching` does it.
+
+Concurrent calls with the same key (model, version, signature and the
+values of its scalar inputs) wait up to `timeout_ms` for each other, up to
+`max_batch_size` rows in all; their rows are concatenated, the model runs
+once, and each caller gets back exactly its own rows. A call that would
+make the batch larger than `max_batch_size` starts the next one; a call
+larger than that by itself runs alone. A caller that has gone (its task
+cancelled) before its batch runs is left out of it.
+"""
+
+import asyncio
+
+import numpy as np
+
+
+class DynamicBatcher:
+    """Merges concurrent calls of `run` with the same key into one call.
+
+    Args:
+        run: `(key, inputs) -> outputs`, blocking, run in `executor`;
+            `inputs` and `outputs` are `{name: np.ndarray}` whose arrays
+            of rank 1 or more have the batch as their first axis.
+        executor: a `concurrent.futures.Executor` for `run`.
+        max_batch_size: the most rows of one call of `run`.
+        timeout_ms: how long the first call of a batch waits for others.
+
+    Example:
+
+    >>> import concurrent.futures
+    >>> def run(key, inputs):
+    ...     return {"twice": inputs["x"] * 2}
+    >>> batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=5)
+    >>> async def two_callers():
+    ...     return await asyncio.gather(*(batcher("key", {"x": np.array(x)}, len(x)) for x in ([1, 2], [3])))
+    >>> [out["twice"].tolist() for out in asyncio.run(two_callers())]
+    [[2, 4], [6]]
+    >>> batcher.calls
+    1
+    """
+
+    def __init__(self, run, executor, max_batch_size=32, timeout_ms=5.0):
+        self.run = run
+        self.executor = executor
+        self.max_batch_size = max_batch_size
+        self.timeout = timeout_ms / 1000
+        self.calls = 0  # calls of `run` so far
+        self._pending = {}  # key -> [(inputs, rows, future)]
+        self._timers = {}
+
+    async def __call__(self, key, inputs, rows):
+        """`run(key, inputs)` with others' rows beside these `rows`; this call's outputs."""
+        loop = asyncio.get_running_loop()
+        if rows >= self.max_batch_size:
+            self.calls += 1
+            return await loop.run_in_executor(self.executor, self.run, key, inputs)
+        if sum(r for _, r, _ in self._pending.get(key, [])) + rows > self.max_batch_size:
+            self._flush(key)
+        future = loop.create_future()
+        queue = self._pending.setdefault(key, [])
+        queue.append((inputs, rows, future))
+        if sum(r for _, r, _ in queue) >= self.max_batch_size:
+            self._flush(key)
+        elif len(queue) == 1:
+            self._timers[key] = loop.call_later(self.timeout, self._flush, key)
+        return await future
+
+    def _flush(self, key):
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        callers = [item for item in self._pending.pop(key, []) if not item[2].done()]
+        if callers:
+            asyncio.get_running_loop().create_task(self._run_batch(key, callers))
+
+    async def _run_batch(self, key, callers):
+        first = callers[0][0]
+        merged = {
+            name: np.concatenate([inputs[name] for inputs, _, _ in callers]) if np.ndim(value) else value
+            for name, value in first.items()
+        }
+        self.calls += 1
+        try:
+            outputs = await asyncio.get_running_loop().run_in_executor(self.executor, self.run, key, merged)
+        except Exception as error:  # noqa: BLE001  (every caller of the batch gets the model's error)
+            for _, _, future in callers:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for _, rows, future in callers:
+            if not future.done():
+                future.set_result({name: value[start:start + rows] for name, value in outputs.items()})
+            start += rows

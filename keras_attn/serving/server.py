@@ -1,0 +1,217 @@
+"""`keras-attn serve`: every export under a model root behind TensorFlow Serving's REST API.
+
+    GET  /v1/models/{name}[/versions/{version}]            version status
+    GET  /v1/models/{name}[/versions/{version}]/metadata   signatures, dtypes, shapes
+    POST /v1/models/{name}[/versions/{version}]:predict    {"signature_name", "instances" | "inputs"}
+
+The answers, status codes and `{"error": ...}` bodies are TensorFlow
+Serving's (`keras_attn.serving.rest`), so a client of one works with the
+other. A Starlette application run by uvicorn; model calls run in a thread
+pool, off the event loop, merged by `DynamicBatcher` where a signature
+allows it (string rows in, outputs of fixed shape per row out). New
+versions under the root are found every `poll_seconds`.
+"""
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import signal
+
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.routing import Route
+
+from keras_attn.config import ServeConfig
+from keras_attn.errors import UserError
+from keras_attn.serving import rest
+from keras_attn.serving.batching import DynamicBatcher
+from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound
+
+# /v1/models/{name}[/versions/{version}][/metadata | :predict]
+MODEL_PATH = re.compile(r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?P<verb>/metadata|:predict)?")
+
+
+def json_response(content, status=200):
+    """JSON as TensorFlow Serving writes it: UTF-8, NaN and Infinity allowed."""
+    body = json.dumps(content, ensure_ascii=False, allow_nan=True).encode("utf-8")
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def error_response(message, status):
+    return json_response({"error": message}, status)
+
+
+def serve(settings, log=print):
+    """Runs the server of `settings` (a `ServeConfig`) until SIGINT or SIGTERM; returns 0.
+
+    On either signal it stops taking connections, answers the requests in
+    flight and returns (uvicorn's graceful shutdown).
+    """
+    import uvicorn
+
+    if not os.path.isdir(settings.model_root):
+        raise UserError(f"{settings.model_root}: no such folder (the exports to serve, <name>/<version>/)")
+    address = f"http://{settings.host}:{settings.port}"
+    app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))
+    # uvicorn stops gracefully on SIGTERM, then raises it again; that second one ends a clean stop.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def create_app(settings=None, store=None, log=None):
+    """The ASGI application serving `settings.model_root` (a `ServeConfig`), or a given `ModelStore`.
+
+    `log`, if given, is told which versions loaded once the first scan is done.
+    """
+    settings = settings or ServeConfig()
+    store = store or ModelStore(settings.model_root)
+    executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
+    batcher = DynamicBatcher(_run_signature(store), executor, settings.max_batch_size, settings.batch_timeout_ms)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(executor, store.refresh)
+        if log:
+            log(_loaded_line(settings.model_root, found))
+        poller = loop.create_task(_poll(store, executor, settings.poll_seconds)) if settings.poll_seconds else None
+        yield
+        if poller:
+            poller.cancel()
+        executor.shutdown(wait=True)
+
+    async def models(request):
+        match = MODEL_PATH.fullmatch(request.path_params["rest"])
+        if match is None:
+            return error_response(f"Malformed request: {request.method} {request.url.path}", 404)
+        name, version, verb = match["name"], match["version"], match["verb"]
+        if version is not None and not re.fullmatch(r"\d{1,18}", version):
+            return error_response(f"Failed to convert version: {version}", 400)
+        version = None if version is None else int(version)
+        expected = "POST" if verb == ":predict" else "GET"
+        if request.method != expected:
+            return error_response(f"Malformed request: {request.method} {request.url.path}", 405)
+        try:
+            if verb is None:
+                return json_response(_status(store, name, version))
+            found = store.find(name, version)
+            if verb == "/metadata":
+                return json_response(_metadata(found))
+            return await _predict(request, found, batcher, executor, settings)
+        except NotFound as error:
+            return error_response(str(error), 404)
+        except rest.RequestError as error:
+            return error_response(str(error), error.status)
+        except Exception as error:  # noqa: BLE001  (the model's own error, in TensorFlow Serving's body)
+            return _model_error(error)
+
+    app = Starlette(routes=[Route("/v1/models/{rest:path}", models, methods=["GET", "POST"])], lifespan=lifespan)
+    app.state.store, app.state.batcher = store, batcher
+    return app
+
+
+def _model_error(error):
+    """A model call's failure: 400 for TensorFlow's invalid-argument errors (as TensorFlow Serving), else 500."""
+    import tensorflow as tf
+
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    status = 400 if isinstance(error, tf.errors.InvalidArgumentError) else 500
+    return error_response(message.strip().splitlines()[0], status)
+
+
+def _loaded_line(root, versions):
+    loaded = [f"{v.name}/{v.number}" for v in versions if v.state == AVAILABLE]
+    failed = [f"{v.name}/{v.number} ({v.error})" for v in versions if v.state != AVAILABLE]
+    return (f"{root}: {len(loaded)} version(s) loaded" + (f": {', '.join(loaded)}" if loaded else "")
+            + (f"; failed to load: {'; '.join(failed)}" if failed else ""))
+
+
+async def _poll(store, executor, seconds):
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(seconds)
+        await loop.run_in_executor(executor, store.refresh)
+
+
+def _status(store, name, version):
+    versions = store.versions(name)
+    if version is not None:
+        versions = [v for v in versions if v.number == version]
+        if not versions:
+            raise NotFound(f"Servable not found for request: Specific({name}, {version})")
+    return {"model_version_status": [
+        {"version": str(v.number), "state": v.state,
+         "status": {"error_code": "OK" if v.state != "END" else "UNKNOWN", "error_message": v.error}}
+        for v in reversed(versions)
+    ]}
+
+
+def _metadata(found):
+    signatures = found.loaded.signatures
+    return {
+        "model_spec": {"name": found.name, "signature_name": "", "version": str(found.number)},
+        "metadata": {"signature_def": {"signature_def": {
+            name: rest.describe_signature(signatures[name]) for name in sorted(signatures)
+        }}},
+    }
+
+
+async def _read_body(request, limit):
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise rest.RequestError(f"the request body has {declared} bytes: at most {limit}", status=413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise rest.RequestError(f"the request body is over {limit} bytes", status=413)
+    return bytes(body)
+
+
+async def _predict(request, found, batcher, executor, settings):
+    try:
+        body = await _read_body(request, settings.max_request_bytes)
+    except ClientDisconnect:
+        return Response(status_code=499)  # nobody to answer; nothing was run
+    signature_name, rows, data = rest.parse_predict(body, settings.max_instances)
+    function = found.loaded.signatures.get(signature_name)
+    if function is None:
+        raise NotFound(f'Serving signature name: "{signature_name}" not found in signature def')
+    inputs, batch = rest.to_inputs(function, rows, data)
+    scalars = tuple(sorted((name, value.item()) for name, value in inputs.items() if value.ndim == 0))
+    key = (found.name, found.number, signature_name, scalars)
+    if batch and settings.max_batch_size > 1 and _batchable(function):
+        outputs = await batcher(key, inputs, batch)
+    else:
+        outputs = await asyncio.get_running_loop().run_in_executor(executor, batcher.run, key, inputs)
+    return json_response(rest.to_response(outputs, rows))
+
+
+def _batchable(function):
+    """Rows of strings or numbers in, and every output of one fixed shape per row: rows merge and split exactly."""
+    inputs_ok = all(spec.shape.rank is not None and spec.shape.rank <= 1
+                    for spec in rest.signature_inputs(function).values())
+    outputs_ok = all(out.shape.rank and out.shape[1:].is_fully_defined()
+                     for out in function.structured_outputs.values())
+    return inputs_ok and outputs_ok
+
+
+def _run_signature(store):
+    def run(key, inputs):
+        import tensorflow as tf
+
+        name, number, signature_name, _ = key
+        function = store.find(name, number).loaded.signatures[signature_name]
+        specs = rest.signature_inputs(function)
+        outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})
+        return {name: value.numpy() for name, value in outputs.items()}
+    return run
+

@@ -1,0 +1,167 @@
+"""`keras-attn serve`'s REST API, in process: TensorFlow Serving's routes, formats and errors."""
+
+import asyncio
+import os
+import shutil
+import time
+
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+from starlette.testclient import TestClient
+
+from keras_attn.config import ServeConfig
+from keras_attn.serving.server import create_app
+from keras_attn.serving.store import ModelStore, load_saved_model
+
+pytest_plugins = ["tests.fixtures_export"]
+TEXTS = ["ein hund läuft .", "zwei katzen schlafen .", "", "der mann isst einen apfel . " * 3]
+MASKED = ["the [MASK] sat on the mat .", "no mask here", "[MASK] [MASK]"]
+
+
+@pytest.fixture(scope="module")
+def client(model_root):
+    with TestClient(create_app(ServeConfig(str(model_root), poll_seconds=0.2))) as client:
+        yield client
+
+
+def _direct(model_root, name, signature, **inputs):
+    loaded = load_saved_model(str(model_root / name / "1"))
+    outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _strings(array):
+    return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array).tolist()
+
+
+def test_status_lists_versions_and_says_which_failed(client):
+    assert client.get("/v1/models/toy").json() == {"model_version_status": [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    assert client.get("/v1/models/toy/versions/1").status_code == 200
+    (broken,) = client.get("/v1/models/broken").json()["model_version_status"]
+    assert broken["state"] == "END" and broken["status"]["error_code"] == "UNKNOWN" and broken["status"]["error_message"]
+    answer = client.post("/v1/models/broken:predict", json={"instances": ["x"]})
+    assert answer.status_code == 404 and "Latest(broken)" in answer.json()["error"]
+
+
+def test_metadata_gives_every_signature_with_dtypes_and_shapes(client):
+    metadata = client.get("/v1/models/toy/metadata").json()
+    assert metadata["model_spec"] == {"name": "toy", "signature_name": "", "version": "1"}
+    signatures = metadata["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == {"serving_default", "translate", "attention"}
+    translate = signatures["translate"]
+    assert translate["inputs"]["text"]["dtype"] == "DT_STRING"
+    assert translate["inputs"]["text"]["tensor_shape"]["dim"] == [{"size": "-1", "name": ""}]
+    assert translate["inputs"]["beam_width"]["tensor_shape"]["dim"] == []
+    assert translate["outputs"]["score"]["dtype"] == "DT_FLOAT"
+    assert "fill_mask" in client.get("/v1/models/bert/versions/1/metadata").json()["metadata"]["signature_def"][
+        "signature_def"]
+
+
+def test_predict_in_columns_and_in_rows_equals_the_signature_called_directly(client, model_root):
+    expected = _direct(model_root, "toy", "translate", text=TEXTS, beam_width=2)
+    columns = client.post("/v1/models/toy:predict",
+                          json={"signature_name": "translate", "inputs": {"text": TEXTS, "beam_width": 2}})
+    assert columns.status_code == 200, columns.text
+    outputs = columns.json()["outputs"]
+    assert outputs["translation"] == _strings(expected["translation"])
+    np.testing.assert_allclose(outputs["score"], expected["score"], rtol=1e-6)
+    assert outputs["truncated"] == expected["truncated"].tolist() == [False, False, False, True]
+    rows = client.post("/v1/models/toy/versions/1:predict",
+                       json={"instances": [{"text": text, "beam_width": 2} for text in TEXTS]})
+    assert [row["translation"] for row in rows.json()["predictions"]] == outputs["translation"]
+    attention = _direct(model_root, "toy", "attention", text=TEXTS[:2])
+    answer = client.post("/v1/models/toy:predict", json={"signature_name": "attention", "instances": TEXTS[:2]})
+    predictions = answer.json()["predictions"]
+    np.testing.assert_allclose([row["cross_attention"] for row in predictions], attention["cross_attention"], rtol=1e-6)
+    assert [row["source_tokens"] for row in predictions] == _strings(attention["source_tokens"])
+
+
+def test_bert_signatures_are_served(client, model_root):
+    expected = _direct(model_root, "bert", "fill_mask", text=MASKED, top_k=3)
+    answer = client.post("/v1/models/bert:predict",
+                         json={"signature_name": "fill_mask", "inputs": {"text": MASKED, "top_k": 3}}).json()
+    assert answer["outputs"]["tokens"] == _strings(expected["tokens"])
+    assert answer["outputs"]["filled"] == _strings(expected["filled"])
+    encoded = client.post("/v1/models/bert:predict", json={"signature_name": "encode", "instances": MASKED[:2]})
+    np.testing.assert_allclose([row["pooled_output"] for row in encoded.json()["predictions"]],
+                               _direct(model_root, "bert", "encode", text=MASKED[:2])["pooled_output"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("method, path, body, status, message", [
+    ("GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),
+    ("POST", "/v1/models/nope:predict", {"instances": ["x"]}, 404, "Servable not found for request: Latest(nope)"),
+    ("POST", "/v1/models/toy/versions/7:predict", {"instances": ["x"]}, 404, "Specific(toy, 7)"),
+    ("GET", "/v1/models/toy/versions/x", None, 400, "Failed to convert version: x"),
+    ("POST", "/v1/models/toy:predict", {"signature_name": "nope", "instances": ["x"]}, 404,
+     'Serving signature name: "nope" not found'),
+    ("POST", "/v1/models/toy:predict", b"{not json", 400, "JSON Parse error"),
+    ("POST", "/v1/models/toy:predict", b"\xff\xfe", 400, "JSON Parse error"),
+    ("POST", "/v1/models/toy:predict", [1, 2], 400, "must be a JSON object"),
+    ("POST", "/v1/models/toy:predict", {"signature_name": "translate"}, 400, "Missing 'inputs' or 'instances'"),
+    ("POST", "/v1/models/toy:predict", {"instances": [], "inputs": []}, 400, "Not both"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": [1, 2], "beam_width": 1}}, 400, "text: expected string"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": ["a"], "beam_width": "4"}}, 400, "beam_width: expected int32"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": ["a"], "beam_width": 2.5}}, 400, "beam_width: expected int32"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": ["a"]}}, 400, "missing input(s) beam_width"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": ["a"], "beam_width": 1, "x": 1}}, 400, "unknown input(s) x"),
+    ("POST", "/v1/models/toy:predict", {"inputs": {"text": [["a"]], "beam_width": 1}}, 400, "expected shape [?]"),
+    ("POST", "/v1/models/toy:predict", {"instances": [{"text": "a", "beam_width": 1}, {"text": "b", "beam_width": 2}]},
+     400, "beam_width: a scalar input"),
+    ("POST", "/v1/models/toy:predict", {"instances": ["x"] * 257}, 413, "at most 256"),
+    ("GET", "/v1/models/toy:predict", None, 405, "Malformed request"),
+    ("POST", "/v1/models/toy/metadata", {}, 405, "Malformed request"),
+    ("GET", "/v1/models/escape", None, 404, "Could not find any versions of model escape"),
+    ("GET", "/v1/models/..%2F..%2Fetc/metadata", None, 404, ""),
+    ("GET", "/v1/models/%2E%2E/metadata", None, 404, ""),
+])
+def test_errors_have_tensorflow_servings_status_and_body(client, method, path, body, status, message):
+    content = body if isinstance(body, bytes) else None
+    answer = client.request(method, path, content=content, json=None if content is not None else body)
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert message in answer.json()["error"]
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
+    answer = client.post("/v1/models/toy:predict", content=b"x" * ((1 << 20) + 1))
+    assert answer.status_code == 413 and "at most 1048576" in answer.json()["error"]
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(model_root):
+    store = ModelStore(str(model_root))
+    store.refresh()
+    app = create_app(ServeConfig(str(model_root), max_batch_size=8, batch_timeout_ms=500), store=store)
+    texts = [f"{word} hund läuft ." for word in ("ein", "der", "zwei", "kein", "mein", "dein", "sein", "ihr")]
+    alone = _direct(model_root, "toy", "translate", text=texts, beam_width=3)
+
+    async def requests():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            return await asyncio.gather(*(
+                client.post("/v1/models/toy:predict", json={"instances": [{"text": text, "beam_width": 3}]})
+                for text in texts))
+
+    answers = asyncio.run(requests())
+    assert app.state.batcher.calls == 1  # eight callers, one run of the model
+    for answer, translation, score in zip(answers, _strings(alone["translation"]), alone["score"]):
+        (row,) = answer.json()["predictions"]
+        assert row["translation"] == translation and row["score"] == pytest.approx(float(score), rel=1e-5)
+
+
+def test_a_new_version_is_served_without_a_restart(client, model_root):
+    shutil.copytree(model_root / "toy" / "1", model_root / "toy" / "copying")
+    os.rename(model_root / "toy" / "copying", model_root / "toy" / "2")  # whole at once, as an export appears
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            newest = client.get("/v1/models/toy").json()["model_version_status"][0]
+            if newest["version"] == "2" and newest["state"] != "LOADING":
+                break
+            time.sleep(0.2)
+        (newest, _) = client.get("/v1/models/toy").json()["model_version_status"]
+        assert newest["version"] == "2" and newest["state"] == "AVAILABLE"
+        assert client.get("/v1/models/toy/metadata").json()["model_spec"]["version"] == "2"
+    finally:
+        shutil.rmtree(model_root / "toy" / "2")
