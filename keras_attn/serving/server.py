@@ -1,5 +1,6 @@
 """`keras-attn serve`: every export under a model root behind TensorFlow Serving's REST API.
 
+    GET  /                                                 the explorer (a page: translate, fill masks, see attention)
     GET  /v1/models/{name}[/versions/{version}]            version status
     GET  /v1/models/{name}[/versions/{version}]/metadata   signatures, dtypes, shapes
     POST /v1/models/{name}[/versions/{version}]:predict    {"signature_name", "instances" | "inputs"}
@@ -22,8 +23,9 @@ import signal
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
-from starlette.responses import Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
@@ -31,6 +33,9 @@ from keras_attn.serving import rest
 from keras_attn.serving.batching import DynamicBatcher
 from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound
 
+EXPLORER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "explorer")  # the page at GET /
+# The page runs only its own script and style, and talks only to this server.
+PAGE_POLICY = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 # /v1/models/{name}[/versions/{version}][/metadata | :predict]
 MODEL_PATH = re.compile(r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?P<verb>/metadata|:predict)?")
 
@@ -113,7 +118,18 @@ def create_app(settings=None, store=None, log=None):
         except Exception as error:  # noqa: BLE001  (the model's own error, in TensorFlow Serving's body)
             return _model_error(error)
 
-    app = Starlette(routes=[Route("/v1/models/{rest:path}", models, methods=["GET", "POST"])], lifespan=lifespan)
+    async def page(request):
+        return FileResponse(os.path.join(EXPLORER, "index.html"), headers={"Content-Security-Policy": PAGE_POLICY})
+
+    async def explorer_models(request):
+        return json_response(_available(store))
+
+    app = Starlette(routes=[
+        Route("/", page),
+        Route("/explorer/models", explorer_models),
+        Mount("/explorer", StaticFiles(directory=EXPLORER)),
+        Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
+    ], lifespan=lifespan)
     app.state.store, app.state.batcher = store, batcher
     return app
 
@@ -125,6 +141,18 @@ def _model_error(error):
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     status = 400 if isinstance(error, tf.errors.InvalidArgumentError) else 500
     return error_response(message.strip().splitlines()[0], status)
+
+
+def _available(store):
+    """The explorer's model list: each model's newest available version and its signatures."""
+    listed = []
+    for name in store.names():
+        try:
+            found = store.find(name)
+        except NotFound:
+            continue
+        listed.append({"name": name, "version": found.number, "signatures": sorted(found.loaded.signatures)})
+    return listed
 
 
 def _loaded_line(root, versions):
