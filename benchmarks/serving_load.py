@@ -1,0 +1,194 @@
+"""`keras-attn serve` under load: latency, throughput, errors and memory with 1-64 concurrent clients.
+
+    python -m benchmarks.serving_load --translation saved_models/transformer/1 --seconds 20
+    python -m benchmarks.serving_load --translation EXPORT --bert EXPORT --clients 1,8,32,64
+
+Loopback only, bounded in time (`--seconds` per cell) and in requests
+(`--max-requests` per cell). The exports are copied into a fresh model root;
+`keras-attn serve` runs in its own process, once with dynamic batching
+(`--max-batch-size 32`) and once without (`--max-batch-size 1`). Each client
+sends one sentence per request, back to back, from Multi30k's test2016
+German side (../shared/data, read not copied; the built-in corpus's
+sentences without it); every tenth request is a hostile string (empty,
+invalid UTF-8 as base64 bytes, 10,000 characters, control characters,
+emoji), which must be answered like the rest. Workloads: translation greedy
+and beam 4, and BERT fill-mask (top 5; without `--bert`, an untrained BERT
+mini exported for the purpose: its speed, not its answers, is measured).
+
+Per cell: requests, errors (any answer but 200, or none), sentences/s,
+p50 and p99 latency, and the server's resident memory before the cell and
+after it. The client runs in this process on the same machine, so it takes
+CPU from the server: a bound on what the numbers can show, said with them.
+"""
+
+import argparse
+import asyncio
+import base64
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+HOSTILE = ["", {"b64": base64.b64encode(b"\xff\xfe ein \xc3(").decode()}, "ein hund " * 1250,
+           "a\x00b\x07c\x1bd\u202e", "ein 🐕 läuft 🏃‍♂️ 👩🏽‍🔬"]
+
+
+def sentences():
+    path = os.path.join(DATA, "test_2016_flickr.de.gz")
+    if os.path.exists(path):
+        with gzip.open(path, "rt", encoding="utf-8") as file:
+            return [line.strip() for line in file]
+    from pipelines import synthetic
+
+    return synthetic.translation_corpus(seed=0, train_size=10, valid_size=10, test_size=1000)["test"].sources
+
+
+def bert_export(root):
+    """An untrained BERT mini fill-mask export under `root`/bert (the speed of the preset's graph)."""
+    from keras_attn import serving
+    from keras_attn.models import BertMaskedLM
+    from pipelines import tokenizers
+    from pipelines.preprocessors import BertPreprocessor
+
+    words = [line.lower() for line in sentences()[:500]]
+    vocabulary = tokenizers.learn_wordpiece_vocabulary(words, 4000, lowercase=True)
+    task = BertMaskedLM.from_preset("mini", BertPreprocessor(vocabulary, max_length=64, lowercase=True))
+    return serving.export(serving.BertServer(task), str(root), "bert")
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def load(url, request_for, clients, seconds, max_requests):
+    """`clients` callers, each sending requests back to back: (latencies of successes, errors, wall)."""
+    import httpx
+
+    latencies, errors, sent = [], [], [0]
+    deadline = time.perf_counter() + seconds
+
+    async def client(http):
+        while time.perf_counter() < deadline and sent[0] < max_requests:
+            index = sent[0]
+            sent[0] += 1
+            started = time.perf_counter()
+            try:
+                answer = await http.post(url, json=request_for(index), timeout=120)
+                if answer.status_code == 200:
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    errors.append(f"{answer.status_code} {answer.text[:80]}")
+            except httpx.HTTPError as error:
+                errors.append(type(error).__name__)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    started = time.perf_counter()
+    async with httpx.AsyncClient(limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return latencies, errors, time.perf_counter() - started
+
+
+def start_server(root, port, max_batch_size):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_attn.cli", "serve", root, "--port", str(port), "--poll-seconds", "0",
+         "--max-batch-size", str(max_batch_size), "--max-request-bytes", str(1 << 20)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    line = process.stdout.readline()
+    if "serving on" not in line:
+        sys.exit(f"the server did not start: {line}")
+    time.sleep(1)
+    return process
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--translation", required=True, help="a translation export (saved_models/<name>/<version>)")
+    parser.add_argument("--bert", help="a BERT export with fill_mask (default: an untrained BERT mini)")
+    parser.add_argument("--clients", default="1,8,32,64")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per cell")
+    parser.add_argument("--max-requests", type=int, default=20000, help="per cell")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--soak", type=int, default=10000,
+                        help="then this many greedy translations at 32 clients, with batching: errors and memory")
+    parser.add_argument("--out", help="write the rows as JSON here")
+    args = parser.parse_args()
+
+    texts = sentences()
+    root = tempfile.mkdtemp(prefix="serving-load-")
+    shutil.copytree(args.translation, os.path.join(root, "translation", "1"))
+    if args.bert:
+        shutil.copytree(args.bert, os.path.join(root, "bert", "1"))
+    else:
+        bert_export(root)
+
+    def text(index):
+        return HOSTILE[(index // 10) % len(HOSTILE)] if index % 10 == 9 else texts[index % len(texts)]
+
+    workloads = {
+        "translate, greedy": ("translation", lambda i: {"signature_name": "translate",
+                                                         "inputs": {"text": [text(i)], "beam_width": 1}}),
+        "translate, beam 4": ("translation", lambda i: {"signature_name": "translate",
+                                                         "inputs": {"text": [text(i)], "beam_width": 4}}),
+        "BERT fill-mask, top 5": ("bert", lambda i: {"signature_name": "fill_mask", "inputs": {
+            "text": [f"{texts[i % len(texts)].lower()} [MASK] ." if i % 10 != 9 else text(i)], "top_k": 5}}),
+    }
+    rows, soak = [], None
+    for batching in (32, 1):
+        server = start_server(root, args.port, batching)
+        try:
+            for workload, (model, request_for) in workloads.items():
+                url = f"http://127.0.0.1:{args.port}/v1/models/{model}:predict"
+                asyncio.run(load(url, request_for, 4, 3, 200))  # warm-up: every shape traced once
+                for clients in map(int, args.clients.split(",")):
+                    before = rss_mb(server.pid)
+                    latencies, errors, wall = asyncio.run(load(url, request_for, clients, args.seconds,
+                                                               args.max_requests))
+                    after = rss_mb(server.pid)
+                    ordered = sorted(latencies)
+                    row = {
+                        "batching": batching > 1, "workload": workload, "clients": clients,
+                        "requests": len(latencies) + len(errors), "errors": len(errors),
+                        "sentences_per_s": round(len(latencies) / wall, 1),
+                        "p50_ms": round(1000 * statistics.median(ordered), 1) if ordered else None,
+                        "p99_ms": round(1000 * ordered[int(0.99 * (len(ordered) - 1))], 1) if ordered else None,
+                        "rss_mb_before": round(before), "rss_mb_after": round(after),
+                        "error_examples": sorted(set(errors))[:3],
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+            if batching > 1 and args.soak:
+                url = f"http://127.0.0.1:{args.port}/v1/models/translation:predict"
+                before = rss_mb(server.pid)
+                latencies, errors, wall = asyncio.run(load(url, workloads["translate, greedy"][1], 32, 3600, args.soak))
+                soak = {"requests": len(latencies) + len(errors), "errors": len(errors), "seconds": round(wall),
+                        "rss_mb_before": round(before), "rss_mb_after": round(rss_mb(server.pid)),
+                        "error_examples": sorted(set(errors))[:3]}
+                print("soak:", json.dumps(soak), flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=120)
+    shutil.rmtree(root, ignore_errors=True)
+    print("\n| batching | workload | clients | requests | errors | sentences/s | p50 ms | p99 ms | RSS MB before → after |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {'on' if r['batching'] else 'off'} | {r['workload']} | {r['clients']} | {r['requests']} | "
+              f"{r['errors']} | {r['sentences_per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
+              f"{r['rss_mb_before']} → {r['rss_mb_after']} |")
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump({"cells": rows, "soak": soak if args.soak else None}, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
