@@ -119,6 +119,23 @@ class BertBackbone(Backbone):
         self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
         self._arguments = settings
 
+    def call_with_attention(self, token_ids, segment_ids):
+        """The encoder's `(B, T, d)` sequence output and its self-attention, `(B, layers, heads, T, T)`.
+
+        The same computation as calling the model (in inference), with each
+        layer's attention weights kept: what the serving `attention`
+        signature and the explorer show.
+        """
+        x = self.embedding(token_ids, segment_ids)
+        padding_mask = tf.not_equal(token_ids, PAD_ID)
+        weights = []
+        for block in self.encoder_blocks:
+            x, scores = block(x, padding_mask=padding_mask, return_attention_scores=True)
+            weights.append(scores)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, tf.stack(weights, axis=1)
+
     @staticmethod
     def resolve(vocabulary_size, preset="tiny", max_sequence_length=512, num_segments=2, dropout=0.1,
                 num_layers=None, hidden_dim=None, num_heads=None, intermediate_dim=None, norm_first=False, dtype=None):

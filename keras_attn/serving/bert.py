@@ -52,6 +52,9 @@ class BertServer(tf.Module):
     - `encode(text)`, `encode_pair(text_a, text_b)`: `pooled_output`
       float32[B, d], `sequence_output` float32[B, T, d] (zeros at padding),
       `token_ids` int32[B, T], `truncated` bool[B].
+    - `attention(text)`: `tokens` string[B, T] (`[PAD]` after each
+      text's end; `[MASK]` read as in `fill_mask`) and `self_attention` float32[B, layers, heads, T, T],
+      each layer's attention weights (rows: queries), for the explorer.
     - `classify(text)`, `classify_pair(text_a, text_b)` (with a
       classifier): `label` string[B], `label_id` int32[B], `probabilities`
       float32[B, C].
@@ -84,6 +87,7 @@ class BertServer(tf.Module):
         # The model is traced once, and every signature calls that graph.
         self._run_backbone = tf.function(self._backbone_outputs, input_signature=[ids, ids])
         self.encode = tf.function(self._encode, input_signature=[_TEXT])
+        self.attention = tf.function(self._attention, input_signature=[_TEXT])
         self.encode_pair = tf.function(self._encode_pair, input_signature=_pair_signature())
         if self.mlm_head is not None:
             self.fill_mask = tf.function(
@@ -106,6 +110,11 @@ class BertServer(tf.Module):
     def _encode(self, text):
         token_ids, segment_ids, truncated = self.preprocessor.pack(text)
         return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
+
+    def _attention(self, text):
+        token_ids, segment_ids, _, _ = self.preprocessor.pack_with_masks(text)  # a [MASK] is one token, as fill_mask reads it
+        _, weights = self.backbone.call_with_attention(token_ids, segment_ids)
+        return {"tokens": self.tokenizer.id_to_token(token_ids), "self_attention": tf.cast(weights, tf.float32)}
 
     def _encode_pair(self, text_a, text_b):
         token_ids, segment_ids, truncated = self.preprocessor.pack(text_a, text_b)
@@ -140,7 +149,7 @@ class BertServer(tf.Module):
         ], weights)
 
     def signatures(self):
-        signatures = {"encode": self.encode, "encode_pair": self.encode_pair}
+        signatures = {"encode": self.encode, "encode_pair": self.encode_pair, "attention": self.attention}
         if self.mlm_head is not None:
             signatures.update(fill_mask=self.fill_mask, serving_default=self.fill_mask)
         if self.classifier is not None:

@@ -305,3 +305,18 @@ def test_the_pretraining_tasks_fit_with_their_compile_defaults_under_two_replica
         np.testing.assert_allclose(two[name], values, rtol=1e-4, err_msg=name)
     np.testing.assert_allclose(one["loss"], np.add(one["mlm_loss"], one.get("nsp_loss", 0.0)), rtol=1e-4)
     assert one["loss"][1] < one["loss"][0]
+
+
+def test_call_with_attention_is_the_models_computation_with_its_weights():
+    backbone = BertBackbone(40, max_sequence_length=16, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                            dropout=0.0)
+    token_ids = np.array([[4, 9, 6, 5, 10, 5], [4, 7, 5, 0, 0, 0]], "int32")
+    segment_ids = np.array([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]], "int32")
+    expected = backbone({"token_ids": token_ids, "segment_ids": segment_ids})["sequence_output"]
+    sequence, weights = backbone.call_with_attention(token_ids, segment_ids)
+    np.testing.assert_allclose(sequence, expected, atol=1e-6)
+    assert weights.shape == (2, 2, 2, 6, 6)  # (B, layers, heads, queries, keys)
+    real = token_ids != 0
+    sums = np.sum(weights, axis=-1)  # (B, layers, heads, queries): 1 for a real query, 0 for padding
+    np.testing.assert_allclose(sums, np.broadcast_to(real[:, None, None, :], sums.shape).astype("float32"), atol=1e-5)
+    assert np.all(np.asarray(weights)[1, :, :, :, 3:] == 0)  # no weight on padded keys

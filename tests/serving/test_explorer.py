@@ -81,6 +81,13 @@ def test_a_mask_is_filled_with_its_candidates(page, server):
                      {"signature_name": "fill_mask", "inputs": {"text": ["the [MASK] sat on the mat ."], "top_k": 3}})
     assert page.text_content("#filled") == answer["outputs"]["filled"][0]
     assert page.locator(".candidate").count() == 3
+    queries = page.locator(".token.target")  # the self-attention of the text: [CLS] the [MASK] ... [SEP]
+    assert queries.count() == page.locator(".token.source").count() == 9
+    assert page.locator("#heatmap tbody tr").count() == 9
+    queries.nth(2).hover()
+    keys = page.locator(".token.source")
+    weights = [float(keys.nth(i).get_attribute("data-weight")) for i in range(keys.count())]
+    assert sum(weights) == pytest.approx(1.0, abs=0.01)
     assert page.problems == []
 
 

@@ -85,6 +85,10 @@ def test_bert_signatures_are_served(client, model_root):
                          json={"signature_name": "fill_mask", "inputs": {"text": MASKED, "top_k": 3}}).json()
     assert answer["outputs"]["tokens"] == _strings(expected["tokens"])
     assert answer["outputs"]["filled"] == _strings(expected["filled"])
+    attention = _direct(model_root, "bert", "attention", text=MASKED)
+    answer = client.post("/v1/models/bert:predict", json={"signature_name": "attention", "inputs": MASKED}).json()
+    assert answer["outputs"]["tokens"] == _strings(attention["tokens"])
+    np.testing.assert_allclose(answer["outputs"]["self_attention"], attention["self_attention"], rtol=1e-6)
     encoded = client.post("/v1/models/bert:predict", json={"signature_name": "encode", "instances": MASKED[:2]})
     np.testing.assert_allclose([row["pooled_output"] for row in encoded.json()["predictions"]],
                                _direct(model_root, "bert", "encode", text=MASKED[:2])["pooled_output"], rtol=1e-5)

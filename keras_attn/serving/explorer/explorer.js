@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const PAD = "[PAD]", EOS = "[EOS]";
 let models = [];
-let shown = null;  // the attention answer on the page: {source, target, weights[target][layer][head][source]}
+let shown = null;  // the attention on the page: {source, target, weights[target][layer][head][source]}
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -71,6 +71,19 @@ function highlight(target) {
   });
 }
 
+function showAttention(title, queryLabel, keyLabel, attention) {
+  shown = attention;
+  const layers = shown.weights.length ? shown.weights[0].length : 1;
+  const heads = shown.weights.length ? shown.weights[0][0].length : 1;
+  fillSelect($("layer"), layers, "layer");
+  fillSelect($("head"), heads, "head");
+  $("layer").value = String(layers - 1);
+  $("attention-title").textContent = title;
+  $("query-label").textContent = queryLabel;
+  $("key-label").textContent = keyLabel;
+  drawAttention();
+}
+
 function drawAttention() {
   const target = $("target-tokens"), source = $("source-tokens");
   target.replaceChildren(...shown.target.map((token, i) => {
@@ -112,17 +125,11 @@ async function translate(event) {
     $("score").textContent = `(score ${result.score[0].toFixed(3)}${result.truncated[0] ? ", the input was cut" : ""})`;
     const attention = await predict("attention", {text: [text]});
     const source = attention.source_tokens[0], target = attention.output_tokens[0];
-    shown = {
+    showAttention("Cross-attention of the greedy translation", "target", "source", {
       source: source.slice(0, realLength(source)),
       target: target.slice(0, realLength(target, EOS)),
       weights: attention.cross_attention[0],
-    };
-    const layers = shown.weights.length ? shown.weights[0].length : 1;
-    const heads = shown.weights.length ? shown.weights[0][0].length : 1;
-    fillSelect($("layer"), layers, "layer");
-    fillSelect($("head"), heads, "head");
-    $("layer").value = String(layers - 1);
-    drawAttention();
+    });
     document.body.dataset.state = "translated";
   } catch (error) {
     showError(error);
@@ -133,7 +140,8 @@ async function fillMask(event) {
   event.preventDefault();
   showError(null);
   try {
-    const result = await predict("fill_mask", {text: [$("masked").value], top_k: Number($("top-k").value)});
+    const text = $("masked").value;
+    const result = await predict("fill_mask", {text: [text], top_k: Number($("top-k").value)});
     $("filled").textContent = result.filled[0];
     const masks = Math.min(result.num_masks[0], result.tokens[0].length);
     $("candidates").replaceChildren(...Array.from({length: masks}, (_, m) => {
@@ -143,6 +151,14 @@ async function fillMask(event) {
       });
       return item;
     }));
+    const attention = await predict("attention", {text: [text]});
+    const tokens = attention.tokens[0].slice(0, realLength(attention.tokens[0]));
+    const layers = attention.self_attention[0];  // [layer][head][query][key]
+    showAttention("Self-attention", "query", "key", {
+      source: tokens,
+      target: tokens,
+      weights: tokens.map((_, q) => layers.map((heads) => heads.map((rows) => rows[q]))),
+    });
     document.body.dataset.state = "filled";
   } catch (error) {
     showError(error);
