@@ -22,6 +22,7 @@ import base64
 import json
 
 import numpy as np
+import tensorflow as tf
 
 SERVING_DEFAULT = "serving_default"
 
@@ -153,7 +154,7 @@ def _rows_to_columns(specs, instances):
 def _tensor(name, value, spec):
     dtype = spec.dtype
     try:
-        if dtype.name == "string":
+        if dtype == tf.string:
             array = np.array(_strings(value), dtype=object)
         elif dtype.is_bool:
             array = _typed(value, bool, np.bool_)

@@ -110,7 +110,7 @@ def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
     assert done.returncode == 0, done.stderr[-2000:]
     served = json.loads(done.stdout.splitlines()[-1])
     assert served["imported"] == []  # TensorFlow and tensorflow-text only
-    assert served["signatures"] == ["encode", "encode_pair", "fill_mask", "serving_default"]
+    assert served["signatures"] == ["attention", "encode", "encode_pair", "fill_mask", "serving_default"]
     server = pretrained.result.server
     expected = server.fill_mask(tf.constant(encoded), tf.constant(3))
     assert served["tokens"] == expected["tokens"].numpy().astype(str).tolist()
