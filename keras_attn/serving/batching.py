@@ -1,7 +1,7 @@
 """Server-side dynamic batching, as TensorFlow Serving's `--enable_batching` does it.
 
-Concurrent calls with the same key (model, version, signature and the
-values of its scalar inputs) wait up to `timeout_ms` for each other, up to
+Concurrent calls with the same key (the server's: model, version,
+signature, the values of its scalar inputs and a length bucket) wait up to `timeout_ms` for each other, up to
 `max_batch_size` rows in all; their rows are concatenated, the model runs
 once, and each caller gets back exactly its own rows. A call that would
 make the batch larger than `max_batch_size` starts the next one; a call

@@ -9,7 +9,8 @@ The answers, status codes and `{"error": ...}` bodies are TensorFlow
 Serving's (`keras_attn.serving.rest`), so a client of one works with the
 other. A Starlette application run by uvicorn; model calls run in a thread
 pool, off the event loop, merged by `DynamicBatcher` where a signature
-allows it (string rows in, outputs of fixed shape per row out). New
+allows it (string rows in, outputs of fixed shape per row out), each with
+requests of about its length. New
 versions under the root are found every `poll_seconds`.
 """
 
@@ -215,12 +216,20 @@ async def _predict(request, found, batcher, executor, settings):
         raise NotFound(f'Serving signature name: "{signature_name}" not found in signature def')
     inputs, batch = rest.to_inputs(function, rows, data)
     scalars = tuple(sorted((name, value.item()) for name, value in inputs.items() if value.ndim == 0))
-    key = (found.name, found.number, signature_name, scalars)
+    key = (found.name, found.number, signature_name, scalars, _length_bucket(inputs))
     if batch and settings.max_batch_size > 1 and _batchable(function):
         outputs = await batcher(key, inputs, batch)
     else:
         outputs = await asyncio.get_running_loop().run_in_executor(executor, batcher.run, key, inputs)
     return json_response(rest.to_response(outputs, rows))
+
+
+def _length_bucket(inputs):
+    """The power of two above the longest text of the request, in bytes: requests batch only with
+    others of about their length, so one long input does not hold a batch of short ones (a merged
+    batch decodes until its longest row ends)."""
+    texts = [value for value in inputs.values() if value.dtype == object and value.ndim == 1]
+    return max((len(text) for column in texts for text in column), default=0).bit_length()
 
 
 def _batchable(function):
@@ -236,7 +245,7 @@ def _run_signature(store):
     def run(key, inputs):
         import tensorflow as tf
 
-        name, number, signature_name, _ = key
+        name, number, signature_name = key[:3]
         function = store.find(name, number).loaded.signatures[signature_name]
         specs = rest.signature_inputs(function)
         outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})

@@ -154,6 +154,22 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(model_root):
         assert row["translation"] == translation and row["score"] == pytest.approx(float(score), rel=1e-5)
 
 
+def test_requests_batch_only_with_others_of_about_their_length(model_root):
+    store = ModelStore(str(model_root))
+    store.refresh()
+    app = create_app(ServeConfig(str(model_root), max_batch_size=8, batch_timeout_ms=500), store=store)
+    texts = ["ein hund läuft .", "der hund läuft .", "ein mann isst einen apfel . " * 8, "zwei katzen schlafen . " * 9]
+
+    async def requests():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            return await asyncio.gather(*(
+                client.post("/v1/models/toy:predict", json={"instances": [{"text": text, "beam_width": 1}]})
+                for text in texts))
+
+    assert [answer.status_code for answer in asyncio.run(requests())] == [200] * 4
+    assert app.state.batcher.calls == 2  # the two short ones together, the two long ones together
+
+
 def test_a_new_version_is_served_without_a_restart(client, model_root):
     shutil.copytree(model_root / "toy" / "1", model_root / "toy" / "copying")
     os.rename(model_root / "toy" / "copying", model_root / "toy" / "2")  # whole at once, as an export appears
