@@ -10,8 +10,8 @@ Serving's (`keras_attn.serving.rest`), so a client of one works with the
 other. A Starlette application run by uvicorn; model calls run in a thread
 pool, off the event loop, merged by `DynamicBatcher` where a signature
 allows it (string rows in, outputs of fixed shape per row out), each with
-requests of about its length. New
-versions under the root are found every `poll_seconds`.
+requests of about its length. New versions under the root are found every
+`poll_seconds`. Any other path or method gets a JSON error too.
 """
 
 import asyncio
@@ -23,6 +23,7 @@ import re
 import signal
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
@@ -130,9 +131,14 @@ def create_app(settings=None, store=None, log=None):
         Route("/explorer/models", explorer_models),
         Mount("/explorer", StaticFiles(directory=EXPLORER)),
         Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.store, app.state.batcher = store, batcher
     return app
+
+
+async def _http_error(request, error):
+    """Starlette's own refusals (no such route or file, a method a route lacks) as JSON errors."""
+    return error_response(f"{error.detail}: {request.method} {request.url.path}", error.status_code)
 
 
 def _model_error(error):

@@ -120,6 +120,9 @@ def test_bert_signatures_are_served(client, model_root):
     ("GET", "/v1/models/escape", None, 404, "Could not find any versions of model escape"),
     ("GET", "/v1/models/..%2F..%2Fetc/metadata", None, 404, ""),
     ("GET", "/v1/models/%2E%2E/metadata", None, 404, ""),
+    ("GET", "/nope", None, 404, "Not Found: GET /nope"),
+    ("GET", "/explorer/nope.js", None, 404, "Not Found"),
+    ("DELETE", "/v1/models/toy", None, 405, "Method Not Allowed"),
 ])
 def test_errors_have_tensorflow_servings_status_and_body(client, method, path, body, status, message):
     content = body if isinstance(body, bytes) else None
