@@ -17,8 +17,14 @@ mini exported for the purpose: its speed, not its answers, is measured).
 
 Per cell: requests, errors (any answer but 200, or none), answers/s, p50
 and p99 latency of the sentences, p50 and the longest of the hostile
-strings, and the server's resident memory before the cell and after it. The client runs in this process on the same machine, so it takes
-CPU from the server: a bound on what the numbers can show, said with them.
+strings, and the server's resident memory before the cell and after it.
+One more cell sends one sentence over and over from one client: the
+server's own latency spread, with nothing in the input varying. First, the
+model alone (`model_bounds`): what its sentences' lengths and batches of 32
+give with no server, the bounds of the p99/p50 and batching figures. The
+soak reads the server's memory after each quarter. The client runs in this
+process on the same machine, so it takes CPU from the server: a bound on
+what the numbers can show, said with them.
 """
 
 import argparse
@@ -60,6 +66,47 @@ def bert_export(root):
     vocabulary = tokenizers.learn_wordpiece_vocabulary(words, 4000, lowercase=True)
     task = BertMaskedLM.from_preset("mini", BertPreprocessor(vocabulary, max_length=64, lowercase=True))
     return serving.export(serving.BertServer(task), str(root), "bert")
+
+
+def model_bounds(export, texts, sentences=256):
+    """What the server can show at best: the translation export called in this process, no HTTP.
+
+    Per search (greedy, beam 4): each of the first `sentences` sentences alone
+    (p50 and p99: the spread that their lengths alone give one client), and
+    the same sentences in batches of 32 in test order (sentences/s; its ratio
+    to one at a time bounds what batching can give 32 clients).
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    translate = tf.saved_model.load(export).signatures["translate"]
+    texts = texts[:sentences]
+    bounds = {}
+    for beam in (1, 4):
+        def call(batch):
+            return translate(text=tf.constant(batch), beam_width=tf.constant(beam))["translation"].numpy()
+
+        call(texts[:32]), call(texts[:1])  # warm-up
+        alone = []
+        started = time.perf_counter()
+        for text in texts:
+            before = time.perf_counter()
+            call([text])
+            alone.append(time.perf_counter() - before)
+        one_at_a_time = len(texts) / (time.perf_counter() - started)
+        started = time.perf_counter()
+        for start in range(0, len(texts), 32):
+            call(texts[start:start + 32])
+        batched = len(texts) / (time.perf_counter() - started)
+        alone.sort()
+        bounds["greedy" if beam == 1 else f"beam {beam}"] = {
+            "p50_ms": round(1000 * statistics.median(alone), 1),
+            "p99_ms": round(1000 * alone[int(0.99 * (len(alone) - 1))], 1),
+            "one_at_a_time_per_s": round(one_at_a_time, 1), "batches_of_32_per_s": round(batched, 1),
+            "batching_gain": round(batched / one_at_a_time, 2),
+        }
+        print("model alone:", json.dumps(bounds), flush=True)
+    return bounds
 
 
 def rss_mb(pid):
@@ -142,9 +189,12 @@ def main():
     def text(index):
         return HOSTILE[(index // 10) % len(HOSTILE)] if is_hostile(index) else texts[index % len(texts)]
 
+    bounds = model_bounds(args.translation, texts)
     workloads = {
         "translate, greedy": ("translation", lambda i: {"signature_name": "translate",
                                                          "inputs": {"text": [text(i)], "beam_width": 1}}),
+        "translate, greedy, one sentence": ("translation", lambda i: {"signature_name": "translate",
+                                                                       "inputs": {"text": [texts[0]], "beam_width": 1}}),
         "translate, beam 4": ("translation", lambda i: {"signature_name": "translate",
                                                          "inputs": {"text": [text(i)], "beam_width": 4}}),
         "BERT fill-mask, top 5": ("bert", lambda i: {"signature_name": "fill_mask", "inputs": {
@@ -158,12 +208,15 @@ def main():
                 url = f"http://127.0.0.1:{args.port}/v1/models/{model}:predict"
                 asyncio.run(load(url, request_for, 4, 3, 200))  # warm-up: every shape traced once
                 for clients in map(int, args.clients.split(",")):
+                    if workload.endswith("one sentence") and clients > 1:
+                        continue  # the server's own spread: one client, nothing varying
                     before = rss_mb(server.pid)
                     latencies, errors, wall = asyncio.run(load(url, request_for, clients, args.seconds,
                                                                args.max_requests))
                     after = rss_mb(server.pid)
-                    ordered = sorted(seconds for index, seconds in latencies.items() if not is_hostile(index))
-                    hostile = sorted(seconds for index, seconds in latencies.items() if is_hostile(index))
+                    mixed = not workload.endswith("one sentence")
+                    ordered = sorted(t for index, t in latencies.items() if not (mixed and is_hostile(index)))
+                    hostile = sorted(t for index, t in latencies.items() if mixed and is_hostile(index))
                     row = {
                         "batching": batching > 1, "workload": workload, "clients": clients,
                         "requests": len(latencies) + len(errors), "errors": len(errors),
@@ -179,16 +232,21 @@ def main():
                     print(json.dumps(row), flush=True)
             if batching > 1 and args.soak:
                 url = f"http://127.0.0.1:{args.port}/v1/models/translation:predict"
-                before = rss_mb(server.pid)
-                latencies, errors, wall = asyncio.run(load(url, workloads["translate, greedy"][1], 32, 3600, args.soak))
-                soak = {"requests": len(latencies) + len(errors), "errors": len(errors), "seconds": round(wall),
-                        "rss_mb_before": round(before), "rss_mb_after": round(rss_mb(server.pid)),
-                        "error_examples": sorted(set(errors))[:3]}
+                rss, answered, errors, wall = [round(rss_mb(server.pid))], 0, [], 0.0
+                for _ in range(4):  # the memory after each quarter: growth that levels off, or a leak
+                    latencies, quarter_errors, quarter_wall = asyncio.run(
+                        load(url, workloads["translate, greedy"][1], 32, 3600, args.soak // 4))
+                    answered, wall = answered + len(latencies), wall + quarter_wall
+                    errors += quarter_errors
+                    rss.append(round(rss_mb(server.pid)))
+                soak = {"requests": answered + len(errors), "errors": len(errors), "seconds": round(wall),
+                        "rss_mb_by_quarter": rss, "error_examples": sorted(set(errors))[:3]}
                 print("soak:", json.dumps(soak), flush=True)
         finally:
             server.terminate()
             server.wait(timeout=120)
     shutil.rmtree(root, ignore_errors=True)
+    print("\nThe model alone (in process, first 256 sentences):", json.dumps(bounds))
     print("\n| batching | workload | clients | requests | errors | answers/s | p50 ms | p99 ms | hostile p50, max ms "
           "| RSS MB before → after |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
@@ -199,7 +257,7 @@ def main():
               f"{r['rss_mb_before']} → {r['rss_mb_after']} |")
     if args.out:
         with open(args.out, "w") as file:
-            json.dump({"cells": rows, "soak": soak if args.soak else None}, file, indent=1)
+            json.dump({"model_alone": bounds, "cells": rows, "soak": soak if args.soak else None}, file, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """Server-side dynamic batching, as TensorFlow Serving's `--enable_batching` does it.
 
 Concurrent calls with the same key (the server's: model, version,
-signature, the values of its scalar inputs and a length bucket) wait up to `timeout_ms` for each other, up to
-`max_batch_size` rows in all; their rows are concatenated, the model runs
-once, and each caller gets back exactly its own rows. A call that would
-make the batch larger than `max_batch_size` starts the next one; a call
-larger than that by itself runs alone. A caller that has gone (its task
+signature, the values of its scalar inputs and a length bucket) are queued
+together. A key's queue is due when it holds `max_batch_size` rows or its
+oldest call has waited `timeout_ms`; a due queue runs as soon as one of the
+`workers` model threads is free, taking up to `max_batch_size` rows. While
+every worker is busy, due queues keep filling, so under load the batches
+grow to what the model can take (TensorFlow Serving's batch threads take
+batches the same way). The rows of a batch are concatenated, the model runs
+once, and each caller gets back exactly its own rows. A call larger than
+`max_batch_size` by itself runs alone. A caller that has gone (its task
 cancelled) before its batch runs is left out of it.
 """
 
@@ -23,7 +27,9 @@ class DynamicBatcher:
             of rank 1 or more have the batch as their first axis.
         executor: a `concurrent.futures.Executor` for `run`.
         max_batch_size: the most rows of one call of `run`.
-        timeout_ms: how long the first call of a batch waits for others.
+        timeout_ms: how long the first call of a batch waits for others
+            when a worker is free.
+        workers: the calls of `run` that may be in flight at once.
 
     Example:
 
@@ -39,39 +45,52 @@ class DynamicBatcher:
     1
     """
 
-    def __init__(self, run, executor, max_batch_size=32, timeout_ms=5.0):
+    def __init__(self, run, executor, max_batch_size=32, timeout_ms=5.0, workers=1):
         self.run = run
         self.executor = executor
         self.max_batch_size = max_batch_size
         self.timeout = timeout_ms / 1000
         self.calls = 0  # calls of `run` so far
-        self._pending = {}  # key -> [(inputs, rows, future)]
+        self._free = workers
+        self._queues = {}  # key -> [(inputs, rows, future)], oldest first
+        self._due = {}  # the keys ready to run, in the order they became due (a dict as an ordered set)
         self._timers = {}
 
     async def __call__(self, key, inputs, rows):
         """`run(key, inputs)` with others' rows beside these `rows`; this call's outputs."""
         loop = asyncio.get_running_loop()
-        if rows >= self.max_batch_size:
-            self.calls += 1
-            return await loop.run_in_executor(self.executor, self.run, key, inputs)
-        if sum(r for _, r, _ in self._pending.get(key, [])) + rows > self.max_batch_size:
-            self._flush(key)
         future = loop.create_future()
-        queue = self._pending.setdefault(key, [])
+        queue = self._queues.setdefault(key, [])
         queue.append((inputs, rows, future))
         if sum(r for _, r, _ in queue) >= self.max_batch_size:
-            self._flush(key)
-        elif len(queue) == 1:
-            self._timers[key] = loop.call_later(self.timeout, self._flush, key)
+            self._make_due(key)
+        elif key not in self._due and key not in self._timers:
+            self._timers[key] = loop.call_later(self.timeout, self._make_due, key)
         return await future
 
-    def _flush(self, key):
+    def _make_due(self, key):
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        callers = [item for item in self._pending.pop(key, []) if not item[2].done()]
-        if callers:
-            asyncio.get_running_loop().create_task(self._run_batch(key, callers))
+        self._due[key] = None
+        self._dispatch()
+
+    def _dispatch(self):
+        """Starts due batches while a worker is free."""
+        while self._free and self._due:
+            key = next(iter(self._due))
+            del self._due[key]
+            callers = [item for item in self._queues.pop(key, []) if not item[2].done()]
+            batch, rows = [], 0
+            while callers and (not batch or rows + callers[0][1] <= self.max_batch_size):
+                rows += callers[0][1]
+                batch.append(callers.pop(0))
+            if callers:  # the rest has waited too: the next batch of this key, due now
+                self._queues[key] = callers
+                self._due[key] = None
+            if batch:
+                self._free -= 1
+                asyncio.get_running_loop().create_task(self._run_batch(key, batch))
 
     async def _run_batch(self, key, callers):
         first = callers[0][0]
@@ -87,6 +106,9 @@ class DynamicBatcher:
                 if not future.done():
                     future.set_exception(error)
             return
+        finally:
+            self._free += 1
+            self._dispatch()
         start = 0
         for _, rows, future in callers:
             if not future.done():

@@ -81,7 +81,8 @@ def create_app(settings=None, store=None, log=None):
     settings = settings or ServeConfig()
     store = store or ModelStore(settings.model_root)
     executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
-    batcher = DynamicBatcher(_run_signature(store), executor, settings.max_batch_size, settings.batch_timeout_ms)
+    batcher = DynamicBatcher(_run_signature(store), executor, settings.max_batch_size, settings.batch_timeout_ms,
+                             workers=settings.threads)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
