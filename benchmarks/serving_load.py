@@ -22,7 +22,7 @@ One more cell sends one sentence over and over from one client: the
 server's own latency spread, with nothing in the input varying. First, the
 model alone (`model_bounds`): what its sentences' lengths and batches of 32
 give with no server, the bounds of the p99/p50 and batching figures. The
-soak reads the server's memory after each quarter. The client runs in this
+soak reads the server's memory every `SOAK_CHUNK` requests. The client runs in this
 process on the same machine, so it takes CPU from the server: a bound on
 what the numbers can show, said with them.
 """
@@ -41,6 +41,7 @@ import tempfile
 import time
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+SOAK_CHUNK = 2500  # the soak reads the server's memory after every this many requests
 HOSTILE = ["", {"b64": base64.b64encode(b"\xff\xfe ein \xc3(").decode()}, "ein hund " * 1250,
            "a\x00b\x07c\x1bd\u202e", "ein 🐕 läuft 🏃‍♂️ 👩🏽‍🔬"]
 
@@ -172,6 +173,7 @@ def main():
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--soak", type=int, default=10000,
                         help="then this many greedy translations at 32 clients, with batching: errors and memory")
+    parser.add_argument("--soak-only", action="store_true", help="only the soak (no cells, no run without batching)")
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
 
@@ -189,7 +191,7 @@ def main():
     def text(index):
         return HOSTILE[(index // 10) % len(HOSTILE)] if is_hostile(index) else texts[index % len(texts)]
 
-    bounds = model_bounds(args.translation, texts)
+    bounds = None if args.soak_only else model_bounds(args.translation, texts)
     workloads = {
         "translate, greedy": ("translation", lambda i: {"signature_name": "translate",
                                                          "inputs": {"text": [text(i)], "beam_width": 1}}),
@@ -201,10 +203,10 @@ def main():
             "text": [text(i) if is_hostile(i) else f"{texts[i % len(texts)].lower()} [MASK] ."], "top_k": 5}}),
     }
     rows, soak = [], None
-    for batching in (32, 1):
+    for batching in (32,) if args.soak_only else (32, 1):
         server = start_server(root, args.port, batching)
         try:
-            for workload, (model, request_for) in workloads.items():
+            for workload, (model, request_for) in {} if args.soak_only else workloads.items():
                 url = f"http://127.0.0.1:{args.port}/v1/models/{model}:predict"
                 asyncio.run(load(url, request_for, 4, 3, 200))  # warm-up: every shape traced once
                 for clients in map(int, args.clients.split(",")):
@@ -233,14 +235,14 @@ def main():
             if batching > 1 and args.soak:
                 url = f"http://127.0.0.1:{args.port}/v1/models/translation:predict"
                 rss, answered, errors, wall = [round(rss_mb(server.pid))], 0, [], 0.0
-                for _ in range(4):  # the memory after each quarter: growth that levels off, or a leak
-                    latencies, quarter_errors, quarter_wall = asyncio.run(
-                        load(url, workloads["translate, greedy"][1], 32, 3600, args.soak // 4))
-                    answered, wall = answered + len(latencies), wall + quarter_wall
-                    errors += quarter_errors
+                for _ in range(max(args.soak // SOAK_CHUNK, 1)):  # growth that levels off, or a leak
+                    latencies, chunk_errors, chunk_wall = asyncio.run(
+                        load(url, workloads["translate, greedy"][1], 32, 3600, min(args.soak, SOAK_CHUNK)))
+                    answered, wall = answered + len(latencies), wall + chunk_wall
+                    errors += chunk_errors
                     rss.append(round(rss_mb(server.pid)))
                 soak = {"requests": answered + len(errors), "errors": len(errors), "seconds": round(wall),
-                        "rss_mb_by_quarter": rss, "error_examples": sorted(set(errors))[:3]}
+                        f"rss_mb_every_{SOAK_CHUNK}": rss, "error_examples": sorted(set(errors))[:3]}
                 print("soak:", json.dumps(soak), flush=True)
         finally:
             server.terminate()
