@@ -97,12 +97,13 @@ def cli_loads_once(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def model_root(tiny_export, tmp_path_factory):
-    """A model root as `keras-attn serve` finds one: toy/1 (a Transformer translator), bert/1 (fill-mask), broken/1 (no SavedModel in it) and
-    escape -> a folder outside the root holding a good export. Tests may add versions but must
-    remove them again."""
+def model_root(tiny_export, tiny_seq2seq_export, tmp_path_factory):
+    """A model root as `keras-attn serve` finds one: toy/1 (a Transformer translator), rnn/1 (a
+    Bahdanau Seq2Seq translator), bert/1 (fill-mask), broken/1 (no SavedModel in it) and escape -> a
+    folder outside the root holding a good export. Tests may add versions but must remove them again."""
     root = tmp_path_factory.mktemp("root")
     shutil.copytree(tiny_export, root / "toy" / "1")
+    shutil.copytree(tiny_seq2seq_export, root / "rnn" / "1")
     keras.utils.set_random_seed(3)
     words = [*SPECIAL_TOKENS, "the", "cat", "sat", "on", "mat", ".", "no", "mask", "here"]
     preprocessor = BertPreprocessor(words, max_length=16, lowercase=True)

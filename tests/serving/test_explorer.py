@@ -42,8 +42,8 @@ def page(browser, server):
     page.close()
 
 
-def _translate(page, text, search="1"):
-    page.select_option("#model", "toy")
+def _translate(page, text, search="1", model="toy"):
+    page.select_option("#model", model)
     page.fill("#source", text)
     page.select_option("#beam-width", search)
     page.evaluate("document.body.dataset.state = ''")
@@ -67,6 +67,15 @@ def test_a_translation_shows_the_apis_answer_and_its_attention(page, server):
     assert sum(weights) == pytest.approx(1.0, abs=0.01) and max(weights) > 0  # one head's softmax over the source
     page.mouse.move(0, 0)
     assert all(float(sources.nth(i).get_attribute("data-weight")) == 0 for i in range(sources.count()))
+    assert page.problems == []
+
+
+def test_a_seq2seq_translation_shows_its_one_map(page, server):
+    _translate(page, "zwei katzen schlafen .", model="rnn")
+    _, answer = post(f"{server}/v1/models/rnn:predict", {"inputs": {"text": ["zwei katzen schlafen ."], "beam_width": 1}})
+    assert page.text_content("#translation") == answer["outputs"]["translation"][0]
+    assert page.locator("#layer option").count() == page.locator("#head option").count() == 1
+    assert page.locator("#heatmap tbody tr").count() == page.locator(".token.target").count() >= 1
     assert page.problems == []
 
 

@@ -60,20 +60,21 @@ def test_metadata_gives_every_signature_with_dtypes_and_shapes(client):
         "signature_def"]
 
 
-def test_predict_in_columns_and_in_rows_equals_the_signature_called_directly(client, model_root):
-    expected = _direct(model_root, "toy", "translate", text=TEXTS, beam_width=2)
-    columns = client.post("/v1/models/toy:predict",
+@pytest.mark.parametrize("name", ["toy", "rnn"])  # a Transformer and a Seq2Seq translator
+def test_predict_in_columns_and_in_rows_equals_the_signature_called_directly(client, model_root, name):
+    expected = _direct(model_root, name, "translate", text=TEXTS, beam_width=2)
+    columns = client.post(f"/v1/models/{name}:predict",
                           json={"signature_name": "translate", "inputs": {"text": TEXTS, "beam_width": 2}})
     assert columns.status_code == 200, columns.text
     outputs = columns.json()["outputs"]
     assert outputs["translation"] == _strings(expected["translation"])
     np.testing.assert_allclose(outputs["score"], expected["score"], rtol=1e-6)
     assert outputs["truncated"] == expected["truncated"].tolist() == [False, False, False, True]
-    rows = client.post("/v1/models/toy/versions/1:predict",
+    rows = client.post(f"/v1/models/{name}/versions/1:predict",
                        json={"instances": [{"text": text, "beam_width": 2} for text in TEXTS]})
     assert [row["translation"] for row in rows.json()["predictions"]] == outputs["translation"]
-    attention = _direct(model_root, "toy", "attention", text=TEXTS[:2])
-    answer = client.post("/v1/models/toy:predict", json={"signature_name": "attention", "instances": TEXTS[:2]})
+    attention = _direct(model_root, name, "attention", text=TEXTS[:2])
+    answer = client.post(f"/v1/models/{name}:predict", json={"signature_name": "attention", "instances": TEXTS[:2]})
     predictions = answer.json()["predictions"]
     np.testing.assert_allclose([row["cross_attention"] for row in predictions], attention["cross_attention"], rtol=1e-6)
     assert [row["source_tokens"] for row in predictions] == _strings(attention["source_tokens"])
