@@ -28,6 +28,12 @@ PRESETS = {
         # Luong et al. (2015), section 4.1: 4 × 1000 LSTM, 1000-wide embeddings.
         "base": dict(num_layers=4, hidden_dim=1000),
     },
+    # Show, Attend and Tell over the generated scenes (64×64 images, an 8×8 grid): the CNN's stage
+    # widths, the grid's feature width D and the LSTM's width.
+    "captioner": {
+        "tiny": dict(filters=(16, 32, 64), feature_dim=64, hidden_dim=128),
+        "small": dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256),
+    },
     # The compact models of Turc et al. 2019 and BERT-base (L layers, H wide, A heads).
     "bert": {
         "tiny": dict(num_layers=2, hidden_dim=128, num_heads=2),

@@ -74,12 +74,8 @@ class TranslationPreprocessor(keras.layers.Layer):
     def call(self, source_text, target_text=None):
         packed = {"source": self.tokenize_source(source_text)[0]}
         if target_text is not None:
-            target = self.target_tokenizer.tokenize(target_text)
-            bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))
-            eos = tf.fill([target.nrows(), 1], tf.constant(EOS_ID, target.dtype))
-            packed["target_in"] = tf.concat([bos, target], axis=1)[:, : self.max_length].to_tensor(PAD_ID)
-            packed["target_out"] = tf.concat([target, eos], axis=1)[:, : self.max_length].to_tensor(PAD_ID)
-        return {key: tf.cast(ids, tf.int32) for key, ids in packed.items()}
+            packed.update(pack_target(self.target_tokenizer.tokenize(target_text), self.max_length))
+        return packed
 
     def detokenize(self, ids):
         """Target ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings."""
@@ -94,6 +90,93 @@ class TranslationPreprocessor(keras.layers.Layer):
             "max_length": self.max_length,
             "lowercase": self.source_tokenizer.lowercase,
         }
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class CaptionPreprocessor(keras.layers.Layer):
+    """Images and captions to what a captioner reads, and caption ids back to text.
+
+    Images become float32 in [0, 1] at `image_size`×`image_size` (resized
+    when they have another size); captions become `target_in` and
+    `target_out` as a translation's target does (`pack_target`).
+
+    Args:
+        tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
+            vocabulary (a list of tokens).
+        image_size: the side of the square images the model reads.
+        max_length: the longest caption, in ids.
+        lowercase: with a vocabulary given as a list, whether text is lowercased.
+        **kwargs: `keras.layers.Layer` arguments.
+
+    Call arguments:
+        images: `(B, H, W, 3)` uint8 (0-255) or float (0-1) pixels.
+        captions: optional `(B,)` strings.
+
+    Returns:
+        `{"image": (B, image_size, image_size, 3)}` float32, with
+        `"target_in"` and `"target_out"` `(B, T)` int32 when `captions` are given.
+
+    Example:
+
+    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+    >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=32)
+    >>> packed = preprocessor(np.zeros((1, 64, 64, 3), "uint8"), tf.constant(["a red circle"]))
+    >>> packed["image"].shape, packed["target_in"].shape
+    (TensorShape([1, 32, 32, 3]), TensorShape([1, 4]))
+    """
+
+    def __init__(self, tokenizer, image_size=64, max_length=32, lowercase=True, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False  # strings stay strings
+        self._allow_non_tensor_positional_args = True
+        self.tokenizer = _tokenizer(tokenizer, lowercase)
+        self.image_size = image_size
+        self.max_length = max_length
+        self.built = True
+
+    def images(self, images):
+        """`(B, H, W, 3)` pixels → float32 in [0, 1] at the model's size."""
+        images = tf.convert_to_tensor(images)
+        pixels = tf.image.convert_image_dtype(images, tf.float32) if images.dtype == tf.uint8 else tf.cast(
+            images, tf.float32)
+        size = [self.image_size, self.image_size]
+        if pixels.shape[1:3] != size:
+            pixels = tf.clip_by_value(tf.image.resize(pixels, size, antialias=True), 0.0, 1.0)
+        return pixels
+
+    def call(self, images, captions=None):
+        packed = {"image": self.images(images)}
+        if captions is not None:
+            packed.update(pack_target(self.tokenizer.tokenize(captions), self.max_length))
+        return packed
+
+    def detokenize(self, ids):
+        """Caption ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings."""
+        return self.tokenizer.detokenize(ids)
+
+    def get_config(self):
+        return {
+            **super().get_config(), "tokenizer": self.tokenizer.vocabulary, "image_size": self.image_size,
+            "max_length": self.max_length, "lowercase": self.tokenizer.lowercase,
+        }
+
+
+def pack_target(target, max_length):
+    """Teacher forcing's pair of a target: `target_in` ([BOS] and the target), `target_out` (it and [EOS]).
+
+    Args:
+        target: `(B, None)` ragged token ids.
+        max_length: the longest row of each, in ids.
+
+    Returns:
+        `{"target_in", "target_out"}`, int32 `(B, T)` padded with [PAD].
+    """
+    bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))
+    eos = tf.fill([target.nrows(), 1], tf.constant(EOS_ID, target.dtype))
+    return {
+        "target_in": tf.cast(tf.concat([bos, target], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32),
+        "target_out": tf.cast(tf.concat([target, eos], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32),
+    }
 
 
 def pack(segments, max_length):

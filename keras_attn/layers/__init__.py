@@ -7,14 +7,18 @@ One concept per module: `attention` (Bahdanau and Luong alignment attention),
 BERT's input embedding), `masked_lm_head` and `next_sentence_head` (BERT's
 pretraining heads), `add_and_norm`, `feed_forward`, `transformer`
 (encoder and decoder blocks), `rnn_encoder` and `rnn_decoder` (the RNN
-encoder and attentional decoder of Seq2Seq), `masking` (padding and
+encoder and attentional decoder of Seq2Seq), `image_encoder` and
+`caption_decoder` (Show, Attend and Tell's grid of image features and its
+attending LSTM), `masking` (padding and
 causal masks) and `initializers` (one initializer copy per weight).
 """
 
 from keras_attn.layers.add_and_norm import AddAndNorm
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
+from keras_attn.layers.caption_decoder import CaptionDecoder
 from keras_attn.layers.embedding import BertEmbedding, TokenAndPositionEmbedding
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.image_encoder import ImageGridEncoder
 from keras_attn.layers.masked_lm_head import MaskedLMHead
 from keras_attn.layers.next_sentence_head import NextSentenceHead
 from keras_attn.layers.multi_head_attention import (

@@ -13,3 +13,6 @@ from keras_attn.models.bert import (
     BertMaskedLM,
     BertPretrainer,
 )
+from keras_attn.models.captioner import PRESETS as CAPTIONER_PRESETS
+from keras_attn.models.captioner import CaptionerBackbone
+from keras_attn.models.captioner_task import Captioner

@@ -20,8 +20,37 @@ from keras_attn.special_tokens import PAD_ID
 PRESETS = _ALL_PRESETS["seq2seq"]
 
 
+class RecurrentDecoding:
+    """The decoding calls of a backbone whose `decoder` is an `AttentionDecoder`.
+
+    `call_encoder` (the backbone's own) returns `{"memory", "source_mask",
+    "final_states"}` and, with attention, `"memory_keys"`; these two
+    methods do the rest of `keras_attn.decoding.Stepper`'s work.
+    """
+
+    def initial_cache(self, encoded, rows_per_source=1):
+        """The decoder's state before [BOS] (`AttentionDecoder.initial_state`), `rows_per_source` rows a source."""
+        return self.decoder.initial_state(encoded["final_states"], rows_per_source=rows_per_source)
+
+    def call_decoder_with_cache(self, token_ids, encoded, cache, index):
+        """Feeds the previous tokens `token_ids` `(R,)` at step `index`.
+
+        Returns:
+            `(logits (R, V) float32, cache, [(R, 1, S)])`: the one attention's
+            weights as one layer of one head (zeros with `attention="none"`).
+        """
+        logits, cache, weights = self.decoder.step(
+            ops.cast(token_ids, "int32"), cache, encoded["memory"], encoded["source_mask"],
+            index=index, training=False, memory_keys=encoded.get("memory_keys"),
+        )
+        logits = ops.cast(logits, "float32")
+        if weights is None:
+            weights = ops.zeros((ops.shape(logits)[0], ops.shape(encoded["memory"])[1]))
+        return logits, cache, [ops.expand_dims(ops.cast(weights, "float32"), 1)]
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Seq2SeqBackbone(Backbone):
+class Seq2SeqBackbone(RecurrentDecoding, Backbone):
     """The RNN encoder-decoder as a functional `keras.Model`: source and shifted target in, logits out.
 
     Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with 0
@@ -158,22 +187,3 @@ class Seq2SeqBackbone(Backbone):
             encoded["memory_keys"] = keys
         return encoded
 
-    def initial_cache(self, encoded, rows_per_source=1):
-        """The decoder's state before [BOS] (`AttentionDecoder.initial_state`), `rows_per_source` rows a source."""
-        return self.decoder.initial_state(encoded["final_states"], rows_per_source=rows_per_source)
-
-    def call_decoder_with_cache(self, token_ids, encoded, cache, index):
-        """Feeds the previous tokens `token_ids` `(R,)` at step `index`.
-
-        Returns:
-            `(logits (R, V) float32, cache, [(R, 1, S)])`: the one attention's
-            weights as one layer of one head (zeros with `attention="none"`).
-        """
-        logits, cache, weights = self.decoder.step(
-            ops.cast(token_ids, "int32"), cache, encoded["memory"], encoded["source_mask"],
-            index=index, training=False, memory_keys=encoded.get("memory_keys"),
-        )
-        logits = ops.cast(logits, "float32")
-        if weights is None:
-            weights = ops.zeros((ops.shape(logits)[0], ops.shape(encoded["memory"])[1]))
-        return logits, cache, [ops.expand_dims(ops.cast(weights, "float32"), 1)]

@@ -50,7 +50,7 @@ class Seq2SeqLM(Task):
         lengths = [backbone.get_config().get("max_sequence_length"), preprocessor and preprocessor.max_length]
         self.longest_output = min((length for length in lengths if length), default=None)
         budget = tf.TensorSpec([None], tf.int32, name="max_length")
-        source = tf.TensorSpec([None, None], tf.int32, name="source")
+        source = self.source_spec()
         self._greedy = tf.function(self._greedy_search, input_signature=[source, budget])
         self._beam = tf.function(self._beam_search, input_signature=[
             source, budget, tf.TensorSpec([], tf.int32, name="beam_width"),
@@ -58,6 +58,10 @@ class Seq2SeqLM(Task):
         ])
 
     BACKBONES = {"transformer": TransformerBackbone, "seq2seq": Seq2SeqBackbone}
+
+    def source_spec(self):
+        """What `generate`'s searches take as the source: `(B, S)` token ids."""
+        return tf.TensorSpec([None, None], tf.int32, name="source")
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, family="transformer", **kwargs):
@@ -128,14 +132,8 @@ class Seq2SeqLM(Task):
             The translations as a list of `str` for strings, else the
             `(B, T)` int ids after [BOS] up to [EOS] (padded with [PAD]).
         """
-        strings = _are_strings(inputs)
-        if strings:
-            if self.preprocessor is None:
-                raise ValueError("generate() got strings, but this model has no preprocessor: give token ids")
-            source = self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))["source"]
-        else:
-            source = tf.convert_to_tensor(np.asarray(inputs, "int32"))
-        budget = (decoding.max_decode_length(source, cap=self.longest_output) if max_length is None
+        source, strings = self._source(inputs)
+        budget = (self._default_budget(source) if max_length is None
                   else tf.fill([tf.shape(source)[0]], tf.constant(int(max_length), tf.int32)))
         if beam_width == 1:
             tokens = self._greedy(source, budget)
@@ -144,6 +142,18 @@ class Seq2SeqLM(Task):
         if strings:
             return [text.decode("utf-8") for text in self.preprocessor.detokenize(tokens).numpy()]
         return tokens.numpy()
+
+    def _source(self, inputs):
+        """`generate`'s inputs as the searches' source, and whether to answer with strings."""
+        strings = _are_strings(inputs)
+        if not strings:
+            return tf.convert_to_tensor(np.asarray(inputs, "int32")), False
+        if self.preprocessor is None:
+            raise ValueError("generate() got strings, but this model has no preprocessor: give token ids")
+        return self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))["source"], True
+
+    def _default_budget(self, source):
+        return decoding.max_decode_length(source, cap=self.longest_output)
 
     def _greedy_search(self, source, budget):
         return decoding.greedy_search(self.stepper, source, budget)["tokens"]

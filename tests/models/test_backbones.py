@@ -15,6 +15,8 @@ from keras_attn.models import (
     BertClassifier,
     BertMaskedLM,
     BertPretrainer,
+    Captioner,
+    CaptionerBackbone,
     Seq2SeqBackbone,
     TransformerBackbone,
 )
@@ -41,10 +43,16 @@ MODELS = {
                                            preprocessor=BertPreprocessor(WORDS, max_length=16)),
     "bert_classifier": lambda: BertClassifier(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
                                               num_classes=3, dropout=0.2),
+    "captioner": lambda: CaptionerBackbone(40, image_size=8, filters=(4,), feature_dim=8, hidden_dim=16),
+    "captioner_task": lambda: Captioner(CaptionerBackbone(40, image_size=8, filters=(4,), attention="none",
+                                                          hidden_dim=16)),
 }
+ENCODER_DECODERS = [name for name in MODELS if name.startswith(("transformer", "seq2seq"))]
 
 
 def _inputs(name):
+    if name.startswith("captioner"):
+        return {"image": np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32"), "target_in": TARGET_IN}
     if name.startswith("bert"):
         masked = name in ("bert_pretrainer", "bert_masked_lm")
         return dict(TOKENS, mask_positions=np.array([[2, 4]])) if masked else TOKENS
@@ -81,7 +89,7 @@ def test_parts_are_attributes():
     assert pretrainer.backbone.token_embedding is pretrainer.backbone.embedding.token_embedding
 
 
-@pytest.mark.parametrize("name", [n for n in MODELS if not n.startswith("bert")])
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
 def test_one_stepper_decodes_every_encoder_decoder_as_the_teacher_forced_model(name):
     """Each cached step's logits equal the full model's at that position (greedy's tokens fed)."""
     keras.utils.set_random_seed(1)

@@ -1,0 +1,141 @@
+"""Show, Attend and Tell on the generated scenes: exact match, BLEU-4 and grounding, by attention.
+
+    python -m benchmarks.captioning --attention soft --epochs 10
+    python -m benchmarks.captioning --attention none --epochs 10
+
+Trains a `Captioner` (preset `--preset`) on the built-in scenes corpus
+(`pipelines.scenes`, seed 0) with `fit`, then captions the test split and
+the held-out-combinations split with greedy search and reports, per split
+and per object count: exact match, corpus BLEU-4 (sacrebleu, on the
+captions as written: lowercase words) and, with attention, grounding: for
+each object the caption names right (its place in the left-to-right order,
+its size, colour and shape), whether the attention's peak cell when the
+shape word is written has its centre inside the object's box; chance is
+the share of cell centres inside the box.
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def grounding(weights, captions, truths, boxes, grid, image_size):
+    """`(hits, named, chance)`: peak cells inside the box of each rightly named object, and chance's sum.
+
+    Args:
+        weights: `(N, T, L)` attention while writing each caption's words.
+        captions: `N` generated captions; `truths` the true ones.
+        boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` in caption order.
+        grid: `(rows, columns)` of the attention's cells.
+    """
+    from pipelines.scenes import SHAPES
+
+    def named_objects(words):  # (the shape word's position, (size, colour, shape)) in caption order
+        return [(i, tuple(words[i - 2:i + 1])) for i, word in enumerate(words) if word in SHAPES]
+
+    rows, columns = grid
+    cell_y = (np.arange(rows) + 0.5) * image_size / rows - 0.5
+    cell_x = (np.arange(columns) + 0.5) * image_size / columns - 0.5
+    hits = named = 0
+    chance = 0.0
+    for weight, caption, truth, box in zip(weights, captions, truths, boxes):
+        written, true = named_objects(caption.split()), named_objects(truth.split())
+        for k, (x0, y0, x1, y1) in enumerate(box):
+            if k >= len(written) or written[k][1] != true[k][1]:
+                continue  # not named, or named wrong
+            peak = int(np.argmax(weight[written[k][0]]))  # one token per word: the step writing the shape
+            y, x = cell_y[peak // columns], cell_x[peak % columns]
+            chance += ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
+            hits += int(x0 <= x <= x1 and y0 <= y <= y1)
+            named += 1
+    return hits, named, chance
+
+
+def evaluate(task, scenes, batch_size=250):
+    """Greedy captions of `scenes` and their measures."""
+    import sacrebleu
+    import tensorflow as tf
+
+    from keras_attn import decoding
+
+    search = tf.function(lambda images: decoding.greedy_search(
+        task.stepper, images, tf.fill([tf.shape(images)[0]], task.longest_output), return_attention=True))
+    captions, weights = [], []
+    for start in range(0, len(scenes.captions), batch_size):
+        images = task.preprocessor.images(scenes.images[start:start + batch_size])
+        out = search(images)
+        captions += [text.decode() for text in task.preprocessor.detokenize(out["tokens"]).numpy()]
+        weights += list(out["attention"][:, :, 0, 0].numpy())  # (B, T, layers, heads, L): the one map
+    result = {}
+    counts = np.asarray(scenes.counts)
+    for objects in ["all", 1, 2, 3, 4]:
+        rows = np.arange(len(captions)) if objects == "all" else np.flatnonzero(counts == objects)
+        if not len(rows):
+            continue
+        chosen = [captions[i] for i in rows]
+        truths = [scenes.captions[i] for i in rows]
+        row = {
+            "captions": len(rows),
+            "exact_match": round(100 * float(np.mean([a == b for a, b in zip(chosen, truths)])), 1),
+            "bleu4": round(sacrebleu.corpus_bleu(chosen, [truths], tokenize="none").score, 2),
+        }
+        if task.backbone.get_config()["attention"] != "none":
+            hits, named, chance = grounding([weights[i] for i in rows], chosen, truths,
+                                            [scenes.boxes[i] for i in rows], task.backbone.encoder.grid_shape,
+                                            task.backbone.get_config()["image_size"])
+            row.update(grounding=round(100 * hits / max(named, 1), 1),
+                       grounding_chance=round(100 * chance / max(named, 1), 1), objects_named=named)
+        result[str(objects)] = row
+    return result, captions[:5]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--attention", default="soft", choices=["soft", "none"])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--warmup-steps", type=int, default=200)
+    parser.add_argument("--train-size", type=int, default=12000)
+    parser.add_argument("--regularization", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+
+    import keras
+
+    from keras_attn.models import Captioner
+    from pipelines import scenes
+    from pipelines.captions import caption_dataset
+    from pipelines.preprocessors import CaptionPreprocessor
+    from pipelines.tokenizers import learn_wordpiece_vocabulary
+
+    keras.utils.set_random_seed(args.seed)
+    corpus = scenes.scenes_corpus(seed=args.seed, train_size=args.train_size)
+    preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
+                                       image_size=scenes.IMAGE_SIZE, max_length=32)
+    extra = {} if args.attention == "none" else {"attention_regularization": args.regularization}
+    task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention, **extra)
+    task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
+                            seed=args.seed)
+    valid = caption_dataset(corpus["valid"].images, corpus["valid"].captions, preprocessor, 250, shuffle=False)
+    started = time.perf_counter()
+    history = task.fit(train, validation_data=valid, epochs=args.epochs, verbose=2)
+    seconds = time.perf_counter() - started
+    results = {"settings": vars(args), "train_seconds": round(seconds), "parameters": task.count_params(),
+               "val_loss": [round(v, 4) for v in history.history["val_loss"]]}
+    for split in ("test", "held_out"):
+        results[split], examples = evaluate(task, corpus[split])
+        print(split, json.dumps(results[split]), examples[:3], flush=True)
+    print(json.dumps(results))
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump(results, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Image captioning with visual attention: Show, Attend and Tell (Xu et al. 2015).
+
+A convolutional encoder turns the image into a grid of L annotation
+vectors; an LSTM writes the caption and attends over the grid's cells at
+every word (`keras_attn.layers.CaptionDecoder`), starting from a state
+made of the mean annotation vector (section 3.1.2: c_0 = f_init,c(mean a),
+h_0 = f_init,h(mean a)). `attention="none"` is the baseline without
+attention: the same decoder reads only that starting state.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.layers import AttentionDecoder, CaptionDecoder, ImageGridEncoder
+from keras_attn.models.backbone import Backbone
+from keras_attn.models.seq2seq import RecurrentDecoding
+from keras_attn.presets import PRESETS as _ALL_PRESETS
+from keras_attn.presets import architecture
+
+PRESETS = _ALL_PRESETS["captioner"]
+ATTENTIONS = ("soft", "none")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class CaptionerBackbone(RecurrentDecoding, Backbone):
+    """The captioner as a functional `keras.Model`: an image and the shifted caption in, logits out.
+
+    Inputs `image` `(B, image_size, image_size, 3)` float32 in [0, 1] and
+    `target_in` `(B, T)` ids ([BOS] first, 0 as padding); the output is the
+    `(B, T, vocabulary_size)` float32 logits of the next word, all words in
+    one call (teacher forcing).
+
+    Args:
+        vocabulary_size: size of the caption vocabulary.
+        preset: `"tiny"` or `"small"` (see `PRESETS`): values of `filters`,
+            `feature_dim` and `hidden_dim` for those not given explicitly.
+        image_size: the side of the square input images.
+        filters: the encoder's stage widths (`ImageGridEncoder`).
+        feature_dim: D, the width of each grid cell's vector.
+        hidden_dim: the LSTM's width; the embeddings' too.
+        attention: `"soft"` (section 4.2) or `"none"` (the mean feature only).
+        gate: the gating scalar β (soft attention).
+        attention_regularization: λ of the doubly stochastic regularizer.
+        attention_units: hidden size of the additive score.
+        dropout: on the embeddings and before the output.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Its parts are the attributes `encoder` (`ImageGridEncoder`), `init_h`
+    and `init_c` (the starting state's layers) and `decoder`.
+
+    Example:
+
+    >>> model = CaptionerBackbone(40, preset="tiny", image_size=32)
+    >>> model({"image": np.zeros((2, 32, 32, 3), "float32"), "target_in": np.array([[2, 5]] * 2)}).shape
+    TensorShape([2, 2, 40])
+    >>> model.encoder.cells
+    16
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        preset=None,
+        image_size=64,
+        filters=None,
+        feature_dim=None,
+        hidden_dim=None,
+        attention="soft",
+        gate=True,
+        attention_regularization=1.0,
+        attention_units=None,
+        dropout=0.1,
+        **kwargs,
+    ):
+        if attention not in ATTENTIONS:
+            raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
+        settings = architecture(
+            "captioner", preset, dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256),
+            filters=filters, feature_dim=feature_dim, hidden_dim=hidden_dim,
+        )
+        filters, feature_dim, hidden_dim = tuple(settings["filters"]), settings["feature_dim"], settings["hidden_dim"]
+        arguments = dict(
+            vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
+            feature_dim=feature_dim, hidden_dim=hidden_dim, attention=attention, gate=gate,
+            attention_regularization=attention_regularization, attention_units=attention_units, dropout=dropout,
+        )
+
+        image = keras.Input((image_size, image_size, 3), dtype="float32", name="image")
+        target_in = keras.Input((None,), dtype="int32", name="target_in")
+        encoder = ImageGridEncoder(filters, feature_dim, name="encoder")
+        init_h = keras.layers.Dense(hidden_dim, activation="tanh", name="init_h")
+        init_c = keras.layers.Dense(hidden_dim, activation="tanh", name="init_c")
+        decoder_arguments = dict(attention_units=attention_units, dropout=dropout, name="decoder")
+        if attention == "soft":
+            decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate,
+                                     attention_regularization=attention_regularization, **decoder_arguments)
+        else:
+            decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)
+        grid = encoder(image)
+        logits = decoder(target_in, grid, starting_state(init_h, init_c, grid))
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+        super().__init__({"image": image, "target_in": target_in}, logits, **{"name": "captioner", **kwargs})
+        self.encoder, self.init_h, self.init_c, self.decoder = encoder, init_h, init_c, decoder
+        self._arguments = arguments
+
+    def call_encoder(self, image, rows_per_source=1):
+        """Encodes `image` `(B, H, W, 3)` once: `{"memory": (B, L, D) the grid, "source_mask", "final_states"}`."""
+        grid = self.encoder(image, training=False)
+        encoded = {
+            "memory": grid, "source_mask": ops.ones(ops.shape(grid)[:2], "bool"),
+            "final_states": starting_state(self.init_h, self.init_c, grid),
+        }
+        keys = self.decoder.attention_keys(grid)
+        if keys is not None:
+            encoded["memory_keys"] = keys
+        return encoded
+
+
+def starting_state(init_h, init_c, grid):
+    """The LSTM's `[[h_0, c_0]]` from the mean of the grid's `(B, L, D)` vectors (section 3.1.2)."""
+    mean = ops.mean(grid, axis=1)
+    return [[init_h(mean), init_c(mean)]]

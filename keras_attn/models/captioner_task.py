@@ -1,0 +1,57 @@
+"""The captioning task: a `CaptionerBackbone` with compile defaults, `fit` and `generate`."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.models.captioner import CaptionerBackbone
+from keras_attn.models.seq2seq_lm import Seq2SeqLM
+
+DEFAULT_MAX_CAPTION = 32  # the longest caption `generate` writes without a preprocessor or a max_length
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class Captioner(Seq2SeqLM):
+    """Image captioning: `Seq2SeqLM`'s training and searches with an image as the source.
+
+    Trains with plain `fit` on `({"image", "target_in"}, target_out)`
+    batches; Keras adds the decoder's doubly stochastic regularizer (a
+    layer loss) to the captions' cross-entropy. `generate`
+    captions images (uint8 or float pixels, through the preprocessor) with
+    greedy or beam search, compiled once per batch size.
+
+    Args:
+        backbone: a `CaptionerBackbone`.
+        preprocessor: a `pipelines.preprocessors.CaptionPreprocessor`,
+            needed to `generate` strings.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Example:
+
+    >>> model = Captioner(CaptionerBackbone(30, preset="tiny", image_size=32))
+    >>> model.compile()
+    >>> model.generate(np.zeros((2, 32, 32, 3), "float32"), max_length=5).shape
+    (2, 5)
+    """
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        super().__init__(backbone, preprocessor, **{"name": "captioner", **kwargs})
+
+    def source_spec(self):
+        size = self.backbone.get_config()["image_size"]
+        return tf.TensorSpec([None, size, size, 3], tf.float32, name="image")
+
+    @classmethod
+    def make_backbone(cls, preset, preprocessor, **kwargs):
+        """A new `CaptionerBackbone` of `preset`, sized by `preprocessor`'s vocabulary and images."""
+        sizes = dict(vocabulary_size=preprocessor.tokenizer.vocabulary_size, image_size=preprocessor.image_size)
+        return CaptionerBackbone.from_preset(preset, **{**sizes, **kwargs})
+
+    def _source(self, inputs):
+        images = np.asarray(inputs)
+        if self.preprocessor is not None:
+            return self.preprocessor.images(images), True
+        return tf.convert_to_tensor(images, tf.float32), False
+
+    def _default_budget(self, source):
+        return tf.fill([tf.shape(source)[0]], tf.constant(self.longest_output or DEFAULT_MAX_CAPTION, tf.int32))

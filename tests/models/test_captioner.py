@@ -1,0 +1,101 @@
+"""Show, Attend and Tell: the grid's attention, β, the doubly stochastic term, decoding, saving, learning."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.decoding import Stepper, greedy_search
+from keras_attn.layers import CaptionDecoder
+from keras_attn.layers.caption_decoder import doubly_stochastic_penalty
+from keras_attn.models import Captioner, CaptionerBackbone
+from keras_attn.models.captioner import starting_state
+from keras_attn.special_tokens import BOS_ID, PAD_ID
+
+IMAGES = np.random.default_rng(0).random((2, 16, 16, 3)).astype("float32")
+TARGET_IN = np.array([[BOS_ID, 5, 6, 7], [BOS_ID, 8, PAD_ID, PAD_ID]], "int32")
+TINY = dict(image_size=16, filters=(4, 8), feature_dim=8, hidden_dim=12, dropout=0.0)
+
+
+def _backbone(**kwargs):
+    keras.utils.set_random_seed(3)
+    return CaptionerBackbone(20, **{**TINY, **kwargs})
+
+
+def test_attention_over_the_grid_sums_to_one_and_the_stepper_reproduces_teacher_forcing():
+    model = _backbone()
+    full = np.asarray(model({"image": IMAGES, "target_in": TARGET_IN}, training=False))
+    grid = model.encoder(IMAGES)
+    assert grid.shape == (2, 16, 8)  # two stride-2 stages: a 4×4 grid
+    _, weights = model.decoder(TARGET_IN, grid, starting_state(model.init_h, model.init_c, grid),
+                               return_attention_scores=True)
+    np.testing.assert_allclose(np.sum(weights, -1), 1.0, atol=1e-5)
+    stepper = Stepper(model)
+    state = stepper.initial_state(tf.constant(IMAGES), beam_width=2)  # two rows an image, as beam search has
+    for index in range(TARGET_IN.shape[1]):
+        logits, state, attention = stepper.step(tf.constant(np.repeat(TARGET_IN[:, index], 2)), state, index,
+                                                return_attention_scores=True)
+        np.testing.assert_allclose(np.asarray(logits)[::2], full[:, index], atol=1e-5)
+        np.testing.assert_allclose(np.asarray(attention[0])[::2, 0], weights[:, index], atol=1e-5)
+
+
+def test_the_gate_scales_the_context_by_sigmoid_of_the_previous_state():
+    decoder = CaptionDecoder(20, hidden_dim=6)
+    grid = np.random.default_rng(1).random((2, 5, 6)).astype("float32")
+    decoder(TARGET_IN, grid, [[np.zeros((2, 6), "float32")] * 2])
+    query = tf.constant(np.random.default_rng(2).random((2, 6)).astype("float32"))
+    keys = decoder.attention_keys(grid)
+    gated, weights = decoder._attend(query, grid, keys, None, 0, False)
+    expected = np.einsum("bl,bld->bd", weights, grid) * tf.sigmoid(
+        query @ decoder.gate_layer.kernel + decoder.gate_layer.bias)
+    np.testing.assert_allclose(gated, expected, atol=1e-5)
+
+
+def test_the_doubly_stochastic_term_is_the_papers_over_real_words():
+    weights = np.random.default_rng(4).dirichlet(np.ones(5), size=(2, 4)).astype("float32")  # (B, T, L)
+    coverage = weights.sum(1)
+    coverage[1] = weights[1, :2].sum(0)  # the second caption has two real steps: [BOS] and one word
+    expected = np.sum((1 - coverage) ** 2) / 6  # per real step: 4 + 2
+    np.testing.assert_allclose(doubly_stochastic_penalty(weights, TARGET_IN), expected, rtol=1e-5)
+    model = _backbone(attention_regularization=0.5)
+    model({"image": IMAGES, "target_in": TARGET_IN}, training=True)
+    assert len(model.losses) == 1 and float(model.losses[0]) > 0
+    model({"image": IMAGES, "target_in": TARGET_IN}, training=False)
+    assert not model.losses  # inference adds nothing
+
+
+@pytest.mark.parametrize("attention", ["none", "soft"])
+def test_without_attention_the_decoder_reads_only_the_mean_feature(attention):
+    model = _backbone(attention=attention)
+    grid = model.encoder(IMAGES)
+    flat = tf.repeat(tf.reduce_mean(grid, 1, keepdims=True), grid.shape[1], axis=1)  # the same mean, no detail
+
+    def logits(memory):
+        return np.asarray(model.decoder(TARGET_IN, memory, starting_state(model.init_h, model.init_c, memory)))
+
+    same = np.allclose(logits(grid), logits(flat), atol=1e-6)
+    assert same == (attention == "none")
+
+
+def test_an_unknown_attention_is_refused():
+    with pytest.raises(ValueError, match="`attention` must be one of"):
+        CaptionerBackbone(20, attention="hard", **TINY)
+
+
+def test_the_task_generates_and_round_trips_through_a_keras_file(tmp_path):
+    from pipelines.preprocessors import CaptionPreprocessor
+    from pipelines.tokenizers import learn_wordpiece_vocabulary
+
+    preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a small red circle left of a blue square"], 40),
+                                       image_size=16, max_length=8)
+    task = Captioner.from_preset("tiny", preprocessor, **{key: TINY[key] for key in ("filters", "hidden_dim")})
+    task.compile()
+    pixels = (255 * IMAGES).astype("uint8")
+    captions = task.generate(pixels)
+    assert len(captions) == 2 and all(isinstance(caption, str) for caption in captions)
+    task.save(tmp_path / "captioner.keras")
+    loaded = keras.saving.load_model(tmp_path / "captioner.keras", safe_mode=True)
+    assert loaded.generate(pixels) == captions and loaded.generate(pixels, beam_width=3) == task.generate(
+        pixels, beam_width=3)
+    tokens = greedy_search(Stepper(loaded.backbone), preprocessor.images(pixels), 8)["tokens"]
+    assert [text.decode() for text in preprocessor.detokenize(tokens).numpy()] == captions
