@@ -8,10 +8,10 @@ Trains a `Captioner` (preset `--preset`) on the built-in scenes corpus
 the held-out-combinations split with greedy search and reports, per split
 and per object count: exact match, corpus BLEU-4 (sacrebleu, on the
 captions as written: lowercase words) and, with attention, grounding: for
-each object the caption names right (its place in the left-to-right order,
-its size, colour and shape), whether the attention's peak cell when the
-shape word is written has its centre inside the object's box; chance is
-the share of cell centres inside the box.
+each word of each object the caption names right (its place in the
+left-to-right order, its size, colour and shape), whether the attention's
+peak cell when the word is written has its centre inside the object's box;
+chance is the share of cell centres inside the box.
 """
 
 import argparse
@@ -22,7 +22,7 @@ import numpy as np
 
 
 def grounding(weights, captions, truths, boxes, grid, image_size):
-    """`(hits, named, chance)`: peak cells inside the box of each rightly named object, and chance's sum.
+    """`(hits, words, chance)`: the words of rightly named objects whose peak cell lies in the object's box, of how many, and chance's sum.
 
     Args:
         weights: `(N, T, L)` attention while writing each caption's words.
@@ -45,11 +45,12 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
         for k, (x0, y0, x1, y1) in enumerate(box):
             if k >= len(written) or written[k][1] != true[k][1]:
                 continue  # not named, or named wrong
-            peak = int(np.argmax(weight[written[k][0]]))  # one token per word: the step writing the shape
-            y, x = cell_y[peak // columns], cell_x[peak % columns]
-            chance += ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
-            hits += int(x0 <= x <= x1 and y0 <= y <= y1)
-            named += 1
+            for position in range(written[k][0] - 2, written[k][0] + 1):  # its size, colour and shape words
+                peak = int(np.argmax(weight[position]))  # one token per word: the step writing the word
+                y, x = cell_y[peak // columns], cell_x[peak % columns]
+                chance += ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
+                hits += int(x0 <= x <= x1 and y0 <= y <= y1)
+                named += 1
     return hits, named, chance
 
 
@@ -86,9 +87,9 @@ def evaluate(task, scenes, batch_size=250):
                                             [scenes.boxes[i] for i in rows], task.backbone.encoder.grid_shape,
                                             task.backbone.get_config()["image_size"])
             row.update(grounding=round(100 * hits / max(named, 1), 1),
-                       grounding_chance=round(100 * chance / max(named, 1), 1), objects_named=named)
+                       grounding_chance=round(100 * chance / max(named, 1), 1), object_words=named)
         result[str(objects)] = row
-    return result, captions[:5]
+    return result, captions, weights
 
 
 def main():
@@ -103,6 +104,8 @@ def main():
     parser.add_argument("--regularization", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--save", help="save the trained task here (a .keras file)")
+    parser.add_argument("--figure", help="draw a test image's attention per word here (PNG)")
     args = parser.parse_args()
 
     import keras
@@ -128,9 +131,18 @@ def main():
     seconds = time.perf_counter() - started
     results = {"settings": vars(args), "train_seconds": round(seconds), "parameters": task.count_params(),
                "val_loss": [round(v, 4) for v in history.history["val_loss"]]}
+    if args.save:
+        task.save(args.save)
     for split in ("test", "held_out"):
-        results[split], examples = evaluate(task, corpus[split])
-        print(split, json.dumps(results[split]), examples[:3], flush=True)
+        results[split], captions, weights = evaluate(task, corpus[split])
+        print(split, json.dumps(results[split]), captions[:3], flush=True)
+        if split == "test" and args.figure:
+            from keras_attn.plots import caption_attention_figure, save_figure
+
+            shown = next(i for i, count in enumerate(corpus[split].counts) if count >= 3)
+            words = captions[shown].split()
+            save_figure(caption_attention_figure(corpus[split].images[shown], words, weights[shown][:len(words)],
+                                                 task.backbone.encoder.grid_shape, title=captions[shown]), args.figure)
     print(json.dumps(results))
     if args.out:
         with open(args.out, "w") as file:

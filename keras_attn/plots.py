@@ -56,6 +56,38 @@ def cross_attention_figure(weights, source_tokens, output_tokens, title=None):
     return figure
 
 
+def caption_attention_figure(image, words, weights, grid_shape, title=None):
+    """The image once per written word, with that word's attention over the grid laid on it.
+
+    Args:
+        image: `(H, W, 3)` pixels (uint8, or float in [0, 1]).
+        words: the caption's words (one panel each).
+        weights: `(len(words), rows·columns)` attention over the grid cells.
+        grid_shape: `(rows, columns)` of the encoder's grid.
+        title: optional figure title.
+
+    Returns:
+        A matplotlib `Figure` (close it with `plt.close` when done).
+    """
+    image = np.asarray(image)
+    rows, columns = grid_shape
+    height, width = image.shape[:2]
+    panels = max(len(words), 1)
+    per_row = min(panels, 6)
+    figure, axes = plt.subplots(-(-panels // per_row), per_row, figsize=(1.9 * per_row, 2.1 * -(-panels // per_row)),
+                                squeeze=False, layout="constrained")
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, word, weight in zip(axes.flat, words, weights):
+        axis.imshow(image)
+        axis.imshow(np.asarray(weight).reshape(rows, columns), cmap="magma", alpha=0.6,
+                    extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation="nearest")
+        axis.set_title(word, fontsize=9)
+    if title:
+        figure.suptitle(title, fontsize=9)
+    return figure
+
+
 def check_image_path(path):
     """Returns the image format of `path`'s suffix, or raises a one-line `ValueError`."""
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
@@ -69,10 +101,7 @@ def check_image_path(path):
 
 
 def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None):
-    """Saves `cross_attention_figure(...)` to `path`, creating its folder.
-
-    The image is written under a temporary name and renamed, so `path` is
-    never half-written; its format follows the suffix (PNG, PDF, SVG, ...).
+    """Saves `cross_attention_figure(...)` to `path` (see `save_figure`).
 
     Args:
         weights, source_tokens, output_tokens, title: as for
@@ -84,7 +113,16 @@ def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None
         OSError: the folder cannot be created or written.
     """
     suffix = check_image_path(path)
-    figure = cross_attention_figure(weights, source_tokens, output_tokens, title)
+    save_figure(cross_attention_figure(weights, source_tokens, output_tokens, title), path, suffix)
+
+
+def save_figure(figure, path, suffix=None):
+    """Writes `figure` to `path`, creating its folder, and closes it.
+
+    The image is written under a temporary name and renamed, so `path` is
+    never half-written; its format follows the suffix (PNG, PDF, SVG, ...).
+    """
+    suffix = suffix or check_image_path(path)
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
