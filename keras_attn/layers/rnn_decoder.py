@@ -122,7 +122,7 @@ class AttentionDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        require_tensorflow("AttentionDecoder", "its time loop is a TensorFlow loop")
+        require_tensorflow(type(self).__name__, "its time loop is a TensorFlow loop")
         if cell not in RNN_CELLS:
             raise ValueError(f"`cell` must be one of {RNN_CELLS}, got {cell!r}.")
         if attention not in ATTENTIONS:

@@ -27,10 +27,12 @@ X = RNG.normal(size=(2, 5, 16)).astype("float32")
 MEMORY = RNG.normal(size=(2, 7, 16)).astype("float32")
 MEMORY_MASK = np.array([[1] * 7, [1] * 4 + [0] * 3], bool)
 IDS = np.array([[4, 9, 6, 5, 0], [7, 8, 3, 0, 0]], "int32")
+IMAGES = RNG.random((2, 16, 16, 3)).astype("float32")
 
 REASONS = {
     "RNNEncoder": "its recurrence is a TensorFlow loop",
     "AttentionDecoder": "its time loop is a TensorFlow loop",
+    "CaptionDecoder": "its time loop is a TensorFlow loop",
     "Memory-efficient attention": "its gradient is a TensorFlow custom gradient",
 }
 CASES = {
@@ -49,6 +51,7 @@ CASES = {
     "feed_forward": (layers.FeedForward(32), (X,), {}),
     "masked_lm_head": (layers.MaskedLMHead(20), (X, np.array([[1, 3], [0, 2]], "int32")), {}),
     "next_sentence_head": (layers.NextSentenceHead(), (X[:, 0],), {}),
+    "image_grid_encoder": (layers.ImageGridEncoder(filters=(4, 8), feature_dim=8), (IMAGES,), {}),
 }
 
 
@@ -71,7 +74,7 @@ def test_keras_ops_layers_equal_on_jax_and_tensorflow(tmp_path):
         assert outputs == sorted(expected)
         for key, value in expected.items():
             np.testing.assert_allclose(jax_outputs[key], value, atol=2e-5, err_msg=key)
-        for name in ("RNNEncoder", "AttentionDecoder", "Memory-efficient attention"):
+        for name in ("RNNEncoder", "AttentionDecoder", "CaptionDecoder", "Memory-efficient attention"):
             key = "refused/" + ("memory_efficient" if name.startswith("Memory") else name)
             assert str(jax_outputs[key]) == (
                 f"{name} runs on the TensorFlow backend only ({REASONS[name]}); KERAS_BACKEND is 'jax'.")
