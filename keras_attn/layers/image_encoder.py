@@ -24,7 +24,7 @@ class ImageGridEncoder(keras.layers.Layer):
 
     Args:
         filters: the channels of each stage (its length is the number of
-            stride-2 stages).
+            stages, each halving the height and width).
         feature_dim: D, the width of each cell's vector.
         kernel_initializer: of every convolution (each its own copy).
 
@@ -50,7 +50,9 @@ class ImageGridEncoder(keras.layers.Layer):
 
         self.convolutions = []
         for i, units in enumerate(self.filters):
-            self.convolutions += [conv(units, 3, 1, f"stage_{i}_conv"), conv(units, 3, 2, f"stage_{i}_down")]
+            self.convolutions += [conv(units, 3, 1, f"stage_{i}_conv_1"), conv(units, 3, 1, f"stage_{i}_conv_2"),
+                                  keras.layers.MaxPooling2D(2, padding="same", name=f"stage_{i}_pool",
+                                                            dtype=self.dtype_policy)]
         self.projection = conv(self.feature_dim, 1, 1, "projection", activation=None)
         shape = images_shape
         for layer in [*self.convolutions, self.projection]:

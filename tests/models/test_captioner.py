@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import Stepper, greedy_search
-from keras_attn.layers import CaptionDecoder
+from keras_attn.layers import CaptionDecoder, ImageGridEncoder
 from keras_attn.layers.caption_decoder import doubly_stochastic_penalty
 from keras_attn.models import Captioner, CaptionerBackbone
 from keras_attn.models.captioner import starting_state
@@ -99,3 +99,16 @@ def test_the_task_generates_and_round_trips_through_a_keras_file(tmp_path):
         pixels, beam_width=3)
     tokens = greedy_search(Stepper(loaded.backbone), preprocessor.images(pixels), 8)["tokens"]
     assert [text.decode() for text in preprocessor.detokenize(tokens).numpy()] == captions
+
+
+def test_each_grid_cell_sees_a_field_centred_on_its_own_tile():
+    """So the attention's cell is where it looks: the input pixels that reach cell (i, j) centre on tile (i, j)."""
+    encoder = ImageGridEncoder(filters=(8, 8, 8), feature_dim=8)
+    images = tf.Variable(np.random.default_rng(5).random((8, 64, 64, 3)).astype("float32"))
+    for row, column in [(2, 5), (4, 4), (3, 2)]:  # cells whose field (36 pixels) the borders do not cut
+        with tf.GradientTape() as tape:
+            cell = tf.reduce_sum(encoder(images)[:, row * 8 + column])
+        reached = np.abs(tape.gradient(cell, images).numpy()).sum((0, -1)) > 0  # any image's ReLUs let it through
+        rows, columns = np.nonzero(reached)
+        assert (rows.min() + rows.max()) / 2 == 8 * row + 3.5
+        assert (columns.min() + columns.max()) / 2 == 8 * column + 3.5
