@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from keras_attn.models.captioner import ATTENTIONS
+
 
 def grounding(weights, captions, truths, boxes, grid, image_size):
     """`(hits, words, chance)`: the words of rightly named objects whose peak cell lies in the object's box, of how many, and chance's sum.
@@ -94,7 +96,7 @@ def evaluate(task, scenes, batch_size=250):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--attention", default="soft", choices=["soft", "none"])
+    parser.add_argument("--attention", default="soft", choices=ATTENTIONS)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)

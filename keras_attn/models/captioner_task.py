@@ -18,7 +18,8 @@ class Captioner(Seq2SeqLM):
     batches; Keras adds the decoder's doubly stochastic regularizer (a
     layer loss) to the captions' cross-entropy. `generate`
     captions images (uint8 or float pixels, through the preprocessor) with
-    greedy or beam search, compiled once per batch size.
+    greedy or beam search, each compiled once (the image batch's size is a
+    `None` axis of its input signature).
 
     Args:
         backbone: a `CaptionerBackbone`.
