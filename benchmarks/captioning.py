@@ -24,7 +24,8 @@ from keras_attn.models.captioner import ATTENTIONS
 
 
 def grounding(weights, captions, truths, boxes, grid, image_size):
-    """`(hits, words, chance)`: the words of rightly named objects whose peak cell lies in the object's box, of how many, and chance's sum.
+    """`{size: (hits, words, chance)}`: the words of rightly named objects of each size whose peak cell lies in the
+    object's box, of how many, and chance's sum; `"all"` too.
 
     Args:
         weights: `(N, T, L)` attention while writing each caption's words.
@@ -32,7 +33,7 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
         boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` in caption order.
         grid: `(rows, columns)` of the attention's cells.
     """
-    from pipelines.scenes import SHAPES
+    from pipelines.scenes import SHAPES, SIZES
 
     def named_objects(words):  # (the shape word's position, (size, colour, shape)) in caption order
         return [(i, tuple(words[i - 2:i + 1])) for i, word in enumerate(words) if word in SHAPES]
@@ -40,8 +41,7 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
     rows, columns = grid
     cell_y = (np.arange(rows) + 0.5) * image_size / rows - 0.5
     cell_x = (np.arange(columns) + 0.5) * image_size / columns - 0.5
-    hits = named = 0
-    chance = 0.0
+    counts = {size: np.zeros(3) for size in ["all", *SIZES]}
     for weight, caption, truth, box in zip(weights, captions, truths, boxes):
         written, true = named_objects(caption.split()), named_objects(truth.split())
         for k, (x0, y0, x1, y1) in enumerate(box):
@@ -50,10 +50,11 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
             for position in range(written[k][0] - 2, written[k][0] + 1):  # its size, colour and shape words
                 peak = int(np.argmax(weight[position]))  # one token per word: the step writing the word
                 y, x = cell_y[peak // columns], cell_x[peak % columns]
-                chance += ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
-                hits += int(x0 <= x <= x1 and y0 <= y <= y1)
-                named += 1
-    return hits, named, chance
+                chance = ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
+                one = np.array([x0 <= x <= x1 and y0 <= y <= y1, 1, chance])
+                counts["all"] += one
+                counts[true[k][1][0]] += one
+    return {size: tuple(count) for size, count in counts.items()}
 
 
 def evaluate(task, scenes, batch_size=250):
@@ -85,11 +86,13 @@ def evaluate(task, scenes, batch_size=250):
             "bleu4": round(sacrebleu.corpus_bleu(chosen, [truths], tokenize="none").score, 2),
         }
         if task.backbone.get_config()["attention"] != "none":
-            hits, named, chance = grounding([weights[i] for i in rows], chosen, truths,
-                                            [scenes.boxes[i] for i in rows], task.backbone.encoder.grid_shape,
-                                            task.backbone.get_config()["image_size"])
-            row.update(grounding=round(100 * hits / max(named, 1), 1),
-                       grounding_chance=round(100 * chance / max(named, 1), 1), object_words=named)
+            by_size = grounding([weights[i] for i in rows], chosen, truths, [scenes.boxes[i] for i in rows],
+                                task.backbone.encoder.grid_shape, task.backbone.get_config()["image_size"])
+            for size, (hits, named, chance) in by_size.items():
+                key = "" if size == "all" else f"_{size}"
+                row.update({f"grounding{key}": round(100 * hits / max(named, 1), 1),
+                            f"grounding_chance{key}": round(100 * chance / max(named, 1), 1),
+                            f"object_words{key}": int(named)})
         result[str(objects)] = row
     return result, captions, weights
 
@@ -104,6 +107,7 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=200)
     parser.add_argument("--train-size", type=int, default=12000)
     parser.add_argument("--regularization", type=float, default=1.0)
+    parser.add_argument("--stage-depth", type=int, default=2, help="3x3 convolutions per encoder stage")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--save", help="save the trained task here (a .keras file)")
@@ -123,7 +127,8 @@ def main():
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
     extra = {} if args.attention == "none" else {"attention_regularization": args.regularization}
-    task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention, **extra)
+    task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention, stage_depth=args.stage_depth,
+                                 **extra)
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
                             seed=args.seed)

@@ -4,10 +4,12 @@ Show, Attend and Tell (Xu et al. 2015, section 3.1.1) takes the 14×14×512
 feature map of a lower convolutional layer of VGG, not its final vector, so
 that the decoder can attend to parts of the image: a grid of L = H×W
 annotation vectors a_i, each of D numbers. This encoder is a small network
-of the same kind, trained from scratch: `stages` of two 3×3 convolutions
-each, the second with stride 2, so a 64×64 image gives an 8×8 grid with 3
-stages; then a 1×1 convolution to `feature_dim`, and a learned embedding
-of each cell's position added to its vector. (VGG's cells know where they
+of the same kind, trained from scratch: VGG's stages (3×3 convolutions,
+then 2×2 max pooling), so a 64×64 image gives an 8×8 grid with 3 stages
+and each cell's receptive field is centred on its own tile (36 pixels wide
+with two convolutions a stage, 22 with one); then a 1×1 convolution to
+`feature_dim`, and a learned embedding of each cell's position added to
+its vector. (VGG's cells know where they
 are from their wide receptive fields and the zero padding at the borders;
 a small network needs to be told, or its decoder could not say "left of".)
 """
@@ -26,6 +28,8 @@ class ImageGridEncoder(keras.layers.Layer):
         filters: the channels of each stage (its length is the number of
             stages, each halving the height and width).
         feature_dim: D, the width of each cell's vector.
+        stage_depth: 3×3 convolutions in each stage (VGG: 2 to 4); fewer
+            give each cell a narrower view of the image.
         kernel_initializer: of every convolution (each its own copy).
 
     Example:
@@ -35,10 +39,12 @@ class ImageGridEncoder(keras.layers.Layer):
     TensorShape([2, 64, 24])
     """
 
-    def __init__(self, filters=(32, 64, 128), feature_dim=128, kernel_initializer="he_normal", **kwargs):
+    def __init__(self, filters=(32, 64, 128), feature_dim=128, stage_depth=2, kernel_initializer="he_normal",
+                 **kwargs):
         super().__init__(**kwargs)
         self.filters = tuple(filters)
         self.feature_dim = feature_dim
+        self.stage_depth = stage_depth
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, images_shape):
@@ -50,9 +56,9 @@ class ImageGridEncoder(keras.layers.Layer):
 
         self.convolutions = []
         for i, units in enumerate(self.filters):
-            self.convolutions += [conv(units, 3, 1, f"stage_{i}_conv_1"), conv(units, 3, 1, f"stage_{i}_conv_2"),
-                                  keras.layers.MaxPooling2D(2, padding="same", name=f"stage_{i}_pool",
-                                                            dtype=self.dtype_policy)]
+            self.convolutions += [conv(units, 3, 1, f"stage_{i}_conv_{j + 1}") for j in range(self.stage_depth)]
+            self.convolutions.append(
+                keras.layers.MaxPooling2D(2, padding="same", name=f"stage_{i}_pool", dtype=self.dtype_policy))
         self.projection = conv(self.feature_dim, 1, 1, "projection", activation=None)
         shape = images_shape
         for layer in [*self.convolutions, self.projection]:
@@ -82,7 +88,7 @@ class ImageGridEncoder(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({
-            "filters": list(self.filters), "feature_dim": self.feature_dim,
+            "filters": list(self.filters), "feature_dim": self.feature_dim, "stage_depth": self.stage_depth,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         })
         return config

@@ -37,6 +37,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         image_size: the side of the square input images.
         filters: the encoder's stage widths (`ImageGridEncoder`).
         feature_dim: D, the width of each grid cell's vector.
+        stage_depth: 3×3 convolutions in each of the encoder's stages.
         hidden_dim: the LSTM's width; the embeddings' too.
         attention: `"soft"` (section 4.2) or `"none"` (the mean feature only).
         gate: the gating scalar β (soft attention).
@@ -65,6 +66,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         filters=None,
         feature_dim=None,
         hidden_dim=None,
+        stage_depth=2,
         attention="soft",
         gate=True,
         attention_regularization=1.0,
@@ -81,13 +83,13 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         filters, feature_dim, hidden_dim = tuple(settings["filters"]), settings["feature_dim"], settings["hidden_dim"]
         arguments = dict(
             vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
-            feature_dim=feature_dim, hidden_dim=hidden_dim, attention=attention, gate=gate,
+            feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention, gate=gate,
             attention_regularization=attention_regularization, attention_units=attention_units, dropout=dropout,
         )
 
         image = keras.Input((image_size, image_size, 3), dtype="float32", name="image")
         target_in = keras.Input((None,), dtype="int32", name="target_in")
-        encoder = ImageGridEncoder(filters, feature_dim, name="encoder")
+        encoder = ImageGridEncoder(filters, feature_dim, stage_depth, name="encoder")
         init_h = keras.layers.Dense(hidden_dim, activation="tanh", name="init_h")
         init_c = keras.layers.Dense(hidden_dim, activation="tanh", name="init_c")
         decoder_arguments = dict(attention_units=attention_units, dropout=dropout, name="decoder")

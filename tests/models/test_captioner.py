@@ -101,14 +101,16 @@ def test_the_task_generates_and_round_trips_through_a_keras_file(tmp_path):
     assert [text.decode() for text in preprocessor.detokenize(tokens).numpy()] == captions
 
 
-def test_each_grid_cell_sees_a_field_centred_on_its_own_tile():
+@pytest.mark.parametrize("stage_depth, width", [(2, 36), (1, 22)])
+def test_each_grid_cell_sees_a_field_centred_on_its_own_tile(stage_depth, width):
     """So the attention's cell is where it looks: the input pixels that reach cell (i, j) centre on tile (i, j)."""
-    encoder = ImageGridEncoder(filters=(8, 8, 8), feature_dim=8)
+    encoder = ImageGridEncoder(filters=(8, 8, 8), feature_dim=8, stage_depth=stage_depth)
     images = tf.Variable(np.random.default_rng(5).random((8, 64, 64, 3)).astype("float32"))
-    for row, column in [(2, 5), (4, 4), (3, 2)]:  # cells whose field (36 pixels) the borders do not cut
+    for row, column in [(2, 5), (4, 4), (3, 2)]:  # cells whose field the borders do not cut
         with tf.GradientTape() as tape:
             cell = tf.reduce_sum(encoder(images)[:, row * 8 + column])
         reached = np.abs(tape.gradient(cell, images).numpy()).sum((0, -1)) > 0  # any image's ReLUs let it through
         rows, columns = np.nonzero(reached)
         assert (rows.min() + rows.max()) / 2 == 8 * row + 3.5
         assert (columns.min() + columns.max()) / 2 == 8 * column + 3.5
+        assert columns.max() - columns.min() + 1 == width
