@@ -108,6 +108,7 @@ def main():
     parser.add_argument("--train-size", type=int, default=12000)
     parser.add_argument("--regularization", type=float, default=1.0)
     parser.add_argument("--stage-depth", type=int, default=2, help="3x3 convolutions per encoder stage")
+    parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--save", help="save the trained task here (a .keras file)")
@@ -127,6 +128,8 @@ def main():
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
     extra = {} if args.attention == "none" else {"attention_regularization": args.regularization}
+    if args.filters:
+        extra["filters"] = args.filters
     task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention, stage_depth=args.stage_depth,
                                  **extra)
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
