@@ -106,8 +106,8 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--warmup-steps", type=int, default=200)
     parser.add_argument("--train-size", type=int, default=12000)
-    parser.add_argument("--regularization", type=float, default=1.0)
-    parser.add_argument("--stage-depth", type=int, default=2, help="3x3 convolutions per encoder stage")
+    parser.add_argument("--regularization", type=float, help="lambda of the doubly stochastic term (default: the model's)")
+    parser.add_argument("--stage-depth", type=int, help="3x3 convolutions per encoder stage (default: the preset's)")
     parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
@@ -127,11 +127,9 @@ def main():
     corpus = scenes.scenes_corpus(seed=args.seed, train_size=args.train_size)
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
-    extra = {} if args.attention == "none" else {"attention_regularization": args.regularization}
-    if args.filters:
-        extra["filters"] = args.filters
-    task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention, stage_depth=args.stage_depth,
-                                 **extra)
+    chosen = dict(attention_regularization=args.regularization, stage_depth=args.stage_depth, filters=args.filters)
+    task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention,
+                                 **{key: value for key, value in chosen.items() if value is not None})
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
                             seed=args.seed)

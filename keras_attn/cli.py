@@ -3,7 +3,9 @@
     keras-attn train transformer|seq2seq [--src F --tgt F | --data F.tsv] [options]
     keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
-    keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png
+    keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png   (an IMAGE for a captioning export)
+    keras-attn train captioner [--data FOLDER --captions FILE] [options]
+    keras-attn caption MODEL_DIR IMAGE [IMAGE ...]
     keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
     keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export or a run folder)
@@ -168,12 +170,14 @@ def _add_config_flags(parser, jobs, only=None):
     its own). `only`: the field names to add (default: all).
     """
     fields = {}  # name -> (field, metadata, {job: default})
+    helps = {}  # name -> {help: [jobs]}
     for job, config_class in jobs.items():
         for field, metadata in config.flags(config_class):
             if only is not None and field.name not in only:
                 continue
             known = fields.setdefault(field.name, (field, dict(metadata), {}))
             known[2][job] = field.default
+            helps.setdefault(field.name, {}).setdefault(metadata["help"], []).append(job)
             if "choices" in metadata:
                 known[1]["choices"] = tuple(dict.fromkeys([*known[1]["choices"], *metadata["choices"]]))
     groups = {}
@@ -181,13 +185,12 @@ def _add_config_flags(parser, jobs, only=None):
     for name, (field, metadata, defaults) in sorted(fields.items(), key=order):
         group = metadata["group"]
         where = groups.get(group) or groups.setdefault(group, parser.add_argument_group(group) if group else parser)
-        shown = metadata.get("cli_default", field.default)
-        help = metadata["help"].replace("%", "%%")
-        if len(set(map(repr, defaults.values()))) > 1:
-            help += " (default: " + ", ".join(f"{value} for {job}" for job, value in defaults.items()) + ")"
-        elif not any(shown is hidden for hidden in (None, False, True)):
-            help += f" (default: {shown})"
-        options = dict(help=help, default=argparse.SUPPRESS)
+        if len(helps[name]) > 1:  # a flag that means something else for some jobs says so, job by job
+            help = "; ".join(f"{', '.join(some)}: {_with_default(text, {j: defaults[j] for j in some}, metadata)}"
+                             for text, some in helps[name].items())
+        else:
+            help = _with_default(metadata["help"], defaults, metadata)
+        options = dict(help=help.replace("%", "%%"), default=argparse.SUPPRESS)
         for key in ("choices", "nargs", "metavar", "required"):
             if key in metadata:
                 options[key] = metadata[key]
@@ -210,6 +213,14 @@ def _add_config_flags(parser, jobs, only=None):
         where.add_argument(flag, dest=name, **options)
 
 
+def _with_default(help, defaults, metadata):
+    """`help` with the default(s) of `{job: default}` (none shown for None, False or True)."""
+    if len(set(map(repr, defaults.values()))) > 1:
+        return help + " (default: " + ", ".join(f"{value} for {job}" for job, value in defaults.items()) + ")"
+    shown = metadata.get("cli_default", next(iter(defaults.values())))
+    return help if any(shown is hidden for hidden in (None, False, True)) else f"{help} (default: {shown})"
+
+
 def _config_from(args, config_class):
     """`config_class` with the flags given in `args` (the CLI's spellings converted)."""
     values = {}
@@ -221,7 +232,7 @@ def _config_from(args, config_class):
     return config_class(**values)
 
 
-TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig)}  # `train JOB`
+TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig, config.CaptionConfig)}
 
 
 def build_parser():
@@ -240,7 +251,8 @@ def build_parser():
 
     train = command("train", "train a model, evaluate it and export it")
     train.add_argument("job", choices=list(TRAIN_JOBS),
-                       help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention")
+                       help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention; "
+                            "captioner: image captioning with visual attention (Show, Attend and Tell)")
     _add_config_flags(train, TRAIN_JOBS)
 
     translate = command("translate", "translate with an exported model")
@@ -255,10 +267,15 @@ def build_parser():
     evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
     evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
-    plot = command("plot-attention", "cross-attention heat maps of one translation, decoded greedily "
-                                     "(as translate --beam-width 1: a beam may translate otherwise)")
+    caption = command("caption", "caption images with an exported captioner (one caption a line)")
+    caption.add_argument("model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>")
+    caption.add_argument("images", nargs="+", metavar="IMAGE", help="PNG, JPEG, GIF or BMP files")
+    caption.add_argument("--beam-width", type=_at_least(1), default=1, help="beam search width (1: greedy; at most 32)")
+
+    plot = command("plot-attention", "cross-attention heat maps of one translation, or one caption's attention per "
+                                     "word over the image, decoded greedily (a beam may decode otherwise)")
     plot.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    plot.add_argument("text", help="the sentence to translate and plot")
+    plot.add_argument("text", help="the sentence to translate and plot; for a captioning export, an image file")
     plot.add_argument("--out", default="attention.png",
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     _add_bert_commands(command)
@@ -335,24 +352,26 @@ def _fail(message):
 
 
 def _train(args):
+    job_class = TRAIN_JOBS[args.job]
+    own = {field.name for field, _ in config.flags(job_class)}
+    foreign = {job: [config.flag_name(field) for field, _ in config.flags(other)
+                     if field.name in vars(args) and field.name not in own] for job, other in TRAIN_JOBS.items()}
+    given = sorted({flag for flags in foreign.values() for flag in flags})
+    if given:
+        owners = ", ".join(job for job, flags in foreign.items() if flags)
+        raise UserError(f"{', '.join(given)}: for train {owners} only, not train {args.job}")
+    job = _config_from(args, job_class)
+    if args.job == "captioner":
+        return _train_captioner(job)
     from keras_attn.jobs import translation
 
-    transformer_flags = {field.name for field, _ in config.flags(config.TranslationConfig)}
-    seq2seq_only = [f"--{name.replace('_', '-')}" for name in vars(args) if name in
-                    {field.name for field, _ in config.flags(config.Seq2SeqConfig)} - transformer_flags]
-    if args.job == "transformer" and seq2seq_only:
-        raise UserError(f"{', '.join(seq2seq_only)}: for train seq2seq only, not train transformer")
-    job = _config_from(args, TRAIN_JOBS[args.job])
     result = translation.run(job)
     if not result.samples:  # a worker other than the chief: it only trains
         return 0
     print("\nsample translations:")
     for source, hypothesis in result.samples:
         print(f"  {source}\n  → {hypothesis}")
-    if result.export_path and result.new_export:
-        print(f"\nexported to {result.export_path}")
-    elif result.export_path:
-        print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabularies)")
+    _say_exported(result)
     if result.export_path:
         print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
         test_split = run_folder.path(job.run_dir, run_folder.TEST_SOURCE)
@@ -360,20 +379,43 @@ def _train(args):
     return 0
 
 
+def _train_captioner(job):
+    from keras_attn.jobs import captioning
+
+    result = captioning.run(job)
+    if not result.samples:
+        return 0
+    print("\nsample captions:")
+    for name, caption in result.samples:
+        print(f"  {name}\n  → {caption}")
+    _say_exported(result)
+    if result.export_path:
+        print(f"try: keras-attn caption {result.export_path} IMAGE.png   (PNG, JPEG, GIF or BMP files)")
+    return 0
+
+
 def _load(model_dir):
     """The translation export in `model_dir`, or a one-line `UserError` saying what it is instead."""
+    loaded = _load_saved_model(model_dir)
+    if not {"translate", "attention"} <= set(loaded.signatures):
+        if "caption" in loaded.signatures:
+            raise UserError(f"{model_dir}: a captioning export, not a translation one (keras-attn caption "
+                            f"{model_dir} IMAGE)")
+        raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
+    return loaded
+
+
+def _load_saved_model(model_dir):
+    """The SavedModel in `model_dir`, or a one-line `UserError`."""
     _check_export_folder(model_dir)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     try:
-        loaded = tf.saved_model.load(model_dir)
+        return tf.saved_model.load(model_dir)
     except Exception as error:  # corrupt, unreadable, or needs ops this process lacks
         message = getattr(error, "message", None) or str(error) or type(error).__name__
         raise UserError(f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})") from None
-    if not {"translate", "attention"} <= set(loaded.signatures):
-        raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
-    return loaded
 
 
 def _check_export_folder(model_dir, also=""):
@@ -477,6 +519,9 @@ def _plot_attention(args):
         check_image_path(args.out)
     except ValueError as error:
         raise UserError(str(error)) from None
+    loaded = _load_saved_model(args.model_dir)
+    if "caption" in loaded.signatures:
+        return _plot_caption_attention(args, loaded)
     if not args.text.strip():
         raise UserError("nothing to plot: the text is empty")
     translator = _load(args.model_dir)
@@ -495,6 +540,34 @@ def _plot_attention(args):
         raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
     print(f"{translation}\nwrote {args.out} (the attention of greedy decoding, as translate --beam-width 1)")
     return 0
+
+
+def _plot_caption_attention(args, loaded):
+    from keras_attn.plots import caption_attention_figure, save_figure
+
+    encoded = _read_image_file(args.text)
+    out = next(_caption_images(loaded, [encoded], beam_width=1))
+    if not out["readable"]:
+        raise UserError(f"{args.text}: not a readable PNG, JPEG, GIF or BMP image")
+    words = [token for token in out["output_tokens"] if token not in ("[EOS]", "[PAD]")]
+    if not words:
+        raise UserError("nothing to plot: the caption is empty")
+    image = _decoded_pixels(encoded)
+    figure = caption_attention_figure(image, words, out["attention"][:len(words)].reshape(len(words), -1),
+                                      out["attention"].shape[1:], title=out["caption"])
+    try:
+        save_figure(figure, args.out)
+    except OSError as error:
+        raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
+    print(f"{out['caption']}\nwrote {args.out} (the attention of greedy decoding, as caption --beam-width 1)")
+    return 0
+
+
+def _decoded_pixels(encoded):
+    """The image as the user sees it (RGB, first frame), for drawing under the attention."""
+    import tensorflow as tf
+
+    return tf.io.decode_image(encoded, channels=3, expand_animations=False).numpy()
 
 
 def _pretrain(args):
@@ -530,19 +603,49 @@ def _say_exported(result):
 
 def _load_bert(model_dir, signature, command):
     """The BERT export in `model_dir` with `signature`, or a one-line `UserError`."""
-    _check_export_folder(model_dir)
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-
-    try:
-        loaded = tf.saved_model.load(model_dir)
-    except Exception as error:
-        message = getattr(error, "message", None) or str(error) or type(error).__name__
-        raise UserError(f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})") from None
+    loaded = _load_saved_model(model_dir)
     if signature not in loaded.signatures:
         kind = "a fine-tuned BERT export (keras-attn finetune)" if signature == "classify" else "a BERT pretraining export"
         raise UserError(f"{model_dir}: not {kind}; {command} needs its {signature} signature")
     return loaded
+
+
+def _caption(args):
+    images = [_read_image_file(path) for path in args.images]
+    loaded = _load_saved_model(args.model_dir)
+    if "caption" not in loaded.signatures:
+        raise UserError(f"{args.model_dir}: not a captioning export (keras-attn train captioner); it has no caption "
+                        "signature")
+    unreadable = 0
+    for path, out in zip(args.images, _caption_images(loaded, images, args.beam_width)):
+        print(out["caption"])
+        if not out["readable"]:
+            unreadable += 1
+            print(f"keras-attn: {path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)",
+                  file=sys.stderr)
+    return 2 if unreadable else 0
+
+
+def _read_image_file(path):
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, not an image file") from None
+
+
+def _caption_images(loaded, images, beam_width, batch_size=16):
+    """Yields, for each encoded image, its `caption` (str), `readable`, `output_tokens` and `attention` (NumPy)."""
+    import tensorflow as tf
+
+    for start in range(0, len(images), batch_size):
+        out = loaded.signatures["caption"](image=tf.constant(images[start:start + batch_size], tf.string),
+                                           beam_width=tf.constant(beam_width, tf.int32))
+        out = {key: value.numpy() for key, value in out.items()}
+        for row in range(len(out["caption"])):
+            yield {"caption": out["caption"][row].decode("utf-8", "replace"), "readable": bool(out["readable"][row]),
+                   "output_tokens": [t.decode() for t in out["output_tokens"][row]],
+                   "attention": out["attention"][row]}
 
 
 def _fill_mask(args):
@@ -624,6 +727,7 @@ COMMANDS = {
     "translate": _translate,
     "evaluate": _evaluate,
     "plot-attention": _plot_attention,
+    "caption": _caption,
 }
 
 

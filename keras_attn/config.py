@@ -30,6 +30,7 @@ CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "scaled_general", "concat")
 LOCALS = ("monotonic", "predictive")
 DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
+CAPTION_ATTENTIONS = ("soft", "none")  # the captioner's: Show, Attend and Tell's soft attention, or the mean feature
 
 # The constraints a flag's value is checked against (the CLI refuses others in one line).
 AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (("at_least", n) for n in (0, 1, 2, 8, 10))
@@ -150,7 +151,25 @@ MODEL = "model and optimization"
 
 
 @dataclasses.dataclass
-class TranslationConfig(RunConfig):
+class GenerationConfig(RunConfig):
+    """What the jobs that train a `Seq2SeqLM` (translation, captioning) share: vocabulary and optimization."""
+
+    vocabulary_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10, flag="--vocab-size", metavar="N")
+    lowercase: bool = setting(False, "lowercase before tokenizing", DATA)
+    max_sequence_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2, flag="--max-length",
+                                       metavar="N")
+    label_smoothing: float = setting(0.1, "probability mass spread over the other tokens of each target",
+                                     MODEL, FRACTION)
+    schedule: str = setting("cosine", "cosine: warm-up, then cosine decay to the end of the run; noam: the paper's",
+                            MODEL, choices=SCHEDULES)
+    learning_rate: float = setting(2e-3, "peak learning rate", MODEL, POSITIVE)
+    warmup_steps: int = setting(200, "steps of linear learning-rate warm-up", MODEL, AT_LEAST_1)
+    beam_width: int = setting(4, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)
+    samples: int = 5
+
+
+@dataclasses.dataclass
+class TranslationConfig(GenerationConfig):
     """Everything `keras-attn train transformer` can be told; its flags are these fields.
 
     Each config says which model it trains (`family`, a family of
@@ -176,11 +195,7 @@ class TranslationConfig(RunConfig):
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
     test_tgt: str = setting(None, "test target", DATA)
-    vocabulary_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10, flag="--vocab-size", metavar="N")
     shared_vocab: bool = setting(False, "one vocabulary and embedding for both languages", DATA)
-    lowercase: bool = setting(False, "lowercase before tokenizing", DATA)
-    max_sequence_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2, flag="--max-length",
-                                       metavar="N")
     preset: str = setting(
         "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
         "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
@@ -192,14 +207,6 @@ class TranslationConfig(RunConfig):
     )
     dropout: float = setting(None, "dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)",
                              MODEL, FRACTION)
-    label_smoothing: float = setting(0.1, "probability mass spread over the other tokens of each target",
-                                     MODEL, FRACTION)
-    schedule: str = setting("cosine", "cosine: warm-up, then cosine decay to the end of the run; noam: the paper's",
-                            MODEL, choices=SCHEDULES)
-    learning_rate: float = setting(2e-3, "peak learning rate", MODEL, POSITIVE)
-    warmup_steps: int = setting(200, "steps of linear learning-rate warm-up", MODEL, AT_LEAST_1)
-    beam_width: int = setting(4, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)
-    samples: int = 5
 
     def __post_init__(self):
         super().__post_init__()
@@ -238,7 +245,8 @@ class Seq2SeqConfig(TranslationConfig):
     """
 
     name: str = setting("seq2seq", "model name under the export root and runs/", OUTPUT)
-    preset: str = setting("tiny", "model size", MODEL, choices=tuple(PRESETS["seq2seq"]))  # listed as the Transformer's
+    preset: str = setting("tiny", TranslationConfig.__dataclass_fields__["preset"].metadata["help"], MODEL,
+                          choices=tuple(PRESETS["seq2seq"]))  # one flag with the Transformer's: the help names both
     attention: str = setting(
         "bahdanau", "bahdanau: additive, from the previous state; luong: multiplicative, from the current state, "
         "input feeding; none: the fixed-context baseline", SEQ2SEQ, choices=ATTENTIONS,
@@ -293,6 +301,77 @@ class Seq2SeqConfig(TranslationConfig):
         return super().bound_settings() + (
             "attention", "cell", "score", "local", "window", "bidirectional", "scheduled_sampling",
         )
+
+
+CAPTION_DATA = "data (default: the built-in generated scenes)"
+CAPTION_MODEL = "model (default for each: the preset's or the model's)"
+
+
+@dataclasses.dataclass
+class CaptionConfig(GenerationConfig):
+    """Everything `keras-attn train captioner` can be told; its flags are these fields.
+
+    The model is a `Captioner` (Show, Attend and Tell); the fields left
+    `None` take the `CaptionerBackbone`'s defaults.
+    """
+
+    family = "captioner"
+
+    name: str = setting("captioner", "model name under the export root and runs/", OUTPUT)
+    data: str = setting(None, "the folder of the images that --captions names", CAPTION_DATA, metavar="FOLDER")
+    captions: str = setting(None, "image<TAB>caption lines (several per image allowed) or COCO's captions JSON",
+                            CAPTION_DATA, metavar="FILE")
+    valid_captions: str = setting(None, "validation captions of images in --data (default: 5% of the images)",
+                                  CAPTION_DATA, metavar="FILE")
+    test_captions: str = setting(None, "test captions, scored at the end (default: the validation ones)",
+                                 CAPTION_DATA, metavar="FILE")
+    builtin_scenes: int = setting(12000, "training scenes of the built-in corpus", CAPTION_DATA, AT_LEAST_10)
+    builtin_objects: int = setting(None, "the most objects in a built-in scene (default: the corpus's, 4)",
+                                   CAPTION_DATA, AT_LEAST_1, metavar="N")
+    builtin_eval_size: int = 500  # scenes in the built-in validation and test splits
+    valid_fraction: float = 0.05
+    vocabulary_size: int = setting(5000, "WordPiece vocabulary size", CAPTION_DATA, AT_LEAST_10, flag="--vocab-size",
+                                   metavar="N")
+    lowercase: bool = True
+    max_sequence_length: int = setting(32, "longest caption in tokens", CAPTION_DATA, AT_LEAST_2,
+                                       flag="--max-length", metavar="N")
+    image_size: int = setting(64, "the side the images are resized to (a square; pixels)", CAPTION_DATA, AT_LEAST_8)
+    preset: str = setting("small", "tiny (encoder 16-32-64, LSTM 128), small (32-64-128, 256)", CAPTION_MODEL,
+                          choices=tuple(PRESETS["captioner"]))
+    attention: str = setting("soft", "soft: Show, Attend and Tell's; none: the baseline that reads only the mean "
+                             "image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
+    gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
+    attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,
+                                              NON_NEGATIVE, metavar="LAMBDA")
+    stage_depth: int = setting(None, "3x3 convolutions per encoder stage", CAPTION_MODEL, AT_LEAST_1)
+    dropout: float = setting(None, "dropout rate", CAPTION_MODEL, FRACTION)
+    beam_width: int = setting(1, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if bool(self.data) != bool(self.captions):
+            raise UserError("--data and --captions must be given together: the images' folder and their captions")
+        if (self.valid_captions or self.test_captions) and not self.captions:
+            raise UserError("--valid-captions and --test-captions need --data and --captions")
+        if self.builtin_objects:
+            from pipelines.scenes import MAX_OBJECTS
+
+            if self.builtin_objects > MAX_OBJECTS:
+                raise UserError(f"--builtin-objects: a built-in scene has at most {MAX_OBJECTS} objects, "
+                                f"got {self.builtin_objects}")
+
+    def backbone_arguments(self, dropout=None):
+        """The backbone's arguments beside its preset and the preprocessor's sizes."""
+        chosen = dict(attention=self.attention, gate=self.gate, attention_regularization=self.attention_regularization,
+                      stage_depth=self.stage_depth, dropout=self.dropout)
+        return {key: value for key, value in chosen.items() if value is not None}
+
+    def callbacks(self):
+        return []
+
+    def bound_settings(self):
+        return ("vocabulary_size", "max_sequence_length", "image_size", "preset", "attention", "gate",
+                "stage_depth")
 
 
 BERT_DATA = "data (default: the built-in generated documents)"

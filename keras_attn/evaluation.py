@@ -1,4 +1,4 @@
-"""Translation quality: exact match, BLEU (computed two ways) and chrF."""
+"""Translation quality: exact match, BLEU (computed two ways) and chrF; captioning's, against several references."""
 
 import sacrebleu
 
@@ -72,6 +72,40 @@ def format_scores(scores):
         f"(tokenized lowercased {scores['bleu_tok_lc']:.2f}), chrF {scores['chrf']:.2f} "
         f"on {scores['sentences']} sentences"
     )
+
+
+def caption_scores(hypotheses, references):
+    """What `keras-attn train captioner` reports: each image's caption against all of that image's captions.
+
+    Returns:
+        `"exact_match"`: the fraction of captions equal to one of their
+        references; `"bleu"`: SacreBLEU's corpus BLEU-4 with every reference,
+        lowercased (its 13a tokenization), and its `"signature"`;
+        `"images"`: how many were scored.
+
+    Args:
+        hypotheses: one caption per image.
+        references: per image, a list of its captions (one or more).
+
+    Example:
+
+    >>> scores = caption_scores(["a red circle left of a square"], [["a blue square", "a red circle left of a square"]])
+    >>> scores["exact_match"], round(scores["bleu"])
+    (1.0, 100)
+    """
+    _check_aligned(hypotheses, references)
+    if not hypotheses:
+        raise ValueError("Scores need at least one caption, got none.")
+    most = max(len(r) for r in references)
+    # A repeated reference changes no BLEU count, so every image gets `most` of them.
+    streams = [[r[k] if k < len(r) else r[0] for r in references] for k in range(most)]
+    metric = sacrebleu.metrics.BLEU(lowercase=True)
+    normal = lambda text: " ".join(text.lower().split())  # noqa: E731
+    exact = sum(normal(h) in {normal(r) for r in refs} for h, refs in zip(hypotheses, references))
+    return {
+        "exact_match": exact / len(hypotheses), "bleu": metric.corpus_score(list(hypotheses), streams).score,
+        "signature": str(metric.get_signature()), "images": len(hypotheses),
+    }
 
 
 def _check_aligned(hypotheses, references):

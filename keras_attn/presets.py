@@ -31,8 +31,8 @@ PRESETS = {
     # Show, Attend and Tell over the generated scenes (64×64 images, an 8×8 grid): the CNN's stage
     # widths, the grid's feature width D and the LSTM's width.
     "captioner": {
-        "tiny": dict(filters=(16, 32, 64), feature_dim=64, hidden_dim=128),
-        "small": dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256),
+        "tiny": dict(filters=(16, 32, 64), feature_dim=64, hidden_dim=128, stage_depth=1),
+        "small": dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
     },
     # The compact models of Turc et al. 2019 and BERT-base (L layers, H wide, A heads).
     "bert": {

@@ -64,19 +64,21 @@ class Scenes:
     counts: np.ndarray
 
 
-def scenes_corpus(seed=0, train_size=12000, valid_size=500, test_size=1000, held_out_size=1000):
-    """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes`, drawn from `seed`."""
+def scenes_corpus(seed=0, train_size=12000, valid_size=500, test_size=1000, held_out_size=1000,
+                  max_objects=MAX_OBJECTS):
+    """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects` objects each,
+    drawn from `seed`."""
     rng = np.random.default_rng(seed)
     sizes = {"train": train_size, "valid": valid_size, "test": test_size, "held_out": held_out_size}
-    return {split: draw_scenes(rng, count, held_out=split == "held_out") for split, count in sizes.items()}
+    return {split: draw_scenes(rng, count, split == "held_out", max_objects) for split, count in sizes.items()}
 
 
-def draw_scenes(rng, count, held_out=False):
-    """`count` scenes: with `held_out`, each has a `HELD_OUT` pair; else none has one."""
+def draw_scenes(rng, count, held_out=False, max_objects=MAX_OBJECTS):
+    """`count` scenes of 1 to `max_objects` objects: with `held_out`, each has a `HELD_OUT` pair; else none has one."""
     images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     captions, boxes, counts = [], [], np.empty(count, np.int32)
     for i in range(count):
-        objects = _objects(rng, held_out)
+        objects = _objects(rng, held_out, max_objects)
         images[i] = _render(rng, objects)
         captions.append(_caption(objects))
         boxes.append(np.array([obj["box"] for obj in objects], np.int32))
@@ -84,9 +86,9 @@ def draw_scenes(rng, count, held_out=False):
     return Scenes(images, captions, boxes, counts)
 
 
-def _objects(rng, held_out):
-    """1-4 objects (dicts), sorted left to right, placed until the caption is unambiguous."""
-    count = int(rng.integers(1, MAX_OBJECTS + 1))
+def _objects(rng, held_out, max_objects):
+    """1 to `max_objects` objects (dicts), sorted left to right, placed until the caption is unambiguous."""
+    count = int(rng.integers(1, max_objects + 1))
     while True:
         objects = [_attributes(rng) for _ in range(count)]
         pairs = [(obj["colour"], obj["shape"]) in HELD_OUT for obj in objects]

@@ -33,6 +33,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 SLOWEST_FIRST = (
     "tests/training/test_fault_tolerance.py",
     "tests/jobs/test_translation_job.py",
+    "tests/jobs/test_captioning_job.py",
     "tests/training/test_runner.py",
     "tests/jobs/test_bert_job.py",
     "tests/jobs/test_seq2seq_job.py",

@@ -133,9 +133,11 @@ def test_help_shows_defaults_and_describes_every_argument(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8)",
-                  "(default: tiny)", "examples per replica (default: 64;", "built-in corpus (default: 20000)",
-                  "(default: auto)", "(default: 0.1)"):
+    for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8 for "
+                  "transformer, 8 for seq2seq, 10 for captioner)", "(default: tiny); captioner: tiny (encoder", "transformer, seq2seq: examples per replica (default: 64;",
+                  "built-in corpus (default: 20000)", "(default: auto)", "(default: 0.1)",
+                  "transformer, seq2seq: training pairs as one TSV file: source<TAB>target; captioner: the folder of "
+                  "the images that --captions names"):
         assert shown in text
     assert "default: None" not in text and "default: False" not in text
 

@@ -19,10 +19,12 @@ which asks every cell to be attended about once over the caption.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_attn.layers.rnn_decoder import AttentionDecoder
 from keras_attn.special_tokens import PAD_ID
+from keras_attn.training.losses import sum_over_replicas
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -82,6 +84,11 @@ class CaptionDecoder(AttentionDecoder):
         logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
                                        return_attention_scores=True)
         if training and self.attention_regularization:
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            if replicas > 1:  # Keras keeps a layer's losses in one list that every replica's call writes to
+                raise ValueError(
+                    f"{self.name}: attention_regularization={self.attention_regularization} cannot train on "
+                    f"{replicas} replicas (Keras's layer losses are not kept per replica); set it to 0")
             self.add_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in))
         return (logits, weights) if return_attention_scores else logits
 
@@ -98,7 +105,8 @@ def doubly_stochastic_penalty(weights, target_in):
     The paper adds λ times the per-image term to the caption's summed
     negative log-likelihood; our cross-entropy is a mean per word, so the
     term is divided by the words too, which keeps the paper's balance at
-    the same λ.
+    the same λ. As the cross-entropy, under a `tf.distribute` strategy each
+    replica divides by the words of the global batch.
 
     Args:
         weights: `(B, T, L)` attention weights.
@@ -106,4 +114,4 @@ def doubly_stochastic_penalty(weights, target_in):
     """
     real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
     coverage = ops.sum(ops.cast(weights, "float32") * real[:, :, None], axis=1)  # (B, L): Σ_t α_ti
-    return ops.sum(ops.square(1.0 - coverage)) / ops.maximum(ops.sum(real), 1.0)
+    return ops.sum(ops.square(1.0 - coverage)) / ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)

@@ -23,6 +23,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_attn.config import ATTENTIONS
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
@@ -30,7 +31,6 @@ from keras_attn.layers.rnn_cells import cell_step, cell_weights
 from keras_attn.layers.rnn_encoder import RNN_CELLS
 from keras_attn.special_tokens import PAD_ID
 
-ATTENTIONS = ("bahdanau", "luong", "none")
 SAMPLINGS = ("argmax", "sample")
 
 

@@ -3,12 +3,11 @@
 import keras
 from keras import ops
 
+from keras_attn.config import CELLS as RNN_CELLS
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
 from keras_attn.special_tokens import PAD_ID
-
-RNN_CELLS = ("lstm", "gru")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -11,6 +11,7 @@ attention: the same decoder reads only that starting state.
 import keras
 from keras import ops
 
+from keras_attn.config import CAPTION_ATTENTIONS as ATTENTIONS
 from keras_attn.layers import AttentionDecoder, CaptionDecoder, ImageGridEncoder
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.seq2seq import RecurrentDecoding
@@ -18,7 +19,6 @@ from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
 
 PRESETS = _ALL_PRESETS["captioner"]
-ATTENTIONS = ("soft", "none")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -33,15 +33,19 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
     Args:
         vocabulary_size: size of the caption vocabulary.
         preset: `"tiny"` or `"small"` (see `PRESETS`): values of `filters`,
-            `feature_dim` and `hidden_dim` for those not given explicitly.
+            `feature_dim`, `hidden_dim` and `stage_depth` for those not given
+            explicitly.
         image_size: the side of the square input images.
         filters: the encoder's stage widths (`ImageGridEncoder`).
         feature_dim: D, the width of each grid cell's vector.
-        stage_depth: 3×3 convolutions in each of the encoder's stages.
+        stage_depth: 3×3 convolutions in each of the encoder's stages (one
+            gave better grounding than VGG's two: benchmarks/RESULTS.md).
         hidden_dim: the LSTM's width; the embeddings' too.
         attention: `"soft"` (section 4.2) or `"none"` (the mean feature only).
         gate: the gating scalar β (soft attention).
-        attention_regularization: λ of the doubly stochastic regularizer.
+        attention_regularization: λ of the doubly stochastic regularizer (0:
+            off; on the generated scenes λ = 1 lowered exact match and
+            grounding: benchmarks/RESULTS.md).
         attention_units: hidden size of the additive score.
         dropout: on the embeddings and before the output.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
@@ -66,10 +70,10 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         filters=None,
         feature_dim=None,
         hidden_dim=None,
-        stage_depth=2,
+        stage_depth=None,
         attention="soft",
         gate=True,
-        attention_regularization=1.0,
+        attention_regularization=0.0,
         attention_units=None,
         dropout=0.1,
         **kwargs,
@@ -77,10 +81,11 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
         settings = architecture(
-            "captioner", preset, dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256),
-            filters=filters, feature_dim=feature_dim, hidden_dim=hidden_dim,
+            "captioner", preset, dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
+            filters=filters, feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth,
         )
         filters, feature_dim, hidden_dim = tuple(settings["filters"]), settings["feature_dim"], settings["hidden_dim"]
+        stage_depth = settings["stage_depth"]
         arguments = dict(
             vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
             feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention, gate=gate,
@@ -116,6 +121,20 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         if keys is not None:
             encoded["memory_keys"] = keys
         return encoded
+
+    def attention_weights(self, image, target_in):
+        """α `(B, T, L)`: the weight of each grid cell as the decoder reads each of `target_in`'s ids after [BOS].
+
+        Row t is where the model looks while it writes the word after
+        `target_in[:, t]`: of a caption it wrote, `target_in` is [BOS] and
+        the caption without its last id. Zeros without attention.
+        """
+        grid = self.encoder(image, training=False)
+        if not isinstance(self.decoder, CaptionDecoder):
+            return ops.zeros((ops.shape(target_in)[0], ops.shape(target_in)[1], self.encoder.cells), "float32")
+        state = starting_state(self.init_h, self.init_c, grid)
+        _, weights = self.decoder(target_in, grid, state, training=False, return_attention_scores=True)
+        return ops.cast(weights, "float32")
 
 
 def starting_state(init_h, init_c, grid):

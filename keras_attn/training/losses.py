@@ -12,7 +12,7 @@ from keras import ops
 from keras_attn.special_tokens import PAD_ID
 
 
-def _sum_over_replicas(value):
+def sum_over_replicas(value):
     """Sums `value` over the replicas of the current `tf.distribute` step.
 
     Outside a replica context (or with one replica) returns `value`.
@@ -106,7 +106,7 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
         targets = ops.cast(y_true, "int32")
         mask = ops.cast(ops.not_equal(targets, self.pad_id), "float32")
         losses = token_cross_entropy(targets, y_pred, self.label_smoothing) * mask
-        count = _sum_over_replicas(ops.sum(mask))
+        count = sum_over_replicas(ops.sum(mask))
         return losses / ops.maximum(count, 1.0)
 
     def get_config(self):
@@ -148,11 +148,11 @@ class PretrainingLoss:
     def __call__(self, targets, outputs):
         weights = ops.cast(targets["mlm_weights"], "float32")
         mlm = ops.sum(token_cross_entropy(targets["mlm_labels"], outputs["mlm"]) * weights)
-        mlm = mlm / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1.0)
+        mlm = mlm / ops.maximum(sum_over_replicas(ops.sum(weights)), 1.0)
         if "nsp" not in outputs:
             return mlm
         nsp = ops.sum(classification_losses(targets["nsp_labels"], outputs["nsp"]))
-        nsp = nsp / ops.maximum(_sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
+        nsp = nsp / ops.maximum(sum_over_replicas(count_rows(targets["nsp_labels"])), 1.0)
         return mlm + self.nsp_weight * nsp
 
 
@@ -161,4 +161,4 @@ class ClassificationLoss:
 
     def __call__(self, labels, logits):
         losses = classification_losses(labels, logits)
-        return ops.sum(losses) / ops.maximum(_sum_over_replicas(count_rows(labels)), 1.0)
+        return ops.sum(losses) / ops.maximum(sum_over_replicas(count_rows(labels)), 1.0)

@@ -10,7 +10,7 @@ from keras_attn.layers import CaptionDecoder, ImageGridEncoder
 from keras_attn.layers.caption_decoder import doubly_stochastic_penalty
 from keras_attn.models import Captioner, CaptionerBackbone
 from keras_attn.models.captioner import starting_state
-from keras_attn.special_tokens import BOS_ID, PAD_ID
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 IMAGES = np.random.default_rng(0).random((2, 16, 16, 3)).astype("float32")
 TARGET_IN = np.array([[BOS_ID, 5, 6, 7], [BOS_ID, 8, PAD_ID, PAD_ID]], "int32")
@@ -114,3 +114,36 @@ def test_each_grid_cell_sees_a_field_centred_on_its_own_tile(stage_depth, width)
         assert (rows.min() + rows.max()) / 2 == 8 * row + 3.5
         assert (columns.min() + columns.max()) / 2 == 8 * column + 3.5
         assert columns.max() - columns.min() + 1 == width
+
+
+def test_mirrored_training_step_equals_one_device():
+    """An SGD step over 2 logical CPUs equals it on one, with captions of other lengths on each replica; with the
+    doubly stochastic term (a layer loss, which Keras does not keep per replica) training is refused."""
+    from keras_attn.training.losses import MaskedSparseCrossEntropy
+    from keras_attn.training.strategy import get_strategy
+
+    images = np.random.default_rng(1).random((4, 16, 16, 3)).astype("float32")
+    target_in = np.array([[BOS_ID, 5, 6, 7], [BOS_ID, 8, PAD_ID, PAD_ID], [BOS_ID, 9, 5, PAD_ID],
+                          [BOS_ID, 6, 6, 6]], "int32")
+    target_out = np.array([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID], [9, 5, EOS_ID, PAD_ID], [6, 6, 6, EOS_ID]],
+                          "int32")
+    initial = _backbone(attention_regularization=0.0).get_weights()
+
+    def train(strategy, regularization=0.0):
+        with strategy.scope():
+            model = _backbone(attention_regularization=regularization)
+            model.set_weights(initial)
+            model.compile(optimizer=keras.optimizers.SGD(0.5), loss=MaskedSparseCrossEntropy())
+        losses = model.fit({"image": images, "target_in": target_in}, target_out, batch_size=4, epochs=1,
+                           verbose=0, shuffle=False).history["loss"]
+        return model.get_weights(), losses
+
+    mirrored = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    two, two_losses = train(mirrored)
+    one, one_losses = train(get_strategy("one_device", ["/cpu:0"]))
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
+    for a, b in zip(two, one):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert not all(np.allclose(a, b) for a, b in zip(one, initial))
+    with pytest.raises(ValueError, match="attention_regularization=1.0 cannot train on 2 replicas"):
+        train(mirrored, regularization=1.0)

@@ -1,0 +1,104 @@
+"""The captioning SavedModel of a `Captioner`: encoded image bytes in, the caption and where it looked out.
+
+It loads in a process that imports only `tensorflow` and `tensorflow_text`:
+
+    import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
+    captioner = tf.saved_model.load("saved_models/captioner/1")
+    out = captioner.signatures["caption"](
+        image=tf.constant([open("photo.png", "rb").read()]), beam_width=tf.constant(1))
+    out["caption"], out["score"], out["readable"], out["attention"]
+
+Exported with `keras_attn.serving.export` (versions and their metadata).
+"""
+
+import json
+
+import tensorflow as tf
+
+from keras_attn import decoding
+from keras_attn.serving.versions import fingerprint
+from keras_attn.special_tokens import BOS_ID, PAD_ID
+from pipelines.images import decode_images
+
+
+class CaptionServer(tf.Module):
+    """A captioner with its image decoding, tokenizer and search, ready to export.
+
+    Signature `caption(image: string[B], beam_width: int32[])` (also
+    `serving_default`): each image is the bytes of a PNG, JPEG, GIF or BMP
+    file (`pipelines.images`: grayscale read as RGB, alpha dropped, the
+    first frame of an animation, resized to the model's square) →
+
+    - `caption` string[B] and `score` float32[B], its length-normalized
+      log-probability; beam width 1 is greedy search, and widths are
+      clipped to [1, `max_beam_width`];
+    - `output_tokens` string[B, T], the caption's tokens ending in [EOS]
+      (then "[PAD]"), and `attention` float32[B, T, rows, columns]: the
+      weight of each grid cell while the model wrote each token (zeros
+      for [PAD], and everywhere for a model without attention);
+    - `readable` bool[B]: False for bytes that are no image of those
+      formats, cut short or corrupt, or of more than
+      `pipelines.images.MAX_PIXELS` pixels; such a row gets the caption
+      `""`, score 0.0, no tokens and zero attention, and the other rows
+      of the batch are captioned as usual.
+
+    Args:
+        task: a `keras_attn.models.Captioner` with its `CaptionPreprocessor`.
+        length_penalty: GNMT length penalty α of beam search.
+        max_beam_width: the widest beam a request gets.
+    """
+
+    def __init__(self, task, length_penalty=0.6, max_beam_width=32):
+        super().__init__(name="captioner")
+        if task.preprocessor is None:
+            raise ValueError(f"{task.name}: a captioning export needs the task's CaptionPreprocessor")
+        self.model = task.backbone
+        self.stepper = task.stepper
+        self.preprocessor = task.preprocessor
+        self.tokenizer = task.preprocessor.tokenizer  # tracked here too: its vocabulary file is an asset
+        self.length_penalty = length_penalty
+        self.max_beam_width = max_beam_width
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="image"), tf.TensorSpec([], tf.int32, name="beam_width"),
+    ])
+    def caption(self, image, beam_width):
+        pixels, readable = decode_images(image, self.preprocessor.image_size)
+        # An empty batch skips the model (a convolution over no images fails on CPU).
+        return tf.cond(tf.size(image) > 0, lambda: self._caption(pixels, readable, beam_width), self._nothing)
+
+    def _caption(self, pixels, readable, beam_width):
+        images = self.preprocessor.images(pixels)
+        rows = tf.shape(images)[0]
+        cap = min(self.max_beam_width, self.tokenizer.vocabulary_size)
+        result = decoding.beam_search(
+            self.stepper, images, max_length=tf.fill([rows], self.preprocessor.max_length),
+            beam_width=tf.clip_by_value(beam_width, 1, cap), length_penalty=self.length_penalty,
+        )
+        tokens = tf.where(readable[:, None], result["tokens"], PAD_ID)
+        target_in = tf.concat([tf.fill([rows, 1], BOS_ID), tokens[:, :-1]], axis=1)
+        weights = self.model.attention_weights(images, target_in) * tf.cast(tokens != PAD_ID, tf.float32)[..., None]
+        return {
+            "caption": self.preprocessor.detokenize(tokens),
+            "score": tf.where(readable, result["scores"], 0.0),
+            "readable": readable,
+            "output_tokens": self.tokenizer.id_to_token(tokens),
+            "attention": tf.reshape(weights, [rows, tf.shape(tokens)[1], *self.model.encoder.grid_shape]),
+        }
+
+    def _nothing(self):
+        return {
+            "caption": tf.zeros([0], tf.string), "score": tf.zeros([0]), "readable": tf.zeros([0], tf.bool),
+            "output_tokens": tf.zeros([0, 0], tf.string),
+            "attention": tf.zeros([0, 0, *self.model.encoder.grid_shape]),
+        }
+
+    def fingerprint(self):
+        """SHA-256 of what decides the outputs: weights, vocabulary and settings (as `Translator.fingerprint`)."""
+        settings = [self.preprocessor.image_size, self.preprocessor.max_length, self.length_penalty,
+                    self.max_beam_width]
+        return fingerprint([json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, settings])],
+                           self.model.weights)
+
+    def signatures(self):
+        return {"serving_default": self.caption, "caption": self.caption}

@@ -1,0 +1,91 @@
+"""The captioning export: encoded bytes in, caption and attention out, in a process with TensorFlow alone."""
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_attn.models import Captioner
+from keras_attn.serving import CaptionServer, export
+from pipelines.preprocessors import CaptionPreprocessor
+from pipelines.scenes import scenes_corpus
+from pipelines.tokenizers import learn_wordpiece_vocabulary
+
+
+def png(array):
+    stream = io.BytesIO()
+    Image.fromarray(array).save(stream, "PNG")
+    return stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """An untrained tiny captioner, its scenes and its export's path (weights fixed by the seed)."""
+    import keras
+
+    keras.utils.set_random_seed(4)
+    scenes = scenes_corpus(seed=1, train_size=40, valid_size=2, test_size=3, held_out_size=2)
+    preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(scenes["train"].captions, 60), max_length=10)
+    task = Captioner.from_preset("tiny", preprocessor)
+    path = export(CaptionServer(task), str(tmp_path_factory.mktemp("exports")), "captioner")
+    return task, scenes["test"], path
+
+
+def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(exported):
+    task, scenes, path = exported
+    loaded = tf.saved_model.load(path)
+    images = [png(image) for image in scenes.images]
+    hostile = [b"", b"GIF89a and then nothing", images[0][:100]]
+    out = loaded.signatures["caption"](image=tf.constant(images + hostile), beam_width=tf.constant(1))
+    assert out["readable"].numpy().tolist() == [True] * len(images) + [False] * len(hostile)
+    captions = [text.decode() for text in out["caption"].numpy()]
+    assert captions == task.generate(scenes.images, max_length=10) + [""] * len(hostile)
+    assert (out["score"].numpy()[len(images):] == 0).all() and (out["score"].numpy()[:len(images)] < 0).all()
+    alone = loaded.signatures["caption"](image=tf.constant(images[:1]), beam_width=tf.constant(1))
+    np.testing.assert_allclose(alone["attention"][0], out["attention"][0], atol=1e-6)
+
+    attention, tokens = out["attention"].numpy(), out["output_tokens"].numpy()
+    assert attention.shape[2:] == task.backbone.encoder.grid_shape
+    written = tokens != b"[PAD]"
+    np.testing.assert_allclose(attention.sum((2, 3))[written], 1.0, atol=1e-5)  # each token's weights: one whole
+    assert not attention[~written].any() and not written[len(images):].any()
+
+
+def test_the_attention_is_the_one_the_search_used(exported):
+    """The export's attention (one teacher-forced pass over the chosen caption) equals greedy search's own."""
+    from keras_attn.decoding import greedy_search
+
+    task, scenes, path = exported
+    loaded = tf.saved_model.load(path)
+    out = loaded.signatures["caption"](image=tf.constant([png(scenes.images[1])]), beam_width=tf.constant(1))
+    searched = greedy_search(task.stepper, task.preprocessor.images(scenes.images[1:2]), 10, return_attention=True)
+    steps = int((out["output_tokens"].numpy()[0] != b"[PAD]").sum())
+    np.testing.assert_allclose(out["attention"].numpy()[0, :steps].reshape(steps, -1),
+                               searched["attention"].numpy()[0, :steps, 0, 0], atol=1e-5)
+
+
+def test_a_beam_and_an_empty_batch(exported):
+    _, scenes, path = exported
+    loaded = tf.saved_model.load(path)
+    beam = loaded.signatures["caption"](image=tf.constant([png(scenes.images[2])]), beam_width=tf.constant(4))
+    assert beam["readable"].numpy().tolist() == [True] and beam["score"].numpy()[0] < 0
+    empty = loaded.signatures["caption"](image=tf.constant([], tf.string), beam_width=tf.constant(4))
+    assert empty["caption"].shape == (0,) and empty["attention"].shape[0] == 0
+
+
+def test_it_loads_and_captions_with_tensorflow_alone(exported):
+    _, scenes, path = exported
+    code = ("import sys, tensorflow as tf, tensorflow_text; m = tf.saved_model.load(sys.argv[1]); "
+            "out = m.signatures['caption'](image=tf.constant([open(sys.argv[2], 'rb').read()]), "
+            "beam_width=tf.constant(1)); "
+            "assert not [k for k in sys.modules if k.split('.')[0] in ('keras_attn', 'keras_hub', 'pipelines')]; "
+            "print(out['caption'].numpy()[0].decode())")
+    image = f"{path}/../scene.png"
+    with open(image, "wb") as file:
+        file.write(png(scenes.images[0]))
+    printed = subprocess.run([sys.executable, "-c", code, path, image], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == exported[0].generate(scenes.images[:1], max_length=10)[0]
