@@ -9,7 +9,7 @@
         logs/               TensorBoard's (chief only)
         epochs/             the last epochs' weights, with checkpoint averaging
         STOPPED             a callback stopped the run: a rerun trains no more
-        vocab.txt           BERT's vocabulary, or
+        vocab.txt           BERT's or a captioner's vocabulary, or
         vocab.source.txt, vocab.target.txt   a translation model's
         test.src, test.ref  the test split a translation job scored
 

@@ -27,6 +27,7 @@ def trained(tmp_path_factory):
     return captioning.run(config, log=lines.append), lines
 
 
+@pytest.mark.slow
 def test_soft_attention_learns_the_scenes_and_the_export_captions_as_the_job_did(trained, tmp_path, capsys):
     result, lines = trained
     assert result.metrics["test"]["exact_match"] >= EXACT_MATCH_BAR, lines
@@ -45,6 +46,7 @@ def test_soft_attention_learns_the_scenes_and_the_export_captions_as_the_job_did
     assert Image.open(figure).size[0] > 100
 
 
+@pytest.mark.slow
 def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained, tmp_path, capsys):
     result, _ = trained
     (tmp_path / "notes.png").write_text("not an image")
@@ -58,6 +60,7 @@ def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained,
                                    "image (an empty line printed)")
 
 
+@pytest.mark.slow
 def test_a_users_folder_trains_skipping_bad_images_and_empty_captions(tmp_path):
     scenes = scenes_corpus(seed=2, train_size=40, valid_size=1, test_size=1, held_out_size=1)["train"]
     images = tmp_path / "images"

@@ -116,6 +116,7 @@ def test_each_grid_cell_sees_a_field_centred_on_its_own_tile(stage_depth, width)
         assert columns.max() - columns.min() + 1 == width
 
 
+@pytest.mark.slow
 def test_mirrored_training_step_equals_one_device():
     """An SGD step over 2 logical CPUs equals it on one, with captions of other lengths on each replica; with the
     doubly stochastic term (a layer loss, which Keras does not keep per replica) training is refused."""

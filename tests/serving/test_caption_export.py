@@ -77,6 +77,7 @@ def test_a_beam_and_an_empty_batch(exported):
     assert empty["caption"].shape == (0,) and empty["attention"].shape[0] == 0
 
 
+@pytest.mark.slow
 def test_it_loads_and_captions_with_tensorflow_alone(exported):
     _, scenes, path = exported
     code = ("import sys, tensorflow as tf, tensorflow_text; m = tf.saved_model.load(sys.argv[1]); "
