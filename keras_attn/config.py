@@ -30,7 +30,7 @@ CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "scaled_general", "concat")
 LOCALS = ("monotonic", "predictive")
 DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
-CAPTION_ATTENTIONS = ("soft", "none")  # the captioner's: Show, Attend and Tell's soft attention, or the mean feature
+CAPTION_ATTENTIONS = ("soft", "hard", "none")  # the captioner's: Show, Attend and Tell's two, or the mean feature
 
 # The constraints a flag's value is checked against (the CLI refuses others in one line).
 AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (("at_least", n) for n in (0, 1, 2, 8, 10))
@@ -338,8 +338,9 @@ class CaptionConfig(GenerationConfig):
     image_size: int = setting(64, "the side the images are resized to (a square; pixels)", CAPTION_DATA, AT_LEAST_8)
     preset: str = setting("small", "tiny (encoder 16-32-64, LSTM 128), small (32-64-128, 256)", CAPTION_MODEL,
                           choices=tuple(PRESETS["captioner"]))
-    attention: str = setting("soft", "soft: Show, Attend and Tell's; none: the baseline that reads only the mean "
-                             "image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
+    attention: str = setting("soft", "soft: Show, Attend and Tell's weighted mean of the cells; hard: one sampled "
+                             "cell a word, trained with REINFORCE (one replica only); none: the baseline that reads "
+                             "only the mean image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
     gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
     attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,
                                               NON_NEGATIVE, metavar="LAMBDA")

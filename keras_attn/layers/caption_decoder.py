@@ -16,6 +16,16 @@ h_{t-1} the LSTM's state and y_{t-1} the previous word:
 `AttentionDecoder`'s Bahdanau readout over the same three.) Training adds
 the doubly stochastic regularizer λ Σ_i (1 − Σ_t α_ti)² (4.2.1, eq. 14),
 which asks every cell to be attended about once over the caption.
+
+Hard, stochastic attention (4.1) looks at one cell a word instead:
+
+    s̃_t ~ Multinoulli(α_t),  ẑ_t = a_{s̃_t}
+    ∂L/∂W ≈ ∂log p(y|s̃)/∂W + λ_r (log p(y|s̃) − b) ∂log p(s̃)/∂W + λ_e ∂H[s̃]/∂W   (eq. 12)
+
+with b a moving average of log p(y|s̃) (b ← 0.9 b + 0.1 log p(y|s̃)) and,
+for half of the images of a batch, s̃ set to its expectation (the soft
+context). The second term is REINFORCE (Williams 1992): `reinforce_surrogate`
+is the loss whose gradient it is. At inference a word looks at the argmax cell.
 """
 
 import keras
@@ -38,6 +48,11 @@ class CaptionDecoder(AttentionDecoder):
         attention_regularization: λ of the doubly stochastic term, added
             to the layer's losses when training (`doubly_stochastic_penalty`:
             per word, as the cross-entropy).
+        hard: stochastic hard attention (section 4.1) instead of soft.
+        reinforce_weight: λ_r, the weight of the REINFORCE term (hard).
+        entropy_weight: λ_e, the weight of the attention's entropy bonus (hard).
+        expectation_rate: the share of a batch's images trained with the
+            expectation instead of a sample (hard; the paper's 0.5).
         **kwargs: `AttentionDecoder` arguments (`embedding_dim`,
             `num_layers`, `attention_units`, `dropout`, `tie_output`, ...);
             the attention is always additive (`"bahdanau"`).
@@ -61,41 +76,102 @@ class CaptionDecoder(AttentionDecoder):
     (TensorShape([2, 3, 50]), TensorShape([2, 3, 9]))
     """
 
-    def __init__(self, vocabulary_size, hidden_dim, gate=True, attention_regularization=1.0, **kwargs):
+    def __init__(self, vocabulary_size, hidden_dim, gate=True, attention_regularization=1.0, hard=False,
+                 reinforce_weight=1.0, entropy_weight=0.01, expectation_rate=0.5, **kwargs):
         kwargs.pop("attention", None)
         super().__init__(vocabulary_size, hidden_dim, attention="bahdanau", **kwargs)
         self.gate = gate
         self.attention_regularization = attention_regularization
+        self.hard = hard
+        self.reinforce_weight = reinforce_weight
+        self.entropy_weight = entropy_weight
+        self.expectation_rate = expectation_rate
+        self._sampling = None  # while a hard-attention call trains: which rows sample (B,) bool
 
     def build(self, target_in_shape, memory_shape=None, encoder_states_shape=None, memory_mask_shape=None):
         super().build(target_in_shape, memory_shape, encoder_states_shape, memory_mask_shape)
         if self.gate:
             self.gate_layer = keras.layers.Dense(1, activation="sigmoid", name="gate", dtype=self.dtype_policy)
             self.gate_layer.build((None, self.hidden_dim))
+        if self.hard:
+            self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False)
 
     def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         context, weights = super()._attend(query, memory, memory_keys, memory_mask, index, training)
+        used = weights
+        if self.hard:
+            if self._sampling is not None:  # training: a sample, or for some images the expectation
+                sampled = sample_cells(weights, self.seed_generator)
+                used = ops.where(self._sampling[:, None], sampled, weights)
+            else:
+                used = ops.one_hot(ops.argmax(weights, axis=-1), ops.shape(weights)[-1], dtype=weights.dtype)
+            sources, cells = ops.shape(memory)[0], ops.shape(memory)[1]
+            per_source = ops.reshape(used, (sources, -1, cells))  # the W rows of each source (beam search)
+            context = ops.reshape(ops.einsum("bwl,bld->bwd", per_source, ops.cast(memory, used.dtype)),
+                                  ops.shape(context))
         if self.gate:
             context = context * self.gate_layer(query)  # β_t from h_{t-1}, the query
+        if self._sampling is not None:
+            weights = ops.concatenate([weights, used], axis=-1)  # α and the cells used, split by `call`
         return context, weights
 
     def call(self, target_in, memory=None, encoder_states=None, memory_mask=None, training=None,
              return_attention_scores=False):
-        logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
-                                       return_attention_scores=True)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if training and replicas > 1 and (self.attention_regularization or self.hard):
+            # Keras keeps a layer's losses in one list that every replica's call writes to.
+            what = "hard attention" if self.hard else f"attention_regularization={self.attention_regularization}"
+            raise ValueError(f"{self.name}: {what} cannot train on {replicas} replicas (Keras's layer losses are not "
+                             "kept per replica)" + ("" if self.hard else "; set it to 0"))
+        if self.hard and training:
+            draws = keras.random.uniform(ops.shape(target_in)[:1], seed=self.seed_generator)
+            self._sampling = draws >= self.expectation_rate
+            try:
+                logits, both = super().call(target_in, memory, encoder_states, memory_mask, training=training,
+                                            return_attention_scores=True)
+            finally:
+                self._sampling = None
+            cells = ops.shape(memory)[1]
+            weights, used = both[..., :cells], both[..., cells:]
+            self._add_reinforce_loss(logits, target_in, weights, used, draws >= self.expectation_rate)
+        else:
+            logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
+                                           return_attention_scores=True)
         if training and self.attention_regularization:
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            if replicas > 1:  # Keras keeps a layer's losses in one list that every replica's call writes to
-                raise ValueError(
-                    f"{self.name}: attention_regularization={self.attention_regularization} cannot train on "
-                    f"{replicas} replicas (Keras's layer losses are not kept per replica); set it to 0")
             self.add_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in))
         return (logits, weights) if return_attention_scores else logits
+
+    def _add_reinforce_loss(self, logits, target_in, weights, used, sampling):
+        """The hard-attention terms of eq. 12 as a layer loss, per real word of the batch (as the cross-entropy).
+
+        log p(y|s̃) is the caption's words' log-likelihood under the sampled
+        cells (each `target_in` id after [BOS] as the target of the step
+        before it: every word but the final [EOS]).
+        """
+        real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
+        words = ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)
+        log_probs = ops.log_softmax(ops.cast(logits[:, :-1], "float32"), axis=-1)
+        next_word = ops.expand_dims(target_in[:, 1:], -1)
+        word_log_likelihood = ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1)
+        reward = ops.sum(word_log_likelihood * real[:, 1:], axis=1)  # log p(y|s̃) per image
+        weights = ops.cast(weights, "float32")
+        chosen = ops.sum(weights * ops.cast(used, "float32"), axis=-1)  # α_t(s̃_t) for a sampled row
+        sample_log_prob = ops.sum(ops.log(ops.maximum(chosen, 1e-9)) * real, axis=1)  # log p(s̃) per image
+        sampled = ops.cast(sampling, "float32")
+        baseline = ops.convert_to_tensor(self.baseline)
+        surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled)
+        entropy = -ops.sum(weights * ops.log(ops.maximum(weights, 1e-9)), axis=-1)  # H(α_t)
+        bonus = ops.sum(entropy * real)
+        self.add_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words)
+        mean_reward = ops.sum(ops.stop_gradient(reward) * sampled) / ops.maximum(ops.sum(sampled), 1.0)
+        self.baseline.assign(ops.where(ops.sum(sampled) > 0, 0.9 * baseline + 0.1 * mean_reward, baseline))
 
     def get_config(self):
         config = super().get_config()
         config.pop("attention")
-        config.update({"gate": self.gate, "attention_regularization": self.attention_regularization})
+        config.update({"gate": self.gate, "attention_regularization": self.attention_regularization,
+                       "hard": self.hard, "reinforce_weight": self.reinforce_weight,
+                       "entropy_weight": self.entropy_weight, "expectation_rate": self.expectation_rate})
         return config
 
 
@@ -115,3 +191,20 @@ def doubly_stochastic_penalty(weights, target_in):
     real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
     coverage = ops.sum(ops.cast(weights, "float32") * real[:, :, None], axis=1)  # (B, L): Σ_t α_ti
     return ops.sum(ops.square(1.0 - coverage)) / ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)
+
+
+def sample_cells(weights, seed):
+    """One cell per row drawn from the attention weights `(R, L)`, as one-hot rows (s̃_t ~ Multinoulli(α_t))."""
+    logits = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
+    cells = keras.random.categorical(logits, 1, seed=seed)[:, 0]
+    return ops.one_hot(cells, ops.shape(weights)[-1], dtype=weights.dtype)
+
+
+def reinforce_surrogate(sample_log_prob, reward, baseline):
+    """(R − b) log p(s̃), whose gradient is REINFORCE's estimate of ∇ E[R] for one sample s̃ (Williams 1992).
+
+    The reward and the baseline are constants to the gradient; maximizing
+    the surrogate's mean over samples follows an unbiased estimate of the
+    expected reward's gradient, whatever the baseline.
+    """
+    return ops.stop_gradient(reward - baseline) * sample_log_prob

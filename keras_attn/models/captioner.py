@@ -41,8 +41,10 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         stage_depth: 3×3 convolutions in each of the encoder's stages (one
             gave better grounding than VGG's two: benchmarks/RESULTS.md).
         hidden_dim: the LSTM's width; the embeddings' too.
-        attention: `"soft"` (section 4.2) or `"none"` (the mean feature only).
-        gate: the gating scalar β (soft attention).
+        attention: `"soft"` (section 4.2), `"hard"` (4.1: one sampled cell a
+            word when training, the argmax cell at inference) or `"none"`
+            (the mean feature only).
+        gate: the gating scalar β.
         attention_regularization: λ of the doubly stochastic regularizer (0:
             off; on the generated scenes λ = 1 lowered exact match and
             grounding: benchmarks/RESULTS.md).
@@ -98,8 +100,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         init_h = keras.layers.Dense(hidden_dim, activation="tanh", name="init_h")
         init_c = keras.layers.Dense(hidden_dim, activation="tanh", name="init_c")
         decoder_arguments = dict(attention_units=attention_units, dropout=dropout, name="decoder")
-        if attention == "soft":
-            decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate,
+        if attention != "none":
+            decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate, hard=attention == "hard",
                                      attention_regularization=attention_regularization, **decoder_arguments)
         else:
             decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_attn.decoding import Stepper, greedy_search
 from keras_attn.layers import CaptionDecoder, ImageGridEncoder
-from keras_attn.layers.caption_decoder import doubly_stochastic_penalty
+from keras_attn.layers.caption_decoder import doubly_stochastic_penalty, reinforce_surrogate, sample_cells
 from keras_attn.models import Captioner, CaptionerBackbone
 from keras_attn.models.captioner import starting_state
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -22,8 +22,10 @@ def _backbone(**kwargs):
     return CaptionerBackbone(20, **{**TINY, **kwargs})
 
 
-def test_attention_over_the_grid_sums_to_one_and_the_stepper_reproduces_teacher_forcing():
-    model = _backbone()
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_attention_over_the_grid_sums_to_one_and_the_stepper_reproduces_teacher_forcing(attention):
+    """At inference hard attention reads the argmax cell, in both paths."""
+    model = _backbone(attention=attention)
     full = np.asarray(model({"image": IMAGES, "target_in": TARGET_IN}, training=False))
     grid = model.encoder(IMAGES)
     assert grid.shape == (2, 16, 8)  # two stride-2 stages: a 4×4 grid
@@ -64,7 +66,7 @@ def test_the_doubly_stochastic_term_is_the_papers_over_real_words():
     assert not model.losses  # inference adds nothing
 
 
-@pytest.mark.parametrize("attention", ["none", "soft"])
+@pytest.mark.parametrize("attention", ["none", "soft", "hard"])
 def test_without_attention_the_decoder_reads_only_the_mean_feature(attention):
     model = _backbone(attention=attention)
     grid = model.encoder(IMAGES)
@@ -79,7 +81,7 @@ def test_without_attention_the_decoder_reads_only_the_mean_feature(attention):
 
 def test_an_unknown_attention_is_refused():
     with pytest.raises(ValueError, match="`attention` must be one of"):
-        CaptionerBackbone(20, attention="hard", **TINY)
+        CaptionerBackbone(20, attention="stochastic", **TINY)
 
 
 def test_the_task_generates_and_round_trips_through_a_keras_file(tmp_path):
@@ -148,3 +150,39 @@ def test_mirrored_training_step_equals_one_device():
     assert not all(np.allclose(a, b) for a, b in zip(one, initial))
     with pytest.raises(ValueError, match="attention_regularization=1.0 cannot train on 2 replicas"):
         train(mirrored, regularization=1.0)
+
+
+def test_hard_attentions_gradient_estimator_is_unbiased_on_a_toy_problem():
+    """E_s~α[f(s)] with α = softmax(θ) has the gradient α ⊙ (f − E f); REINFORCE's mean over samples (drawn by
+    `sample_cells`) reaches it, with or without a baseline."""
+    theta = tf.Variable([0.5, -1.0, 0.0, 1.5, -0.5])
+    reward = tf.constant([1.0, 3.0, -2.0, 0.5, 2.0])
+    alpha = tf.nn.softmax(theta)
+    exact = (alpha * (reward - tf.reduce_sum(alpha * reward))).numpy()
+    samples = 40000
+    seed = keras.random.SeedGenerator(7)
+    for baseline in (0.0, 1.2):
+        with tf.GradientTape() as tape:
+            weights = tf.tile(tf.nn.softmax(theta)[None], [samples, 1])
+            chosen = sample_cells(weights, seed)  # one-hot (samples, 5)
+            log_prob = tf.math.log(tf.reduce_sum(weights * chosen, -1))
+            surrogate = tf.reduce_mean(reinforce_surrogate(log_prob, tf.reduce_sum(chosen * reward, -1), baseline))
+        estimate = tape.gradient(surrogate, theta).numpy()
+        np.testing.assert_allclose(estimate, exact, atol=0.03)  # the estimate's standard error is below 0.01
+    frequencies = tf.reduce_mean(chosen, 0).numpy()
+    np.testing.assert_allclose(frequencies, alpha.numpy(), atol=0.01)
+
+
+def test_hard_attention_trains_one_cell_a_word_with_its_reinforce_terms():
+    model = _backbone(attention="hard")
+    grid = model.encoder(IMAGES)
+    state = starting_state(model.init_h, model.init_c, grid)
+    model.decoder.expectation_rate = 0.0  # every image samples
+    logits = model.decoder(TARGET_IN, grid, state, training=True)
+    assert len(model.decoder.losses) == 1 and np.isfinite(float(model.decoder.losses[0]))
+    assert float(model.decoder.baseline) < 0  # a moving average of log-likelihoods
+    again = model.decoder(TARGET_IN, grid, state, training=True)
+    assert not np.allclose(logits, again)  # other cells sampled
+    model.decoder.expectation_rate = 1.0  # every image takes the expectation: soft attention, deterministic
+    soft = [np.asarray(model.decoder(TARGET_IN, grid, state, training=True)) for _ in range(2)]
+    np.testing.assert_allclose(soft[0], soft[1], atol=1e-6)
