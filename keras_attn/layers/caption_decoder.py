@@ -94,7 +94,8 @@ class CaptionDecoder(AttentionDecoder):
             self.gate_layer = keras.layers.Dense(1, activation="sigmoid", name="gate", dtype=self.dtype_policy)
             self.gate_layer.build((None, self.hidden_dim))
         if self.hard:
-            self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False)
+            self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False,
+                                            autocast=False)  # float32 under a mixed precision policy too
 
     def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         context, weights = super()._attend(query, memory, memory_keys, memory_mask, index, training)

@@ -186,3 +186,14 @@ def test_hard_attention_trains_one_cell_a_word_with_its_reinforce_terms():
     model.decoder.expectation_rate = 1.0  # every image takes the expectation: soft attention, deterministic
     soft = [np.asarray(model.decoder(TARGET_IN, grid, state, training=True)) for _ in range(2)]
     np.testing.assert_allclose(soft[0], soft[1], atol=1e-6)
+
+
+def test_hard_attention_trains_under_mixed_bfloat16():
+    """Its baseline stays a float32 variable under a mixed precision policy (it failed to add to bfloat16 before)."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = _backbone(attention="hard")
+        model({"image": IMAGES, "target_in": TARGET_IN}, training=True)
+        assert model.decoder.baseline.dtype == "float32" and np.isfinite(float(model.decoder.baseline))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
