@@ -210,6 +210,7 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     assert history["val_loss"][1] < history["val_loss"][0] - 0.05, history
 
 
+@pytest.mark.long  # 80-100 s with its reference run; the suite's 10 minutes: `python -m pytest -m long`
 def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path):
     run = _run_dir(tmp_path, uninterrupted)
     configs = local_cluster(2)
