@@ -366,12 +366,8 @@ def _train(args):
     from keras_attn.jobs import translation
 
     result = translation.run(job)
-    if not result.samples:  # a worker other than the chief: it only trains
+    if not _report_samples(result, "translations"):
         return 0
-    print("\nsample translations:")
-    for source, hypothesis in result.samples:
-        print(f"  {source}\n  → {hypothesis}")
-    _say_exported(result)
     if result.export_path:
         print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
         test_split = run_folder.path(job.run_dir, run_folder.TEST_SOURCE)
@@ -379,16 +375,23 @@ def _train(args):
     return 0
 
 
+def _report_samples(result, what):
+    """Prints a job's sample outputs and where it exported; False on a worker that only trained."""
+    if not result.samples:
+        return False
+    print(f"\nsample {what}:")
+    for given, output in result.samples:
+        print(f"  {given}\n  → {output}")
+    _say_exported(result)
+    return True
+
+
 def _train_captioner(job):
     from keras_attn.jobs import captioning
 
     result = captioning.run(job)
-    if not result.samples:
+    if not _report_samples(result, "captions"):
         return 0
-    print("\nsample captions:")
-    for name, caption in result.samples:
-        print(f"  {name}\n  → {caption}")
-    _say_exported(result)
     if result.export_path:
         print(f"try: keras-attn caption {result.export_path} IMAGE.png   (PNG, JPEG, GIF or BMP files)")
     return 0

@@ -19,7 +19,7 @@ import numpy as np
 
 from keras_attn import evaluation, run_folder, serving
 from keras_attn.jobs import common
-from keras_attn.jobs.translation import compile_task
+from keras_attn.jobs.translation import TranslationResult, compile_task
 from keras_attn.models import Captioner
 from keras_attn.errors import UserError
 from keras_attn.training.runner import prepare, train
@@ -50,8 +50,8 @@ class CaptionSplit:
 
 
 @dataclasses.dataclass
-class CaptionResult:
-    """What a run gives back (as `jobs.translation.TranslationResult`).
+class CaptionResult(TranslationResult):
+    """What a run gives back: `jobs.translation.TranslationResult`'s fields, with
 
     Attributes:
         metrics: `{split: evaluation.caption_scores}` of the test split (and
@@ -59,15 +59,6 @@ class CaptionResult:
             `parameters` and `train_seconds`.
         samples: `(image name, caption)` of the first test images.
     """
-
-    export_path: str
-    metrics: dict
-    samples: list
-    history: dict
-    model: keras.Model = None
-    steps: int = 0
-    new_export: bool = False
-    already_finished: bool = False
 
 
 def read_caption_files(config):
