@@ -90,3 +90,28 @@ def test_it_loads_and_captions_with_tensorflow_alone(exported):
         file.write(png(scenes.images[0]))
     printed = subprocess.run([sys.executable, "-c", code, path, image], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == exported[0].generate(scenes.images[:1], max_length=10)[0]
+
+
+def test_keras_attn_serve_captions_base64_images_over_rest(exported):
+    """TensorFlow Serving's REST API: binary inputs as {"b64": ...}; a non-image row answers readable=false."""
+    import base64
+    import os
+
+    from starlette.testclient import TestClient
+
+    from keras_attn.config import ServeConfig
+    from keras_attn.serving.server import create_app
+
+    task, scenes, path = exported
+    root = os.path.dirname(os.path.dirname(path))
+    images = [png(scenes.images[0]), b"plain text, not an image"]
+    rows = [{"image": {"b64": base64.b64encode(image).decode()}, "beam_width": 1} for image in images]
+    with TestClient(create_app(ServeConfig(root, poll_seconds=0))) as client:
+        answer = client.post("/v1/models/captioner:predict", json={"signature_name": "caption", "instances": rows})
+        assert answer.status_code == 200, answer.text
+        first, second = answer.json()["predictions"]
+        assert first["caption"] == task.generate(scenes.images[:1], max_length=10)[0] and first["readable"]
+        assert second["caption"] == "" and second["readable"] is False
+        bad = client.post("/v1/models/captioner:predict",
+                          json={"signature_name": "caption", "instances": [{"image": {"b64": "%%"}, "beam_width": 1}]})
+        assert bad.status_code == 400 and "base64" in bad.json()["error"]
