@@ -24,10 +24,7 @@ Hard, stochastic attention (4.1) looks at one cell a word instead:
 
 with b a moving average of log p(y|s̃) (b ← 0.9 b + 0.1 log p(y|s̃)) and,
 for half of the images of a batch, s̃ set to its expectation (the soft
-context). Beyond the paper, the REINFORCE term is divided by a moving
-estimate of the reward's standard deviation around b (variance
-normalization, Mnih and Gregor 2014): a caption's log-likelihood is a sum
-over its words, tens of nats early in training. The second term is REINFORCE (Williams 1992): `reinforce_surrogate`
+context). The second term is REINFORCE (Williams 1992): `reinforce_surrogate`
 is the loss whose gradient it is. At inference a word looks at the argmax cell.
 """
 
@@ -97,11 +94,8 @@ class CaptionDecoder(AttentionDecoder):
             self.gate_layer = keras.layers.Dense(1, activation="sigmoid", name="gate", dtype=self.dtype_policy)
             self.gate_layer.build((None, self.hidden_dim))
         if self.hard:
-            # float32 under a mixed precision policy too
             self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False,
-                                            autocast=False)
-            self.reward_variance = self.add_weight(name="reward_variance", shape=(), initializer="ones",
-                                                   trainable=False, autocast=False)
+                                            autocast=False)  # float32 under a mixed precision policy too
 
     def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         context, weights = super()._attend(query, memory, memory_keys, memory_mask, index, training)
@@ -165,18 +159,13 @@ class CaptionDecoder(AttentionDecoder):
         chosen = ops.sum(weights * ops.cast(used, "float32"), axis=-1)  # α_t(s̃_t) for a sampled row
         sample_log_prob = ops.sum(ops.log(ops.maximum(chosen, 1e-9)) * real, axis=1)  # log p(s̃) per image
         sampled = ops.cast(sampling, "float32")
-        baseline, variance = ops.convert_to_tensor(self.baseline), ops.convert_to_tensor(self.reward_variance)
-        scale = ops.rsqrt(ops.maximum(variance, 1.0))  # variance normalization
-        surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled) * scale
+        baseline = ops.convert_to_tensor(self.baseline)
+        surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled)
         entropy = -ops.sum(weights * ops.log(ops.maximum(weights, 1e-9)), axis=-1)  # H(α_t)
         bonus = ops.sum(entropy * real)
         self.add_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words)
         mean_reward = ops.sum(ops.stop_gradient(reward) * sampled) / ops.maximum(ops.sum(sampled), 1.0)
-        deviation = ops.square(ops.stop_gradient(reward) - baseline)
-        spread = ops.sum(deviation * sampled) / ops.maximum(ops.sum(sampled), 1.0)
-        any_sampled = ops.sum(sampled) > 0
-        self.baseline.assign(ops.where(any_sampled, 0.9 * baseline + 0.1 * mean_reward, baseline))
-        self.reward_variance.assign(ops.where(any_sampled, 0.9 * variance + 0.1 * spread, variance))
+        self.baseline.assign(ops.where(ops.sum(sampled) > 0, 0.9 * baseline + 0.1 * mean_reward, baseline))
 
     def get_config(self):
         config = super().get_config()
