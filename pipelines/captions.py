@@ -161,15 +161,16 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
     >>> inputs["image"].shape, inputs["target_in"].shape, target_out.shape
     (TensorShape([2, 16, 16, 3]), TensorShape([2, 4]), TensorShape([2, 4]))
     """
-    image_rows = np.arange(len(images)) if image_rows is None else np.asarray(image_rows)
+    image_rows = np.arange(len(images)) if image_rows is None else image_rows
     if len(image_rows) != len(captions):
         raise ValueError(f"{len(image_rows)} image rows but {len(captions)} captions: one image row per caption")
-    pairs = np.arange(len(captions)) if order is None else np.asarray(order)
+    pairs = np.arange(len(image_rows)) if order is None else np.asarray(order)
     dataset = tf.data.Dataset.from_tensor_slices(pairs)
     if shuffle and order is None:
-        dataset = dataset.shuffle(len(captions), seed=seed, reshuffle_each_iteration=True)
-    pixels = tf.constant(images)
-    rows, texts = tf.constant(image_rows, tf.int32), tf.constant(list(captions), tf.string)
+        dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+    pixels = tf.convert_to_tensor(images)  # a tensor already (`caption_epochs`) is not copied again
+    rows = tf.convert_to_tensor(image_rows, tf.int32)
+    texts = captions if tf.is_tensor(captions) else tf.constant(list(captions), tf.string)
 
     def pack(pair):
         packed = preprocessor(tf.gather(pixels, tf.gather(rows, pair)), tf.gather(texts, pair))
@@ -196,8 +197,14 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
     (3, [2, 2, 1])
     """
 
+    count = len(captions)
+    image_rows = np.arange(len(images)) if image_rows is None else image_rows
+    # Made tensors once: every epoch's dataset reads the same pixels instead of copying them.
+    images, captions = tf.convert_to_tensor(images), tf.constant(list(captions), tf.string)
+    image_rows = tf.convert_to_tensor(image_rows, tf.int32)
+
     def epoch_batches(epoch):
-        order = np.random.default_rng([seed, epoch]).permutation(len(captions))
+        order = np.random.default_rng([seed, epoch]).permutation(count)
         return caption_dataset(images, captions, preprocessor, batch_size, image_rows=image_rows, order=order)
 
     return epoch_batches

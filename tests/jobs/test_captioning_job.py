@@ -101,11 +101,9 @@ def test_a_captions_file_with_nothing_to_train_on_is_one_line(tmp_path, capsys, 
     assert message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("model", [dict(attention="hard"), dict(attention_regularization=1.0)])
-def test_what_trains_on_one_replica_only_is_refused_on_two(tmp_path, model):
-    from keras_attn.errors import UserError
-
-    config = CaptionConfig(strategy="mirrored", devices=["/cpu:0", "/cpu:1"], builtin_scenes=10,
-                           run_dir=str(tmp_path / "run"), export=False, **model)
-    with pytest.raises(UserError, match="trains on one replica only .* got 2: use --strategy one_device"):
-        captioning.run(config, log=lambda line: None)
+@pytest.mark.parametrize("flags", [["--attention", "hard"], ["--attention-regularization", "1"]])
+def test_what_trains_on_one_replica_only_is_refused_on_two(tmp_path, capsys, flags):
+    assert cli.main(["train", "captioner", *flags, "--strategy", "mirrored", "--devices", "/cpu:0", "/cpu:1",
+                     "--builtin-scenes", "10", "--run-dir", str(tmp_path / "run"), "--no-export"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trains on one replica only" in err and "got 2: use --strategy one_device" in err
