@@ -339,7 +339,7 @@ class CaptionConfig(GenerationConfig):
     preset: str = setting("small", "tiny (encoder 16-32-64, LSTM 128), small (32-64-128, 256)", CAPTION_MODEL,
                           choices=tuple(PRESETS["captioner"]))
     attention: str = setting("soft", "soft: Show, Attend and Tell's weighted mean of the cells; hard: one sampled "
-                             "cell a word, trained with REINFORCE (one replica only); none: the baseline that reads "
+                             "cell a word, trained with REINFORCE; none: the baseline that reads "
                              "only the mean image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
     gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
     attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,

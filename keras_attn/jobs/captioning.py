@@ -14,15 +14,13 @@ import hashlib
 import os
 import time
 
-import keras
 import numpy as np
 
 from keras_attn import evaluation, run_folder, serving
 from keras_attn.jobs import common
 from keras_attn.jobs.translation import TranslationResult, compile_task
 from keras_attn.models import Captioner
-from keras_attn.errors import UserError
-from keras_attn.training.runner import prepare, train
+from keras_attn.training.runner import train
 from pipelines import captions as caption_files
 from pipelines import scenes, text, tokenizers
 from pipelines.captions import caption_dataset, caption_epochs
@@ -142,7 +140,6 @@ def run(config, log=print):
     started = time.time()
     listed = read_caption_files(config)
     chief = common.start(config, log)
-    _check_one_replica_terms(config)
     splits = load_splits(config, listed, log)
     train_split, valid_split = splits["train"], splits["valid"]
     log(f"data: {len(train_split.captions)} training captions of {len(train_split.names)} images, "
@@ -188,15 +185,6 @@ def run(config, log=print):
     samples = list(zip(test.names[:config.samples], metrics["test"]["hypotheses"][:config.samples]))
     return CaptionResult(export_path=path, metrics=metrics, samples=samples, history=result.history, model=model,
                          steps=result.steps, new_export=new_export, already_finished=result.already_finished)
-
-
-def _check_one_replica_terms(config):
-    """Refuses in one line what trains on one replica only: hard attention and the doubly stochastic term."""
-    replicas = prepare(config).num_replicas_in_sync
-    if replicas > 1 and (config.attention == "hard" or config.attention_regularization):
-        what = "--attention hard" if config.attention == "hard" else "--attention-regularization > 0"
-        raise UserError(f"{what} trains on one replica only (Keras keeps a layer's losses in one list that every "
-                        f"replica writes to), got {replicas}: use --strategy one_device")
 
 
 def _fingerprint_lines(split):

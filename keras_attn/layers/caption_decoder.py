@@ -28,13 +28,14 @@ context). The second term is REINFORCE (Williams 1992): `reinforce_surrogate`
 is the loss whose gradient it is. At inference a word looks at the argmax cell.
 """
 
+import threading
+
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_attn.layers.rnn_decoder import AttentionDecoder
 from keras_attn.special_tokens import PAD_ID
-from keras_attn.training.losses import sum_over_replicas
+from keras_attn.training.losses import as_layer_loss, sum_over_replicas
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -95,7 +96,8 @@ class CaptionDecoder(AttentionDecoder):
             self.gate_layer.build((None, self.hidden_dim))
         if self.hard:
             self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False,
-                                            autocast=False)  # float32 under a mixed precision policy too
+                                            autocast=False,  # float32 under a mixed precision policy too
+                                            aggregation="only_first_replica")
 
     def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         context, weights = super()._attend(query, memory, memory_keys, memory_mask, index, training)
@@ -118,12 +120,6 @@ class CaptionDecoder(AttentionDecoder):
 
     def call(self, target_in, memory=None, encoder_states=None, memory_mask=None, training=None,
              return_attention_scores=False):
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if training and replicas > 1 and (self.attention_regularization or self.hard):
-            # Keras keeps a layer's losses in one list that every replica's call writes to.
-            what = "hard attention" if self.hard else f"attention_regularization={self.attention_regularization}"
-            raise ValueError(f"{self.name}: {what} cannot train on {replicas} replicas (Keras's layer losses are not "
-                             "kept per replica)" + ("" if self.hard else "; set it to 0"))
         if self.hard and training:
             draws = keras.random.uniform(ops.shape(target_in)[:1], seed=self.seed_generator)
             self._sampling = draws >= self.expectation_rate
@@ -139,8 +135,22 @@ class CaptionDecoder(AttentionDecoder):
             logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
                                            return_attention_scores=True)
         if training and self.attention_regularization:
-            self.add_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in))
+            self.add_loss(as_layer_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in)))
         return (logits, weights) if return_attention_scores else logits
+
+    @property
+    def _losses(self):
+        # Keras's list of the layer's losses, one per thread: under a tf.distribute strategy each replica's call
+        # runs in a thread of its own, and with one shared list another replica clears or extends it between this
+        # replica's `add_loss` and its loss (they pause at each cross-replica sum in between).
+        per_thread = self.__dict__.setdefault("_losses_per_thread", threading.local())
+        if not hasattr(per_thread, "losses"):
+            per_thread.losses = []
+        return per_thread.losses
+
+    @_losses.setter
+    def _losses(self, losses):
+        self.__dict__.setdefault("_losses_per_thread", threading.local()).losses = losses
 
     def _add_reinforce_loss(self, logits, target_in, weights, used, sampling):
         """The hard-attention terms of eq. 12 as a layer loss, per real word of the batch (as the cross-entropy).
@@ -163,9 +173,10 @@ class CaptionDecoder(AttentionDecoder):
         surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled)
         entropy = -ops.sum(weights * ops.log(ops.maximum(weights, 1e-9)), axis=-1)  # H(α_t)
         bonus = ops.sum(entropy * real)
-        self.add_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words)
-        mean_reward = ops.sum(ops.stop_gradient(reward) * sampled) / ops.maximum(ops.sum(sampled), 1.0)
-        self.baseline.assign(ops.where(ops.sum(sampled) > 0, 0.9 * baseline + 0.1 * mean_reward, baseline))
+        self.add_loss(as_layer_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words))
+        samples = sum_over_replicas(ops.sum(sampled))  # the global batch's: every replica keeps the same baseline
+        mean_reward = sum_over_replicas(ops.sum(ops.stop_gradient(reward) * sampled)) / ops.maximum(samples, 1.0)
+        self.baseline.assign(ops.where(samples > 0, 0.9 * baseline + 0.1 * mean_reward, baseline))
 
     def get_config(self):
         config = super().get_config()

@@ -23,6 +23,18 @@ def sum_over_replicas(value):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
+def as_layer_loss(share):
+    """A replica's share of the global batch's mean loss, as a layer's `add_loss` takes it.
+
+    Keras's TensorFlow trainer divides each layer loss by the replicas in
+    sync (it takes one for its replica's own mean); a share of the global
+    mean is multiplied back, so the replicas' summed gradients equal one
+    device's on the whole batch.
+    """
+    context = tf.distribute.get_replica_context()
+    return share if context is None else share * context.num_replicas_in_sync
+
+
 def token_cross_entropy(targets, logits, label_smoothing=0.0):
     """Per-token cross-entropy against q = `(1 - ε)·one_hot + ε / V`.
 

@@ -99,11 +99,3 @@ def test_a_captions_file_with_nothing_to_train_on_is_one_line(tmp_path, capsys, 
                      "--run-dir", str(tmp_path / "run"), "--no-export"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
-
-
-@pytest.mark.parametrize("flags", [["--attention", "hard"], ["--attention-regularization", "1"]])
-def test_what_trains_on_one_replica_only_is_refused_on_two(tmp_path, capsys, flags):
-    assert cli.main(["train", "captioner", *flags, "--strategy", "mirrored", "--devices", "/cpu:0", "/cpu:1",
-                     "--builtin-scenes", "10", "--run-dir", str(tmp_path / "run"), "--no-export"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "trains on one replica only" in err and "got 2: use --strategy one_device" in err
