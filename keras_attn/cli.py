@@ -266,6 +266,9 @@ def build_parser():
     evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
     evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
     evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
+    evaluate.add_argument("--tokenized", action="store_true",
+                          help="also score the text as tokenized, words split at whitespace only, as multi-bleu.perl "
+                               "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)")
 
     caption = command("caption", "caption images with an exported captioner (one caption a line)")
     caption.add_argument("model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>")
@@ -480,7 +483,7 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from keras_attn.evaluation import format_scores, translation_scores
+    from keras_attn.evaluation import format_scores, tokenized_bleu, translation_scores
 
     source_path, reference_path = _test_split(args)
     sources, references = _read_lines(source_path), _read_lines(reference_path)
@@ -495,6 +498,10 @@ def _evaluate(args):
     print(f"BLEU signature: {scores['signature']}")
     print(f"tokenized lowercased BLEU signature: {scores['bleu_tok_lc_signature']}")
     print(f"chrF signature: {scores['chrf_signature']}")
+    if args.tokenized:
+        tokenized = tokenized_bleu(hypotheses, references)
+        print(f"BLEU on the text as tokenized: {tokenized['bleu_tokenized']:.2f} "
+              f"(signature: {tokenized['bleu_tokenized_signature']})")
     return 0
 
 

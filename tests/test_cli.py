@@ -173,6 +173,13 @@ def test_evaluate_defaults_to_the_test_split_of_the_run(tiny_export, tiny_transl
     assert printed[1].startswith("BLEU signature: nrefs:1|case:mixed|")
     assert printed[2].startswith("tokenized lowercased BLEU signature: nrefs:1|case:lc|")
     assert printed[3].startswith("chrF signature: nrefs:1|case:mixed|") and "nc:6" in printed[3]
+    assert len(printed) == 4
+
+    assert cli.main(["evaluate", tiny_export, "--beam-width", "1", "--tokenized"]) == 0
+    tokenized = evaluation.tokenized_bleu([t.decode() for t in out], TARGETS)
+    assert capsys.readouterr().out.splitlines()[4] == (
+        f"BLEU on the text as tokenized: {tokenized['bleu_tokenized']:.2f} (signature: nrefs:1|case:mixed|eff:no|"
+        "tok:none|smooth:none|version:" + tokenized["bleu_tokenized_signature"].split("version:")[1] + ")")
 
 
 def test_plot_attention_creates_missing_folders(tiny_export, cli_loads_once, tmp_path, capsys):
