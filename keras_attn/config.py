@@ -23,7 +23,7 @@ from keras_attn.presets import PRESETS
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
-SCHEDULES = ("cosine", "noam")  # the translation jobs' learning-rate schedules
+SCHEDULES = ("cosine", "inverse_sqrt")  # the translation jobs' learning-rate schedules
 # The RNN Seq2Seq model's options.
 ATTENTIONS = ("bahdanau", "luong", "none")
 CELLS = ("lstm", "gru")
@@ -160,8 +160,9 @@ class GenerationConfig(RunConfig):
                                        metavar="N")
     label_smoothing: float = setting(0.1, "probability mass spread over the other tokens of each target",
                                      MODEL, FRACTION)
-    schedule: str = setting("cosine", "cosine: warm-up, then cosine decay to the end of the run; noam: the paper's",
-                            MODEL, choices=SCHEDULES)
+    schedule: str = setting("cosine", "cosine: linear warm-up, then cosine decay to the end of the run; inverse_sqrt: "
+                            "linear warm-up, then peak x sqrt(warm-up steps / step), the Transformer paper's shape "
+                            "(fairseq's inverse_sqrt)", MODEL, choices=SCHEDULES)
     learning_rate: float = setting(2e-3, "peak learning rate", MODEL, POSITIVE)
     warmup_steps: int = setting(200, "steps of linear learning-rate warm-up", MODEL, AT_LEAST_1)
     beam_width: int = setting(4, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)

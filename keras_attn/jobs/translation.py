@@ -290,7 +290,7 @@ def compile_task(model, config, total_steps):
     """Compiles the job's `Seq2SeqLM` with its defaults and the config's schedule and label smoothing.
 
     `"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end
-    (`total_steps`). `"noam"`: `Seq2SeqLM.compile`'s own, the paper's
+    (`total_steps`). `"inverse_sqrt"`: `Seq2SeqLM.compile`'s own, the paper's
     schedule with its peak, `learning_rate`, after `warmup_steps`.
     """
     learning_rate = config.learning_rate

@@ -238,7 +238,7 @@ def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path,
         assert code == 2 and len(error.splitlines()) == 1 and message in error, error
 
 
-@pytest.mark.parametrize("schedule", ["cosine", "noam"])
+@pytest.mark.parametrize("schedule", ["cosine", "inverse_sqrt"])
 def test_the_job_compiles_its_schedule_with_the_peak_after_the_warm_up(schedule):
     import keras
 
@@ -256,6 +256,6 @@ def test_the_job_compiles_its_schedule_with_the_peak_after_the_warm_up(schedule)
     assert peak == pytest.approx(3e-3, rel=1e-5)
     assert abs(by_step.index(peak) - 40) <= 1  # warm-up, then decay
     assert by_step[0] < 3e-4 and by_step[199] < 0.8 * peak
-    # Then each its own decay: cosine to 2% of the peak at the run's end, Noam as 1/sqrt(step).
-    end = {"cosine": 0.02 * 3e-3, "noam": 3e-3 * (40 / 400) ** 0.5}[schedule]
+    # Then each its own decay: cosine to 2% of the peak at the run's end, inverse_sqrt as 1/sqrt(step).
+    end = {"cosine": 0.02 * 3e-3, "inverse_sqrt": 3e-3 * (40 / 400) ** 0.5}[schedule]
     assert float(rate(399)) == pytest.approx(end, rel=0.05)

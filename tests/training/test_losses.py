@@ -135,6 +135,15 @@ def test_transformer_schedule_follows_its_formula():
     assert legacy.get_config() == schedule.get_config()
 
 
+def test_with_peak_is_fairseqs_inverse_sqrt():
+    """fairseq's `inverse_sqrt` (warm-up from 0): lr = peak · n / warmup up to the warm-up's end, then
+    peak · sqrt(warmup / n), at update n = step + 1: `--schedule inverse_sqrt`."""
+    schedule = TransformerSchedule.with_peak(128, warmup_steps=2000, peak=5e-3)
+    n = np.arange(0, 9000, 37) + 1.0
+    expected = np.where(n < 2000, 5e-3 * n / 2000, 5e-3 * np.sqrt(2000 / n))
+    np.testing.assert_allclose([float(schedule(s)) for s in n - 1], expected, rtol=1e-5)
+
+
 def test_warmup_cosine_follows_its_formula():
     """Linear warm-up to the peak, then cosine decay to 2% of it at the last step."""
     from keras_attn.training import warmup_cosine
