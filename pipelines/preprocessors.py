@@ -10,7 +10,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID
-from pipelines.tokenizers import WordPieceTokenizer
+from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
+from pipelines.tokenizers import SubwordTokenizer, WordPieceTokenizer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -23,8 +24,9 @@ class TranslationPreprocessor(keras.layers.Layer):
     the source has at least one column (an all-empty batch still decodes).
 
     Args:
-        source_tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
-            vocabulary (a list of tokens).
+        source_tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
+            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
+            tokens).
         target_tokenizer: the same for the target; the source's when `None`
             (one shared vocabulary).
         max_length: the longest source and target, in ids.
@@ -85,8 +87,8 @@ class TranslationPreprocessor(keras.layers.Layer):
         shared = self.target_tokenizer is self.source_tokenizer
         return {
             **super().get_config(),
-            "source_tokenizer": self.source_tokenizer.vocabulary,
-            "target_tokenizer": None if shared else self.target_tokenizer.vocabulary,
+            "source_tokenizer": self.source_tokenizer.spec,
+            "target_tokenizer": None if shared else self.target_tokenizer.spec,
             "max_length": self.max_length,
             "lowercase": self.source_tokenizer.lowercase,
         }
@@ -101,8 +103,9 @@ class CaptionPreprocessor(keras.layers.Layer):
     `target_out` as a translation's target does (`pack_target`).
 
     Args:
-        tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
-            vocabulary (a list of tokens).
+        tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
+            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
+            tokens).
         image_size: the side of the square images the model reads.
         max_length: the longest caption, in ids.
         lowercase: with a vocabulary given as a list, whether text is lowercased.
@@ -156,7 +159,7 @@ class CaptionPreprocessor(keras.layers.Layer):
 
     def get_config(self):
         return {
-            **super().get_config(), "tokenizer": self.tokenizer.vocabulary, "image_size": self.image_size,
+            **super().get_config(), "tokenizer": self.tokenizer.spec, "image_size": self.image_size,
             "max_length": self.max_length, "lowercase": self.tokenizer.lowercase,
         }
 
@@ -218,8 +221,9 @@ class BertPreprocessor(keras.layers.Layer):
     1 for `B [SEP]`.
 
     Args:
-        tokenizer: a `pipelines.tokenizers.WordPieceTokenizer`, or its
-            vocabulary (a list of tokens).
+        tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
+            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
+            tokens).
         max_length: the longest row, `[CLS]` and `[SEP]`s included.
         lowercase: with a vocabulary given as a list, whether text is lowercased.
         **kwargs: `keras.layers.Layer` arguments.
@@ -282,13 +286,16 @@ class BertPreprocessor(keras.layers.Layer):
     def get_config(self):
         return {
             **super().get_config(),
-            "tokenizer": self.tokenizer.vocabulary,
+            "tokenizer": self.tokenizer.spec,
             "max_length": self.max_length,
             "lowercase": self.tokenizer.lowercase,
         }
 
 
-def _tokenizer(tokenizer_or_vocabulary, lowercase):
-    if isinstance(tokenizer_or_vocabulary, WordPieceTokenizer):
-        return tokenizer_or_vocabulary
-    return WordPieceTokenizer(list(tokenizer_or_vocabulary), lowercase=lowercase)
+def _tokenizer(tokenizer_or_spec, lowercase):
+    """A tokenizer, or one rebuilt from its `spec`: a WordPiece vocabulary or a SentencePiece model."""
+    if isinstance(tokenizer_or_spec, SubwordTokenizer):
+        return tokenizer_or_spec
+    if isinstance(tokenizer_or_spec, dict):
+        return SentencePieceTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
+    return WordPieceTokenizer(list(tokenizer_or_spec), lowercase=lowercase)

@@ -133,7 +133,38 @@ def huggingface_tokenizer(vocabulary=None, lowercase=False):
     return tokenizer
 
 
-class WordPieceTokenizer(tf.Module):
+class SubwordTokenizer(tf.Module):
+    """What the in-graph subword tokenizers share: a vocabulary indexed by id, and ids back to their tokens.
+
+    A subclass sets `self._vocabulary` (a list of `str`, `SPECIAL_TOKENS`
+    first), `self._tokens` (the same as a string tensor) and `lowercase`,
+    and has `tokenize`, `detokenize`, `save`, `load` and `spec` (what a
+    config holds to rebuild it: `tokenizer_from_spec`).
+    """
+
+    @property
+    def vocabulary(self):
+        """The tokens, a list of `str` indexed by id."""
+        return list(self._vocabulary)
+
+    @property
+    def vocabulary_size(self):
+        return len(self._vocabulary)
+
+    def id_to_token(self, ids):
+        """Token strings of ids, same shape; unknown ids give `[UNK]`."""
+        ids = tf.cast(as_ids(ids), tf.int32)
+        known = lambda i: tf.where((i >= 0) & (i < self.vocabulary_size), i, UNK_ID)  # noqa: E731
+        ids = ids.with_flat_values(known(ids.flat_values)) if isinstance(ids, tf.RaggedTensor) else known(ids)
+        return tf.gather(self._tokens, ids)
+
+    def tokens(self, ids):
+        """Token strings of a 1-D sequence of ids, as a list of `str` (for plots)."""
+        return [self._vocabulary[i] if 0 <= i < self.vocabulary_size else SPECIAL_TOKENS[UNK_ID]
+                for i in (int(i) for i in tf.reshape(ids, [-1]).numpy())]
+
+
+class WordPieceTokenizer(SubwordTokenizer):
     """WordPiece tokenizer that runs in the TF graph (tf.data, SavedModel).
 
     Text is normalized (invalid UTF-8 replaced by U+FFFD, invisible
@@ -188,15 +219,6 @@ class WordPieceTokenizer(tf.Module):
             no_pretokenization=False,
         )
         self._tokens = tf.constant(vocabulary, tf.string)
-
-    @property
-    def vocabulary(self):
-        """The tokens, a list of `str` indexed by id."""
-        return list(self._vocabulary)
-
-    @property
-    def vocabulary_size(self):
-        return len(self._vocabulary)
 
     def normalize(self, strings):
         """Makes any string valid, visible text, as the vocabulary saw it.
@@ -254,7 +276,7 @@ class WordPieceTokenizer(tf.Module):
         Returns:
             A `(B,)` `tf.string` tensor, or a scalar for 1-D `ids`.
         """
-        ids = _as_ids(ids)
+        ids = as_ids(ids)
         if ids.shape.rank == 1:
             return self.detokenize(tf.expand_dims(ids, 0))[0]
         if not isinstance(ids, tf.RaggedTensor):
@@ -269,26 +291,6 @@ class WordPieceTokenizer(tf.Module):
             for _ in range(passes):
                 text = tf.strings.regex_replace(text, pattern, rewrite)
         return text
-
-    def id_to_token(self, ids):
-        """Token strings of ids, same shape; unknown ids give `[UNK]`."""
-        ids = _as_ids(ids)
-        ids = tf.cast(ids, tf.int32)
-        in_range = (ids >= 0) & (ids < self.vocabulary_size)
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.with_flat_values(
-                tf.where(in_range.flat_values, ids.flat_values, UNK_ID)
-            )
-        else:
-            ids = tf.where(in_range, ids, UNK_ID)
-        return tf.gather(self._tokens, ids)
-
-    def tokens(self, ids):
-        """Token strings of a 1-D sequence of ids, as a list of `str` (for plots)."""
-        return [
-            self._vocabulary[i] if 0 <= i < self.vocabulary_size else "[UNK]"
-            for i in (int(i) for i in tf.reshape(ids, [-1]).numpy())
-        ]
 
     def save(self, path):
         """Writes the vocabulary to `path`, one token per line, atomically.
@@ -306,8 +308,13 @@ class WordPieceTokenizer(tf.Module):
         """A tokenizer from a vocabulary file written by `save`."""
         return cls(Path(path), lowercase=lowercase)
 
+    @property
+    def spec(self):
+        """What rebuilds the tokenizer in a config: its vocabulary."""
+        return self.vocabulary
 
-def _as_ids(ids):
+
+def as_ids(ids):
     """A tensor or ragged tensor of ids (Python lists may be ragged)."""
     if isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
         return ids

@@ -1,0 +1,155 @@
+"""SentencePiece subwords (Kudo and Richardson 2018): BPE or unigram, learned in Python, applied in TF.
+
+The model is learned by the `sentencepiece` library (byte-pair encoding,
+Sennrich et al. 2016, or the unigram language model, Kudo 2018) over raw
+text, spaces included: a space is the piece marker ▁, so detokenizing is
+joining the pieces and turning ▁ back into spaces, exact for any text with
+no language-specific rules. Text is tokenized inside the TensorFlow graph
+by `tensorflow_text.SentencepieceTokenizer` (the same C++ library), so
+tokenization runs in `tf.data` and inside exported SavedModels.
+
+Choices made so that `detokenize(tokenize(text)) == text` for all valid
+UTF-8: no normalization (`identity`: NFKC would rewrite characters), spaces
+kept as written, every character the vocabulary lacks spelled as its UTF-8
+bytes (`byte_fallback`: no `[UNK]` from text), and a space put before each
+text (SentencePiece's "dummy prefix", done here so the first word is split as
+the others are) that `detokenize` takes off again. The special tokens keep
+their ids (`SPECIAL_TOKENS`): SentencePiece's pad, unk, bos and eos pieces,
+then `[CLS] [SEP] [MASK]` as control symbols, never produced from text.
+"""
+
+import base64
+import io
+import os
+from pathlib import Path
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from pipelines.tokenizers import SubwordTokenizer, as_ids
+
+PREFIX = " "  # put before every text and taken off after: the first word gets its ▁ as the others do
+
+
+def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", lowercase=False):
+    """Learns a SentencePiece model from training text; returns its serialized proto (bytes).
+
+    Args:
+        texts: an iterable of `str` (sentences or lines).
+        vocabulary_size: pieces in the model, `SPECIAL_TOKENS` and the 256
+            byte pieces included.
+        model_type: `"bpe"` or `"unigram"`.
+        lowercase: lowercase text before learning; pass the same value to
+            `SentencePieceTokenizer`.
+
+    Example:
+
+    >>> model = learn_sentencepiece_model(["A man in a blue shirt.", "Two men, one dog."] * 20, 300)
+    >>> SentencePieceTokenizer(model).vocabulary[:8]
+    ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '<0x00>']
+    """
+    import sentencepiece
+
+    if model_type not in ("bpe", "unigram"):
+        raise ValueError(f"`model_type` must be 'bpe' or 'unigram', got {model_type!r}.")
+    lines = (PREFIX + (text.lower() if lowercase else text) for text in texts)
+    model = io.BytesIO()
+    pieces = dict(zip(("pad", "unk", "bos", "eos"), SPECIAL_TOKENS))
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=lines, model_writer=model, vocab_size=vocabulary_size, model_type=model_type,
+        character_coverage=1.0, byte_fallback=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=False, split_digits=False,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        **{f"{name}_piece": piece for name, piece in pieces.items()},
+        control_symbols=list(SPECIAL_TOKENS[len(pieces):]), hard_vocab_limit=False,
+        num_threads=os.cpu_count() or 1, minloglevel=2,
+    )
+    return model.getvalue()
+
+
+class SentencePieceTokenizer(SubwordTokenizer):
+    """A SentencePiece model that runs in the TF graph (tf.data, SavedModel), as `WordPieceTokenizer` does.
+
+    Text is made valid UTF-8 (invalid bytes become U+FFFD), optionally
+    lowercased, and split into the model's pieces; `detokenize` joins them
+    back into exactly that text. No input string makes `tokenize` raise.
+    The model is a constant of the graph: a SavedModel holding the
+    tokenizer needs no file and loads where only `tensorflow` and
+    `tensorflow_text` are imported.
+
+    Args:
+        model: the serialized model (bytes, what `learn_sentencepiece_model`
+            returns) or the path of a `.model` file.
+        lowercase: lowercase text before tokenizing; must match the value
+            the model was learned with.
+        name: name of the `tf.Module`.
+
+    Example:
+
+    >>> tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(["A man in a blue shirt."] * 20, 300))
+    >>> tokenizer.detokenize(tokenizer.tokenize(["A  man, in a blue shirt."]))
+    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A  man, in a blue shirt.'], dtype=object)>
+    """
+
+    def __init__(self, model, lowercase=False, name=None):
+        super().__init__(name=name)
+        if isinstance(model, (str, os.PathLike)):
+            model = Path(model).read_bytes()
+        self.model = bytes(model)
+        self.lowercase = lowercase
+        self._sentencepiece = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+        size = int(self._sentencepiece.vocab_size())
+        self._vocabulary = [piece.decode("utf-8") for piece in
+                            self._sentencepiece.id_to_string(tf.range(size)).numpy()]
+        if tuple(self._vocabulary[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise ValueError(f"SentencePieceTokenizer: the model's first pieces must be {list(SPECIAL_TOKENS)}, "
+                             f"got {self._vocabulary[:len(SPECIAL_TOKENS)]}.")
+        self._tokens = tf.constant(self._vocabulary, tf.string)
+
+    @property
+    def spec(self):
+        """What rebuilds the tokenizer in a config: `{"sentencepiece": the model, base64}`."""
+        return {"sentencepiece": base64.b64encode(self.model).decode("ascii")}
+
+    def normalize(self, strings):
+        """Valid UTF-8 (U+FFFD for invalid bytes), lowercased with `lowercase`."""
+        strings = tf.strings.unicode_transcode(
+            tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+        return tf.strings.lower(strings, encoding="utf-8") if self.lowercase else strings
+
+    def tokenize(self, strings):
+        """Piece ids: a `(B, None)` int32 `tf.RaggedTensor` for a batch, a 1-D tensor for a scalar string."""
+        return self._sentencepiece.tokenize(tf.strings.join([PREFIX, self.normalize(strings)]))
+
+    def detokenize(self, ids):
+        """The text of piece ids `(B, None)` ragged or `(B, T)` dense (padding dropped), or of a 1-D sequence.
+
+        Special tokens and ids outside the model are dropped.
+        """
+        ids = tf.cast(as_ids(ids), tf.int32)
+        if ids.shape.rank == 1:
+            return self.detokenize(tf.expand_dims(ids, 0))[0]
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size))
+        text = self._sentencepiece.detokenize(ids)
+        return tf.strings.regex_replace(text, "^" + PREFIX, "")
+
+    def save(self, path):
+        """Writes the model to `path` (a `.model` file the `sentencepiece` library also reads), atomically."""
+        path = Path(path)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_bytes(self.model)
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path, lowercase=False):
+        """A tokenizer from a model file written by `save`."""
+        return cls(Path(path), lowercase=lowercase)
+
+    @classmethod
+    def from_spec(cls, spec, lowercase=False):
+        """The tokenizer of a `spec`."""
+        return cls(base64.b64decode(spec["sentencepiece"]), lowercase=lowercase)
+
