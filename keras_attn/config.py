@@ -24,6 +24,8 @@ from keras_attn.presets import PRESETS
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 SCHEDULES = ("cosine", "inverse_sqrt")  # the translation jobs' learning-rate schedules
+# The translation jobs' subwords: WordPiece (pipelines/tokenizers.py), SentencePiece's two (pipelines/sentencepiece_tokenizer.py).
+SUBWORDS = ("wordpiece", "bpe", "unigram")
 # The RNN Seq2Seq model's options.
 ATTENTIONS = ("bahdanau", "luong", "none")
 CELLS = ("lstm", "gru")
@@ -154,7 +156,8 @@ MODEL = "model and optimization"
 class GenerationConfig(RunConfig):
     """What the jobs that train a `Seq2SeqLM` (translation, captioning) share: vocabulary and optimization."""
 
-    vocabulary_size: int = setting(8000, "WordPiece vocabulary size", DATA, AT_LEAST_10, flag="--vocab-size", metavar="N")
+    vocabulary_size: int = setting(8000, "subword vocabulary size, special tokens included", DATA, AT_LEAST_10,
+                                   flag="--vocab-size", metavar="N")
     lowercase: bool = setting(False, "lowercase before tokenizing", DATA)
     max_sequence_length: int = setting(64, "longest sequence in tokens", DATA, AT_LEAST_2, flag="--max-length",
                                        metavar="N")
@@ -196,7 +199,11 @@ class TranslationConfig(GenerationConfig):
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
     test_tgt: str = setting(None, "test target", DATA)
-    shared_vocab: bool = setting(False, "one vocabulary and embedding for both languages", DATA)
+    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages, and one embedding for the "
+                                 "encoder's input, the decoder's input and its output", DATA)
+    subword: str = setting("wordpiece", "wordpiece: BERT's pieces of words split at spaces and punctuation; bpe, "
+                           "unigram: SentencePiece's over the text as written, spaces included (detokenized exactly)",
+                           DATA, choices=SUBWORDS)
     preset: str = setting(
         "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
         "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
@@ -229,7 +236,8 @@ class TranslationConfig(GenerationConfig):
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values would train the saved model on
         other data, or restore weights of another shape, and is refused."""
-        return ("vocabulary_size", "shared_vocab", "lowercase", "preset", "max_sequence_length", "batch_tokens")
+        return ("vocabulary_size", "shared_vocab", "subword", "lowercase", "preset", "max_sequence_length",
+                "batch_tokens")
 
 
 SEQ2SEQ = "seq2seq only (train seq2seq)"

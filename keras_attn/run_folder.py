@@ -10,7 +10,8 @@
         epochs/             the last epochs' weights, with checkpoint averaging
         STOPPED             a callback stopped the run: a rerun trains no more
         vocab.txt           BERT's or a captioner's vocabulary, or
-        vocab.source.txt, vocab.target.txt   a translation model's
+        vocab.source.txt, vocab.target.txt   a translation model's (WordPiece), or
+        vocab.source.model, vocab.target.model   its SentencePiece models
         test.src, test.ref  the test split a translation job scored
 
 Example:
@@ -40,9 +41,12 @@ def path(run_dir, name):
     return os.path.join(run_dir, name)
 
 
-def vocabulary_paths(run_dir):
-    """A translation run's vocabulary files, source then target: `vocab.source.txt`, `vocab.target.txt`."""
-    return [path(run_dir, f"vocab.{side}.txt") for side in ("source", "target")]
+def vocabulary_paths(run_dir, extension=".txt"):
+    """A translation run's vocabulary files, source then target: `vocab.source.txt`, `vocab.target.txt`.
+
+    SentencePiece's models end in `.model` instead.
+    """
+    return [path(run_dir, f"vocab.{side}{extension}") for side in ("source", "target")]
 
 
 def is_run_folder(folder):

@@ -12,8 +12,8 @@ Choices made so that `detokenize(tokenize(text)) == text` for all valid
 UTF-8: no normalization (`identity`: NFKC would rewrite characters), spaces
 kept as written, every character the vocabulary lacks spelled as its UTF-8
 bytes (`byte_fallback`: no `[UNK]` from text), and a space put before each
-text (SentencePiece's "dummy prefix", done here so the first word is split as
-the others are) that `detokenize` takes off again. The special tokens keep
+text but the empty one (SentencePiece's "dummy prefix", done here so the
+first word is split as the others are) that `detokenize` takes off again. The special tokens keep
 their ids (`SPECIAL_TOKENS`): SentencePiece's pad, unk, bos and eos pieces,
 then `[CLS] [SEP] [MASK]` as control symbols, never produced from text.
 """
@@ -24,7 +24,8 @@ import os
 from pathlib import Path
 
 import tensorflow as tf
-import tensorflow_text as tf_text
+import tensorflow_text  # noqa: F401  (registers the kernels)
+from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as kernels
 
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from pipelines.tokenizers import SubwordTokenizer, as_ids
@@ -98,14 +99,21 @@ class SentencePieceTokenizer(SubwordTokenizer):
             model = Path(model).read_bytes()
         self.model = bytes(model)
         self.lowercase = lowercase
-        self._sentencepiece = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
-        size = int(self._sentencepiece.vocab_size())
-        self._vocabulary = [piece.decode("utf-8") for piece in
-                            self._sentencepiece.id_to_string(tf.range(size)).numpy()]
+        pieces = kernels.sentencepiece_id_to_string_op(
+            self._model(), tf.range(kernels.sentencepiece_vocab_size_op(self._model())))
+        self._vocabulary = [piece.decode("utf-8") for piece in pieces.numpy()]
         if tuple(self._vocabulary[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError(f"SentencePieceTokenizer: the model's first pieces must be {list(SPECIAL_TOKENS)}, "
                              f"got {self._vocabulary[:len(SPECIAL_TOKENS)]}.")
         self._tokens = tf.constant(self._vocabulary, tf.string)
+
+    def _model(self):
+        # The model's resource, made by an op of the graph that uses it (or eagerly, per call), never once up
+        # front as tensorflow_text.SentencepieceTokenizer does: its kernel owns the resource, and
+        # tf.random.set_seed (keras.utils.set_random_seed) empties the eager kernel cache, which deletes a
+        # resource made eagerly under every graph still using it (tensorflow/text#570). A graph's own op makes
+        # its resource again whenever its kernels are made again.
+        return kernels.sentencepiece_op(model=self.model)
 
     @property
     def spec(self):
@@ -120,7 +128,17 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     def tokenize(self, strings):
         """Piece ids: a `(B, None)` int32 `tf.RaggedTensor` for a batch, a 1-D tensor for a scalar string."""
-        return self._sentencepiece.tokenize(tf.strings.join([PREFIX, self.normalize(strings)]))
+        strings = self.normalize(strings)
+        strings = tf.where(tf.equal(strings, ""), strings, tf.strings.join([PREFIX, strings]))
+        if strings.shape.rank == 0:
+            return self._pieces(strings[None])[0]
+        return self._pieces(strings)
+
+    def _pieces(self, strings):
+        ids, splits = kernels.sentencepiece_tokenize_op(
+            self._model(), strings, nbest_size=0, alpha=1.0, add_bos=False, add_eos=False, reverse=False,
+            out_type=tf.int32)
+        return tf.RaggedTensor.from_row_splits(ids, splits, validate=False)
 
     def detokenize(self, ids):
         """The text of piece ids `(B, None)` ragged or `(B, T)` dense (padding dropped), or of a 1-D sequence.
@@ -133,7 +151,8 @@ class SentencePieceTokenizer(SubwordTokenizer):
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size))
-        text = self._sentencepiece.detokenize(ids)
+        text = kernels.sentencepiece_detokenize_op(self._model(), ids.flat_values, ids.row_splits, add_bos=False,
+                                                   add_eos=False, reverse=False)
         return tf.strings.regex_replace(text, "^" + PREFIX, "")
 
     def save(self, path):

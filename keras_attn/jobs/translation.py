@@ -30,6 +30,7 @@ from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import train
 from pipelines import synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
+from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer, learn_sentencepiece_model
 
 
 @dataclasses.dataclass
@@ -122,27 +123,25 @@ def hold_out(corpus, fraction, seed):
 
 
 def build_tokenizers(config, train, chief=True, wait_seconds=600):
-    """Learns the WordPiece vocabularies, or reuses those of the run folder.
+    """Learns the subword vocabularies (`config.subword`), or reuses those of the run folder.
 
-    Under several workers only the chief learns them; the others wait for
-    the chief's files in the (shared) run folder (`common.wait_for_chief`).
+    With `shared_vocab`, one vocabulary learned over both languages serves
+    both. Under several workers only the chief learns them; the others wait
+    for the chief's files in the (shared) run folder (`common.wait_for_chief`).
     """
-    paths = run_folder.vocabulary_paths(config.run_dir)
+    kind = SentencePieceTokenizer if config.subword in ("bpe", "unigram") else tokenizers.WordPieceTokenizer
+    paths = run_folder.vocabulary_paths(config.run_dir, ".model" if kind is SentencePieceTokenizer else ".txt")
     if wait_for_chief(paths, chief, wait_seconds):
-        return tuple(
-            tokenizers.WordPieceTokenizer.load(path, lowercase=config.lowercase) for path in paths
-        )
-    learn = lambda texts: tokenizers.learn_wordpiece_vocabulary(  # noqa: E731
-        texts, vocabulary_size=config.vocabulary_size, lowercase=config.lowercase
-    )
-    if config.shared_vocab:
-        vocabulary = learn(train.sources + train.targets)
-        pair = (vocabulary, vocabulary)
-    else:
-        pair = (learn(train.sources), learn(train.targets))
-    result = tuple(
-        tokenizers.WordPieceTokenizer(vocabulary, lowercase=config.lowercase) for vocabulary in pair
-    )
+        return tuple(kind.load(path, lowercase=config.lowercase) for path in paths)
+
+    def learn(texts):  # a WordPiece vocabulary or a SentencePiece model
+        if kind is SentencePieceTokenizer:
+            return learn_sentencepiece_model(texts, config.vocabulary_size, config.subword, config.lowercase)
+        return tokenizers.learn_wordpiece_vocabulary(texts, config.vocabulary_size, config.lowercase)
+
+    learned = [learn(train.sources + train.targets)] * 2 if config.shared_vocab else [
+        learn(train.sources), learn(train.targets)]
+    result = tuple(kind(one, lowercase=config.lowercase) for one in learned)
     for tokenizer, path in zip(result, paths):
         tokenizer.save(path)
     return result

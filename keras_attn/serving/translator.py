@@ -35,7 +35,7 @@ class Translator(tf.Module):
       float32[B, L, layers, heads, S] of greedy decoding, for plotting.
 
     Every input gives one output: an empty batch gives empty outputs, and
-    a text with no tokens (empty, blank or invisible characters only)
+    a text that is blank or has no tokens (WordPiece's: invisible characters only)
     translates to `""` with score 0.0 (log-probability 0: certain, which a
     decoded translation never scores), no output tokens and zero attention.
 
@@ -75,7 +75,7 @@ class Translator(tf.Module):
     )
     def translate(self, text, beam_width):
         source, truncated = self.encode(text)
-        empty = _no_tokens(source)
+        empty = _nothing_to_translate(text, source)
         cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
         result = decoding.beam_search(
             self.stepper,
@@ -94,7 +94,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
         source, _ = self.encode(text)
-        empty = _no_tokens(source)
+        empty = _nothing_to_translate(text, source)
         result = decoding.greedy_search(
             self.stepper,
             source,
@@ -118,7 +118,7 @@ class Translator(tf.Module):
         version's need not be written again.
         """
         return fingerprint(
-            [json.dumps([t.vocabulary, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
+            [json.dumps([t.spec, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
             + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"],
             self.model.weights,
         )
@@ -131,6 +131,9 @@ class Translator(tf.Module):
         }
 
 
-def _no_tokens(source):
-    """`(B,)` bool: the rows of `(B, S)` source ids that are all padding (no text)."""
-    return tf.reduce_all(tf.equal(source, PAD_ID), axis=1)
+def _nothing_to_translate(text, source):
+    """`(B,)` bool: the texts that are blank or whose `(B, S)` source ids are all padding (no tokens).
+
+    (WordPiece makes no tokens of blank text; SentencePiece keeps its spaces.)
+    """
+    return tf.equal(tf.strings.strip(text), "") | tf.reduce_all(tf.equal(source, PAD_ID), axis=1)

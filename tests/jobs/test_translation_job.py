@@ -189,13 +189,17 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_job_trains_on_batches_by_tokens(tmp_path):
+def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path):
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
+    import tensorflow as tf
+
     from keras_attn.jobs import translation
+    from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
 
     config = TranslationConfig(
-        run_dir=str(tmp_path), builtin_size=600, builtin_eval_size=20, epochs=2, batch_size=1000,
-        batch_tokens=700, warmup_steps=5, beam_width=1, export=False,
+        run_dir=str(tmp_path / "run"), builtin_size=600, builtin_eval_size=20, epochs=2, batch_size=1000,
+        batch_tokens=700, warmup_steps=5, beam_width=1, subword="unigram", shared_vocab=True, vocabulary_size=500,
+        export_root=str(tmp_path / "saved_models"),
     )
     printed = []
     result = translation.run(config, log=printed.append)
@@ -204,6 +208,35 @@ def test_the_job_trains_on_batches_by_tokens(tmp_path):
     assert result.steps % 2 == 0 and result.steps // 2 >= -(-600 * 8 // 700)
     losses = result.history["loss"]
     assert len(losses) == 2 and losses[1] < losses[0]
+    assert sorted(p.name for p in (tmp_path / "run").glob("vocab.*")) == ["vocab.source.model", "vocab.target.model"]
+    attention = tf.saved_model.load(result.export_path).signatures["attention"]
+    out = attention(text=tf.constant(["", "  two  spaces "]))
+    tokenizer = SentencePieceTokenizer.load(tmp_path / "run" / "vocab.target.model")
+    ids = [tokenizer.vocabulary.index(piece.decode()) for piece in out["output_tokens"].numpy()[1]]
+    assert out["translation"].numpy().tolist() == [b"", tokenizer.detokenize(ids).numpy()]
+
+
+@pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
+def test_a_shared_vocabulary_gives_a_word_one_id_and_the_model_one_embedding(tmp_path, subword):
+    """fairseq's --share-all-embeddings: one table for the encoder's input, the decoder's input and its output."""
+    from keras_attn.jobs import translation
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.synthetic import translation_corpus
+
+    train = translation_corpus(seed=0, train_size=300, valid_size=0, test_size=0)["train"]
+    tables = {}
+    for shared in (True, False):
+        config = TranslationConfig(run_dir=str(tmp_path / str(shared)), shared_vocab=shared, subword=subword,
+                                   vocabulary_size=400)
+        os.makedirs(config.run_dir)
+        source, target = translation.build_tokenizers(config, train)
+        model = translation.build_task(config, TranslationPreprocessor(source, target, max_length=16), dropout=0.0)
+        tables[shared] = [w.path for w in model.backbone.weights if "embedding" in w.path]
+        assert model.backbone.output_projection is None  # the output reads the target's table
+        if shared:
+            words = ["man", "Mann", "the", "der"]  # a word of either language: one id on both sides
+            assert source.tokenize(words).to_list() == target.tokenize(words).to_list()
+    assert len(tables[True]) == 1 and len(tables[False]) == 2
 
 
 @pytest.mark.parametrize(

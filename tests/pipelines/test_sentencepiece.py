@@ -36,12 +36,13 @@ def test_special_tokens_keep_their_ids_and_are_never_made_from_text(model):
 
 def test_in_graph_tokenization_equals_the_python_librarys_on_hostile_strings(model):
     """The same pieces as `sentencepiece.SentencePieceProcessor.encode` of the text with its prefix, for every
-    string (invalid UTF-8 repaired to U+FFFD first, as the graph does)."""
+    string (invalid UTF-8 repaired to U+FFFD first, as the graph does); none for the empty string."""
     processor = sentencepiece.SentencePieceProcessor(model_proto=model)
     strings = HOSTILE + [text.encode() for text in TRICKY]
     rows = SentencePieceTokenizer(model).tokenize(tf.constant(strings)).to_list()
     for raw, row in zip(strings, rows):
-        assert row == processor.encode(PREFIX + raw.decode("utf-8", errors="replace")), raw
+        text = raw.decode("utf-8", errors="replace")
+        assert row == (processor.encode(PREFIX + text) if text else []), raw
     assert UNK_ID not in sum(rows, [])  # what the pieces lack is spelled in bytes
 
 
@@ -65,6 +66,24 @@ def test_detokenize_drops_special_tokens_and_padding(model):
     assert tokenizer.detokenize(padded).numpy().tolist() == [b"a man"]
     assert tokenizer.detokenize(tf.constant(ids)).numpy() == b"a man"  # a 1-D sequence
     assert tokenizer.id_to_token([[0, 99999]]).numpy().tolist() == [[b"[PAD]", b"[UNK]"]]
+
+
+def test_a_scalar_string_gives_the_row_of_a_batch(model):
+    tokenizer = SentencePieceTokenizer(model)
+    assert tokenizer.tokenize("a man").numpy().tolist() == tokenizer.tokenize(["a man"]).to_list()[0]
+
+
+def test_tokenizers_outlive_set_random_seed_in_a_pipeline(model):
+    """tf.random.set_seed empties the eager kernel cache; a resource made eagerly once (tensorflow_text's
+    SentencepieceTokenizer) was gone for the graphs using it ("Resource ... does not exist")."""
+    import keras
+
+    first, second = SentencePieceTokenizer(model), SentencePieceTokenizer(model)
+    pipeline = tf.data.Dataset.from_tensor_slices(["a man", "two dogs"]).map(first.tokenize)
+    before = [row.tolist() for row in pipeline.as_numpy_iterator()]
+    keras.utils.set_random_seed(1)
+    assert [row.tolist() for row in pipeline.as_numpy_iterator()] == before
+    assert second.tokenize(["a man", "two dogs"]).to_list() == before
 
 
 def test_lowercase_lowercases_before_the_pieces(training_text):
