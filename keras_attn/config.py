@@ -19,7 +19,7 @@ keeps them, so pass them again (or `None`) with a new `name` or budget.
 import dataclasses
 
 from keras_attn.errors import UserError
-from keras_attn.presets import PRESETS
+from keras_attn.presets import PRESETS, architecture
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
@@ -215,9 +215,23 @@ class TranslationConfig(GenerationConfig):
     )
     dropout: float = setting(None, "dropout rate (default: 0.1, or 0 on the noise-free built-in corpus)",
                              MODEL, FRACTION)
+    num_layers: int = setting(None, "layers of the encoder and of the decoder (default: the preset's)", MODEL,
+                              AT_LEAST_1, metavar="N")
+    hidden_dim: int = setting(None, "model width: embeddings and hidden states (default: the preset's)", MODEL,
+                              AT_LEAST_1, metavar="N")
+    num_heads: int = setting(None, "attention heads (default: the preset's)", MODEL, AT_LEAST_1, metavar="N")
+    intermediate_dim: int = setting(None, "width of the feed-forward blocks (default: the preset's)", MODEL,
+                                    AT_LEAST_1, metavar="N")
+
+    ARCHITECTURE = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim")  # the fields that override the preset
 
     def __post_init__(self):
         super().__post_init__()
+        if self.family == "transformer" and (self.num_heads or self.hidden_dim):
+            chosen = architecture("transformer", self.preset, {}, num_heads=self.num_heads, hidden_dim=self.hidden_dim)
+            if chosen["hidden_dim"] % chosen["num_heads"]:
+                raise UserError(f"--num-heads {chosen['num_heads']} does not divide --hidden-dim {chosen['hidden_dim']} "
+                                "(with the preset's values for what is not given)")
         if self.batch_size is None and self.batch_tokens is None:
             self.batch_size = PAIRS_PER_BATCH
         elif self.batch_size is None:  # with --batch-tokens alone: as many pairs as the budget can hold
@@ -227,7 +241,11 @@ class TranslationConfig(GenerationConfig):
 
     def backbone_arguments(self, dropout):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
-        return dict(dropout=dropout, share_embeddings=self.shared_vocab)
+        return dict(dropout=dropout, share_embeddings=self.shared_vocab, **self.architecture())
+
+    def architecture(self):
+        """The architecture fields given, which win over the preset's."""
+        return {name: getattr(self, name) for name in self.ARCHITECTURE if getattr(self, name) is not None}
 
     def callbacks(self):
         """Keras callbacks the runner adds to the job's."""
@@ -236,8 +254,8 @@ class TranslationConfig(GenerationConfig):
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values would train the saved model on
         other data, or restore weights of another shape, and is refused."""
-        return ("vocabulary_size", "shared_vocab", "subword", "lowercase", "preset", "max_sequence_length",
-                "batch_tokens")
+        return ("vocabulary_size", "shared_vocab", "subword", "lowercase", "preset", *self.ARCHITECTURE,
+                "max_sequence_length", "batch_tokens")
 
 
 SEQ2SEQ = "seq2seq only (train seq2seq)"
@@ -291,11 +309,15 @@ class Seq2SeqConfig(TranslationConfig):
             except ValueError as error:
                 raise UserError(f"--scheduled-sampling: {error}") from None
 
+    num_heads: int = None  # not flags of this job: the RNN has no attention heads and no feed-forward blocks
+    intermediate_dim: int = None
+    ARCHITECTURE = ("num_layers", "hidden_dim")
+
     def backbone_arguments(self, dropout):
         return dict(
             cell=self.cell, bidirectional=self.bidirectional, attention=self.attention,
             score=self.score, local=self.local, window=self.window, dropout=dropout,
-            scheduled_sampling="argmax" if self.scheduled_sampling else None,
+            scheduled_sampling="argmax" if self.scheduled_sampling else None, **self.architecture(),
         )
 
     def callbacks(self):

@@ -47,6 +47,8 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
             given, expected = ["--precision", "float32"], False
         elif field.name == "decay_parameters":
             given, expected = ["--scheduled-sampling", "linear", flag, "k=3"], {"k": 3.0}
+        elif field.name == "num_heads":
+            given, expected = [flag, "4"], 4  # one that divides the preset's width
         elif "choices" in metadata:
             value = next(c for c in metadata["choices"] if c != getattr(defaults, field.name))
             given, expected = [flag, value], value

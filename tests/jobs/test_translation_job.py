@@ -239,6 +239,23 @@ def test_a_shared_vocabulary_gives_a_word_one_id_and_the_model_one_embedding(tmp
     assert len(tables[True]) == 1 and len(tables[False]) == 2
 
 
+def test_the_architecture_flags_win_over_the_preset_and_must_fit_together(tmp_path, capsys):
+    from keras_attn.jobs import translation
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
+
+    config = TranslationConfig(preset="small", num_layers=4, hidden_dim=128, num_heads=4, intermediate_dim=256)
+    words = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "b"])
+    settings = translation.build_task(config, TranslationPreprocessor(words, words, 8), 0.0).backbone.get_config()
+    assert {k: settings[k] for k in config.ARCHITECTURE} == config.architecture()
+    assert set(config.ARCHITECTURE) <= set(config.bound_settings())
+    assert cli.main(["train", "transformer", "--num-heads", "3", "--run-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--num-heads 3 does not divide --hidden-dim 128 (with the preset's values for what is not given)")
+    assert cli.main(["train", "seq2seq", "--intermediate-dim", "64", "--run-dir", str(tmp_path)]) == 2
+    assert "--intermediate-dim: for train transformer only, not train seq2seq" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
