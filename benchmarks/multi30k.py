@@ -13,6 +13,16 @@ with the training wall time and the parameter count, and the lowercased
 BLEU of the sentences in each source-length bucket (1-10, 11-20, 21-30, 31+
 words), where attention's advantage should grow. The data is read from
 ../shared/data/multi30k (raw/), never copied into the project.
+
+`--tokenized` trains and tests on the Moses-tokenized, lowercased,
+normalized text (tok/*.lc.norm.tok.*) and adds BLEU on that text as
+tokenized (`evaluation.tokenized_bleu`: multi-bleu.perl's, fairseq's), how
+the published Transformer-tiny en→de figure (41.02) was scored:
+
+    python -m benchmarks.multi30k --direction en-de --tokenized --subword bpe --shared-vocab --vocab-size 10000 \
+        --num-layers 4 --hidden-dim 128 --num-heads 4 --intermediate-dim 256 --dropout 0.3 \
+        --schedule inverse_sqrt --learning-rate 5e-3 --warmup-steps 2000 --batch-tokens 4096 \
+        --epochs 50 --average-epochs 10 --beam-width 5 --mixed-precision
 """
 
 import argparse
@@ -25,9 +35,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from keras_attn import cli  # noqa: E402
 from keras_attn.cli import TRAIN_JOBS  # noqa: E402
-from keras_attn.config import SCHEDULES, Seq2SeqConfig, TranslationConfig  # noqa: E402
+from keras_attn.config import SCHEDULES, SUBWORDS, Seq2SeqConfig, TranslationConfig  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+MULTI30K = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k")
+DATA = os.path.join(MULTI30K, "raw")
+TOKENIZED = os.path.join(MULTI30K, "tok")  # Moses-tokenized, lowercased, normalized: <split>.lc.norm.tok.<lang>.gz
 BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
 
 
@@ -54,15 +66,18 @@ def add_model_arguments(parser):
     cli._add_config_flags(parser, {"seq2seq": Seq2SeqConfig}, only=SEQ2SEQ_FLAGS)
 
 
-def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, **settings):
+def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, tokenized=False,
+               **settings):
     """The job's config for Multi30k `direction` (train, val, test2016).
 
     `model_args`: the flags of `add_model_arguments`, parsed (`None`: the
     Transformer). `transformer_config` / `seq2seq_config`: config classes to
     use instead of the jobs' own (e.g. subclasses that add callbacks).
+    `tokenized`: the Moses-tokenized files instead of the raw ones.
     """
     src, tgt = direction.split("-")
-    path = lambda split, lang: os.path.join(DATA, f"{split}.{lang}.gz")  # noqa: E731
+    folder, infix = (TOKENIZED, ".lc.norm.tok") if tokenized else (DATA, "")
+    path = lambda split, lang: os.path.join(folder, f"{split}{infix}.{lang}.gz")  # noqa: E731
     data = dict(
         src=path("train", src), tgt=path("train", tgt),
         valid_src=path("val", src), valid_tgt=path("val", tgt),
@@ -80,7 +95,8 @@ def main():
     add_model_arguments(parser)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="pairs a batch (default: 128; with --batch-tokens, as many as the budget holds)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--shared-vocab", action="store_true")
     parser.add_argument("--lowercase", action="store_true")
@@ -92,6 +108,12 @@ def main():
     parser.add_argument("--mixed-precision", action="store_true")
     parser.add_argument("--average-epochs", type=int, default=1,
                         help="checkpoint averaging: also validate the mean of the last K epochs' weights")
+    parser.add_argument("--tokenized", action="store_true",
+                        help="the Moses-tokenized lowercased text (tok/), scored as tokenized too")
+    parser.add_argument("--subword", choices=SUBWORDS, default="wordpiece")
+    parser.add_argument("--batch-tokens", type=int, default=None)
+    for name in TranslationConfig.ARCHITECTURE:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=None)
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--out", default=None, help="write the metrics as JSON here")
     parser.add_argument("--export-root", default=None,
@@ -105,8 +127,9 @@ def main():
     from pipelines import text
 
     config = job_config(
-        args.direction, args,
-        preset=args.preset, epochs=args.epochs, batch_size=args.batch_size,
+        args.direction, args, tokenized=args.tokenized, subword=args.subword, batch_tokens=args.batch_tokens,
+        **{name: getattr(args, name) for name in TranslationConfig.ARCHITECTURE},
+        preset=args.preset, epochs=args.epochs, batch_size=args.batch_size or (None if args.batch_tokens else 128),
         vocabulary_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
@@ -118,6 +141,10 @@ def main():
     result = translation.run(config)
     metrics = {k: v for k, v in result.metrics.items() if k != "hypotheses"}
     test = text.read_parallel(config.test_src, config.test_tgt)
+    if args.tokenized:
+        from keras_attn.evaluation import tokenized_bleu
+
+        metrics.update(tokenized_bleu(result.metrics["hypotheses"], test.targets))
     metrics["bleu_by_source_length"] = bleu_by_source_length(
         test.sources, result.metrics["hypotheses"], test.targets
     )
