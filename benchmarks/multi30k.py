@@ -106,6 +106,10 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=1000)
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--mixed-precision", action="store_true")
+    parser.add_argument("--max-updates", type=int, default=None, help="the run's length in updates instead of --epochs")
+    parser.add_argument("--average-last", type=int, default=1,
+                        help="the model is the mean of the weights at the last N backups by update")
+    parser.add_argument("--backup-every", type=int, default=500, help="updates between backups")
     parser.add_argument("--average-epochs", type=int, default=1,
                         help="checkpoint averaging: also validate the mean of the last K epochs' weights")
     parser.add_argument("--tokenized", action="store_true",
@@ -134,6 +138,7 @@ def main():
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
         mixed_precision=args.mixed_precision, max_sequence_length=64, average_epochs=args.average_epochs,
+        max_updates=args.max_updates, average_last=args.average_last, backup_every=args.backup_every,
         run_dir=args.run_dir or f"runs/multi30k-{args.direction}-{args.model}", verbose=2,
         export=args.export_root is not None, export_root=args.export_root or "saved_models",
     )

@@ -103,6 +103,11 @@ class RunConfig:
             last this many epochs' weights (checkpoint averaging), which
             becomes the best weights when its validation loss is lower
             (logged as `val_loss_averaged`); 1: off.
+        max_updates: the run's length in optimizer updates instead of
+            `epochs` (its last epoch cut short); `None`: whole epochs.
+        average_last: the run's model is the mean of the weights at its
+            last this many backups by update (every `backup_every` updates,
+            and the last update); 1: off.
     """
 
     run_dir: str = setting(None, "backups, best weights and logs (default: runs/<name>); rerun to resume", OUTPUT)
@@ -129,6 +134,15 @@ class RunConfig:
         1, "also validate the mean of the last K epochs' weights after each epoch; the best of it and the "
         "single epochs is kept (checkpoint averaging, Vaswani et al. 2017; 1: off)", TRAINING, AT_LEAST_1, metavar="K",
     )
+    max_updates: int = setting(
+        None, "train N optimizer updates in all instead of --epochs, the last epoch cut short (fairseq's "
+        "--max-update)", TRAINING, AT_LEAST_1, metavar="N",
+    )
+    average_last: int = setting(
+        1, "the model is the mean of the weights at the last N backups by update (every --backup-every "
+        "updates, and the last update), validated and exported (fairseq's average_checkpoints.py "
+        "--num-update-checkpoints; 1: off)", TRAINING, AT_LEAST_1, metavar="N",
+    )
     # Where the job exports its model: versions go to `<export_root>/<name>/<n>`, only when the model changed.
     export_root: str = setting("saved_models", "export root (ROOT/<name>/<version>/); a new version only when "
                                "the model changed (or --force-export)", OUTPUT, flag="--export", metavar="ROOT")
@@ -138,6 +152,8 @@ class RunConfig:
     def __post_init__(self):
         if self.run_dir is None:
             self.run_dir = f"runs/{self.name}"
+        if self.average_last > 1 and not self.backup_every:
+            raise UserError("--average-last averages the backups every --backup-every updates: give it above 0")
         for field, metadata in flags(type(self)):
             value = getattr(self, field.name)
             if "choices" not in metadata or field.type is bool or value is None:

@@ -7,7 +7,8 @@
         best.weights.h5     the weights with the lowest validation loss
         history.json        per-epoch logs and the step count
         logs/               TensorBoard's (chief only)
-        epochs/             the last epochs' weights, with checkpoint averaging
+        epochs/             the last epochs' weights, with checkpoint averaging by epoch
+        updates/            the weights at the last backups by update, with averaging by update
         STOPPED             a callback stopped the run: a rerun trains no more
         vocab.txt           BERT's or a captioner's vocabulary, or
         vocab.source.txt, vocab.target.txt   a translation model's (WordPiece), or
@@ -29,6 +30,7 @@ BEST_WEIGHTS = "best.weights.h5"
 HISTORY = "history.json"
 LOGS = "logs"
 EPOCHS = "epochs"
+UPDATES = "updates"
 STOPPED = "STOPPED"
 VOCABULARY = "vocab.txt"
 TEST_SOURCE, TEST_REFERENCE = "test.src", "test.ref"

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from keras_attn.errors import UserError
 from keras_attn import run_folder
-from keras_attn.training.averaging import EpochAverage
+from keras_attn.training.averaging import WeightsAverage
 from keras_attn.training.checkpoints import (
     Backups,
     Progress,
@@ -135,9 +135,11 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
             f"got {steps_per_epoch}."
         )
 
+    if config.max_updates:  # the epochs the updates take, the last one cut short
+        config = dataclasses.replace(config, epochs=-(-config.max_updates // steps_per_epoch))
     with strategy.scope():
         model = build_model()
-        compile_model(model, steps_per_epoch * config.epochs)
+        compile_model(model, config.max_updates or steps_per_epoch * config.epochs)
         optimizer = model.optimizer
         optimizer.build(model.trainable_variables)
         build_metrics(model, next(iter(epoch_data(0).take(1))))
@@ -181,6 +183,11 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
 
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
     history = {}
+    updates = None
+    if config.average_last > 1:
+        updates = WeightsAverage(run_folder.path(config.run_dir, run_folder.UPDATES), "update",
+                                 config.average_last, chief)
+        updates.restore(model, initial_steps)
     if not already_finished:
         tensorboard = keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.LOGS))
         display = _progress_display(config.verbose)
@@ -195,12 +202,13 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         )
         average = None
         if config.average_epochs > 1 and valid_data is not None:
-            average = EpochAverage(config.run_dir, config.average_epochs, chief)
+            average = WeightsAverage(run_folder.path(config.run_dir, run_folder.EPOCHS), "epoch",
+                                     config.average_epochs, chief)
             average.restore(model, initial_epoch)
         try:
             history = _loop(
                 config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
-                progress, backups, callback_list, chief, best_path, average,
+                progress, backups, callback_list, chief, best_path, average, updates,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -212,7 +220,9 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         finally:
             steps.release()
     trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
-    if os.path.exists(best_path):  # the chief's; every worker can read the run folder
+    if updates is not None:  # the run's model: the mean of its last backups by update (again on a rerun)
+        history.update(_use_update_average(updates, model, steps, valid, progress, chief, best_path))
+    elif os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
 
     def evaluate(dataset=None):
@@ -333,10 +343,13 @@ class _EpochLines(keras.callbacks.Callback):
 
 
 def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
-          progress, backups, callbacks, chief, best_path, average=None):
+          progress, backups, callbacks, chief, best_path, average=None, updates=None):
     """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
 
-    `valid` is the distributed validation dataset, or None.
+    `valid` is the distributed validation dataset, or None. With
+    `config.max_updates` the last epoch ends at that update. `updates`
+    (a `WeightsAverage` by update, or None) keeps the weights every
+    `config.backup_every` updates and at the run's last.
 
     A backup is written every `config.backup_every` steps within an epoch
     and after each epoch (after validation, before the callbacks' epoch end,
@@ -352,23 +365,29 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         if not done:  # else the backup's metrics: those of the epoch's steps before it
             steps.reset_metrics()
         batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
+        last = min(steps_per_epoch, config.max_updates - epoch * steps_per_epoch) if config.max_updates else (
+            steps_per_epoch)
+        update = int(steps.optimizer.iterations.numpy())
         logs = {}
-        for step in range(done, steps_per_epoch):
+        for step in range(done, last):
             callbacks.on_train_batch_begin(step)
             logs = steps.train(batches)
             callbacks.on_train_batch_end(step, logs)
-            done = step + 1
+            done, update = step + 1, update + 1
+            if updates is not None and (update % config.backup_every == 0 or update == config.max_updates or (
+                    epoch + 1 == config.epochs and done == last)):
+                updates.add(model, update)
             if _stopping(model, strategy):
                 break
-            if config.backup_every and done % config.backup_every == 0 and done < steps_per_epoch:
+            if config.backup_every and done % config.backup_every == 0 and done < last:
                 progress.step.assign(done)
-                backups.save(int(steps.optimizer.iterations.numpy()))
+                backups.save(update)
         logs = {name: float(value) for name, value in logs.items()}
         if valid is not None:
             logs.update({f"val_{name}": value for name, value in steps.evaluate(valid).items()})
         if logs.get("val_loss") is not None:
             _keep_if_best(logs["val_loss"], model, progress, chief, best_path)
-        finished = done == steps_per_epoch
+        finished = done == last
         if average is not None and finished:
             logs.update(_validate_average(average, model, epoch + 1, steps, valid, progress, chief, best_path))
         progress.epoch.assign(epoch + 1 if finished else epoch)
@@ -396,6 +415,19 @@ def _validate_average(average, model, epoch, steps, valid, progress, chief, best
     _keep_if_best(val_loss, model, progress, chief, best_path)
     model.set_weights(own)
     return {"val_loss_averaged": val_loss}
+
+
+def _use_update_average(updates, model, steps, valid, progress, chief, best_path):
+    """Makes the model the mean of the last backups by update, the run's best weights; validates it."""
+    updates.use_mean(model)
+    progress.best_val_loss.assign(float("inf"))
+    if chief:
+        save_weights_atomically(model, best_path)
+    if valid is None:
+        return {}
+    val_loss = steps.evaluate(valid)["loss"]
+    progress.best_val_loss.assign(val_loss)
+    return {"val_loss_average_last": [val_loss]}
 
 
 def _keep_if_best(val_loss, model, progress, chief, best_path):

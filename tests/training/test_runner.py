@@ -265,3 +265,37 @@ def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path):
     resumed = _job(tmp_path / "resumed", epochs=5, **options)
     np.testing.assert_allclose(resumed.history["val_loss_averaged"], averaged[1:], rtol=1e-5)
     assert resumed.best_val_loss == pytest.approx(straight.best_val_loss, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_max_updates_cuts_the_last_epoch_and_average_last_is_the_mean_of_the_last_backups(tmp_path):
+    """fairseq's --max-update 11 and average_checkpoints --num-update-checkpoints 3, with a backup every 4
+    updates: the model is the mean of the weights at updates 4, 8 and 11 (the last), also after a kill and a
+    resume, and a rerun gives it again."""
+    options = dict(batch_size=2, backup_every=4, max_updates=11, average_last=3, learning_rate=0.1)  # 8 a epoch
+    straight = _job(tmp_path / "straight", epochs=1, **options)
+    assert straight.steps == 11 and len(straight.history["loss"]) == 2  # 8 updates, then 3
+    files = sorted((tmp_path / "straight" / "updates").glob("update-*.weights.h5"), key=lambda p: len(p.name))
+    assert [f.name for f in files] == ["update-4.weights.h5", "update-8.weights.h5", "update-11.weights.h5"]
+    model = straight.model
+    averaged = model.get_weights()
+    snapshots = []
+    for path in files:
+        model.load_weights(path)
+        snapshots.append(model.get_weights())
+    _assert_same_weights(averaged, [np.mean(ws, axis=0) for ws in zip(*snapshots)])
+    assert not all(np.allclose(a, b) for a, b in zip(snapshots[0], snapshots[2]))  # a mean of different weights
+    model.set_weights(averaged)
+    loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
+    per_batch = [float(loss(TARGETS[i:i + 2], model({k: v[i:i + 2] for k, v in INPUTS.items()})))
+                 for i in range(0, 16, 2)]  # the runner's validation: batches of 2
+    assert straight.history["val_loss_average_last"] == [pytest.approx(np.mean(per_batch), rel=1e-4)]
+    # Killed at update 4 (after its backup), resumed: the same updates, the same mean.
+    with pytest.raises(KeyboardInterrupt):
+        _job(tmp_path / "resumed", epochs=1, callbacks=[_InterruptAtStep()], **options)
+    resumed = _job(tmp_path / "resumed", epochs=1, **options)
+    assert resumed.steps == 11
+    _assert_same_weights(resumed.model.get_weights(), averaged, atol=1e-5)
+    again = _job(tmp_path / "resumed", epochs=1, **options)
+    assert again.already_finished
+    _assert_same_weights(again.model.get_weights(), averaged, atol=1e-5)
