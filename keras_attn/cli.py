@@ -408,6 +408,11 @@ def _load(model_dir):
             raise UserError(f"{model_dir}: a captioning export, not a translation one (keras-attn caption "
                             f"{model_dir} IMAGE)")
         raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
+    import tensorflow as tf
+
+    with stderr_held():  # each signature's first call makes its tokenizers' kernels: SentencePiece's log a line
+        loaded.signatures["translate"](text=tf.constant([""]), beam_width=tf.constant(1))
+        loaded.signatures["attention"](text=tf.constant([""]))
     return loaded
 
 

@@ -189,7 +189,7 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path):
+def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd):
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     import tensorflow as tf
 
@@ -214,6 +214,9 @@ def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_
     tokenizer = SentencePieceTokenizer.load(tmp_path / "run" / "vocab.target.model")
     ids = [tokenizer.vocabulary.index(piece.decode()) for piece in out["output_tokens"].numpy()[1]]
     assert out["translation"].numpy().tolist() == [b"", tokenizer.detokenize(ids).numpy()]
+    capfd.readouterr()
+    assert cli.main(["translate", result.export_path, "two dogs"]) == 0
+    assert capfd.readouterr().err == ""  # SentencePiece's native log line on making a kernel is held back
 
 
 @pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
