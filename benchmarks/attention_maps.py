@@ -24,16 +24,14 @@ def load_translator(model, run_dir):
     """An in-process `serving.Translator` of a finished run folder."""
     from keras_attn import serving, run_folder
     from keras_attn.config import Seq2SeqConfig, TranslationConfig
-    from keras_attn.jobs.translation import build_task
-    from pipelines import tokenizers
+    from keras_attn.jobs.translation import build_task, build_tokenizers
     from pipelines.preprocessors import TranslationPreprocessor
 
     settings = run_folder.read_settings(run_dir)
     make = Seq2SeqConfig if model == "seq2seq" else TranslationConfig
     known = {k: v for k, v in settings.items() if k in make.__dataclass_fields__}
     config = make(run_dir=run_dir, **known)
-    lowercase = bool(settings.get("lowercase"))
-    source, target = (tokenizers.WordPieceTokenizer.load(path, lowercase) for path in run_folder.vocabulary_paths(run_dir))
+    source, target = build_tokenizers(config, train=None, chief=False)  # the run folder's (WordPiece or SentencePiece)
     model = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), 0.0)  # as the job trained it
     load_weights_of_any_age(model, run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return serving.Translator(model)
