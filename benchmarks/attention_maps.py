@@ -20,8 +20,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def load_translator(model, run_dir):
-    """An in-process `serving.Translator` of a finished run folder."""
+def load_translator(model, run_dir, weights=None):
+    """An in-process `serving.Translator` of a finished run folder, with its best weights or those of `weights`."""
     from keras_attn import serving, run_folder
     from keras_attn.config import Seq2SeqConfig, TranslationConfig
     from keras_attn.jobs.translation import build_task, build_tokenizers
@@ -33,7 +33,7 @@ def load_translator(model, run_dir):
     config = make(run_dir=run_dir, **known)
     source, target = build_tokenizers(config, train=None, chief=False)  # the run folder's (WordPiece or SentencePiece)
     model = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), 0.0)  # as the job trained it
-    load_weights_of_any_age(model, run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
+    load_weights_of_any_age(model, weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
     return serving.Translator(model)
 
 
@@ -56,14 +56,14 @@ def run_parser(doc):
     return parser
 
 
-def load_run(spec):
-    """`(translator, test sentences)` of a finished run named by `RUN_SPEC`."""
+def load_run(spec, weights=None):
+    """`(translator, test sentences)` of a finished run named by `RUN_SPEC` (`weights`: another weights file)."""
     model, run_dir = spec.split(":", 1)
     from keras_attn import run_folder
 
     with open(run_folder.path(run_dir, run_folder.TEST_SOURCE), encoding="utf-8") as f:
         sentences = [line.strip() for line in f]
-    return load_translator(model, run_dir), sentences
+    return load_translator(model, run_dir, weights), sentences
 
 
 def sentence_attention(translator, sentence):

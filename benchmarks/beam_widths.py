@@ -23,13 +23,15 @@ def main():
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4, 5])
     parser.add_argument("--tokenized", action="store_true", help="also BLEU on the text as tokenized")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--weights", help="a weights file of the run to use instead of its best weights, e.g. "
+                                          "RUN_DIR/epochs/epoch-50.weights.h5 (one epoch, not averaged)")
     args = parser.parse_args()
 
     import tensorflow as tf
 
     from keras_attn import evaluation, run_folder
 
-    translator, sentences = load_run(args.run)
+    translator, sentences = load_run(args.run, args.weights)
     with open(run_folder.path(args.run.split(":", 1)[1], run_folder.TEST_REFERENCE), encoding="utf-8") as f:
         references = [line.rstrip("\n") for line in f]
     for beam_width in args.beams:
