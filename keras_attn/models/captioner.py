@@ -48,6 +48,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         attention_regularization: λ of the doubly stochastic regularizer (0:
             off; on the generated scenes λ = 1 lowered exact match and
             grounding: benchmarks/RESULTS.md).
+        reinforce_weight, entropy_weight, expectation_rate: hard attention's
+            REINFORCE weight, entropy bonus and share of images trained with
+            the expectation (`CaptionDecoder`).
         attention_units: hidden size of the additive score.
         dropout: on the embeddings and before the output.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
@@ -76,6 +79,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         attention="soft",
         gate=True,
         attention_regularization=0.0,
+        reinforce_weight=1.0,
+        entropy_weight=0.01,
+        expectation_rate=0.5,
         attention_units=None,
         dropout=0.1,
         **kwargs,
@@ -91,7 +97,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         arguments = dict(
             vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
             feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention, gate=gate,
-            attention_regularization=attention_regularization, attention_units=attention_units, dropout=dropout,
+            attention_regularization=attention_regularization, reinforce_weight=reinforce_weight,
+            entropy_weight=entropy_weight, expectation_rate=expectation_rate, attention_units=attention_units,
+            dropout=dropout,
         )
 
         image = keras.Input((image_size, image_size, 3), dtype="float32", name="image")
@@ -102,7 +110,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         decoder_arguments = dict(attention_units=attention_units, dropout=dropout, name="decoder")
         if attention != "none":
             decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate, hard=attention == "hard",
-                                     attention_regularization=attention_regularization, **decoder_arguments)
+                                     attention_regularization=attention_regularization,
+                                     reinforce_weight=reinforce_weight, entropy_weight=entropy_weight,
+                                     expectation_rate=expectation_rate, **decoder_arguments)
         else:
             decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)
         grid = encoder(image)

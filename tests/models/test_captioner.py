@@ -136,8 +136,6 @@ def test_mirrored_training_step_equals_one_device():
         with strategy.scope():
             model = _backbone(**arguments)
             model.set_weights(initial)
-            if arguments.get("attention") == "hard":
-                model.decoder.expectation_rate = 1.0  # deterministic: the same on any device split
             model.compile(optimizer=keras.optimizers.SGD(0.5), loss=MaskedSparseCrossEntropy())
         losses = model.fit({"image": images, "target_in": target_in}, target_out, batch_size=4, epochs=1,
                            verbose=0, shuffle=False).history["loss"]
@@ -145,7 +143,7 @@ def test_mirrored_training_step_equals_one_device():
 
     mirrored = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
     for arguments in (dict(attention_regularization=0.0), dict(attention_regularization=1.0),
-                      dict(attention="hard")):
+                      dict(attention="hard", expectation_rate=1.0)):  # hard, deterministic: any device split
         initial = _backbone(**arguments).get_weights()
         two, two_losses = train(mirrored, **arguments)
         one, one_losses = train(get_strategy("one_device", ["/cpu:0"]), **arguments)
