@@ -24,7 +24,8 @@ from keras_attn.presets import PRESETS, architecture
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 SCHEDULES = ("cosine", "inverse_sqrt")  # the translation jobs' learning-rate schedules
-# The translation jobs' subwords: WordPiece (pipelines/tokenizers.py), SentencePiece's two (pipelines/sentencepiece_tokenizer.py).
+# The translation jobs' subwords: WordPiece (pipelines/tokenizers.py), SentencePiece's two
+# (pipelines/sentencepiece_tokenizer.py).
 SUBWORDS = ("wordpiece", "bpe", "unigram")
 # The RNN Seq2Seq model's options.
 ATTENTIONS = ("bahdanau", "luong", "none")
@@ -105,9 +106,9 @@ class RunConfig:
             (logged as `val_loss_averaged`); 1: off.
         max_updates: the run's length in optimizer updates instead of
             `epochs` (its last epoch cut short); `None`: whole epochs.
-        average_last: the run's model is the mean of the weights at its
-            last this many backups by update (every `backup_every` updates,
-            and the last update); 1: off.
+        average_last: the run's model is the mean of the last this many
+            of the weights kept every `backup_every` updates (counted over
+            the run) and at its last update; 1: off.
     """
 
     run_dir: str = setting(None, "backups, best weights and logs (default: runs/<name>); rerun to resume", OUTPUT)
@@ -139,8 +140,8 @@ class RunConfig:
         "--max-update)", TRAINING, AT_LEAST_1, metavar="N",
     )
     average_last: int = setting(
-        1, "the model is the mean of the weights at the last N backups by update (every --backup-every "
-        "updates, and the last update), validated and exported (fairseq's average_checkpoints.py "
+        1, "the model is the mean of the weights kept every --backup-every updates (counted over the run) and at "
+        "the last: the last N of them, validated and exported (fairseq's average_checkpoints.py "
         "--num-update-checkpoints; 1: off)", TRAINING, AT_LEAST_1, metavar="N",
     )
     # Where the job exports its model: versions go to `<export_root>/<name>/<n>`, only when the model changed.
@@ -246,8 +247,8 @@ class TranslationConfig(GenerationConfig):
         if self.family == "transformer" and (self.num_heads or self.hidden_dim):
             chosen = architecture("transformer", self.preset, {}, num_heads=self.num_heads, hidden_dim=self.hidden_dim)
             if chosen["hidden_dim"] % chosen["num_heads"]:
-                raise UserError(f"--num-heads {chosen['num_heads']} does not divide --hidden-dim {chosen['hidden_dim']} "
-                                "(with the preset's values for what is not given)")
+                raise UserError(f"--num-heads {chosen['num_heads']} does not divide --hidden-dim "
+                                f"{chosen['hidden_dim']} (with the preset's values for what is not given)")
         if self.batch_size is None and self.batch_tokens is None:
             self.batch_size = PAIRS_PER_BATCH
         elif self.batch_size is None:  # with --batch-tokens alone: as many pairs as the budget can hold

@@ -9,7 +9,8 @@ by `tensorflow_text.SentencepieceTokenizer` (the same C++ library), so
 tokenization runs in `tf.data` and inside exported SavedModels.
 
 Choices made so that `detokenize(tokenize(text)) == text` for all valid
-UTF-8: no normalization (`identity`: NFKC would rewrite characters), spaces
+UTF-8 without ▁ (U+2581, which SentencePiece reads as its space marker: it
+comes back as a space): no normalization (`identity`: NFKC would rewrite characters), spaces
 kept as written, every character the vocabulary lacks spelled as its UTF-8
 bytes (`byte_fallback`: no `[UNK]` from text), and a space put before each
 text but the empty one (SentencePiece's "dummy prefix", done here so the
@@ -21,6 +22,7 @@ then `[CLS] [SEP] [MASK]` as control symbols, never produced from text.
 import base64
 import io
 import os
+import re
 from pathlib import Path
 
 import tensorflow as tf
@@ -50,12 +52,24 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
     >>> SentencePieceTokenizer(model).vocabulary[:8]
     ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '<0x00>']
     """
-    import sentencepiece
-
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"`model_type` must be 'bpe' or 'unigram', got {model_type!r}.")
     lines = (PREFIX + (text.lower() if lowercase else text) for text in texts)
     model = io.BytesIO()
+    try:
+        _train(lines, model, vocabulary_size, model_type)
+    except RuntimeError as error:  # "Vocabulary size is smaller than required_chars. 200 vs 284. Increase ..."
+        if "required_chars" not in str(error):
+            raise
+        needed = re.search(r" vs (\d+)", str(error)).group(1)
+        raise ValueError(f"vocabulary_size={vocabulary_size} is below the {needed} pieces the text needs (each of its "
+                         "characters, the 256 bytes and the special tokens)") from None
+    return model.getvalue()
+
+
+def _train(lines, model, vocabulary_size, model_type):
+    import sentencepiece
+
     pieces = dict(zip(("pad", "unk", "bos", "eos"), SPECIAL_TOKENS))
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=lines, model_writer=model, vocab_size=vocabulary_size, model_type=model_type,
@@ -66,7 +80,6 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
         control_symbols=list(SPECIAL_TOKENS[len(pieces):]), hard_vocab_limit=False,
         num_threads=os.cpu_count() or 1, minloglevel=2,
     )
-    return model.getvalue()
 
 
 class SentencePieceTokenizer(SubwordTokenizer):

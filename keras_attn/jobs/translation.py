@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_attn import evaluation, serving, run_folder
+from keras_attn.errors import UserError
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
     check_strategy_flags,
@@ -139,8 +140,11 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
             return learn_sentencepiece_model(texts, config.vocabulary_size, config.subword, config.lowercase)
         return tokenizers.learn_wordpiece_vocabulary(texts, config.vocabulary_size, config.lowercase)
 
-    learned = [learn(train.sources + train.targets)] * 2 if config.shared_vocab else [
-        learn(train.sources), learn(train.targets)]
+    try:
+        learned = [learn(train.sources + train.targets)] * 2 if config.shared_vocab else [
+            learn(train.sources), learn(train.targets)]
+    except ValueError as error:  # a SentencePiece vocabulary too small for the text's characters
+        raise UserError(f"--vocab-size: {error}") from None
     result = tuple(kind(one, lowercase=config.lowercase) for one in learned)
     for tokenizer, path in zip(result, paths):
         tokenizer.save(path)

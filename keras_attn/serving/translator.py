@@ -136,4 +136,5 @@ def _nothing_to_translate(text, source):
 
     (WordPiece makes no tokens of blank text; SentencePiece keeps its spaces.)
     """
-    return tf.equal(tf.strings.strip(text), "") | tf.reduce_all(tf.equal(source, PAD_ID), axis=1)
+    blank = tf.strings.regex_full_match(text, r"[\s\p{Z}]*")  # no-break and ideographic spaces too
+    return blank | tf.reduce_all(tf.equal(source, PAD_ID), axis=1)

@@ -84,9 +84,14 @@ class WeightsAverage:
     def restore(self, model, upto):
         """On resume after checkpoint `upto`: reads the files of the last `k` checkpoints up to it.
 
-        The model's own weights are left as they were.
+        Files after `upto` (written after the backup a run resumes from)
+        are deleted. The model's own weights are left as they were.
         """
         own = model.get_weights()
+        if self.chief:
+            for number in self._numbers_on_disk():
+                if number > upto:
+                    os.remove(self._path(number))
         for number in [n for n in self._numbers_on_disk() if n <= upto][-self.k:]:
             model.load_weights(self._path(number))
             self.snapshots[number] = model.get_weights()

@@ -31,8 +31,7 @@ def as_layer_loss(share):
     mean is multiplied back, so the replicas' summed gradients equal one
     device's on the whole batch.
     """
-    context = tf.distribute.get_replica_context()
-    return share if context is None else share * context.num_replicas_in_sync
+    return share * tf.distribute.get_strategy().num_replicas_in_sync  # what Keras divides by
 
 
 def token_cross_entropy(targets, logits, label_smoothing=0.0):

@@ -135,8 +135,6 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
             f"got {steps_per_epoch}."
         )
 
-    if config.max_updates:  # the epochs the updates take, the last one cut short
-        config = dataclasses.replace(config, epochs=-(-config.max_updates // steps_per_epoch))
     with strategy.scope():
         model = build_model()
         compile_model(model, config.max_updates or steps_per_epoch * config.epochs)
@@ -176,8 +174,13 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         )
     progress.global_batch_size.assign(global_batch_size)
     initial_epoch, initial_steps = int(progress.epoch.numpy()), int(optimizer.iterations.numpy())
+    if config.max_updates:  # the epochs the updates left take from here, the last one cut short
+        left = max(config.max_updates - initial_steps, 0)
+        config = dataclasses.replace(
+            config, epochs=initial_epoch + -(-(int(progress.step.numpy()) + left) // steps_per_epoch))
     stopped = run_folder.path(config.run_dir, run_folder.STOPPED)
-    already_finished = initial_epoch >= config.epochs or os.path.exists(stopped)
+    already_finished = initial_epoch >= config.epochs or os.path.exists(stopped) or (
+        bool(config.max_updates) and initial_steps >= config.max_updates)
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, optimizer, already_finished))
 
@@ -220,8 +223,8 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         finally:
             steps.release()
     trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
-    if updates is not None:  # the run's model: the mean of its last backups by update (again on a rerun)
-        history.update(_use_update_average(updates, model, steps, valid, progress, chief, best_path))
+    if updates is not None and updates.count:  # the run's model: the mean of its last backups by update
+        history.update(_use_update_average(updates, model, steps, valid, progress))  # (again on a rerun)
     elif os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
 
@@ -252,13 +255,16 @@ def _resume_message(config, restored, progress, optimizer, already_finished):
     steps = int(optimizer.iterations.numpy())
     if not already_finished:
         return f"resuming from {restored}: epoch {epoch + 1}, {step} steps done in it, {steps} in all"
-    if epoch < config.epochs:  # STOPPED: a callback ended it
+    more = "--max-updates" if config.max_updates else "--epochs"
+    if config.max_updates and steps >= config.max_updates:
+        why = f"{steps} of {config.max_updates} updates done"
+    elif epoch < config.epochs:  # STOPPED: a callback ended it
         why = f"stopped early after epoch {epoch}"
     else:
         why = f"{epoch} of {config.epochs} epochs done"
     return (
         f"{config.run_dir} had already finished ({why}, {steps} steps): nothing to train "
-        "(more --epochs trains on; delete the folder to start over)"
+        f"(more {more} trains on; delete the folder to start over)"
     )
 
 
@@ -365,18 +371,17 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         if not done:  # else the backup's metrics: those of the epoch's steps before it
             steps.reset_metrics()
         batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
-        last = min(steps_per_epoch, config.max_updates - epoch * steps_per_epoch) if config.max_updates else (
-            steps_per_epoch)
         update = int(steps.optimizer.iterations.numpy())
+        last = min(steps_per_epoch, done + config.max_updates - update) if config.max_updates else steps_per_epoch
         logs = {}
         for step in range(done, last):
             callbacks.on_train_batch_begin(step)
             logs = steps.train(batches)
             callbacks.on_train_batch_end(step, logs)
             done, update = step + 1, update + 1
-            if updates is not None and (update % config.backup_every == 0 or update == config.max_updates or (
-                    epoch + 1 == config.epochs and done == last)):
-                updates.add(model, update)
+            if updates is not None and (
+                    update % config.backup_every == 0 or (epoch + 1 == config.epochs and done == last)):
+                updates.add(model, update)  # every backup_every updates over the run, and its last
             if _stopping(model, strategy):
                 break
             if config.backup_every and done % config.backup_every == 0 and done < last:
@@ -417,16 +422,14 @@ def _validate_average(average, model, epoch, steps, valid, progress, chief, best
     return {"val_loss_averaged": val_loss}
 
 
-def _use_update_average(updates, model, steps, valid, progress, chief, best_path):
-    """Makes the model the mean of the last backups by update, the run's best weights; validates it."""
+def _use_update_average(updates, model, steps, valid, progress):
+    """Makes the model the mean of the last backups by update and validates it (`best.weights.h5` stays the
+    best epoch's: a rerun without averaging gets those)."""
     updates.use_mean(model)
-    progress.best_val_loss.assign(float("inf"))
-    if chief:
-        save_weights_atomically(model, best_path)
     if valid is None:
         return {}
     val_loss = steps.evaluate(valid)["loss"]
-    progress.best_val_loss.assign(val_loss)
+    progress.best_val_loss.assign(val_loss)  # the result's, not backed up
     return {"val_loss_average_last": [val_loss]}
 
 

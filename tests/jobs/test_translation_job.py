@@ -210,7 +210,7 @@ def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_
     assert len(losses) == 2 and losses[1] < losses[0]
     assert sorted(p.name for p in (tmp_path / "run").glob("vocab.*")) == ["vocab.source.model", "vocab.target.model"]
     attention = tf.saved_model.load(result.export_path).signatures["attention"]
-    out = attention(text=tf.constant(["", "  two  spaces "]))
+    out = attention(text=tf.constant(["\u00a0\u3000 ", "  two  spaces "]))  # blank: no-break, ideographic spaces
     tokenizer = SentencePieceTokenizer.load(tmp_path / "run" / "vocab.target.model")
     ids = [tokenizer.vocabulary.index(piece.decode()) for piece in out["output_tokens"].numpy()[1]]
     assert out["translation"].numpy().tolist() == [b"", tokenizer.detokenize(ids).numpy()]

@@ -47,10 +47,21 @@ def test_in_graph_tokenization_equals_the_python_librarys_on_hostile_strings(mod
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=60))
+@given(text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=60))
 def test_detokenize_inverts_tokenize_on_any_text(model, text):
     tokenizer = SentencePieceTokenizer(model)
     assert tokenizer.detokenize(tokenizer.tokenize([text]))[0].numpy().decode() == text
+
+
+def test_the_space_marker_in_text_comes_back_as_a_space(model):
+    """The one exception, as documented: SentencePiece reads ▁ (U+2581) as its own space marker."""
+    tokenizer = SentencePieceTokenizer(model)
+    assert tokenizer.detokenize(tokenizer.tokenize(["a\u2581b"]))[0].numpy().decode() == "a b"
+
+
+def test_a_vocabulary_too_small_for_the_texts_characters_is_one_line(training_text):
+    with pytest.raises(ValueError, match=r"^vocabulary_size=200 is below the \d+ pieces the text needs"):
+        learn_sentencepiece_model(training_text, 200)
 
 
 def test_pre_tokenized_text_comes_back_as_it_was_given(model):

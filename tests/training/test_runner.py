@@ -299,3 +299,9 @@ def test_max_updates_cuts_the_last_epoch_and_average_last_is_the_mean_of_the_las
     again = _job(tmp_path / "resumed", epochs=1, **options)
     assert again.already_finished
     _assert_same_weights(again.model.get_weights(), averaged, atol=1e-5)
+    # A lower limit is already met; a higher one trains on to it, from update 11 (the finished run's last, kept).
+    assert _job(tmp_path / "resumed", epochs=1, **dict(options, max_updates=9)).already_finished
+    longer = _job(tmp_path / "resumed", epochs=1, **dict(options, max_updates=14))
+    assert longer.steps == 14 and not longer.already_finished
+    assert sorted(int(f.name.split("-")[1].split(".")[0]) for f in (tmp_path / "resumed" / "updates").iterdir()) == [
+        11, 12, 14]
