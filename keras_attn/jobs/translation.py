@@ -199,12 +199,12 @@ def run(config, log=print):
     bind_run_folder(config, train_corpus, chief)
     test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
-    pieces = {"wordpiece": "WordPieces", "bpe": "SentencePiece BPE pieces", "unigram": "SentencePiece unigram pieces"}
+    pieces = "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
     if config.shared_vocab:
-        log(f"vocabulary: {source_tokenizer.vocabulary_size} {pieces[config.subword]}, shared by both languages")
+        log(f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both languages")
     else:
         log(f"vocabularies: {source_tokenizer.vocabulary_size} source, {target_tokenizer.vocabulary_size} target "
-            f"{pieces[config.subword]}")
+            f"{pieces}")
 
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:
