@@ -189,20 +189,24 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd):
+def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch):
+    """Through the CLI with the README's recipe flags (--subword, --shared-vocab, --batch-tokens)."""
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     import tensorflow as tf
 
     from keras_attn.jobs import translation
     from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
 
-    config = TranslationConfig(
-        run_dir=str(tmp_path / "run"), builtin_size=600, builtin_eval_size=20, epochs=2, batch_size=1000,
-        batch_tokens=700, warmup_steps=5, beam_width=1, subword="unigram", shared_vocab=True, vocabulary_size=500,
-        export_root=str(tmp_path / "saved_models"),
-    )
-    printed = []
-    result = translation.run(config, log=printed.append)
+    results, run = [], translation.run  # the job's result; 20 validation and test sentences (not a flag)
+    monkeypatch.setattr(translation, "run", lambda config, **kw: results.append(
+        run(dataclasses.replace(config, builtin_eval_size=20), **kw)) or results[-1])
+    assert cli.main([
+        "train", "transformer", "--builtin-size", "600", "--epochs", "2", "--batch-size", "1000",
+        "--batch-tokens", "700", "--warmup-steps", "5", "--beam-width", "1", "--subword", "unigram",
+        "--shared-vocab", "--vocab-size", "500", "--run-dir", str(tmp_path / "run"),
+        "--export", str(tmp_path / "saved_models"),
+    ]) == 0
+    printed, result = capfd.readouterr().out.splitlines(), results[0]
     assert "global batch: up to 700 ids (700 per replica), at most 1000 examples" in printed
     # Without the budget, one batch an epoch; with it, every pair counts at least 8 columns.
     assert result.steps % 2 == 0 and result.steps // 2 >= -(-600 * 8 // 700)
