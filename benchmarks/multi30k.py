@@ -89,6 +89,15 @@ def job_config(direction, model_args=None, transformer_config=None, seq2seq_conf
     return (transformer_config or TranslationConfig)(**data, **settings)
 
 
+def _architecture(args):
+    """The architecture flags given, refused in one line where the model has no such part (the RNN's heads)."""
+    given = {name: getattr(args, name) for name in TranslationConfig.ARCHITECTURE if getattr(args, name) is not None}
+    own = Seq2SeqConfig.ARCHITECTURE if args.model == "seq2seq" else TranslationConfig.ARCHITECTURE
+    for name in set(given) - set(own):
+        sys.exit(f"--{name.replace('_', '-')}: for --model transformer only")
+    return given
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--direction", choices=["de-en", "en-de"], default="de-en")
@@ -132,7 +141,7 @@ def main():
 
     config = job_config(
         args.direction, args, tokenized=args.tokenized, subword=args.subword, batch_tokens=args.batch_tokens,
-        **{name: getattr(args, name) for name in TranslationConfig.ARCHITECTURE},
+        **_architecture(args),
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size or (None if args.batch_tokens else 128),
         vocabulary_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
