@@ -93,6 +93,8 @@ def _architecture(args):
     """The architecture flags given, refused in one line where the model has no such part (the RNN's heads)."""
     given = {name: getattr(args, name) for name in TranslationConfig.ARCHITECTURE if getattr(args, name) is not None}
     own = Seq2SeqConfig.ARCHITECTURE if args.model == "seq2seq" else TranslationConfig.ARCHITECTURE
+    if args.model == "seq2seq" and args.separate_embeddings:
+        given["separate_embeddings"] = True  # refused below: the RNN has a table per side already
     for name in set(given) - set(own):
         sys.exit(f"--{name.replace('_', '-')}: for --model transformer only")
     return given
@@ -108,6 +110,8 @@ def main():
                         help="pairs a batch (default: 128; with --batch-tokens, as many as the budget holds)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--shared-vocab", action="store_true")
+    parser.add_argument("--separate-embeddings", action="store_true",
+                        help="with --shared-vocab: the encoder's embedding its own")
     parser.add_argument("--lowercase", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--schedule", choices=SCHEDULES, default="cosine")
@@ -143,7 +147,8 @@ def main():
         args.direction, args, tokenized=args.tokenized, subword=args.subword, batch_tokens=args.batch_tokens,
         **_architecture(args),
         preset=args.preset, epochs=args.epochs, batch_size=args.batch_size or (None if args.batch_tokens else 128),
-        vocabulary_size=args.vocab_size, shared_vocab=args.shared_vocab, lowercase=args.lowercase,
+        vocabulary_size=args.vocab_size, shared_vocab=args.shared_vocab,
+        separate_embeddings=args.separate_embeddings, lowercase=args.lowercase,
         dropout=args.dropout, schedule=args.schedule, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, beam_width=args.beam_width,
         mixed_precision=args.mixed_precision, max_sequence_length=64, average_epochs=args.average_epochs,

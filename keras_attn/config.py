@@ -216,11 +216,15 @@ class TranslationConfig(GenerationConfig):
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
     test_tgt: str = setting(None, "test target", DATA)
-    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages, and one embedding for the "
-                                 "encoder's input, the decoder's input and its output", DATA)
+    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages, and (transformer) one embedding "
+                                 "for the encoder's input, the decoder's input and its output", DATA)
     subword: str = setting("wordpiece", "wordpiece: BERT's pieces of words split at spaces and punctuation; bpe, "
                            "unigram: SentencePiece's over the text as written, spaces included (detokenized exactly)",
                            DATA, choices=SUBWORDS)
+    separate_embeddings: bool = setting(
+        False, "with --shared-vocab: the encoder keeps a table of its own (the decoder's input and output stay one)",
+        MODEL,
+    )
     preset: str = setting(
         "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
         "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
@@ -258,7 +262,8 @@ class TranslationConfig(GenerationConfig):
 
     def backbone_arguments(self, dropout):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
-        return dict(dropout=dropout, share_embeddings=self.shared_vocab, **self.architecture())
+        share = self.shared_vocab and not self.separate_embeddings
+        return dict(dropout=dropout, share_embeddings=share, **self.architecture())
 
     def architecture(self):
         """The architecture fields given, which win over the preset's."""
@@ -271,7 +276,8 @@ class TranslationConfig(GenerationConfig):
     def bound_settings(self):
         """Fields a run folder keeps: a rerun with other values would train the saved model on
         other data, or restore weights of another shape, and is refused."""
-        return ("vocabulary_size", "shared_vocab", "subword", "lowercase", "preset", *self.ARCHITECTURE,
+        return ("vocabulary_size", "shared_vocab", "separate_embeddings", "subword", "lowercase", "preset",
+                *self.ARCHITECTURE,
                 "max_sequence_length", "batch_tokens")
 
 
@@ -328,6 +334,7 @@ class Seq2SeqConfig(TranslationConfig):
 
     num_heads: int = None  # not flags of this job: the RNN has no attention heads and no feed-forward blocks
     intermediate_dim: int = None
+    separate_embeddings: bool = False  # nor this: the RNN's encoder and decoder have tables of their own
     ARCHITECTURE = ("num_layers", "hidden_dim")
 
     def backbone_arguments(self, dropout):

@@ -201,7 +201,8 @@ def run(config, log=print):
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     pieces = "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
     if config.shared_vocab:
-        log(f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both languages")
+        tables = "; the encoder's embedding its own" if config.separate_embeddings else ""
+        log(f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both languages{tables}")
     else:
         log(f"vocabularies: {source_tokenizer.vocabulary_size} source, {target_tokenizer.vocabulary_size} target "
             f"{pieces}")

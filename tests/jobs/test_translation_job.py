@@ -232,18 +232,18 @@ def test_a_shared_vocabulary_gives_a_word_one_id_and_the_model_one_embedding(tmp
 
     train = translation_corpus(seed=0, train_size=300, valid_size=0, test_size=0)["train"]
     tables = {}
-    for shared in (True, False):
-        config = TranslationConfig(run_dir=str(tmp_path / str(shared)), shared_vocab=shared, subword=subword,
-                                   vocabulary_size=400)
+    for shared, separate in ((True, False), (False, False), (True, True)):
+        config = TranslationConfig(run_dir=str(tmp_path / f"{shared}{separate}"), shared_vocab=shared,
+                                   separate_embeddings=separate, subword=subword, vocabulary_size=400)
         os.makedirs(config.run_dir)
         source, target = translation.build_tokenizers(config, train)
         model = translation.build_task(config, TranslationPreprocessor(source, target, max_length=16), dropout=0.0)
-        tables[shared] = [w.path for w in model.backbone.weights if "embedding" in w.path]
+        tables[shared, separate] = [w.path for w in model.backbone.weights if "embedding" in w.path]
         assert model.backbone.output_projection is None  # the output reads the target's table
         if shared:
             words = ["man", "Mann", "the", "der"]  # a word of either language: one id on both sides
             assert source.tokenize(words).to_list() == target.tokenize(words).to_list()
-    assert len(tables[True]) == 1 and len(tables[False]) == 2
+    assert [len(tables[key]) for key in ((True, False), (False, False), (True, True))] == [1, 2, 2]
 
 
 def test_the_architecture_flags_win_over_the_preset_and_must_fit_together(tmp_path, capsys):
