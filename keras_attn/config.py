@@ -166,6 +166,8 @@ class RunConfig:
 
 
 DATA = "data (default: the built-in generated corpus)"
+STREAM_ABOVE_MB = 512  # training data in one file larger than this is read as a stream, not into memory
+STREAMED_VOCAB_SAMPLE = 1_000_000  # pairs a streamed corpus's vocabulary is learned from by default
 MODEL = "model and optimization"
 
 
@@ -207,9 +209,14 @@ class TranslationConfig(GenerationConfig):
         None, f"examples per replica (default: {PAIRS_PER_BATCH}; with --batch-tokens: the most a batch may hold, "
         "by default as many as fit)", TRAINING, AT_LEAST_1,
     )
-    src: str = setting(None, "training source text, one sentence a line (.gz allowed)", DATA)
-    tgt: str = setting(None, "training target text, line-aligned with --src", DATA)
-    data: str = setting(None, "training pairs as one TSV file: source<TAB>target", DATA)
+    src: str = setting(None, "training source text, one sentence a line (.gz allowed): a file, or shards as a glob "
+                       f"or a folder (read as a stream, as is a file over {STREAM_ABOVE_MB} MB)", DATA)
+    tgt: str = setting(None, "training target text, line-aligned with --src (shards: the i-th with --src's i-th)", DATA)
+    data: str = setting(None, "training pairs as TSV, source<TAB>target: a file, or shards as --src", DATA)
+    vocab_sample: int = setting(None, "learn the vocabulary from N pairs, the first N/shards of each shard "
+                                f"(default: all of a corpus read into memory, {STREAMED_VOCAB_SAMPLE} of a streamed one)",
+                                DATA,
+                                AT_LEAST_1, metavar="N")
     builtin_size: int = setting(20000, "training pairs of the built-in corpus", DATA, AT_LEAST_10)
     builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
     valid_src: str = setting(None, "validation source (default: 2% of training)", DATA)

@@ -1,6 +1,7 @@
 """Input side of keras-attn: corpus readers, tokenizers, tf.data pipelines, generated corpora.
 
-`text` reads and validates corpus files, `tokenizers` learns WordPiece
+`text` reads and validates corpus files, `streaming` reads corpora too
+large for memory (shards, as tf.data streams), `tokenizers` learns WordPiece
 vocabularies and tokenizes inside the TensorFlow graph, `translation` turns
 sentence pairs into padded batches for teacher forcing, `synthetic` generates
 the built-in translation corpus. For BERT: `documents` reads raw-text

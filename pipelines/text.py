@@ -109,10 +109,7 @@ def read_parallel(source_path, target_path):
     sources = read_lines(source_path)
     targets = read_lines(target_path)
     if len(sources) != len(targets):
-        raise DataError(
-            f"{source_path} has {len(sources)} lines but {target_path} has "
-            f"{len(targets)}"
-        )
+        raise _misaligned(source_path, len(sources), target_path, len(targets))
     return _drop_empty_pairs(sources, targets, str(source_path), str(target_path))
 
 
@@ -142,12 +139,29 @@ def read_tsv(path, source_column=0, target_column=1):
     ('Go.', 'Ve.')
     """
     path = Path(path)
-    needed = max(source_column, target_column) + 1
     sources, targets = [], []
+    for source, target in tsv_rows(path, source_column, target_column):
+        sources.append(source)
+        targets.append(target)
+    return _drop_empty_pairs(
+        sources,
+        targets,
+        f"{path} (column {source_column})",
+        f"{path} (column {target_column})",
+    )
+
+
+def tsv_rows(path, source_column=0, target_column=1):
+    """Yields `(source, target)` of each line of a TSV file, stripped; `("", "")` for a blank line.
+
+    Raises:
+        DataError: as `read_tsv`.
+    """
+    path = Path(path)
+    needed = max(source_column, target_column) + 1
     for number, line in enumerate(_decoded_lines(path), start=1):
         if not line.strip():
-            sources.append("")
-            targets.append("")
+            yield "", ""
             continue
         columns = line.rstrip("\r\n").split("\t")
         if len(columns) < needed:
@@ -155,14 +169,27 @@ def read_tsv(path, source_column=0, target_column=1):
                 f"{path}:{number}: expected at least {needed} tab-separated "
                 f"columns, found {len(columns)}"
             )
-        sources.append(columns[source_column].strip())
-        targets.append(columns[target_column].strip())
-    return _drop_empty_pairs(
-        sources,
-        targets,
-        f"{path} (column {source_column})",
-        f"{path} (column {target_column})",
-    )
+        yield columns[source_column].strip(), columns[target_column].strip()
+
+
+def count_lines(path):
+    """The number of lines of a text file (plain or gzip), read as a stream and checked as `read_lines` checks it.
+
+    Raises:
+        DataError: as `read_lines`.
+    """
+    return sum(1 for _ in _decoded_lines(Path(path)))
+
+
+def check_aligned(source_path, target_path):
+    """Raises `read_parallel`'s `DataError` if two files differ in line count or are not valid text."""
+    source_lines, target_lines = count_lines(source_path), count_lines(target_path)
+    if source_lines != target_lines:
+        raise _misaligned(source_path, source_lines, target_path, target_lines)
+
+
+def _misaligned(source_path, source_lines, target_path, target_lines):
+    return DataError(f"{source_path} has {source_lines} lines but {target_path} has {target_lines}")
 
 
 def hold_out(count, fraction, seed, minimum=1):

@@ -35,6 +35,10 @@ _TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
 # Bucketing sorts pools of this many batches; more means less padding but
 # longer runs of batches drawn from the same stretch of the shuffled data.
 POOL_BATCHES = 64
+# A streamed corpus is shuffled through a buffer of this many pairs (about 200 MB of ids at most).
+SHUFFLE_PAIRS = 2**18
+# With a token budget, a streamed epoch's length is estimated from this many batches.
+ESTIMATE_BATCHES = 256
 
 
 def translation_dataset(
@@ -112,11 +116,12 @@ def translation_dataset(
     """
     _check(sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
-    return _batches(
+    batches = _batches(
         pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
         reshuffle_each_iteration, _width(max_length, length_multiple),
         _budget(batch_tokens, max_length, length_multiple),
     )
+    return batches if repeat or batch_tokens else _declared(batches, len(sources), batch_size, drop_remainder)
 
 
 def translation_epochs(
@@ -166,21 +171,84 @@ def translation_epochs(
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, True)
 
     def shuffled_pass(*key):
-        pass_seed = int(np.random.SeedSequence([seed, *key]).generate_state(1)[0])
         return _batches(
-            pairs, len(sources), batch_size, True, pass_seed, bucket, False, drop_remainder, False,
+            pairs, len(sources), batch_size, True, _pass_seed(seed, key), bucket, False, drop_remainder, False,
             _width(max_length, length_multiple), _budget(batch_tokens, max_length, length_multiple),
         )
 
     if batch_tokens is None:
-        return shuffled_pass
-    steps = int(shuffled_pass(0).reduce(0, lambda count, _: count + 1))
+        return lambda epoch: _declared(shuffled_pass(epoch), len(sources), batch_size, drop_remainder)
+    return _of_length(shuffled_pass, int(shuffled_pass(0).reduce(0, lambda count, _: count + 1)))
+
+
+def streamed_translation_epochs(
+    corpus,
+    pairs,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size,
+    max_length,
+    seed=0,
+    length_multiple=1,
+    batch_tokens=None,
+    shuffle_buffer=SHUFFLE_PAIRS,
+    worker=0,
+    workers=1,
+):
+    """`translation_epochs` over a corpus too large for memory, read as a stream every epoch.
+
+    Each pass reads the shards of `corpus` in an order of its own, shuffles
+    the pairs through a buffer of `shuffle_buffer` (nothing else is held),
+    tokenizes them and cuts sorted pools into batches as `translation_epochs`
+    does; all of it a function of `seed` and the epoch. For a corpus of one
+    shard and no more pairs than the buffer holds, the batches are those of
+    `translation_epochs` on the same pairs read into memory.
+
+    An epoch has a declared number of batches: `ceil(pairs / batch_size)`,
+    or with `batch_tokens` the pairs over the mean pairs a batch of the first
+    `ESTIMATE_BATCHES` batches (counting them all would read the corpus);
+    an epoch is cut to that number or topped up from another pass.
+
+    Args:
+        corpus: a `pipelines.streaming.ShardedCorpus`.
+        pairs: its usable pairs (`corpus.scan().pairs`), on this worker.
+        worker, workers: this process reads its part of the corpus
+            (`ShardedCorpus.pairs`).
+        others: as `translation_epochs`.
+
+    Returns:
+        A function `epoch -> tf.data.Dataset` of that epoch's batches.
+    """
+    budget = _budget(batch_tokens, max_length, length_multiple)
+
+    def shuffled_pass(*key):
+        pass_seed = _pass_seed(seed, key)
+        strings = corpus.pairs(order_seed=pass_seed, worker=worker, workers=workers)
+        return _batches(
+            _tokenized(strings, source_tokenizer, target_tokenizer, max_length), pairs, batch_size, True,
+            pass_seed, True, False, False, False, _width(max_length, length_multiple), budget, shuffle_buffer,
+        )
+
+    if budget is None:
+        return _of_length(shuffled_pass, -(-pairs // batch_size))
+    sample = shuffled_pass(0).take(ESTIMATE_BATCHES).map(lambda inputs, _: tf.shape(inputs["source"])[0])
+    sizes = list(sample.as_numpy_iterator())
+    return _of_length(shuffled_pass, max(1, round(pairs * len(sizes) / sum(sizes))))
+
+
+def _of_length(shuffled_pass, steps):
+    """`epoch -> ` the first `steps` batches of `shuffled_pass(epoch)`, topped up from another pass if short."""
 
     def epoch_batches(epoch):
         batches = shuffled_pass(epoch).concatenate(shuffled_pass(epoch, _TOP_UP))
         return batches.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
 
     return epoch_batches
+
+
+def _pass_seed(seed, key):
+    """The seed of one shuffled pass over the data, keyed by the epoch (and `_TOP_UP` for a top-up)."""
+    return int(np.random.SeedSequence([seed, *key]).generate_state(1)[0])
 
 
 def _check(sources, targets, max_length, caller, bucket, drop_remainder, batch_tokens):
@@ -197,6 +265,15 @@ def _check(sources, targets, max_length, caller, bucket, drop_remainder, batch_t
 
 def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache):
     """`(source, target_in, target_out)` id rows, one a pair, in corpus order."""
+    strings = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
+    )
+    dataset = _tokenized(strings, source_tokenizer, target_tokenizer, max_length)
+    return dataset.cache() if cache else dataset
+
+
+def _tokenized(strings, source_tokenizer, target_tokenizer, max_length):
+    """`(source, target_in, target_out)` id rows of a dataset of `(source, target)` strings, in its order."""
     preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, max_length)
 
     def tokenize(source_text, target_text):
@@ -204,24 +281,23 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
         ids = preprocessor(source_text, target_text)
         return ids["source"], ids["target_in"], ids["target_out"]
 
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
-    )
-    dataset = dataset.batch(_TOKENIZE_BATCH)
+    dataset = strings.batch(_TOKENIZE_BATCH)
     dataset = dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.unbatch()
-    return dataset.cache() if cache else dataset
+    return dataset.unbatch()
 
 
-def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width, budget=None):
+def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width, budget=None,
+             shuffle_buffer=None):
     """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
 
     `width(length)` is the number of columns of a batch whose longest row has `length` ids
-    (`None`: that length); `budget` a `_Budget` (batches by tokens) or `None`.
+    (`None`: that length); `budget` a `_Budget` (batches by tokens) or `None`; `shuffle_buffer`
+    the pairs shuffled at once (`None`: all).
     """
     dataset = pairs
     if shuffle:
-        dataset = dataset.shuffle(max(count, 1), seed=seed, reshuffle_each_iteration=reshuffle)
+        buffer = max(count, 1) if shuffle_buffer is None else min(shuffle_buffer, max(count, 1))
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=reshuffle)
     if repeat:
         dataset = dataset.repeat()
     if bucket:
@@ -238,13 +314,18 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    if not repeat and budget is None:
-        # Pools hold a whole number of batches, so bucketing makes as many
-        # batches as plain batching; declaring it gives Keras's progress bar
-        # its length from the first epoch on.
-        rounding = (lambda n: n // batch_size) if drop_remainder else (lambda n: -(-n // batch_size))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(rounding(count)))
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _declared(batches, count, batch_size, drop_remainder):
+    """`batches` of `count` pairs by `batch_size`, declaring their number.
+
+    Pools hold a whole number of batches, so bucketing makes as many batches
+    as plain batching; declaring it gives Keras's progress bar its length
+    from the first epoch on.
+    """
+    steps = count // batch_size if drop_remainder else -(-count // batch_size)
+    return batches.apply(tf.data.experimental.assert_cardinality(steps))
 
 
 def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget=None):

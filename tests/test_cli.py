@@ -45,7 +45,8 @@ def _train(*flags, p):
 MISTAKES = {
     # train: data files
     "train: missing file": (lambda p: _train("--src", p.missing, "--tgt", p.one_txt, p=p), "missing: file not found"),
-    "train: folder as file": (lambda p: _train("--src", p.folder, "--tgt", p.one_txt, p=p), "folder: is a directory"),
+    "train: empty folder of shards": (lambda p: _train("--src", p.folder, "--tgt", p.one_txt, p=p),
+                                      "folder: a folder without files"),
     "train: unequal files": (lambda p: _train("--src", p.two_txt, "--tgt", p.one_txt, p=p), "has 2 lines but"),
     "train: empty data": (lambda p: _train("--data", p.empty_txt, p=p), "empty.txt: no usable pairs"),
     "train: not UTF-8": (lambda p: _train("--src", p.latin1_txt, "--tgt", p.latin1_txt, p=p), "latin1.txt:1: invalid UTF-8"),
@@ -136,7 +137,8 @@ def test_help_shows_defaults_and_describes_every_argument(capsys):
     for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8 for "
                   "transformer, 8 for seq2seq, 10 for captioner)", "(default: tiny); captioner: tiny (encoder", "transformer, seq2seq: examples per replica (default: 64;",
                   "built-in corpus (default: 20000)", "(default: auto)", "(default: 0.1)",
-                  "transformer, seq2seq: training pairs as one TSV file: source<TAB>target; captioner: the folder of "
+                  "transformer, seq2seq: training pairs as TSV, source<TAB>target: a file, or shards as --src; "
+                  "captioner: the folder of "
                   "the images that --captions names"):
         assert shown in text
     assert "default: None" not in text and "default: False" not in text

@@ -9,6 +9,7 @@ What every job shares (flag checks, the setup report, the run-folder
 binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
 """
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -17,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_attn import evaluation, serving, run_folder
+from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VOCAB_SAMPLE
 from keras_attn.errors import UserError
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
@@ -29,7 +31,7 @@ from keras_attn.models import Seq2SeqLM
 from keras_attn.training import warmup_cosine
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import train
-from pipelines import synthetic, text, tokenizers, translation
+from pipelines import streaming, synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer, learn_sentencepiece_model
 
@@ -64,18 +66,28 @@ class TranslationResult:
 
 
 def load_corpora(config):
-    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None)."""
+    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None), and `"train_scan"`.
+
+    Training data read as a stream (`_streamed_corpus`) is a
+    `streaming.ShardedCorpus`, read once here to count and check its pairs
+    (`"train_scan"`, a `streaming.Scan`).
+    """
     _check_data_flags(config)
-    if config.data:
-        train = text.read_tsv(config.data)
+    streamed = _streamed_corpus(config)
+    if streamed and not config.valid_src:
+        raise text.DataError(f"{streamed}: a corpus read as a stream holds nothing out; give --valid-src/--valid-tgt")
+    if streamed:
+        train, scan = streamed, _non_empty(streamed.scan(), streamed)
+    elif config.data:
+        train = _non_empty(text.read_tsv(config.data), config.data)
     elif config.src:
-        train = text.read_parallel(config.src, config.tgt)
+        train = _non_empty(text.read_parallel(config.src, config.tgt), config.src)
     else:
-        return synthetic.translation_corpus(
+        corpora = synthetic.translation_corpus(
             seed=config.seed, train_size=config.builtin_size,
             valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
         )
-    _non_empty(train, config.data or config.src)
+        return {**corpora, "train_scan": streaming.Scan(len(corpora["train"]), 0)}
     if config.valid_src:
         valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
     elif len(train) < 2:
@@ -84,14 +96,29 @@ def load_corpora(config):
         )
     else:
         train, valid = hold_out(train, fraction=0.02, seed=config.seed)
+    if not streamed:
+        scan = streaming.Scan(len(train), train.skipped_empty)
     test = None
     if config.test_src:
         test = _non_empty(text.read_parallel(config.test_src, config.test_tgt), config.test_src)
-    return {"train": train, "valid": valid, "test": test}
+    return {"train": train, "valid": valid, "test": test, "train_scan": scan}
+
+
+def _streamed_corpus(config):
+    """The training data as a `ShardedCorpus` when it is read as a stream (shards, or one file over
+    `STREAM_ABOVE_MB`), else None."""
+    spec = config.data or config.src
+    if not spec:
+        return None
+    files = streaming.corpus_files(spec)
+    if len(files) == 1 and os.path.getsize(files[0]) <= STREAM_ABOVE_MB * 2**20:
+        return None
+    return streaming.ShardedCorpus.tsv(spec) if config.data else streaming.ShardedCorpus.parallel(spec, config.tgt)
 
 
 def _non_empty(corpus, origin):
-    if not len(corpus):
+    """`corpus` (a `ParallelCorpus` or a `streaming.Scan`), refused when it has no usable pair."""
+    if not (corpus.pairs if isinstance(corpus, streaming.Scan) else len(corpus)):
         raise text.DataError(f"{origin}: no usable pairs ({corpus.skipped_empty} empty ones skipped)")
     return corpus
 
@@ -140,9 +167,10 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
             return learn_sentencepiece_model(texts, config.vocabulary_size, config.subword, config.lowercase)
         return tokenizers.learn_wordpiece_vocabulary(texts, config.vocabulary_size, config.lowercase)
 
+    sample = vocabulary_sample(config, train)
     try:
-        learned = [learn(train.sources + train.targets)] * 2 if config.shared_vocab else [
-            learn(train.sources), learn(train.targets)]
+        learned = [learn(sample.sources + sample.targets)] * 2 if config.shared_vocab else [
+            learn(sample.sources), learn(sample.targets)]
     except ValueError as error:  # a SentencePiece vocabulary too small for the text's characters
         raise UserError(f"--vocab-size: {error}") from None
     result = tuple(kind(one, lowercase=config.lowercase) for one in learned)
@@ -151,14 +179,29 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     return result
 
 
+def vocabulary_sample(config, train):
+    """The pairs a vocabulary is learned from: `--vocab-sample` of them, the first of each shard
+    (default: all of a corpus in memory, `STREAMED_VOCAB_SAMPLE` of a streamed one)."""
+    if isinstance(train, streaming.ShardedCorpus):
+        return train.head(config.vocab_sample or STREAMED_VOCAB_SAMPLE)
+    if config.vocab_sample is None:
+        return train
+    return text.ParallelCorpus(train.sources[: config.vocab_sample], train.targets[: config.vocab_sample])
+
+
 # With --jit-compile, batches are padded to lengths that are multiples of this.
 XLA_LENGTH_MULTIPLE = 8
 
 
-def bind_run_folder(config, train, chief=True):
-    """`common.bind_run_folder` with the training pairs as `source<TAB>target` lines."""
-    pairs = (f"{source}\t{target}" for source, target in zip(train.sources, train.targets))
-    common.bind_run_folder(config, pairs, chief)
+def bind_run_folder(config, train, chief=True, scan=None):
+    """`common.bind_run_folder` with the training pairs as `source<TAB>target` lines; a streamed
+    corpus with its files' names and sizes and its `scan` instead."""
+    if isinstance(train, streaming.ShardedCorpus):
+        files = [path for shard in train.shards for path in shard]
+        lines = [f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files] + [f"{scan}"]
+    else:
+        lines = (f"{source}\t{target}" for source, target in zip(train.sources, train.targets))
+    common.bind_run_folder(config, lines, chief)
 
 
 def write_test_split(config, corpus):
@@ -190,13 +233,14 @@ def run(config, log=print):
     chief = common.start(config, log)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
-    skipped = sum(c.skipped_empty for c in (train_corpus, valid_corpus) if c is not None)
+    streamed, train_scan = isinstance(train_corpus, streaming.ShardedCorpus), corpora["train_scan"]
+    skipped = train_scan.skipped_empty + valid_corpus.skipped_empty
     log(
-        f"data: {len(train_corpus.sources)} training pairs, {len(valid_corpus.sources)} "
-        f"validation pairs, {skipped} empty pairs skipped"
+        f"data: {train_scan.pairs} training pairs{f' read as a stream from {train_corpus}' if streamed else ''}, "
+        f"{len(valid_corpus.sources)} validation pairs, {skipped} empty pairs skipped"
     )
     os.makedirs(config.run_dir, exist_ok=True)
-    bind_run_folder(config, train_corpus, chief)
+    bind_run_folder(config, train_corpus, chief, train_scan)
     test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     pieces = "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
@@ -223,8 +267,12 @@ def run(config, log=print):
             length_multiple=length_multiple,
             batch_tokens=config.batch_tokens and config.batch_tokens * replicas,
         )
+        if streamed:
+            train_epochs = translation.streamed_translation_epochs(train_corpus, train_scan.pairs, **pipeline)
+        else:
+            train_epochs = translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline)
         return (
-            translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline),
+            train_epochs,
             translation.translation_dataset(
                 valid_corpus.sources, valid_corpus.targets, shuffle=False, **pipeline
             ),
@@ -239,11 +287,12 @@ def run(config, log=print):
         return build_task(config, preprocessor, dropout)
 
     train_started = time.time()
-    result = train(
-        config, build_model=build_model, make_datasets=make_datasets,
-        compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
-        callbacks=config.callbacks(),
-    )
+    with train_corpus.reported() if streamed else contextlib.nullcontext():
+        result = train(
+            config, build_model=build_model, make_datasets=make_datasets,
+            compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
+            callbacks=config.callbacks(),
+        )
     model = result.model
     train_seconds = time.time() - train_started
     log(common.describe_training(config, result, time.time() - started))

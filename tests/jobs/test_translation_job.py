@@ -189,25 +189,36 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_job_trains_on_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch):
-    """Through the CLI with the README's recipe flags (--subword, --shared-vocab, --batch-tokens)."""
+def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch):
+    """Through the CLI with the README's recipe flags (--subword, --shared-vocab, --batch-tokens), the
+    training pairs read as a stream from a folder of TSV shards."""
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     import tensorflow as tf
 
     from keras_attn.jobs import translation
     from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
+    from pipelines.synthetic import translation_corpus
 
-    results, run = [], translation.run  # the job's result; 20 validation and test sentences (not a flag)
-    monkeypatch.setattr(translation, "run", lambda config, **kw: results.append(
-        run(dataclasses.replace(config, builtin_eval_size=20), **kw)) or results[-1])
+    corpus = translation_corpus(seed=0, train_size=600, valid_size=20, test_size=0)
+    (tmp_path / "shards").mkdir()
+    for shard in range(3):
+        pairs = zip(corpus["train"].sources[shard::3], corpus["train"].targets[shard::3])
+        (tmp_path / "shards" / f"train-{shard}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    for side, lines in (("src", corpus["valid"].sources), ("tgt", corpus["valid"].targets)):
+        (tmp_path / f"valid.{side}").write_text("".join(line + "\n" for line in lines))
+    results, run = [], translation.run
+    monkeypatch.setattr(translation, "run", lambda config, **kw: results.append(run(config, **kw)) or results[-1])
     assert cli.main([
-        "train", "transformer", "--builtin-size", "600", "--epochs", "2", "--batch-size", "1000",
+        "train", "transformer", "--data", str(tmp_path / "shards"), "--valid-src", str(tmp_path / "valid.src"),
+        "--valid-tgt", str(tmp_path / "valid.tgt"), "--epochs", "2", "--batch-size", "1000",
         "--batch-tokens", "700", "--warmup-steps", "5", "--beam-width", "1", "--subword", "unigram",
         "--shared-vocab", "--vocab-size", "500", "--run-dir", str(tmp_path / "run"),
         "--export", str(tmp_path / "saved_models"),
     ]) == 0
     printed, result = capfd.readouterr().out.splitlines(), results[0]
     assert "global batch: up to 700 ids (700 per replica), at most 1000 examples" in printed
+    assert f"data: 600 training pairs read as a stream from 3 shards ({tmp_path / 'shards' / 'train-0.tsv'}, ...), " \
+        "20 validation pairs, 0 empty pairs skipped" in printed
     # Without the budget, one batch an epoch; with it, every pair counts at least 8 columns.
     assert result.steps % 2 == 0 and result.steps // 2 >= -(-600 * 8 // 700)
     losses = result.history["loss"]
@@ -284,11 +295,15 @@ def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path,
     (tmp_path / "a.txt").write_text("eins\nzwei\n")
     (tmp_path / "b.txt").write_text("one\ntwo\n")
     (tmp_path / "blank.tsv").write_text("\t\n  \t \n")
+    (tmp_path / "bad.tsv").write_bytes(b"a\tb\nc\td\n\xff\te\n")  # shards (a glob): the first file is bad.tsv
     pair = ["--src", str(tmp_path / "a.txt"), "--tgt", str(tmp_path / "b.txt")]
     for flags, message in [
         ([*pair, "--valid-src", str(tmp_path / "a.txt")], "--valid-src and --valid-tgt must be given together"),
         ([*pair, "--data", str(tmp_path / "blank.tsv")], "either as --data or as --src/--tgt"),
         (["--data", str(tmp_path / "blank.tsv")], "blank.tsv: no usable pairs (2 empty ones skipped)"),
+        (["--data", str(tmp_path / "*.tsv")], "bad.tsv, ...): a corpus read as a stream holds nothing out; give --valid-src"),
+        (["--data", str(tmp_path / "*.tsv"), "--valid-src", str(tmp_path / "a.txt"), "--valid-tgt", str(tmp_path / "b.txt")],
+         f"{tmp_path / 'bad.tsv'}:3: invalid UTF-8 (byte 0xff at column 1)"),
     ]:
         code = cli.main(["train", "transformer", *flags, "--run-dir", str(tmp_path / "run")])
         error = capsys.readouterr().err.strip()
