@@ -161,3 +161,64 @@ def test_a_small_corpus_streamed_gives_the_batches_it_gives_from_memory(multi30k
     for (inputs, target_out), (streamed_inputs, streamed_target_out) in zip(expected, got):
         assert all((inputs[key] == streamed_inputs[key]).all() for key in ("source", "target_in"))
         assert (target_out == streamed_target_out).all()
+
+
+def test_a_streamed_epoch_is_the_same_every_time_it_is_built_so_a_resumed_run_sees_the_rest(tmp_path):
+    """The runner resumes epoch e after k steps as `epochs(e).skip(k)`, in a new process."""
+    from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
+    from pipelines.translation import streamed_translation_epochs
+
+    for shard in range(4):
+        write(tmp_path / f"{shard}.de.gz", sentences(400, "de", shard), compress=True)
+        write(tmp_path / f"{shard}.en", sentences(400, "en", shard))
+    tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, "de", "en", "x", *map(str, range(10)), "-", *(f"##{d}" for d in range(10))])
+
+    def epoch(number, skip=0):
+        corpus = ShardedCorpus.parallel(tmp_path / "*.de.gz", tmp_path / "*.en")
+        epochs = streamed_translation_epochs(corpus, 1600, tokenizer, tokenizer, batch_size=32, max_length=16,
+                                             seed=5, shuffle_buffer=300)
+        return [target.tolist() for _, target in epochs(number).skip(skip).as_numpy_iterator()]
+
+    whole = epoch(2)
+    assert len(whole) == 50 and epoch(2, skip=17) == whole[17:]
+    assert epoch(3) != whole
+
+
+def test_the_streamed_pipeline_holds_as_much_memory_for_100x_a_corpus_as_for_10x(tmp_path):
+    """Its memory is its buffers': the shuffle buffer (1,000 pairs here), the pools, the prefetch."""
+    import os
+    import threading
+    import time
+
+    from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
+    from pipelines.translation import streamed_translation_epochs
+
+    def resident_mb():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def peak_growth_mb(pairs):
+        for side in ("de", "en"):
+            write(tmp_path / f"{pairs}.{side}", [f"{side} {i} - x x {i % 97}" for i in range(pairs)])
+        corpus = ShardedCorpus.parallel(tmp_path / f"{pairs}.de", tmp_path / f"{pairs}.en")
+        batches = streamed_translation_epochs(corpus, pairs, tokenizer, tokenizer, 64, 16, shuffle_buffer=1000)(0)
+        before, peak, done = resident_mb(), [0.0], threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], resident_mb())
+                time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        batches.reduce(0, lambda count, _: count + 1)
+        done.set()
+        sampler.join()
+        return peak[0] - before
+
+    tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, "de", "en", "x", "-", *map(str, range(10)),
+                                    *(f"##{d}" for d in range(10))])
+    peak_growth_mb(500)  # the first drain also traces the pipeline's functions
+    ten_times, hundred_times = peak_growth_mb(5_000), peak_growth_mb(50_000)
+    # Caching the ids, as the in-memory pipeline does, would add about 35 MB at 50,000 pairs.
+    assert hundred_times < ten_times + 10, (ten_times, hundred_times)
