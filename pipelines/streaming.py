@@ -203,21 +203,21 @@ class ShardedCorpus:
         def lines(side):
             numbered = tf.data.TextLineDataset(paths[index, side], compression_type=compressions[index, side])
             return numbered.enumerate(start=1).batch(_LINE_BATCH).map(
-                lambda numbers, batch: _checked(numbers, batch, index)
+                lambda numbers, batch: _checked(numbers, batch, index), num_parallel_calls=tf.data.AUTOTUNE
             )
 
         if self.is_tsv:
-            return lines(0).map(lambda batch: self._columns(batch, index)).unbatch()
+            return lines(0).map(lambda batch: self._columns(batch, index), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
         # A source line without a target line (or the reverse) is found where one side ends first.
         ended = tf.data.Dataset.from_tensors(tf.constant([], tf.string)).repeat()
         both = tf.data.Dataset.zip(lines(0).concatenate(ended), lines(1).concatenate(ended))
 
-        def aligned(source, target):
+        def stripped(source, target):
             tf.debugging.Assert(tf.size(source) == tf.size(target), [_BAD_SHARD, index])
-            return source, target
+            return _strip(source), _strip(target)
 
-        both = both.take_while(lambda source, target: tf.size(source) + tf.size(target) > 0).map(aligned)
-        return both.map(lambda source, target: (_strip(source), _strip(target))).unbatch()
+        both = both.take_while(lambda source, target: tf.size(source) + tf.size(target) > 0)
+        return both.map(stripped, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
     def _columns(self, lines, shard):
         """`(source, target)` columns of a batch of TSV lines, stripped; both empty for a blank line."""

@@ -78,6 +78,14 @@ def test_shards_give_every_pair_once_in_a_seeded_order(tmp_path):
     assert corpus.scan().pairs == 1500
 
 
+def test_a_vocabulary_sample_takes_the_first_pairs_of_every_shard(tmp_path):
+    for shard in range(4):
+        write(tmp_path / f"{shard}.tsv", [""] + [f"{s}\t{t}" for s, t in zip(sentences(50, "de", shard), sentences(50, "en", shard))])
+    sample = ShardedCorpus.tsv(tmp_path).head(10)  # 3 a shard, empty pairs skipped, 10 in all
+    assert sample.sources == [f"de {shard}-{i}" + " x" * i for shard in range(4) for i in range(3)][:10]
+    assert len(sample.targets) == 10
+
+
 @pytest.mark.parametrize("shards", [5, 1])
 def test_two_workers_read_disjoint_parts_that_cover_the_corpus(tmp_path, shards):
     for shard in range(shards):
