@@ -11,14 +11,15 @@ under `--root` (once: later runs reuse them). The vocabulary: WordPiece,
 8,000 pieces, shared, learned from the first 100,000 pairs.
 
 For each size and pipeline, in a fresh process (so each peak is its own):
-- `streamed`: `ShardedCorpus.parallel` over the 32 shards, its `scan` (every
-  line read and checked once, as the job does), then
-  `streamed_translation_epochs` (batch 64, max_length 64);
+- `streamed`: what the job does with shards: `ShardedCorpus.parallel` over
+  the 32 shards, its pairs estimated from the files' sizes, then
+  `streamed_translation_epochs` (batch 64, max_length 64; every line
+  checked as it is read);
 - `in-memory`: what the job did before: every shard read into Python lists
   (`text.read_parallel`), then `translation_epochs` (the pairs as one
   constant, tokenized and cached in memory, shuffled whole).
-It reports the time to the first batch of epoch 0 (scan or reading
-included), the pairs/s and target tokens/s (padding excluded) of a whole
+It reports the time to the first batch of epoch 0 (the estimate or the
+reading included), the pairs/s and target tokens/s (padding excluded) of a whole
 epoch 1 drained without Python work per batch, its padding fraction, and
 the peak RSS of the process (`ru_maxrss`) beside its RSS before the corpus
 is touched (TensorFlow and the vocabulary loaded). Last, what the training
@@ -118,11 +119,11 @@ def measure(folder, pipeline, vocab_path):
     settings = dict(source_tokenizer=tokenizer, target_tokenizer=tokenizer, batch_size=BATCH, max_length=MAX_LENGTH)
     before = rss_mb()
     started = time.perf_counter()
-    if pipeline == "streamed":
+    if pipeline == "streamed":  # as the job streams: the pairs estimated, the lines checked as they are read
         corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
-        scan = corpus.scan()
+        pairs = corpus.estimated_pairs()
         scanned = time.perf_counter() - started
-        epochs, pairs = translation.streamed_translation_epochs(corpus, scan.pairs, **settings), scan.pairs
+        epochs = translation.streamed_translation_epochs(corpus, pairs, **settings)
     else:
         sources, targets = [], []
         for source, target in zip(corpus_files(Path(folder) / "*.de.gz"), corpus_files(Path(folder) / "*.en.gz")):
@@ -137,7 +138,7 @@ def measure(folder, pipeline, vocab_path):
     batches, delivered, targets, padding = drain(epochs(1))
     seconds = time.perf_counter() - epoch_started
     return dict(
-        pipeline=pipeline, pairs=pairs, read_or_scan_s=round(scanned, 1), first_batch_s=round(first_batch, 1),
+        pipeline=pipeline, pairs=pairs, read_or_estimate_s=round(scanned, 1), first_batch_s=round(first_batch, 1),
         epoch_s=round(seconds, 1), batches=batches, pairs_per_s=round(delivered / seconds),
         target_tokens_per_s=round(targets / seconds), padding=round(padding, 4),
         rss_before_mb=round(before), peak_rss_mb=round(rss_mb()),
@@ -156,7 +157,7 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
 
     tokenizer = WordPieceTokenizer.load(vocab_path)
     corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
-    epochs = translation.streamed_translation_epochs(corpus, corpus.scan().pairs, tokenizer, tokenizer, BATCH,
+    epochs = translation.streamed_translation_epochs(corpus, corpus.estimated_pairs(), tokenizer, tokenizer, BATCH,
                                                      MAX_LENGTH, shuffle_buffer=20_000)
     precision = "mixed_bfloat16" if native_bfloat16() else "float32"
     keras.mixed_precision.set_global_policy(precision)

@@ -19,8 +19,10 @@ wrong) by reading the shard at fault again in Python:
 import contextlib
 import dataclasses
 import glob
+import itertools
 import os
 import re
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -166,6 +168,21 @@ class ShardedCorpus:
         return text.ParallelCorpus([source for source, _ in read], [target for _, target in read],
                                    source_origin=f"{self} (a sample)", target_origin=f"{self} (a sample)")
 
+    def estimated_pairs(self, sample_lines=10_000):
+        """About how many pairs the corpus holds, without reading it: its (source) files' text bytes over
+        the mean bytes of a line among the first `sample_lines` of its first shards."""
+        sampled = self.shards[:4]
+        lines, sample_bytes = 0, 0
+        for shard in sampled:
+            try:
+                with text.open_bytes(shard[0]) as stream:
+                    for line in itertools.islice(stream, sample_lines // len(sampled)):
+                        lines, sample_bytes = lines + 1, sample_bytes + len(line)
+            except (OSError, EOFError, zlib.error):
+                self._check_in_python(shard)  # raises the one-line DataError
+                raise
+        return max(1, round(sum(_text_bytes(shard[0]) for shard in self.shards) * lines / max(sample_bytes, 1)))
+
     def scan(self):
         """Reads the whole corpus once: a `Scan` of its pairs; a bad line raises `DataError`."""
         def count(totals, batch):
@@ -244,11 +261,20 @@ def _strip(strings):
     return tf.strings.regex_replace(strings, f"^{_WHITESPACE}+|{_WHITESPACE}+$", "")
 
 
+def _text_bytes(path):
+    """The bytes of text in a file: its size, or a gzip file's uncompressed size (its last 4 bytes: the last
+    member's size modulo 2**32; three times the compressed size where that cannot be right)."""
+    size = os.path.getsize(path)
+    if not _is_gzip(path):
+        return size
+    with open(path, "rb") as stream:
+        stream.seek(max(size - 4, 0))
+        stored = int.from_bytes(stream.read(4), "little")
+    return stored if stored >= size else 3 * size
+
+
 def _is_gzip(path):
-    if path.endswith(".gz"):
-        return True
     try:
-        with open(path, "rb") as probe:
-            return probe.read(2) == b"\x1f\x8b"
+        return text.is_gzip(path)
     except OSError as error:
         raise text.DataError(f"{path}: cannot be read ({error.strerror or error})") from None

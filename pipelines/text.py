@@ -224,7 +224,7 @@ def _drop_empty_pairs(sources, targets, source_origin, target_origin):
 def _decoded_lines(path):
     """Yields the lines of `path` as `str` (newline kept), checking UTF-8."""
     try:
-        with _open_bytes(path) as stream:
+        with open_bytes(path) as stream:
             for number, raw in enumerate(stream, start=1):
                 yield _decode(raw, path, number)
     except FileNotFoundError:
@@ -241,12 +241,17 @@ def _decoded_lines(path):
         raise DataError(f"{path}: cannot be read ({error.strerror or error})") from None
 
 
-def _open_bytes(path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+def open_bytes(path):
+    """`path` opened for reading bytes, decompressed if it is gzip (`is_gzip`)."""
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+def is_gzip(path):
+    """Whether `path` is gzip: its `.gz` suffix or its first two bytes."""
+    if Path(path).suffix == ".gz":
+        return True
     with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == _GZIP_MAGIC
-    return gzip.open(path, "rb") if is_gzip else open(path, "rb")
+        return probe.read(2) == _GZIP_MAGIC
 
 
 def _decode(raw, path, number):

@@ -35,7 +35,7 @@ _TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
 # Bucketing sorts pools of this many batches; more means less padding but
 # longer runs of batches drawn from the same stretch of the shuffled data.
 POOL_BATCHES = 64
-# A streamed corpus is shuffled through a buffer of this many pairs (about 200 MB of ids at most).
+# A streamed corpus is shuffled through a buffer of this many pairs (of strings).
 SHUFFLE_PAIRS = 2**18
 # With a token budget, a streamed epoch's length is estimated from this many batches.
 ESTIMATE_BATCHES = 256
@@ -211,7 +211,8 @@ def streamed_translation_epochs(
 
     Args:
         corpus: a `pipelines.streaming.ShardedCorpus`.
-        pairs: its usable pairs (`corpus.scan().pairs`), on this worker.
+        pairs: its usable pairs (`corpus.scan().pairs`, or an estimate:
+            `corpus.estimated_pairs()`), on this worker.
         worker, workers: this process reads its part of the corpus
             (`ShardedCorpus.pairs`).
         others: as `translation_epochs`.
@@ -224,9 +225,11 @@ def streamed_translation_epochs(
     def shuffled_pass(*key):
         pass_seed = _pass_seed(seed, key)
         strings = corpus.pairs(order_seed=pass_seed, worker=worker, workers=workers)
+        # Strings are shuffled, not ids: the buffer fills at reading speed and holds a third of the bytes.
+        strings = strings.shuffle(min(shuffle_buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False)
         return _batches(
             _tokenized(strings, source_tokenizer, target_tokenizer, max_length), pairs, batch_size, True,
-            pass_seed, True, False, False, False, _width(max_length, length_multiple), budget, shuffle_buffer,
+            pass_seed, True, False, False, False, _width(max_length, length_multiple), budget, shuffled=True,
         )
 
     if budget is None:
@@ -287,17 +290,16 @@ def _tokenized(strings, source_tokenizer, target_tokenizer, max_length):
 
 
 def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width, budget=None,
-             shuffle_buffer=None):
+             shuffled=False):
     """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
 
     `width(length)` is the number of columns of a batch whose longest row has `length` ids
-    (`None`: that length); `budget` a `_Budget` (batches by tokens) or `None`; `shuffle_buffer`
-    the pairs shuffled at once (`None`: all).
+    (`None`: that length); `budget` a `_Budget` (batches by tokens) or `None`; `shuffled`: the
+    pairs come shuffled already (only the batches of each pool are).
     """
     dataset = pairs
-    if shuffle:
-        buffer = max(count, 1) if shuffle_buffer is None else min(shuffle_buffer, max(count, 1))
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=reshuffle)
+    if shuffle and not shuffled:  # with a whole-dataset buffer
+        dataset = dataset.shuffle(max(count, 1), seed=seed, reshuffle_each_iteration=reshuffle)
     if repeat:
         dataset = dataset.repeat()
     if bucket:

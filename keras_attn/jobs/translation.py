@@ -66,18 +66,19 @@ class TranslationResult:
 
 
 def load_corpora(config):
-    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None), and `"train_scan"`.
+    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None), and `"train_pairs"`.
 
     Training data read as a stream (`_streamed_corpus`) is a
-    `streaming.ShardedCorpus`, read once here to count and check its pairs
-    (`"train_scan"`, a `streaming.Scan`).
+    `streaming.ShardedCorpus`, not read here: its `"train_pairs"` are
+    estimated from its files' sizes (`ShardedCorpus.estimated_pairs`), and
+    its lines are checked as training reads them.
     """
     _check_data_flags(config)
     streamed = _streamed_corpus(config)
     if streamed and not config.valid_src:
         raise text.DataError(f"{streamed}: a corpus read as a stream holds nothing out; give --valid-src/--valid-tgt")
     if streamed:
-        train, scan = streamed, _non_empty(streamed.scan(), streamed)
+        train, pairs = streamed, streamed.estimated_pairs()
     elif config.data:
         train = _non_empty(text.read_tsv(config.data), config.data)
     elif config.src:
@@ -87,7 +88,7 @@ def load_corpora(config):
             seed=config.seed, train_size=config.builtin_size,
             valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
         )
-        return {**corpora, "train_scan": streaming.Scan(len(corpora["train"]), 0)}
+        return {**corpora, "train_pairs": len(corpora["train"])}
     if config.valid_src:
         valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
     elif len(train) < 2:
@@ -97,11 +98,11 @@ def load_corpora(config):
     else:
         train, valid = hold_out(train, fraction=0.02, seed=config.seed)
     if not streamed:
-        scan = streaming.Scan(len(train), train.skipped_empty)
+        pairs = len(train)
     test = None
     if config.test_src:
         test = _non_empty(text.read_parallel(config.test_src, config.test_tgt), config.test_src)
-    return {"train": train, "valid": valid, "test": test, "train_scan": scan}
+    return {"train": train, "valid": valid, "test": test, "train_pairs": pairs}
 
 
 def _streamed_corpus(config):
@@ -117,8 +118,8 @@ def _streamed_corpus(config):
 
 
 def _non_empty(corpus, origin):
-    """`corpus` (a `ParallelCorpus` or a `streaming.Scan`), refused when it has no usable pair."""
-    if not (corpus.pairs if isinstance(corpus, streaming.Scan) else len(corpus)):
+    """`corpus`, refused when it has no usable pair."""
+    if not len(corpus):
         raise text.DataError(f"{origin}: no usable pairs ({corpus.skipped_empty} empty ones skipped)")
     return corpus
 
@@ -193,12 +194,11 @@ def vocabulary_sample(config, train):
 XLA_LENGTH_MULTIPLE = 8
 
 
-def bind_run_folder(config, train, chief=True, scan=None):
+def bind_run_folder(config, train, chief=True):
     """`common.bind_run_folder` with the training pairs as `source<TAB>target` lines; a streamed
-    corpus with its files' names and sizes and its `scan` instead."""
+    corpus with its files' names and sizes instead."""
     if isinstance(train, streaming.ShardedCorpus):
-        files = [path for shard in train.shards for path in shard]
-        lines = [f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files] + [f"{scan}"]
+        lines = [f"{os.path.basename(path)}\t{os.path.getsize(path)}" for shard in train.shards for path in shard]
     else:
         lines = (f"{source}\t{target}" for source, target in zip(train.sources, train.targets))
     common.bind_run_folder(config, lines, chief)
@@ -233,14 +233,17 @@ def run(config, log=print):
     chief = common.start(config, log)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
-    streamed, train_scan = isinstance(train_corpus, streaming.ShardedCorpus), corpora["train_scan"]
-    skipped = train_scan.skipped_empty + valid_corpus.skipped_empty
-    log(
-        f"data: {train_scan.pairs} training pairs{f' read as a stream from {train_corpus}' if streamed else ''}, "
-        f"{len(valid_corpus.sources)} validation pairs, {skipped} empty pairs skipped"
-    )
+    streamed, train_pairs = isinstance(train_corpus, streaming.ShardedCorpus), corpora["train_pairs"]
+    if streamed:
+        log(f"data: about {train_pairs} training pairs (from the files' sizes) read as a stream from {train_corpus}, "
+            f"{len(valid_corpus.sources)} validation pairs, {valid_corpus.skipped_empty} empty ones skipped; "
+            "empty training pairs are skipped as they come")
+    else:
+        skipped = train_corpus.skipped_empty + valid_corpus.skipped_empty
+        log(f"data: {train_pairs} training pairs, {len(valid_corpus.sources)} validation pairs, "
+            f"{skipped} empty pairs skipped")
     os.makedirs(config.run_dir, exist_ok=True)
-    bind_run_folder(config, train_corpus, chief, train_scan)
+    bind_run_folder(config, train_corpus, chief)
     test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
     pieces = "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
@@ -268,7 +271,7 @@ def run(config, log=print):
             batch_tokens=config.batch_tokens and config.batch_tokens * replicas,
         )
         if streamed:
-            train_epochs = translation.streamed_translation_epochs(train_corpus, train_scan.pairs, **pipeline)
+            train_epochs = translation.streamed_translation_epochs(train_corpus, train_pairs, **pipeline)
         else:
             train_epochs = translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline)
         return (
