@@ -226,7 +226,9 @@ def streamed_translation_epochs(
         pass_seed = _pass_seed(seed, key)
         strings = corpus.pairs(order_seed=pass_seed, worker=worker, workers=workers)
         # Strings are shuffled, not ids: the buffer fills at reading speed and holds a third of the bytes.
-        strings = strings.shuffle(min(shuffle_buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False)
+        # A pass that tops up an epoch gives a few batches: a pool's worth of buffer fills fast enough.
+        buffer = POOL_BATCHES * batch_size if _TOP_UP in key[1:] else shuffle_buffer
+        strings = strings.shuffle(min(buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False)
         return _batches(
             _tokenized(strings, source_tokenizer, target_tokenizer, max_length), pairs, batch_size, True,
             pass_seed, True, False, False, False, _width(max_length, length_multiple), budget, shuffled=True,
