@@ -206,7 +206,7 @@ def streamed_translation_epochs(
 
     An epoch has a declared number of batches: `ceil(pairs / batch_size)`,
     or with `batch_tokens` the pairs over the mean pairs a batch of the first
-    `ESTIMATE_BATCHES` batches (counting them all would read the corpus);
+    `ESTIMATE_BATCHES` batches (of worker 0; counting them all would read the corpus);
     an epoch is cut to that number or topped up from another pass.
 
     Args:
@@ -222,9 +222,9 @@ def streamed_translation_epochs(
     """
     budget = _budget(batch_tokens, max_length, length_multiple)
 
-    def shuffled_pass(*key):
+    def shuffled_pass(*key, part=worker):
         pass_seed = _pass_seed(seed, key)
-        strings = corpus.pairs(order_seed=pass_seed, worker=worker, workers=workers)
+        strings = corpus.pairs(order_seed=pass_seed, worker=part, workers=workers)
         # Strings are shuffled, not ids: the buffer fills at reading speed and holds a third of the bytes.
         # A pass that tops up an epoch gives a few batches: a pool's worth of buffer fills fast enough.
         buffer = POOL_BATCHES * batch_size if _TOP_UP in key[1:] else shuffle_buffer
@@ -236,7 +236,8 @@ def streamed_translation_epochs(
 
     if budget is None:
         return _of_length(shuffled_pass, -(-pairs // batch_size))
-    sample = shuffled_pass(0).take(ESTIMATE_BATCHES).map(lambda inputs, _: tf.shape(inputs["source"])[0])
+    # Every worker estimates from worker 0's part: all then declare epochs of one length.
+    sample = shuffled_pass(0, part=0).take(ESTIMATE_BATCHES).map(lambda inputs, _: tf.shape(inputs["source"])[0])
     sizes = list(sample.as_numpy_iterator())
     return _of_length(shuffled_pass, max(1, round(pairs * len(sizes) / sum(sizes))))
 

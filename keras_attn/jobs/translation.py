@@ -272,6 +272,10 @@ def run(config, log=print):
         )
         if streamed:
             train_epochs = translation.streamed_translation_epochs(train_corpus, train_pairs, **pipeline)
+            # Under several workers each reads its own shards, in batches of one replica's share.
+            own = dict(pipeline, batch_size=config.batch_size, batch_tokens=config.batch_tokens)
+            train_epochs.for_worker = lambda worker, workers: translation.streamed_translation_epochs(
+                train_corpus, -(-train_pairs // workers), **own, worker=worker, workers=workers)
         else:
             train_epochs = translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline)
         return (

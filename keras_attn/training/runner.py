@@ -111,7 +111,13 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
             resumed epoch then skips as many batches of a new pass). Batches
             are `(inputs, targets)` of the global batch size and the dataset
             must declare its length (finite cardinality). `valid` is a
-            dataset or `None`.
+            dataset or `None`. Under several workers, an epoch function
+            with a `for_worker(worker, workers)` attribute gives each worker
+            its own data instead: `for_worker` returns that worker's epoch
+            function, of batches of `config.batch_size` (one a replica), as
+            many an epoch on every worker (e.g. each reads its own shards);
+            otherwise every worker runs the whole pipeline and keeps its
+            replicas' rows of each global batch.
         compile_model: `(model, total_steps) -> None`, compiles the model
             (its optimizer, loss and metrics, as for `fit`), where
             `total_steps` is the number of steps of the whole run (for
@@ -129,6 +135,9 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
     train_data, valid_data = make_datasets(global_batch_size)
     epoch_data = train_data if callable(train_data) else (lambda epoch: train_data)
     steps_per_epoch = int(epoch_data(0).cardinality())
+    own_data = _own_data(strategy, epoch_data, config)
+    if own_data is not None:
+        steps_per_epoch = int(own_data.epoch(0).cardinality()) // own_data.local_replicas
     if steps_per_epoch < 1:
         raise ValueError(
             "The training dataset must declare its length (finite cardinality), "
@@ -210,7 +219,7 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
             average.restore(model, initial_epoch)
         try:
             history = _loop(
-                config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
+                config, model, steps, own_data or epoch_data, valid, steps_per_epoch, strategy,
                 progress, backups, callback_list, chief, best_path, average, updates,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
@@ -370,7 +379,10 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         done = int(progress.step.numpy())  # > 0 only when resuming mid-epoch
         if not done:  # else the backup's metrics: those of the epoch's steps before it
             steps.reset_metrics()
-        batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
+        if isinstance(epoch_data, _OwnData):
+            batches = iter(epoch_data.distributed(epoch, done))
+        else:
+            batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
         update = int(steps.optimizer.iterations.numpy())
         last = min(steps_per_epoch, done + config.max_updates - update) if config.max_updates else steps_per_epoch
         logs = {}
@@ -458,6 +470,36 @@ def _sum_over_replicas(strategy, value):
     `tf.function`, as TensorFlow warns that running a strategy eagerly is slow.
     """
     return strategy.reduce("SUM", strategy.run(lambda: tf.identity(value)), axis=None)
+
+
+@dataclasses.dataclass
+class _OwnData:
+    """This worker's own training data: `epoch(e)` gives its batches of epoch `e`, one a replica."""
+
+    strategy: tf.distribute.Strategy
+    epoch: object
+    local_replicas: int
+
+    def distributed(self, epoch, done):
+        """Epoch `epoch` after its first `done` steps, fed to this worker's replicas."""
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: self.epoch(epoch).skip(done * self.local_replicas))
+
+
+def _own_data(strategy, epoch_data, config):
+    """`_OwnData` when several workers each read their own data (`for_worker`), else None."""
+    for_worker = getattr(epoch_data, "for_worker", None)
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if for_worker is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    cluster = resolver.cluster_spec().as_dict()
+    tasks = [(kind, index) for kind in ("chief", "worker") for index in range(len(cluster.get(kind, [])))]
+    if len(tasks) < 2:
+        return None
+    worker = tasks.index((resolver.task_type, int(resolver.task_id or 0)))
+    if config.verbose:
+        print(f"input: each of {len(tasks)} workers reads its own part of the training data (this one: {worker})")
+    return _OwnData(strategy, for_worker(worker, len(tasks)), strategy.num_replicas_in_sync // len(tasks))
 
 
 def _distribute(strategy, dataset):

@@ -296,3 +296,29 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     # Same process layout, same sums: the weights were identical in the runs
     # measured, but a CI run once drifted one weight by 1.2e-2 (see the helper).
     _assert_equal_but_for_sign_flips(third["weights"], uninterrupted["weights"])
+
+
+@pytest.mark.long  # two workers, 30-60 s: `python -m pytest -m long`
+def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
+    """A corpus of 4 TSV shards on 2 workers: each reads 2 (pipelines' tests check they are disjoint),
+    both declare the same epoch, stay in step and learn."""
+    from pipelines.synthetic import translation_corpus
+
+    corpus = translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0)
+    (tmp_path / "shards").mkdir()
+    for shard in range(4):
+        pairs = zip(corpus["train"].sources[shard::4], corpus["train"].targets[shard::4])
+        (tmp_path / "shards" / f"{shard}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    for side, lines in (("src", corpus["valid"].sources), ("tgt", corpus["valid"].targets)):
+        (tmp_path / f"valid.{side}").write_text("".join(line + "\n" for line in lines))
+    data = dict(data=str(tmp_path / "shards"), valid_src=str(tmp_path / "valid.src"),
+                valid_tgt=str(tmp_path / "valid.tgt"))
+    configs = local_cluster(2)
+    workers = [cluster.start(f"worker{i}", 16, tmp_path / "run", configs[i], **data) for i in range(2)]
+    chief, other = (cluster.wait(worker) for worker in workers)
+    for index, name in enumerate(("worker0", "worker1")):
+        log = (tmp_path / f"{name}.log").read_text()
+        assert f"input: each of 2 workers reads its own part of the training data (this one: {index})" in log, log
+    assert chief["steps"] == other["steps"] == 2 * 10  # about 320 pairs a global batch of 32
+    _assert_identical(chief["weights"], other["weights"])
+    assert chief["history"]["loss"][1] < chief["history"]["loss"][0] - 0.3, chief["history"]
