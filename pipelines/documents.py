@@ -116,31 +116,37 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    files = _files(paths)
     result = Documents([], origin=", ".join(str(path) for path in paths))
-    for path in files:
-        lines = text.read_lines(path)
-        if not any(lines):
-            result.empty_files += 1
-            continue
-        blocks = [lines] if one_document_per_file else _blocks(lines)
-        for block in blocks:
-            document = []
-            for line in block:
-                if _HEADING.match(line):
-                    result.headings += 1
-                    continue
-                for sentence in split_sentences(line):
-                    document.extend(_cut(sentence, max_sentence_words, result))
-            if document:
-                result.documents.append(document)
-                result.single_sentence += len(document) == 1
+    for path in document_files(paths):
+        result.documents.extend(file_documents(path, result, one_document_per_file, max_sentence_words))
     if not result.documents:
         raise text.DataError(f"{result.origin}: no text ({result.empty_files} empty files)")
     return result
 
 
-def _files(paths):
+def file_documents(path, counts, one_document_per_file=False, max_sentence_words=200):
+    """Yields the documents of one file as its lines are read, counting what it handles in `counts`
+    (a `Documents`: `empty_files`, `single_sentence`, `long_sentences`, `headings`)."""
+    lines = text.iter_lines(path)
+    empty = True
+    for block in [lines] if one_document_per_file else _blocks(lines):
+        document = []
+        for line in block:
+            empty = empty and not line
+            if _HEADING.match(line):
+                counts.headings += 1
+                continue
+            for sentence in split_sentences(line):
+                document.extend(_cut(sentence, max_sentence_words, counts))
+        if document:
+            counts.single_sentence += len(document) == 1
+            yield document
+    counts.empty_files += empty
+
+
+def document_files(paths):
+    """The files of `paths`: each path a file, or a folder standing for every file under it (sorted,
+    hidden files skipped)."""
     files = []
     for path in paths:
         if os.path.isdir(path):

@@ -141,21 +141,42 @@ def sentence_pairs(
         `NOT_NEXT`), `last_a_sentence`, `first_b_sentence` int64 (indices
         into the corpus's sentences, before truncation) and `index`.
     """
-    anchors = corpus.anchors()
-    if corpus.num_documents < 2 or not len(anchors):
+    _check_pairable(corpus.num_documents, len(corpus.anchors()), max_length)
+    make_pair = pair_maker(
+        tf.constant(corpus.ids, tf.int32), tf.constant(corpus.sentence_starts, tf.int64),
+        tf.constant(corpus.document_starts, tf.int64), max_length, seed, epoch,
+        short_sequence_probability, next_probability,
+    )
+    return tf.data.Dataset.range(num_pairs).map(make_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _check_pairable(documents, anchors, max_length):
+    if documents < 2 or not anchors:
         raise ValueError(
             "sentence_pairs: the corpus needs two documents or more and one of two "
-            f"sentences or more; it has {corpus.num_documents} documents and "
-            f"{len(anchors)} sentences followed by another"
+            f"sentences or more; it has {documents} documents and "
+            f"{anchors} sentences followed by another"
         )
     if max_length < 5:
         raise ValueError(f"sentence_pairs: max_length must be at least 5, got {max_length}")
-    ids = tf.constant(corpus.ids, tf.int32)
-    starts = tf.constant(corpus.sentence_starts, tf.int64)
-    document_starts = tf.constant(corpus.document_starts, tf.int64)
-    sentence_document = tf.constant(corpus.sentence_document(), tf.int64)
-    anchors = tf.constant(anchors, tf.int64)
-    num_documents = corpus.num_documents
+
+
+def is_pairable(corpus):
+    """Whether `sentence_pairs` can draw from `corpus`: two documents, one of two sentences or more."""
+    return corpus.num_documents >= 2 and len(corpus.anchors()) > 0
+
+
+def pair_maker(ids, starts, document_starts, max_length, seed, epoch, short_sequence_probability,
+               next_probability, first_index=0):
+    """`make_pair(index)` of `sentence_pairs` over a corpus given as tensors (`TokenizedDocuments`' fields).
+
+    The pair's random numbers are keyed by `first_index + index` (its `"index"` too): a stream of
+    corpora (`pipelines.document_stream`) gives each block its own range of indices.
+    """
+    counts = document_starts[1:] - document_starts[:-1]
+    sentence_document = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)
+    anchors = tf.where(sentence_document[:-1] == sentence_document[1:])[:, 0]
+    num_documents = tf.size(document_starts, tf.int64) - 1
     max_tokens = max_length - 3
 
     def sentences(first, end):
@@ -168,6 +189,7 @@ def sentence_pairs(
         return first + tf.minimum(reached, document_end - first)
 
     def make_pair(index):
+        index = first_index + index
         keys = tf.random.experimental.stateless_split(_key(seed, epoch, index, _PAIR), 8)
         uniform = lambda key, low, high: tf.random.stateless_uniform(  # noqa: E731
             [], key, low, high, dtype=tf.int64
@@ -206,7 +228,7 @@ def sentence_pairs(
             "index": index,
         }
 
-    return tf.data.Dataset.range(num_pairs).map(make_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return make_pair
 
 
 def _key(seed, epoch, index, salt):

@@ -181,7 +181,7 @@ class ShardedCorpus:
             except (OSError, EOFError, zlib.error):
                 self._check_in_python(shard)  # raises the one-line DataError
                 raise
-        return max(1, round(sum(_text_bytes(shard[0]) for shard in self.shards) * lines / max(sample_bytes, 1)))
+        return max(1, round(sum(text.text_bytes(shard[0]) for shard in self.shards) * lines / max(sample_bytes, 1)))
 
     def scan(self):
         """Reads the whole corpus once: a `Scan` of its pairs; a bad line raises `DataError`."""
@@ -259,18 +259,6 @@ def _usable(source, target):
 
 def _strip(strings):
     return tf.strings.regex_replace(strings, f"^{_WHITESPACE}+|{_WHITESPACE}+$", "")
-
-
-def _text_bytes(path):
-    """The bytes of text in a file: its size, or a gzip file's uncompressed size (its last 4 bytes: the last
-    member's size modulo 2**32; three times the compressed size where that cannot be right)."""
-    size = os.path.getsize(path)
-    if not _is_gzip(path):
-        return size
-    with open(path, "rb") as stream:
-        stream.seek(max(size - 4, 0))
-        stored = int.from_bytes(stream.read(4), "little")
-    return stored if stored >= size else 3 * size
 
 
 def _is_gzip(path):

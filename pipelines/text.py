@@ -15,6 +15,7 @@ file is dropped, and surrounding whitespace is stripped.
 
 import dataclasses
 import gzip
+import os
 import zlib
 from pathlib import Path
 
@@ -79,7 +80,12 @@ def read_lines(path):
     >>> read_lines("train.en")
     ['Two dogs run.', '', 'A cat sleeps.']
     """
-    return [line.strip() for line in _decoded_lines(Path(path))]
+    return list(iter_lines(path))
+
+
+def iter_lines(path):
+    """`read_lines` one line at a time, as they are read (a file of any size in bounded memory)."""
+    return (line.strip() for line in _decoded_lines(Path(path)))
 
 
 def read_parallel(source_path, target_path):
@@ -244,6 +250,18 @@ def _decoded_lines(path):
 def open_bytes(path):
     """`path` opened for reading bytes, decompressed if it is gzip (`is_gzip`)."""
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+def text_bytes(path):
+    """The bytes of text in a file: its size, or a gzip file's uncompressed size (its last 4 bytes: the last
+    member's size modulo 2**32; three times the compressed size where that cannot be right)."""
+    size = os.path.getsize(path)
+    if not is_gzip(path):
+        return size
+    with open(path, "rb") as stream:
+        stream.seek(max(size - 4, 0))
+        stored = int.from_bytes(stream.read(4), "little")
+    return stored if stored >= size else 3 * size
 
 
 def is_gzip(path):

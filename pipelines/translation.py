@@ -243,10 +243,11 @@ def streamed_translation_epochs(
 
 
 def _of_length(shuffled_pass, steps):
-    """`epoch -> ` the first `steps` batches of `shuffled_pass(epoch)`, topped up from another pass if short."""
+    """`epoch -> ` the first `steps` batches of `shuffled_pass(epoch)`, topped up from another pass (again
+    as often as needed) if short."""
 
     def epoch_batches(epoch):
-        batches = shuffled_pass(epoch).concatenate(shuffled_pass(epoch, _TOP_UP))
+        batches = shuffled_pass(epoch).concatenate(shuffled_pass(epoch, _TOP_UP).repeat())
         return batches.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
 
     return epoch_batches

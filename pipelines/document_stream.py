@@ -1,0 +1,151 @@
+"""BERT's documents read as a stream: blocks of documents, pairs and masks in tf.data, bounded memory.
+
+    files, in an order of the epoch's ─► documents, as each file's lines are read
+        ─► blocks of about `BLOCK_CHARS` characters ─► tokenize ─► `TokenizedDocuments`
+        ─flat_map─► the block's sentence pairs (`pretraining.pair_maker`) ─► masks ─► batches
+
+A block plays the part of the whole corpus in `pretraining.pretraining_dataset`:
+its pairs (`pretraining.pairs_per_epoch` of the block) take A and B from its
+documents, and a NotNext pair's random B from another document of the same
+block. That is a bounded buffer of nearby documents, where BERT's
+`create_pretraining_data.py` draws from the whole corpus. A corpus that fits
+one block gives the batches of `pretraining_dataset` exactly; nothing but
+the block being paired (and the next, read ahead) is held.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines import documents, pretraining, text
+
+# About this many characters of text a block (some 2M tokens of English, a few thousand documents).
+BLOCK_CHARS = 2**23
+_TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
+_INDEX_BITS = 32  # a pair's index: its block's number above these bits, its place in the block below
+
+
+def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, counts=None, **reading):
+    """Yields `TokenizedDocuments` of consecutive documents of `files`, about `block_chars` characters each.
+
+    Args:
+        files: document files (`documents.document_files`).
+        tokenizer: a `WordPieceTokenizer`.
+        order_seed: the files are read in an order drawn with it (`None`: as given).
+        block_chars: a block is cut after the document that reaches this
+            many characters; a block `sentence_pairs` cannot draw from (one
+            document, or no two sentences in a row) takes the next
+            documents too; an unpairable rest at the end is left out.
+        counts: a `documents.Documents` that counts what reading handled.
+        **reading: `one_document_per_file`, `max_sentence_words` (as
+            `documents.read_documents`).
+
+    Example:
+
+    >>> from pathlib import Path
+    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+    >>> _ = Path("a.txt").write_text("The cat sat. It slept!\\n\\nA dog ran. It barked.\\n")
+    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(["The cat sat. It slept! A dog ran. It barked."], 60))
+    >>> [block.num_documents for block in document_blocks(["a.txt"], tokenizer)]
+    [2]
+    """
+    counts = counts if counts is not None else documents.Documents([])
+    order = list(files) if order_seed is None else [files[i] for i in np.random.default_rng(order_seed).permutation(len(files))]
+    pending, characters = [], 0
+    for path in order:
+        for document in documents.file_documents(path, counts, **reading):
+            pending.append(document)
+            characters += sum(len(sentence) for sentence in document)
+            if characters >= block_chars:
+                block = pretraining.tokenize_documents(pending, tokenizer)
+                if pretraining.is_pairable(block):
+                    yield block
+                    pending, characters = [], 0
+    if pending:
+        block = pretraining.tokenize_documents(pending, tokenizer)
+        if pretraining.is_pairable(block):
+            yield block
+
+
+def estimated_pairs(files, tokenizer, max_length, sample_chars=2**20):
+    """About how many pairs an epoch of `files` holds (`pretraining.pairs_per_epoch` of the whole),
+    from the files' sizes and the tokens a character of their first `sample_chars` characters."""
+    sample, characters = [], 0
+    for path in files:
+        for line in text.iter_lines(path):
+            sample.append(line)
+            characters += len(line) + 1
+            if characters >= sample_chars:
+                break
+        if characters >= sample_chars:
+            break
+    tokens = int(tokenizer.tokenize(tf.constant([line for line in sample if line] or [""])).flat_values.shape[0])
+    total = sum(text.text_bytes(path) for path in files) * tokens / max(characters, 1)
+    return max(1, int(total) // max(1, max_length - 3))
+
+
+def streamed_pretraining_epochs(
+    files,
+    preprocessor,
+    batch_size,
+    num_pairs,
+    seed=0,
+    block_chars=BLOCK_CHARS,
+    max_predictions=None,
+    mask_rate=0.15,
+    whole_word=False,
+    short_sequence_probability=0.1,
+    next_probability=0.5,
+    **reading,
+):
+    """`pretraining.pretraining_epochs` over document files read as a stream.
+
+    Epoch `e` reads the files in an order drawn from `seed` and `e`, cuts
+    them into blocks (`document_blocks`) and makes each block's pairs and
+    masks, keyed by `seed`, `e` and the pair's block and place: the same
+    batches every time, so a resumed run sees the ones it missed. An epoch
+    holds `num_pairs // batch_size` batches (`estimated_pairs`): cut, or
+    topped up from another pass (again as often as needed).
+
+    Args:
+        files: document files (`documents.document_files`).
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor`.
+        batch_size: pairs a batch.
+        num_pairs: pairs an epoch.
+        seed: the data's seed.
+        block_chars: characters a block (`document_blocks`).
+        others: as `pretraining.pretraining_dataset` and `document_blocks`.
+
+    Returns:
+        A function `epoch -> tf.data.Dataset` of that epoch's `(features, labels)` batches.
+    """
+    max_length, tokenizer = preprocessor.max_length, preprocessor.tokenizer
+    max_predictions = max_predictions or pretraining.default_max_predictions(mask_rate, max_length)
+    steps = max(1, num_pairs // batch_size)
+    signature = (tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64),
+                 tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64))
+
+    def one_pass(epoch, *key):
+        order_seed = int(np.random.SeedSequence([seed, epoch, *key]).generate_state(1)[0])
+        first_block = 2**20 if key else 0  # a top-up pass's blocks draw other numbers
+
+        def blocks():
+            for number, block in enumerate(document_blocks(files, tokenizer, order_seed, block_chars, **reading)):
+                yield (block.ids, block.sentence_starts, block.document_starts, first_block + number,
+                       pretraining.pairs_per_epoch(block, max_length))
+
+        def pairs_of_block(ids, starts, document_starts, number, count):
+            make_pair = pretraining.pair_maker(
+                ids, starts, document_starts, max_length, seed, epoch, short_sequence_probability,
+                next_probability, first_index=number * 2**_INDEX_BITS,
+            )
+            return tf.data.Dataset.range(count).map(make_pair, num_parallel_calls=tf.data.AUTOTUNE)
+
+        pairs = tf.data.Dataset.from_generator(blocks, output_signature=signature).flat_map(pairs_of_block)
+        mask = pretraining.masker(tokenizer.vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch)
+        return pairs.map(mask, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
+
+    def epoch_batches(epoch):
+        batches = one_pass(epoch).concatenate(one_pass(epoch, _TOP_UP).repeat()).take(steps)
+        return batches.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(tf.data.AUTOTUNE)
+
+    return epoch_batches
