@@ -167,7 +167,8 @@ class RunConfig:
 
 DATA = "data (default: the built-in generated corpus)"
 STREAM_ABOVE_MB = 512  # training data in one file larger than this is read as a stream, not into memory
-STREAMED_VOCAB_SAMPLE = 1_000_000  # pairs a streamed corpus's vocabulary is learned from by default
+STREAMED_VOCAB_SAMPLE = 1_000_000  # pairs (sentences for BERT) a streamed corpus's vocabulary is learned from
+STREAMED_VALID_DOCUMENTS = 1000  # documents of a streamed BERT corpus's first file held out for validation
 MODEL = "model and optimization"
 
 

@@ -13,6 +13,10 @@ one block gives the batches of `pretraining_dataset` exactly; nothing but
 the block being paired (and the next, read ahead) is held.
 """
 
+import contextlib
+import itertools
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -24,7 +28,8 @@ _TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
 _INDEX_BITS = 32  # a pair's index: its block's number above these bits, its place in the block below
 
 
-def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, counts=None, **reading):
+def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, counts=None, held_out=None,
+                    **reading):
     """Yields `TokenizedDocuments` of consecutive documents of `files`, about `block_chars` characters each.
 
     Args:
@@ -36,6 +41,8 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
             document, or no two sentences in a row) takes the next
             documents too; an unpairable rest at the end is left out.
         counts: a `documents.Documents` that counts what reading handled.
+        held_out: `(path, n)`: the first `n` documents of `path` are left
+            out (they validate the model).
         **reading: `one_document_per_file`, `max_sentence_words` (as
             `documents.read_documents`).
 
@@ -52,7 +59,8 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
     order = list(files) if order_seed is None else [files[i] for i in np.random.default_rng(order_seed).permutation(len(files))]
     pending, characters = [], 0
     for path in order:
-        for document in documents.file_documents(path, counts, **reading):
+        skipped = held_out[1] if held_out and path == held_out[0] else 0
+        for document in itertools.islice(documents.file_documents(path, counts, **reading), skipped, None):
             pending.append(document)
             characters += sum(len(sentence) for sentence in document)
             if characters >= block_chars:
@@ -66,16 +74,29 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
             yield block
 
 
+@contextlib.contextmanager
+def reported():
+    """Turns a `text.DataError` raised while a stream of documents is read (inside TensorFlow) into itself."""
+    try:
+        yield
+    except tf.errors.OpError as error:
+        found = re.search(r"DataError: ([^\n]+)", error.message)
+        if found is None:
+            raise
+        raise text.DataError(found.group(1)) from None
+
+
 def estimated_pairs(files, tokenizer, max_length, sample_chars=2**20):
     """About how many pairs an epoch of `files` holds (`pretraining.pairs_per_epoch` of the whole),
-    from the files' sizes and the tokens a character of their first `sample_chars` characters."""
+    from the files' sizes and the tokens a byte of their first `sample_chars` bytes."""
     sample, characters = [], 0
-    for path in files:
-        for line in text.iter_lines(path):
-            sample.append(line)
-            characters += len(line) + 1
-            if characters >= sample_chars:
-                break
+    for path in files:  # bytes, not checked: training reads every line and says what is wrong
+        with text.open_bytes(path) as stream:
+            for raw in stream:
+                sample.append(raw.decode("utf-8", "replace").strip())
+                characters += len(raw)
+                if characters >= sample_chars:
+                    break
         if characters >= sample_chars:
             break
     tokens = int(tokenizer.tokenize(tf.constant([line for line in sample if line] or [""])).flat_values.shape[0])
@@ -95,6 +116,7 @@ def streamed_pretraining_epochs(
     whole_word=False,
     short_sequence_probability=0.1,
     next_probability=0.5,
+    held_out=None,
     **reading,
 ):
     """`pretraining.pretraining_epochs` over document files read as a stream.
@@ -112,7 +134,7 @@ def streamed_pretraining_epochs(
         batch_size: pairs a batch.
         num_pairs: pairs an epoch.
         seed: the data's seed.
-        block_chars: characters a block (`document_blocks`).
+        block_chars, held_out: as `document_blocks`.
         others: as `pretraining.pretraining_dataset` and `document_blocks`.
 
     Returns:
@@ -129,7 +151,8 @@ def streamed_pretraining_epochs(
         first_block = 2**20 if key else 0  # a top-up pass's blocks draw other numbers
 
         def blocks():
-            for number, block in enumerate(document_blocks(files, tokenizer, order_seed, block_chars, **reading)):
+            cut = document_blocks(files, tokenizer, order_seed, block_chars, held_out=held_out, **reading)
+            for number, block in enumerate(cut):
                 yield (block.ids, block.sentence_starts, block.document_starts, first_block + number,
                        pretraining.pairs_per_epoch(block, max_length))
 

@@ -10,11 +10,13 @@ test accuracy → an export with `classify` as well.
 """
 
 import dataclasses
+import itertools
 import os
 import time
 
 
 from keras_attn import serving, run_folder
+from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VALID_DOCUMENTS, STREAMED_VOCAB_SAMPLE
 from keras_attn.serving.bert import BertServer
 from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.errors import UserError
@@ -24,7 +26,7 @@ from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
 from keras_attn.presets import PRESETS
 from keras_attn.training.runner import train
-from pipelines import classification, documents, pretraining, synthetic_documents, text, tokenizers
+from pipelines import classification, document_stream, documents, pretraining, synthetic_documents, text, tokenizers
 from pipelines.preprocessors import BertPreprocessor
 
 
@@ -81,6 +83,40 @@ def load_documents(config):
     return documents.Documents(generated, origin=f"built-in corpus ({config.builtin_documents} documents)")
 
 
+def streamed_files(config):
+    """The document files when they are read as a stream (over `STREAM_ABOVE_MB` of text in all), else None."""
+    if not config.data:
+        return None
+    files = documents.document_files(config.data if isinstance(config.data, list) else [config.data])
+    try:
+        size = sum(text.text_bytes(path) for path in files)
+    except OSError:
+        return None  # reading them says what is wrong, in one line
+    return files if size > STREAM_ABOVE_MB * 2**20 else None
+
+
+def held_out_documents(config, files):
+    """The validation documents of a streamed corpus: the first `STREAMED_VALID_DOCUMENTS` of its first file."""
+    counts = documents.Documents([])
+    valid = list(itertools.islice(
+        documents.file_documents(files[0], counts, config.one_document_per_file), STREAMED_VALID_DOCUMENTS))
+    if len(valid) < 2:
+        raise text.DataError(f"{files[0]}: {len(valid)} documents; the first file of a streamed corpus gives the "
+                             f"{STREAMED_VALID_DOCUMENTS} validation documents")
+    return valid
+
+
+def vocabulary_sample(config, files, held_out):
+    """Yields the sentences a streamed corpus's vocabulary is learned from, as they are read: the first of every
+    file, `STREAMED_VOCAB_SAMPLE` in all (the held-out documents left out)."""
+    each = -(-STREAMED_VOCAB_SAMPLE // len(files))
+    for path in files:
+        found = documents.file_documents(path, documents.Documents([]), config.one_document_per_file)
+        skipped = held_out[1] if path == held_out[0] else 0
+        yield from itertools.islice(
+            (sentence for document in itertools.islice(found, skipped, None) for sentence in document), each)
+
+
 def build_tokenizer(config, sentences, chief=True):
     """Learns the uncased WordPiece vocabulary, or reuses the run folder's (`vocab.txt`)."""
     path = run_folder.path(config.run_dir, run_folder.VOCABULARY)
@@ -118,23 +154,35 @@ def pretrain(config, log=print, callbacks=()):
     """
     started = time.time()
     config = with_lengths(config)
-    read = load_documents(config)  # a data error stops the job before it names its run folder
-    train_docs, valid_docs = documents.hold_out_documents(
-        read.documents, config.valid_fraction, seed=config.seed, minimum=2
-    )
-    chief = common.start(config, log)
-    log(f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation documents")
-    os.makedirs(config.run_dir, exist_ok=True)
-    bind_run_folder(config, _document_lines(train_docs), chief)
-    tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
-    vocabulary = tokenizer.vocabulary
-    train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
+    files = streamed_files(config)
+    if files:  # documents read as a stream, validation held out of the first file
+        valid_docs = held_out_documents(config, files)
+        held_out = (files[0], len(valid_docs))
+        chief = common.start(config, log)
+        log(f"data: {len(files)} files, {sum(text.text_bytes(path) for path in files) / 2**20:.0f} MB of text, read "
+            f"as a stream; the first {len(valid_docs)} documents of {files[0]} validate")
+        os.makedirs(config.run_dir, exist_ok=True)
+        bind_run_folder(config, (f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files), chief)
+        with document_stream.reported():
+            tokenizer = build_tokenizer(config, vocabulary_sample(config, files, held_out), chief)
+        log(f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces (from the first sentences of every file)")
+    else:
+        read = load_documents(config)  # a data error stops the job before it names its run folder
+        train_docs, valid_docs = documents.hold_out_documents(
+            read.documents, config.valid_fraction, seed=config.seed, minimum=2
+        )
+        chief = common.start(config, log)
+        log(f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation documents")
+        os.makedirs(config.run_dir, exist_ok=True)
+        bind_run_folder(config, _document_lines(train_docs), chief)
+        tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
+        train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
+        dropped = train_corpus.dropped_sentences
+        log(
+            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
+            + (f", {dropped} sentences without tokens dropped" if dropped else "")
+        )
     valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
-    dropped = train_corpus.dropped_sentences
-    log(
-        f"vocabulary: {len(vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
-        + (f", {dropped} sentences without tokens dropped" if dropped else "")
-    )
     preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)  # the pipeline's, the model's and the export's
     settings = dict(
         max_predictions=config.max_predictions, seed=config.seed, mask_rate=config.mask_rate,
@@ -142,7 +190,11 @@ def pretrain(config, log=print, callbacks=()):
     )
 
     def make_datasets(global_batch_size):
-        pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_sequence_length)
+        if files:
+            pairs = config.pairs_per_epoch or document_stream.estimated_pairs(
+                files, tokenizer, config.max_sequence_length)
+        else:
+            pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_sequence_length)
         if pairs < global_batch_size:
             raise UserError(
                 f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
@@ -150,10 +202,17 @@ def pretrain(config, log=print, callbacks=()):
             )
         valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_sequence_length))
         try:
-            return (
-                pretraining.pretraining_epochs(
+            if files:
+                train_epochs = document_stream.streamed_pretraining_epochs(
+                    files, preprocessor, global_batch_size, pairs, held_out=held_out,
+                    one_document_per_file=config.one_document_per_file, **settings,
+                )
+            else:
+                train_epochs = pretraining.pretraining_epochs(
                     train_corpus, preprocessor, batch_size=global_batch_size, num_pairs=pairs, **settings
-                ),
+                )
+            return (
+                train_epochs,
                 # Fixed pairs and masks (epoch -1): every epoch is scored on the same.
                 pretraining.pretraining_dataset(
                     valid_corpus, preprocessor, batch_size=global_batch_size, num_pairs=valid_pairs,
@@ -172,10 +231,11 @@ def pretrain(config, log=print, callbacks=()):
         schedule = WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps)
         model.compile(learning_rate=schedule, weight_decay=config.weight_decay, nsp_weight=config.nsp_weight)
 
-    result = train(
-        config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
-        callbacks=callbacks,
-    )
+    with document_stream.reported():
+        result = train(
+            config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
+            callbacks=callbacks,
+        )
     model = result.model
     log(common.describe_training(config, result, time.time() - started))
     # As every epoch was validated (every worker takes part): the best epoch's numbers.

@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import tensorflow as tf
 from keras_attn import cli
 from keras_attn.config import PretrainConfig
 from keras_attn.errors import UserError
-from pipelines import synthetic_documents
+from pipelines import synthetic_documents, text
 
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
     "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
@@ -356,3 +357,30 @@ def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loa
         training_data="0", vocab_size=9, preset="tiny", norm_first=False, max_length=48)))
     _, settings = read_pretrained(str(tmp_path))
     assert settings["max_sequence_length"] == settings["max_length"] == 48 and settings["vocabulary_size"] == 9
+
+
+def test_pretraining_streams_a_folder_of_documents_and_reports_a_bad_line_met_by_training(tmp_path, monkeypatch):
+    """Over `STREAM_ABOVE_MB` of text (here: over 0) the documents are read as a stream: the first
+    documents of the first file validate, the rest train; a bad line comes out as one line of ours."""
+    from keras_attn.jobs import bert
+
+    monkeypatch.setattr(bert, "STREAM_ABOVE_MB", 0)
+    monkeypatch.setattr(bert, "STREAMED_VALID_DOCUMENTS", 20)
+    docs = synthetic_documents.document_corpus(200, seed=1)
+    (tmp_path / "docs").mkdir()
+    for number in range(2):
+        (tmp_path / "docs" / f"{number}.txt").write_text("\n\n".join(" ".join(d) for d in docs[number::2]) + "\n")
+    config = dict(CONFIG, data=[str(tmp_path / "docs")], run_dir=str(tmp_path / "run"), epochs=2, backup_every=0)
+    lines = []
+    result = bert.pretrain(PretrainConfig(**config), log=lines.append)
+    assert any(re.match(rf"data: 2 files, 0 MB of text, read as a stream; the first 20 documents of "
+                        rf"{re.escape(str(tmp_path / 'docs' / '0.txt'))} validate", line) for line in lines), lines
+    assert result.steps == 2 * 160 // 16
+    losses = result.history["loss"]
+    assert losses[1] < losses[0], losses
+    bad = tmp_path / "docs" / "1.txt"
+    bad.write_bytes(bad.read_bytes() + b"A last \xff sentence.\n")
+    (tmp_path / "again").mkdir()  # with the vocabulary learned, the bad line is met by training's stream
+    shutil.copy(tmp_path / "run" / "vocab.txt", tmp_path / "again" / "vocab.txt")
+    with pytest.raises(text.DataError, match=rf"^{re.escape(str(bad))}:\d+: invalid UTF-8 \(byte 0xff at column 8\)$"):
+        bert.pretrain(PretrainConfig(**dict(config, run_dir=str(tmp_path / "again"))), log=lambda line: None)
