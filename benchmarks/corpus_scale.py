@@ -166,9 +166,9 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
     return dict(precision=precision, steps_per_s=round(rate, 3), pairs_per_s=round(rate * BATCH, 1))
 
 
-def in_fresh_process(*args, timeout):
-    """Runs this module with `args` in a new Python; its JSON line, or an error dict."""
-    command = [sys.executable, "-m", "benchmarks.corpus_scale", *map(str, args)]
+def in_fresh_process(*args, timeout, module="benchmarks.corpus_scale"):
+    """Runs `module` with `args` in a new Python; its JSON line, or an error dict."""
+    command = [sys.executable, "-m", module, *map(str, args)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
