@@ -198,19 +198,14 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
     from keras_attn.jobs import translation
     from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
     from pipelines.synthetic import translation_corpus
+    from tests.streams import write_shards
 
-    corpus = translation_corpus(seed=0, train_size=600, valid_size=20, test_size=0)
-    (tmp_path / "shards").mkdir()
-    for shard in range(3):
-        pairs = zip(corpus["train"].sources[shard::3], corpus["train"].targets[shard::3])
-        (tmp_path / "shards" / f"train-{shard}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
-    for side, lines in (("src", corpus["valid"].sources), ("tgt", corpus["valid"].targets)):
-        (tmp_path / f"valid.{side}").write_text("".join(line + "\n" for line in lines))
+    data = write_shards(tmp_path, translation_corpus(seed=0, train_size=600, valid_size=20, test_size=0), 3)
     results, run = [], translation.run
     monkeypatch.setattr(translation, "run", lambda config, **kw: results.append(run(config, **kw)) or results[-1])
     assert cli.main([
-        "train", "transformer", "--data", str(tmp_path / "shards"), "--valid-src", str(tmp_path / "valid.src"),
-        "--valid-tgt", str(tmp_path / "valid.tgt"), "--epochs", "2", "--batch-size", "1000",
+        "train", "transformer", "--data", data["data"], "--valid-src", data["valid_src"],
+        "--valid-tgt", data["valid_tgt"], "--epochs", "2", "--batch-size", "1000",
         "--batch-tokens", "700", "--warmup-steps", "5", "--beam-width", "1", "--subword", "unigram",
         "--shared-vocab", "--vocab-size", "500", "--run-dir", str(tmp_path / "run"),
         "--export", str(tmp_path / "saved_models"),

@@ -77,36 +77,18 @@ def test_an_epoch_longer_than_a_pass_is_topped_up_and_the_estimate_is_near(corpu
 
 def test_the_stream_holds_as_much_memory_for_30x_the_documents_as_for_1x(corpus_files, tmp_path):
     """Its memory is a block or two: reading 30 times the documents must not add to the peak."""
-    import os
-    import threading
-    import time
+    from tests.streams import peak_growth_mb as growth
 
     files, preprocessor = corpus_files
     text = "".join(open(path).read() + "\n" for path in files)
     preprocessor = preprocessors.BertPreprocessor(preprocessor.tokenizer, max_length=256)  # fewer pairs a byte
-
-    def resident_mb():
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     def peak_growth_mb(copies):
         path = tmp_path / f"{copies}.txt"
         path.write_text(text * copies)
         epochs = document_stream.streamed_pretraining_epochs([path], preprocessor, 32, 10**9, block_chars=200_000)
         batches = epochs(0).take(document_stream.estimated_pairs([path], preprocessor.tokenizer, 256) // 32)
-        before, peak, done = resident_mb(), [0.0], threading.Event()
-
-        def sample():
-            while not done.is_set():
-                peak[0] = max(peak[0], resident_mb())
-                time.sleep(0.005)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        batches.reduce(0, lambda count, _: count + 1)
-        done.set()
-        sampler.join()
-        return peak[0] - before
+        return growth(lambda: batches.reduce(0, lambda count, _: count + 1))
 
     peak_growth_mb(1)  # traces the functions
     # 2 and 60 copies: 0.2 and 5.8 MB of text; in one block, the 60 copies added 44 MB (measured).

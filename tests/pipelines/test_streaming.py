@@ -192,39 +192,21 @@ def test_a_streamed_epoch_is_the_same_every_time_it_is_built_so_a_resumed_run_se
 
 def test_the_streamed_pipeline_holds_as_much_memory_for_100x_a_corpus_as_for_10x(tmp_path):
     """Its memory is its buffers': the shuffle buffer (1,000 pairs here), the pools, the prefetch."""
-    import os
-    import threading
-    import time
-
     from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
     from pipelines.translation import streamed_translation_epochs
-
-    def resident_mb():
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    from tests.streams import peak_growth_mb as growth
 
     def peak_growth_mb(pairs):
         for side in ("de", "en"):
-            write(tmp_path / f"{pairs}.{side}", [f"{side} {i} - x x {i % 97}" for i in range(pairs)])
+            write(tmp_path / f"{pairs}.{side}", [f"{side} {i} -" + " x" * 24 + f" {i % 97}" for i in range(pairs)])
         corpus = ShardedCorpus.parallel(tmp_path / f"{pairs}.de", tmp_path / f"{pairs}.en")
-        batches = streamed_translation_epochs(corpus, pairs, tokenizer, tokenizer, 64, 16, shuffle_buffer=1000)(0)
-        before, peak, done = resident_mb(), [0.0], threading.Event()
-
-        def sample():
-            while not done.is_set():
-                peak[0] = max(peak[0], resident_mb())
-                time.sleep(0.005)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        batches.reduce(0, lambda count, _: count + 1)
-        done.set()
-        sampler.join()
-        return peak[0] - before
+        batches = streamed_translation_epochs(corpus, pairs, tokenizer, tokenizer, 64, 32, shuffle_buffer=1000)(0)
+        return growth(lambda: batches.reduce(0, lambda count, _: count + 1))
 
     tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, "de", "en", "x", "-", *map(str, range(10)),
                                     *(f"##{d}" for d in range(10))])
     peak_growth_mb(500)  # the first drain also traces the pipeline's functions
     ten_times, hundred_times = peak_growth_mb(5_000), peak_growth_mb(50_000)
-    # Caching the ids, as the in-memory pipeline does, would add about 35 MB at 50,000 pairs.
-    assert hundred_times < ten_times + 10, (ten_times, hundred_times)
+    # Caching the ids, as the in-memory pipeline does, adds about 40 MB more at 50,000 pairs (measured); the
+    # stream's own peak moves by up to 11 MB from run to run (the allocator's).
+    assert hundred_times < ten_times + 20, (ten_times, hundred_times)

@@ -303,16 +303,9 @@ def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
     """A corpus of 4 TSV shards on 2 workers: each reads 2 (pipelines' tests check they are disjoint),
     both declare the same epoch, stay in step and learn."""
     from pipelines.synthetic import translation_corpus
+    from tests.streams import write_shards
 
-    corpus = translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0)
-    (tmp_path / "shards").mkdir()
-    for shard in range(4):
-        pairs = zip(corpus["train"].sources[shard::4], corpus["train"].targets[shard::4])
-        (tmp_path / "shards" / f"{shard}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
-    for side, lines in (("src", corpus["valid"].sources), ("tgt", corpus["valid"].targets)):
-        (tmp_path / f"valid.{side}").write_text("".join(line + "\n" for line in lines))
-    data = dict(data=str(tmp_path / "shards"), valid_src=str(tmp_path / "valid.src"),
-                valid_tgt=str(tmp_path / "valid.tgt"))
+    data = write_shards(tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4)
     configs = local_cluster(2)
     workers = [cluster.start(f"worker{i}", 16, tmp_path / "run", configs[i], **data) for i in range(2)]
     chief, other = (cluster.wait(worker) for worker in workers)
