@@ -20,6 +20,15 @@ tokenization batch (up to the longest of its 1024 neighbours): per-row
 slicing would cost a function call per pair and halve the speed. The cache
 and the shuffle buffer therefore hold about 3 times the ids of the corpus
 (about 0.75 GB for a million pairs of 20 tokens).
+
+A corpus too large for that (`streamed_translation_epochs`, over a
+`pipelines.streaming.ShardedCorpus`) is read anew every epoch instead:
+
+    shards, in the epoch's order ─► check, strip ─► shuffle strings (262,144)
+            ─► tokenize as above ─► sort pools ─► batches (no cache)
+
+(4.5M pairs: 11.7 s to the first batch and 1.3 GB at most, where the cached
+pipeline took 82 s and 11 GB: `benchmarks/corpus_scale.py`.)
 """
 
 import numpy as np
