@@ -34,7 +34,8 @@ Data, read from ../shared/data and never copied into the project (temporary
 files only): training documents are the WikiText-2 validation articles
 (tokens version; `@-@`, `@,@`, `@.@` joined, `<unk>` dropped) and the 65 State
 of the Union addresses (one document each; six files are Latin-1, read as
-such); the job holds 5% of them out for validation. WikiText-2's test split
+such), or a folder of one document a file (`--train-data`); the job holds 5%
+of them out for validation. WikiText-2's test split
 (raw version, its articles as documents) is only scored.
 """
 
@@ -93,10 +94,10 @@ def clean_wikitext(line):
     return re.sub(r" ?<unk>", "", line)
 
 
-def write_documents(folder):
-    """Writes the training documents and the test articles as files, one document each."""
-    train, test = Path(folder, "train"), Path(folder, "test")
-    train.mkdir(), test.mkdir()
+def write_training_documents(folder):
+    """Writes the default training documents as files, one document each: WikiText-2 valid and the addresses."""
+    train = Path(folder, "train")
+    train.mkdir()
     for index, article in enumerate(wikitext_articles(DATA / "wikitext-2" / "tokens" / "valid.txt.gz")):
         (train / f"wikitext-{index:03d}.txt").write_text("\n".join(map(clean_wikitext, article)) + "\n")
     with zipfile.ZipFile(DATA / "state-union" / "state_union.zip") as archive:
@@ -108,9 +109,16 @@ def write_documents(folder):
                 except UnicodeDecodeError:
                     content = raw.decode("latin-1")
                 (train / f"sotu-{Path(name).name}").write_text(content)
+    return train
+
+
+def write_test_documents(folder):
+    """Writes the WikiText-2 test articles as files, one document each."""
+    test = Path(folder, "test")
+    test.mkdir()
     for index, article in enumerate(wikitext_articles(DATA / "wikitext-2" / "raw" / "wiki.test.raw.gz")):
         (test / f"wikitext-{index:03d}.txt").write_text("\n".join(line.strip() for line in article) + "\n")
-    return train, test
+    return test
 
 
 def write_sst2(folder, train_rows, seed):
@@ -429,6 +437,8 @@ def main():
     parser.add_argument("--sst2-learning-rate", type=float, default=1e-4)
     parser.add_argument("--keep-pretrained-blocks", type=int, help="SST-2 from the pretrained embeddings and this many "
                         "bottom blocks only, the rest re-initialized (default: the whole pretrained backbone)")
+    parser.add_argument("--train-data", help="a folder of training documents, one a file (default: WikiText-2 "
+                        "valid and the State of the Union addresses), e.g. `benchmarks.debian_corpus`'s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default="runs/bert-benchmark")
     parser.add_argument("--out", help="write the results as JSON here")
@@ -450,7 +460,8 @@ def main():
         return finish(results, args)
 
     with tempfile.TemporaryDirectory() as folder:
-        train_folder, test_folder = write_documents(folder)
+        train_folder = Path(args.train_data) if args.train_data else write_training_documents(folder)
+        test_folder = write_test_documents(folder)
         read = documents.read_documents(str(train_folder), one_document_per_file=True)
         print(f"training documents: {read.summary()}", flush=True)
         keras.mixed_precision.set_global_policy("float32")
