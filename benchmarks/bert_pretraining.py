@@ -244,11 +244,11 @@ class TimeBudget(keras.callbacks.Callback):
 
 
 def plan_steps(seconds_per_step, budget_seconds, pairs_per_epoch, batch_size):
-    """Epochs and pairs per epoch so that the schedule fills 90% of the budget."""
+    """Epochs and pairs per epoch so that the schedule fills 90% of the budget (as many epochs as it takes,
+    each of the same number of steps)."""
     steps = max(1, int(0.9 * budget_seconds / seconds_per_step))
-    epoch_steps = max(1, min(steps, pairs_per_epoch // batch_size))
-    epochs = max(1, round(steps / epoch_steps))
-    return epochs, epoch_steps * batch_size
+    epochs = -(-steps // max(1, min(steps, pairs_per_epoch // batch_size)))
+    return epochs, round(steps / epochs) * batch_size
 
 
 def warmup_steps(args, steps):
