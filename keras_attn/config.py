@@ -218,6 +218,9 @@ class TranslationConfig(GenerationConfig):
                                 f"(default: all of a corpus read into memory, {STREAMED_VOCAB_SAMPLE} of a streamed one)",
                                 DATA,
                                 AT_LEAST_1, metavar="N")
+    prepared: str = setting(None, "a streamed corpus tokenized once into this folder (resumed if killed) and read from "
+                            "it every epoch: the same batches without tokenizing; a later run with the same data and "
+                            "vocabulary reuses it", DATA, metavar="DIR")
     builtin_size: int = setting(20000, "training pairs of the built-in corpus", DATA, AT_LEAST_10)
     builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
     valid_src: str = setting(None, "validation source (default: 2% of training)", DATA)

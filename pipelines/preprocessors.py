@@ -66,12 +66,7 @@ class TranslationPreprocessor(keras.layers.Layer):
     def tokenize_source(self, source_text):
         """`(B,)` strings → `(source ids (B, S ≥ 1), truncated (B,))`: which sources were cut."""
         ids = self.source_tokenizer.tokenize(source_text)
-        truncated = ids.row_lengths() > self.max_length
-        source = ids[:, : self.max_length]
-        # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
-        # when no source of a batch has a token (e.g. only zero-width spaces).
-        width = tf.maximum(source.bounding_shape(1), 1)
-        return tf.cast(source.to_tensor(PAD_ID, shape=tf.stack([source.nrows(), width])), tf.int32), truncated
+        return pack_source(ids, self.max_length), ids.row_lengths() > self.max_length
 
     def call(self, source_text, target_text=None):
         packed = {"source": self.tokenize_source(source_text)[0]}
@@ -162,6 +157,15 @@ class CaptionPreprocessor(keras.layers.Layer):
             **super().get_config(), "tokenizer": self.tokenizer.spec, "image_size": self.image_size,
             "max_length": self.max_length, "lowercase": self.tokenizer.lowercase,
         }
+
+
+def pack_source(source, max_length):
+    """A source's ids `(B, None)` (ragged) cut to `max_length`: int32 `(B, S ≥ 1)` padded with [PAD]."""
+    source = source[:, :max_length]
+    # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
+    # when no source of a batch has a token (e.g. only zero-width spaces).
+    width = tf.maximum(source.bounding_shape(1), 1)
+    return tf.cast(source.to_tensor(PAD_ID, shape=tf.stack([source.nrows(), width])), tf.int32)
 
 
 def pack_target(target, max_length):

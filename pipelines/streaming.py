@@ -143,19 +143,12 @@ class ShardedCorpus:
                 `worker + workers`, ... of the order; otherwise every
                 worker reads all and keeps every `workers`-th pair.
         """
-        order = np.arange(len(self.shards))
-        if order_seed is not None:
-            order = np.random.default_rng(order_seed).permutation(order)
-        by_file = len(self.shards) >= workers
-        if by_file:
-            order = order[worker::workers]
-        pairs = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).interleave(
-            self._read_shard, cycle_length=min(READ_CYCLE, len(order)), block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
-        )
-        if not by_file:
-            pairs = pairs.shard(workers, worker)
+        pairs = interleaved(len(self.shards), self._read_shard, order_seed, worker, workers)
         return pairs.filter(_usable) if skip_empty else pairs
+
+    def shard_pairs(self, index):
+        """The usable pairs of shard `index`, in its order."""
+        return self._read_shard(index).filter(_usable)
 
     def head(self, pairs):
         """A `text.ParallelCorpus` of the first usable pairs of each shard, `pairs` in all (or fewer), in memory."""
@@ -244,6 +237,23 @@ class ShardedCorpus:
         tf.debugging.Assert(tf.reduce_all(blank | (columns.row_lengths() >= needed)), [_BAD_SHARD, shard])
         columns = columns.to_tensor(default_value="", shape=[None, needed])
         return _strip(columns[:, self.source_column]), _strip(columns[:, self.target_column])
+
+
+def interleaved(shards, read_shard, order_seed=None, worker=0, workers=1):
+    """The elements of `read_shard(index)` for `shards` shards, read `READ_CYCLE` at a time, one from each
+    in turn, in an order drawn with `order_seed` (`None`: in index order); this worker's part (see
+    `ShardedCorpus.pairs`)."""
+    order = np.arange(shards)
+    if order_seed is not None:
+        order = np.random.default_rng(order_seed).permutation(order)
+    by_file = shards >= workers
+    if by_file:
+        order = order[worker::workers]
+    elements = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).interleave(
+        read_shard, cycle_length=min(READ_CYCLE, len(order)), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+    )
+    return elements if by_file else elements.shard(workers, worker)
 
 
 def _checked(numbers, lines, shard):

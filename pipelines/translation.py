@@ -34,6 +34,7 @@ pipeline took 82 s and 11 GB: `benchmarks/corpus_scale.py`.)
 import numpy as np
 import tensorflow as tf
 
+from pipelines import prepared
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.tokenizers import PAD_ID
 
@@ -219,7 +220,9 @@ def streamed_translation_epochs(
     an epoch is cut to that number or topped up from another pass.
 
     Args:
-        corpus: a `pipelines.streaming.ShardedCorpus`.
+        corpus: a `pipelines.streaming.ShardedCorpus`, or a
+            `pipelines.prepared.PreparedCorpus` of it (the same batches,
+            without tokenizing).
         pairs: its usable pairs (`corpus.scan().pairs`, or an estimate:
             `corpus.estimated_pairs()`), on this worker.
         worker, workers: this process reads its part of the corpus
@@ -231,17 +234,24 @@ def streamed_translation_epochs(
     """
     budget = _budget(batch_tokens, max_length, length_multiple)
 
+    prepared_ids = isinstance(corpus, prepared.PreparedCorpus)
+
     def shuffled_pass(*key, part=worker):
         pass_seed = _pass_seed(seed, key)
-        strings = corpus.pairs(order_seed=pass_seed, worker=part, workers=workers)
+        if prepared_ids:
+            strings = corpus.records(order_seed=pass_seed, worker=part, workers=workers)
+        else:
+            strings = corpus.pairs(order_seed=pass_seed, worker=part, workers=workers)
         # Strings are shuffled, not ids: the buffer fills at reading speed and holds a third of the bytes.
         # A pass that tops up an epoch gives a few batches: a pool's worth of buffer fills fast enough.
         buffer = POOL_BATCHES * batch_size if _TOP_UP in key[1:] else shuffle_buffer
         strings = strings.shuffle(min(buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False)
-        return _batches(
-            _tokenized(strings, source_tokenizer, target_tokenizer, max_length), pairs, batch_size, True,
-            pass_seed, True, False, False, False, _width(max_length, length_multiple), budget, shuffled=True,
-        )
+        if prepared_ids:
+            ids = prepared.tokenized(strings, max_length)
+        else:
+            ids = _tokenized(strings, source_tokenizer, target_tokenizer, max_length)
+        return _batches(ids, pairs, batch_size, True, pass_seed, True, False, False, False,
+                        _width(max_length, length_multiple), budget, shuffled=True)
 
     if budget is None:
         return _of_length(shuffled_pass, -(-pairs // batch_size))

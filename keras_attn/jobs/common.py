@@ -82,7 +82,7 @@ def bind_run_folder(config, training_lines, chief=True):
         write_text_atomically(path, json.dumps(settings, indent=1))
 
 
-def wait_for_chief(paths, chief, wait_seconds=600):
+def wait_for_chief(paths, chief, wait_seconds=600, what="vocabulary"):
     """Waits, on a worker that is not the chief, until the chief has written `paths`.
 
     Learning a vocabulary is not deterministic across processes (ties in
@@ -98,7 +98,7 @@ def wait_for_chief(paths, chief, wait_seconds=600):
             from pipelines.text import DataError
 
             raise DataError(
-                f"{paths[-1]}: the chief wrote no vocabulary within {wait_seconds} s; "
+                f"{paths[-1]}: the chief wrote no {what} within {wait_seconds} s; "
                 "every worker must see the chief's run folder (put --run-dir on shared storage)"
             )
         time.sleep(0.5)

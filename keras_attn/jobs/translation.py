@@ -31,7 +31,7 @@ from keras_attn.models import Seq2SeqLM
 from keras_attn.training import warmup_cosine
 from keras_attn.training.checkpoints import write_text_atomically
 from keras_attn.training.runner import train
-from pipelines import streaming, synthetic, text, tokenizers, translation
+from pipelines import prepared, streaming, synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer, learn_sentencepiece_model
 
@@ -77,6 +77,9 @@ def load_corpora(config):
     streamed = _streamed_corpus(config)
     if streamed and not config.valid_src:
         raise text.DataError(f"{streamed}: a corpus read as a stream holds nothing out; give --valid-src/--valid-tgt")
+    if config.prepared and not streamed:
+        raise UserError(f"--prepared: the training data is read into memory and tokenized once already; shards and "
+                        f"files over {STREAM_ABOVE_MB} MB are read as a stream and can be prepared")
     if streamed:
         train, pairs = streamed, streamed.estimated_pairs()
     elif config.data:
@@ -180,6 +183,15 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     return result
 
 
+def prepared_corpus(config, train, tokenizers, chief, log, wait_seconds=3 * 3600):
+    """The streamed `train` tokenized into `config.prepared` (`pipelines.prepared`): by the chief; under
+    several workers the others wait for its folder to be complete."""
+    if chief:
+        return prepared.prepare(train, *tokenizers, config.prepared, log)
+    wait_for_chief([os.path.join(config.prepared, prepared.PAIRS_FILE)], chief, wait_seconds, what="prepared shards")
+    return prepared.PreparedCorpus.load(config.prepared, prepared.binding(train, *tokenizers))
+
+
 def vocabulary_sample(config, train):
     """The pairs a vocabulary is learned from: `--vocab-sample` of them, the first of each shard
     (default: all of a corpus in memory, `STREAMED_VOCAB_SAMPLE` of a streamed one)."""
@@ -253,6 +265,9 @@ def run(config, log=print):
     else:
         log(f"vocabularies: {source_tokenizer.vocabulary_size} source, {target_tokenizer.vocabulary_size} target "
             f"{pieces}")
+
+    if config.prepared:
+        train_corpus = prepared_corpus(config, train_corpus, (source_tokenizer, target_tokenizer), chief, log)
 
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:

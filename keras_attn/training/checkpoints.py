@@ -1,8 +1,9 @@
 """Backups of a run (model, optimizer, data position) and the best weights, written atomically.
 
 A backup is a `tf.train.Checkpoint` of the model, the optimizer, the
-training metrics and the run's `Progress` (epochs done, steps done in the
-current epoch, best validation loss). TensorFlow writes a checkpoint's
+training metrics, the model's random state (`random_state`: where its
+dropout masks' seeds are) and the run's `Progress` (epochs done, steps
+done in the current epoch, best validation loss). TensorFlow writes a checkpoint's
 files under temporary names, renames them, and only then points the
 `checkpoint` state file at the new one (also by a rename), so a crash at
 any moment leaves the previous backup as the latest.
@@ -28,6 +29,13 @@ class Progress(tf.Module):
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False)  # steps done in `epoch`
         self.best_val_loss = tf.Variable(float("inf"), dtype=tf.float64, trainable=False)
         self.global_batch_size = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+
+def random_state(model):
+    """The state of `model`'s `keras.random.SeedGenerator`s, which `model.weights` leaves out: restored
+    with the weights, a resumed run draws the dropout masks the uninterrupted one drew."""
+    weights = {id(weight) for weight in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
 
 
 class Backups:

@@ -38,6 +38,7 @@ from keras_attn.training.averaging import WeightsAverage
 from keras_attn.training.checkpoints import (
     Backups,
     Progress,
+    random_state,
     save_weights_atomically,
     write_text_atomically,
 )
@@ -153,7 +154,8 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         steps = TrainingSteps(model, strategy, config.jit_compile)
         progress = Progress()
         checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables
+            model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables,
+            random_state=random_state(model),
         )
     backups = Backups(
         checkpoint, run_folder.path(config.run_dir, run_folder.CHECKPOINTS), chief, worker,

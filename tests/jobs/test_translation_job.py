@@ -191,7 +191,7 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 @pytest.mark.slow
 def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch):
     """Through the CLI with the README's recipe flags (--subword, --shared-vocab, --batch-tokens), the
-    training pairs read as a stream from a folder of TSV shards."""
+    training pairs read as a stream from a folder of TSV shards, tokenized once (--prepared)."""
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
     import tensorflow as tf
 
@@ -208,9 +208,10 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
         "--valid-tgt", data["valid_tgt"], "--epochs", "2", "--batch-size", "1000",
         "--batch-tokens", "700", "--warmup-steps", "5", "--beam-width", "1", "--subword", "unigram",
         "--shared-vocab", "--vocab-size", "500", "--run-dir", str(tmp_path / "run"),
-        "--export", str(tmp_path / "saved_models"),
+        "--export", str(tmp_path / "saved_models"), "--prepared", str(tmp_path / "prepared"),
     ]) == 0
     printed, result = capfd.readouterr().out.splitlines(), results[0]
+    assert f"prepared: 600 pairs of 3 shards tokenized in {tmp_path / 'prepared'} (3 shards written now)" in printed
     assert "global batch: up to 700 ids (700 per replica), at most 1000 examples" in printed
     estimated = re.findall(r"data: about (\d+) training pairs \(from the files' sizes\) read as a stream from "
                            rf"3 shards \({re.escape(str(tmp_path / 'shards' / 'train-0.tsv'))}, ...\), 20 validation",

@@ -315,3 +315,30 @@ def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
     assert chief["steps"] == other["steps"] == 2 * 10  # about 320 pairs a global batch of 32
     _assert_identical(chief["weights"], other["weights"])
     assert chief["history"]["loss"][1] < chief["history"]["loss"][0] - 0.3, chief["history"]
+
+
+@pytest.mark.long  # three processes, 40-70 s: `python -m pytest -m long`
+def test_a_run_over_shards_killed_mid_epoch_resumes_from_prepared_shards_on_the_batches_it_had_not_seen(
+    cluster, tmp_path
+):
+    """4 TSV shards read as a stream; killed after step 6 of its first epoch (last backup: step 4), rerun with
+    the shards prepared (`--prepared`): its losses are those of a run over the text that never stopped."""
+    from keras_attn.training.runner import read_history
+    from pipelines.synthetic import translation_corpus
+    from tests.streams import write_shards
+
+    data = write_shards(tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4)
+    reference = cluster.wait(cluster.start("reference", 32, tmp_path / "reference", **data))
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in (tmp_path / "reference").glob("vocab.*.txt"):  # as `_run_dir`, for the same reason
+        shutil.copy(path, run)
+    prepared = dict(data, prepared=str(tmp_path / "prepared"))
+    cluster.killed(cluster.start("killed", 32, run, kill_after_step=6, **prepared))
+    assert _latest_backup_step(run) == 4
+    assert "(4 shards written now)" in (tmp_path / "killed.log").read_text()
+    resumed = cluster.wait(cluster.start("resumed", 32, run, **prepared))
+    log = (tmp_path / "resumed.log").read_text()
+    assert "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in log and "(0 shards written now)" in log
+    assert resumed["steps"] == reference["steps"] > 2 * 6
+    np.testing.assert_allclose(read_history(run)["loss"], reference["history"]["loss"], rtol=1e-5)
