@@ -15,6 +15,9 @@ For each size and pipeline, in a fresh process (so each peak is its own):
   the 32 shards, its pairs estimated from the files' sizes, then
   `streamed_translation_epochs` (batch 64, max_length 64; every line
   checked as it is read);
+- `prepared`: the same over the shards tokenized once (`--prepared`:
+  `pipelines.prepared`, TFRecord shards in the size's folder, written anew
+  and timed apart as `prepare_s`);
 - `in-memory`: what the job did before: every shard read into Python lists
   (`text.read_parallel`), then `translation_epochs` (the pairs as one
   constant, tokenized and cached in memory, shuffled whole).
@@ -33,6 +36,7 @@ import gzip
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -44,7 +48,7 @@ import numpy as np  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
 SHARDS, BATCH, MAX_LENGTH, VOCAB_SIZE, VOCAB_PAIRS = 32, 64, 64, 8000, 100_000
-PIPELINES = ("streamed", "in-memory")
+PIPELINES = ("streamed", "prepared", "in-memory")
 
 
 def generate(folder, pairs, seed=0):
@@ -111,17 +115,26 @@ def drain(batches):
 
 def measure(folder, pipeline, vocab_path):
     """One size and one pipeline, in this process: a dict of the figures."""
-    from pipelines import text, translation
+    from pipelines import prepared, text, translation
     from pipelines.streaming import ShardedCorpus, corpus_files
     from pipelines.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.load(vocab_path)
     settings = dict(source_tokenizer=tokenizer, target_tokenizer=tokenizer, batch_size=BATCH, max_length=MAX_LENGTH)
     before = rss_mb()
+    prepare_seconds = None
+    if pipeline == "prepared":  # tokenized once into a new folder, as `--prepared` does (timed apart)
+        corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
+        shutil.rmtree(Path(folder) / "prepared", ignore_errors=True)
+        started = time.perf_counter()
+        prepared.prepare(corpus, tokenizer, tokenizer, Path(folder) / "prepared", log=lambda line: None)
+        prepare_seconds = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
-    if pipeline == "streamed":  # as the job streams: the pairs estimated, the lines checked as they are read
+    if pipeline in ("streamed", "prepared"):  # as the job streams: the pairs estimated, the lines checked as read
         corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
         pairs = corpus.estimated_pairs()
+        if pipeline == "prepared":
+            corpus = prepared.PreparedCorpus.load(Path(folder) / "prepared")
         scanned = time.perf_counter() - started
         epochs = translation.streamed_translation_epochs(corpus, pairs, **settings)
     else:
@@ -138,7 +151,8 @@ def measure(folder, pipeline, vocab_path):
     batches, delivered, targets, padding = drain(epochs(1))
     seconds = time.perf_counter() - epoch_started
     return dict(
-        pipeline=pipeline, pairs=pairs, read_or_estimate_s=round(scanned, 1), first_batch_s=round(first_batch, 1),
+        pipeline=pipeline, pairs=pairs, prepare_s=prepare_seconds, read_or_estimate_s=round(scanned, 1),
+        first_batch_s=round(first_batch, 1),
         epoch_s=round(seconds, 1), batches=batches, pairs_per_s=round(delivered / seconds),
         target_tokens_per_s=round(targets / seconds), padding=round(padding, 4),
         rss_before_mb=round(before), peak_rss_mb=round(rss_mb()),

@@ -27,7 +27,6 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.training.checkpoints import write_text_atomically
 from pipelines import streaming, text
 from pipelines.preprocessors import pack_source, pack_target
 
@@ -61,7 +60,7 @@ def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
     os.makedirs(folder, exist_ok=True)
     _check_binding(folder, key)
     shards = len(corpus.shards)
-    write_text_atomically(os.path.join(folder, BINDING_FILE), json.dumps({"binding": key, "shards": shards}))
+    text.write_text_atomically(os.path.join(folder, BINDING_FILE), json.dumps({"binding": key, "shards": shards}))
     pairs, written = [], 0
     with corpus.reported():
         for index in range(shards):
@@ -71,7 +70,7 @@ def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
                 continue
             pairs.append(_write_shard(corpus, index, source_tokenizer, target_tokenizer, path))
             written += 1
-    write_text_atomically(os.path.join(folder, PAIRS_FILE), json.dumps({"pairs": pairs}))
+    text.write_text_atomically(os.path.join(folder, PAIRS_FILE), json.dumps({"pairs": pairs}))
     log(f"prepared: {sum(pairs)} pairs of {shards} shards tokenized in {folder} ({written} shards written now)")
     return PreparedCorpus.load(folder, key)
 

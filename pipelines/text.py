@@ -282,3 +282,13 @@ def _decode(raw, path, number):
             f"at column {column})"
         ) from None
     return line.removeprefix("\ufeff") if number == 1 else line
+
+
+def write_text_atomically(path, content):
+    """Writes `content` to `path` through a temporary file and a rename: a reader finds the old file or
+    the new one, never half of it."""
+    temporary = path + ".tmp"
+    with open(temporary, "w") as file:
+        file.write(content)
+    os.replace(temporary, path)
+

@@ -27,6 +27,10 @@ A corpus too large for that (`streamed_translation_epochs`, over a
     shards, in the epoch's order ─► check, strip ─► shuffle strings (262,144)
             ─► tokenize as above ─► sort pools ─► batches (no cache)
 
+or, from shards tokenized once (`pipelines.prepared`), the same batches:
+
+    prepared shards, in that order ─► shuffle records ─► parse, cut, add BOS/EOS ─► sort pools ─► batches
+
 (4.5M pairs: 11.7 s to the first batch and 1.3 GB at most, where the cached
 pipeline took 82 s and 11 GB: `benchmarks/corpus_scale.py`.)
 """

@@ -18,7 +18,7 @@ import tensorflow as tf
 from keras_attn.errors import UserError
 from keras_attn import run_folder
 from keras_attn.config import flag_name
-from keras_attn.training.checkpoints import write_text_atomically
+from pipelines.text import write_text_atomically
 from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import ANOTHER_RUN, prepare
 from keras_attn.training.strategy import worker_role

@@ -29,7 +29,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
 )
 from keras_attn.models import Seq2SeqLM
 from keras_attn.training import warmup_cosine
-from keras_attn.training.checkpoints import write_text_atomically
+from pipelines.text import write_text_atomically
 from keras_attn.training.runner import train
 from pipelines import prepared, streaming, synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor

@@ -80,11 +80,3 @@ def save_weights_atomically(model, path):
     temporary = path + ".tmp.weights.h5"
     model.save_weights(temporary)
     os.replace(temporary, path)
-
-
-def write_text_atomically(path, text):
-    """Writes `text` to `path` through a temporary file and a rename."""
-    temporary = path + ".tmp"
-    with open(temporary, "w") as file:
-        file.write(text)
-    os.replace(temporary, path)

@@ -40,10 +40,10 @@ from keras_attn.training.checkpoints import (
     Progress,
     random_state,
     save_weights_atomically,
-    write_text_atomically,
 )
 from keras_attn.training.steps import TrainingSteps, build_metrics
 from keras_attn.training.strategy import get_strategy, worker_role
+from pipelines.text import write_text_atomically
 
 
 # The way out of a run folder that cannot resume. (Another --run-dir alone would export
