@@ -301,17 +301,20 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
 @pytest.mark.long  # two workers, 30-60 s: `python -m pytest -m long`
 def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
     """A corpus of 4 TSV shards on 2 workers: each reads 2 (pipelines' tests check they are disjoint),
-    both declare the same epoch, stay in step and learn."""
+    both declare the same epoch, stay in step and learn; the chief prepares the shards, the other waits
+    for them."""
     from pipelines.synthetic import translation_corpus
     from tests.streams import write_shards
 
     data = write_shards(tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4)
+    data["prepared"] = str(tmp_path / "prepared")
     configs = local_cluster(2)
     workers = [cluster.start(f"worker{i}", 16, tmp_path / "run", configs[i], **data) for i in range(2)]
     chief, other = (cluster.wait(worker) for worker in workers)
     for index, name in enumerate(("worker0", "worker1")):
         log = (tmp_path / f"{name}.log").read_text()
         assert f"input: each of 2 workers reads its own part of the training data (this one: {index})" in log, log
+        assert ("(4 shards written now)" in log) == (index == 0)
     assert chief["steps"] == other["steps"] == 2 * 10  # about 320 pairs a global batch of 32
     _assert_identical(chief["weights"], other["weights"])
     assert chief["history"]["loss"][1] < chief["history"]["loss"][0] - 0.3, chief["history"]
