@@ -99,13 +99,6 @@ class PreparedCorpus:
             raise text.DataError(f"{folder}: not completely prepared ({PAIRS_FILE} missing)") from None
         return cls(tuple(shard_path(folder, index, len(pairs)) for index in range(len(pairs))), tuple(pairs))
 
-    @property
-    def pairs(self):
-        return sum(self.shard_pairs)
-
-    def __str__(self):
-        return f"{len(self.files)} prepared shards in {os.path.dirname(self.files[0])}"
-
     def records(self, order_seed=None, worker=0, workers=1):
         """Serialized pairs (strings), in the order `ShardedCorpus.pairs` gives the text pairs."""
         files = tf.constant(self.files)
