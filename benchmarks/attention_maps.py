@@ -21,20 +21,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def load_translator(model, run_dir, weights=None):
-    """An in-process `serving.Translator` of a finished run folder, with its best weights or those of `weights`."""
-    from keras_attn import serving, run_folder
-    from keras_attn.config import Seq2SeqConfig, TranslationConfig
-    from keras_attn.jobs.translation import build_task, build_tokenizers
-    from pipelines.preprocessors import TranslationPreprocessor
+    """An in-process `serving.Translator` of a finished run folder, with its best weights or those of `weights`
+    (`model`: the family the `RUN_SPEC` names; the run folder's settings say it too)."""
+    from keras_attn import serving
+    from keras_attn.jobs.translation import load_run
 
-    settings = run_folder.read_settings(run_dir)
-    make = Seq2SeqConfig if model == "seq2seq" else TranslationConfig
-    known = {k: v for k, v in settings.items() if k in make.__dataclass_fields__}
-    config = make(run_dir=run_dir, **known)
-    source, target = build_tokenizers(config, train=None, chief=False)  # the run folder's (WordPiece or SentencePiece)
-    model = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), 0.0)  # as the job trained it
-    load_weights_of_any_age(model, weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS))
-    return serving.Translator(model)
+    return serving.Translator(load_run(run_dir, weights))
 
 
 def load_weights_of_any_age(task, path):

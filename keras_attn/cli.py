@@ -261,6 +261,13 @@ def build_parser():
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
     translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
+    ct2 = command("export-ct2", "convert a Transformer's run folder into a CTranslate2 model folder (its fast "
+                                "decoding; tokenize with the run's vocabulary files)")
+    ct2.add_argument("run_dir", help="a run folder of keras-attn train transformer: runs/<name>")
+    ct2.add_argument("out", help="the CTranslate2 model folder to write")
+    ct2.add_argument("--quantization", choices=config.CT2_QUANTIZATIONS, help="store the weights as this type (default: float32)")
+    ct2.add_argument("--force", action="store_true", help="replace an existing OUT")
+
     evaluate = command("evaluate", "exact match, BLEU and chrF of an exported model on a test set")
     evaluate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
     evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
@@ -484,6 +491,18 @@ def _translate(args):
         print(translation)
         if truncated:
             print(f"keras-attn: input {number} was longer than the model accepts and was truncated", file=sys.stderr)
+    return 0
+
+
+def _export_ct2(args):
+    from keras_attn.jobs.translation import load_run
+    from keras_attn.serving.ctranslate2_export import export_ctranslate2
+
+    task = load_run(args.run_dir)
+    preprocessor = task.preprocessor
+    export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
+                       preprocessor.target_tokenizer.vocabulary, args.out, args.quantization, args.force)
+    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.run_dir}'s best weights")
     return 0
 
 
@@ -740,6 +759,7 @@ COMMANDS = {
     "classify": _classify,
     "train": _train,
     "translate": _translate,
+    "export-ct2": _export_ct2,
     "evaluate": _evaluate,
     "plot-attention": _plot_attention,
     "caption": _caption,

@@ -27,6 +27,8 @@ SCHEDULES = ("cosine", "inverse_sqrt")  # the translation jobs' learning-rate sc
 # The translation jobs' subwords: WordPiece (pipelines/tokenizers.py), SentencePiece's two
 # (pipelines/sentencepiece_tokenizer.py).
 SUBWORDS = ("wordpiece", "bpe", "unigram")
+# The weight types a CTranslate2 export can store (`keras-attn export-ct2 --quantization`).
+CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # The RNN Seq2Seq model's options.
 ATTENTIONS = ("bahdanau", "luong", "none")
 CELLS = ("lstm", "gru")

@@ -342,6 +342,35 @@ def run(config, log=print):
     )
 
 
+def load_run(run_dir, weights=None):
+    """The task of a translation run folder as it trained: its settings, vocabularies and best weights.
+
+    Args:
+        run_dir: a run folder of `keras-attn train transformer` or `seq2seq`.
+        weights: another weights file of the run (e.g. one epoch's) instead of its best weights.
+
+    Returns:
+        A `Seq2SeqLM` with its `TranslationPreprocessor`.
+
+    Raises:
+        UserError: not a translation run folder, or one without best weights yet.
+    """
+    from keras_attn.config import Seq2SeqConfig, TranslationConfig
+
+    settings = run_folder.read_settings(run_dir)
+    best = weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS)
+    if not settings or "subword" not in settings:
+        raise UserError(f"{run_dir}: not a run folder of keras-attn train transformer or seq2seq")
+    if not os.path.isfile(best):
+        raise UserError(f"{best}: no such weights file (has the run finished an epoch?)")
+    make = Seq2SeqConfig if "cell" in settings else TranslationConfig
+    config = make(run_dir=run_dir, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
+    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the run folder's own
+    task = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), dropout=0.0)
+    task.load_weights(best)
+    return task
+
+
 def build_task(config, preprocessor, dropout):
     """The `Seq2SeqLM` a translation config trains: its family's preset, sized by `preprocessor`."""
     return Seq2SeqLM.from_preset(config.preset, preprocessor, family=config.family, **config.backbone_arguments(dropout))

@@ -139,8 +139,8 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
         source_tokens: the source vocabulary, a token per id.
         target_tokens: the target vocabulary, a token per id.
         output_dir: the folder to write.
-        quantization: `None` (the weights' float32) or a CTranslate2 weight
-            type: `"int8"`, `"int8_float32"`, `"float16"`, `"bfloat16"`, ...
+        quantization: `None` (the weights' float32) or one of
+            `keras_attn.config.CT2_QUANTIZATIONS`.
         force: replace an existing `output_dir`.
 
     Returns:
