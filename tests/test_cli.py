@@ -51,6 +51,8 @@ MISTAKES = {
     "train: empty data": (lambda p: _train("--data", p.empty_txt, p=p), "empty.txt: no usable pairs"),
     "train: not UTF-8": (lambda p: _train("--src", p.latin1_txt, "--tgt", p.latin1_txt, p=p), "latin1.txt:1: invalid UTF-8"),
     "train: half a pair": (lambda p: _train("--src", p.two_txt, p=p), "--src and --tgt must be given together"),
+    "export-ct2: not a run folder": (lambda p: ["export-ct2", p.folder, str(p.root / "ct2")],
+                                     "folder: not a run folder of keras-attn train transformer or seq2seq"),
     "train: preparing a corpus in memory": (lambda p: _train("--src", p.two_txt, "--tgt", p.two_txt, "--prepared",
                                                              p.folder, p=p), "--prepared: the training data is read into memory"),
     "train: averaging no epochs": (lambda p: _train("--average-epochs", "0", p=p), "--average-epochs: must be >= 1"),

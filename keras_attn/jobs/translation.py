@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from keras_attn import evaluation, serving, run_folder
-from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VOCAB_SAMPLE
+from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VOCAB_SAMPLE, Seq2SeqConfig, TranslationConfig
 from keras_attn.errors import UserError
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
@@ -355,8 +355,6 @@ def load_run(run_dir, weights=None):
     Raises:
         UserError: not a translation run folder, or one without best weights yet.
     """
-    from keras_attn.config import Seq2SeqConfig, TranslationConfig
-
     settings = run_folder.read_settings(run_dir)
     best = weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS)
     if not settings or "subword" not in settings:
