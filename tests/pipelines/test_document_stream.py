@@ -91,6 +91,7 @@ def test_the_stream_holds_as_much_memory_for_30x_the_documents_as_for_1x(corpus_
         return growth(lambda: batches.reduce(0, lambda count, _: count + 1))
 
     peak_growth_mb(1)  # traces the functions
-    # 2 and 60 copies: 0.2 and 5.8 MB of text; in one block, the 60 copies added 44 MB (measured).
+    # 2 and 60 copies: 0.2 and 5.8 MB of text; in one block, the 60 copies added 44 MB (measured). The
+    # stream itself moved by up to 11.4 MB in a suite run (6.8 against 18.2): a bound of 20 MB.
     once, thirty_times = peak_growth_mb(2), peak_growth_mb(60)
-    assert thirty_times < once + 10, (once, thirty_times)
+    assert thirty_times < once + 20, (once, thirty_times)
