@@ -177,6 +177,9 @@ def test_the_run_converts_to_ctranslate2_and_decodes_greedily_as_its_export(trai
         theirs.append(preprocessor.detokenize(tf.constant([[vocabulary.index(t) for t in output] or [0]]))[0].numpy())
     assert theirs == list(ours)
     assert cli.main(["export-ct2", run, out]) == 2 and "already exists" in capsys.readouterr().err
+    assert cli.main(["export-ct2", run, out, "--quantization", "int8", "--force"]) == 0  # the README's second line
+    assert "(int8)" in capsys.readouterr().out
+    assert ctranslate2.Translator(out, device="cpu").translate_batch([["[UNK]"]], max_decoding_length=3)
 
 
 def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
