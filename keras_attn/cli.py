@@ -1,7 +1,7 @@
 """The `keras-attn` command line.
 
     keras-attn train transformer|seq2seq [--src F --tgt F | --data F.tsv] [options]
-    keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT)
+    keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT; MODEL_DIR may be an export-ct2 folder)
     keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
     keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png   (an IMAGE for a captioning export)
     keras-attn train captioner [--data FOLDER --captions FILE] [options]
@@ -256,7 +256,7 @@ def build_parser():
     _add_config_flags(train, TRAIN_JOBS)
 
     translate = command("translate", "translate with an exported model")
-    translate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    translate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2")
     translate.add_argument("text", nargs="*", default=[],
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
     translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
@@ -269,7 +269,8 @@ def build_parser():
     ct2.add_argument("--force", action="store_true", help="replace an existing OUT")
 
     evaluate = command("evaluate", "exact match, BLEU and chrF of an exported model on a test set")
-    evaluate.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
+    evaluate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2 "
+                                            "(with --src and --ref)")
     evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
     evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
     evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
@@ -455,16 +456,29 @@ def _read_lines(path):
 
 
 def _translate_lines(translator, lines, beam_width, batch_size=64):
-    """Yields `(translation, truncated)` for each of `lines` (str or bytes)."""
+    """Yields `(translation, truncated)` for each of `lines` (str or bytes), by an export (its signatures) or a
+    `CTranslate2Translator`."""
     import tensorflow as tf
 
     for start in range(0, len(lines), batch_size):
         batch = lines[start : start + batch_size]
+        if not hasattr(translator, "signatures"):
+            yield from zip(*translator.translate(batch, beam_width))
+            continue
         out = translator.signatures["translate"](
             text=tf.constant(batch, tf.string), beam_width=tf.constant(beam_width, tf.int32)
         )
         for translation, truncated in zip(out["translation"].numpy(), out["truncated"].numpy()):
             yield translation.decode("utf-8", "replace"), bool(truncated)
+
+
+def _load_translator(model_dir):
+    """An export, or the `CTranslate2Translator` of a folder `export-ct2` wrote (it holds CTranslate2's model.bin)."""
+    if not os.path.isfile(os.path.join(model_dir, "model.bin")):
+        return _load(model_dir)
+    from keras_attn.jobs.translation import load_ctranslate2
+
+    return load_ctranslate2(model_dir)
 
 
 def _input_lines(texts):
@@ -483,7 +497,7 @@ def _input_lines(texts):
 
 
 def _translate(args):
-    translator = _load(args.model_dir)
+    translator = _load_translator(args.model_dir)
     lines = _input_lines(args.text)
     for number, (translation, truncated) in enumerate(
         _translate_lines(translator, lines, args.beam_width), start=1
@@ -495,14 +509,11 @@ def _translate(args):
 
 
 def _export_ct2(args):
-    from keras_attn.jobs.translation import load_run
-    from keras_attn.serving.ctranslate2_export import export_ctranslate2
+    from keras_attn.jobs.translation import export_run_to_ctranslate2
 
-    task = load_run(args.run_dir)
-    preprocessor = task.preprocessor
-    export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
-                       preprocessor.target_tokenizer.vocabulary, args.out, args.quantization, args.force)
-    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.run_dir}'s best weights")
+    export_run_to_ctranslate2(args.run_dir, args.out, args.quantization, args.force)
+    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.run_dir}'s best weights "
+          f"(keras-attn translate {args.out} ... translates with it)")
     return 0
 
 
@@ -515,7 +526,7 @@ def _evaluate(args):
         raise UserError(f"{source_path} has {len(sources)} lines but {reference_path} has {len(references)}")
     if not sources:
         raise UserError(f"{source_path}: no sentences to score")
-    translator = _load(args.model_dir)
+    translator = _load_translator(args.model_dir)
     hypotheses = [t for t, _ in _translate_lines(translator, sources, args.beam_width)]
     scores = translation_scores(hypotheses, references)
     print(format_scores(scores))

@@ -40,6 +40,7 @@ from keras import ops
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 _INF = math.inf
+LENGTH_PENALTY = 0.6  # GNMT's α (Wu et al., 2016): beam search's default
 
 
 class Stepper:
@@ -173,7 +174,7 @@ def beam_search(
     source,
     max_length,
     beam_width=4,
-    length_penalty=0.6,
+    length_penalty=LENGTH_PENALTY,
     bos_id=BOS_ID,
     eos_id=EOS_ID,
     return_all_beams=False,

@@ -355,18 +355,60 @@ def load_run(run_dir, weights=None):
     Raises:
         UserError: not a translation run folder, or one without best weights yet.
     """
-    settings = run_folder.read_settings(run_dir)
+    config, preprocessor = _folder_preprocessor(run_dir, "a run folder of keras-attn train transformer or seq2seq")
     best = weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS)
-    if not settings or "subword" not in settings:
-        raise UserError(f"{run_dir}: not a run folder of keras-attn train transformer or seq2seq")
     if not os.path.isfile(best):
         raise UserError(f"{best}: no such weights file (has the run finished an epoch?)")
-    make = Seq2SeqConfig if "cell" in settings else TranslationConfig
-    config = make(run_dir=run_dir, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
-    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the run folder's own
-    task = build_task(config, TranslationPreprocessor(source, target, config.max_sequence_length), dropout=0.0)
+    task = build_task(config, preprocessor, dropout=0.0)
     task.load_weights(best)
     return task
+
+
+def export_run_to_ctranslate2(run_dir, output_dir, quantization=None, force=False):
+    """Writes a Transformer run's best weights as a CTranslate2 model folder that translates strings.
+
+    Beside CTranslate2's files the folder keeps the run's `settings.json`
+    and vocabulary files, which `load_ctranslate2` reads to tokenize as the
+    run did.
+
+    Returns:
+        `output_dir`.
+    """
+    from keras_attn.serving.ctranslate2_export import export_ctranslate2
+
+    task = load_run(run_dir)
+    preprocessor = task.preprocessor
+    vocabularies = run_folder.vocabulary_paths(run_dir, ".txt") + run_folder.vocabulary_paths(run_dir, ".model")
+    kept = [run_folder.path(run_dir, run_folder.SETTINGS), *filter(os.path.isfile, vocabularies)]
+    return export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
+                              preprocessor.target_tokenizer.vocabulary, output_dir, quantization, force,
+                              extra_files=kept)
+
+
+def load_ctranslate2(folder, compute_type="default", threads=0):
+    """The `CTranslate2Translator` of a folder `export_run_to_ctranslate2` wrote.
+
+    Args:
+        folder: the CTranslate2 model folder (`keras-attn export-ct2`'s OUT).
+        compute_type: CTranslate2's compute type (`"default"`: the type the
+            weights were saved in).
+        threads: CTranslate2's threads per translation (0: its default).
+    """
+    from keras_attn.serving.ctranslate2_translator import CTranslate2Translator
+
+    _, preprocessor = _folder_preprocessor(folder, "a CTranslate2 folder of keras-attn export-ct2")
+    return CTranslate2Translator(folder, preprocessor, compute_type=compute_type, threads=threads)
+
+
+def _folder_preprocessor(folder, what):
+    """`(config, TranslationPreprocessor)` of a folder with a run's settings and vocabulary files."""
+    settings = run_folder.read_settings(folder)
+    if not settings or "subword" not in settings:
+        raise UserError(f"{folder}: not {what}")
+    make = Seq2SeqConfig if "cell" in settings else TranslationConfig
+    config = make(run_dir=folder, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
+    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the folder's own
+    return config, TranslationPreprocessor(source, target, config.max_sequence_length)
 
 
 def build_task(config, preprocessor, dropout):

@@ -116,7 +116,7 @@ class Seq2SeqLM(Task):
             metrics = [MaskedTokenAccuracy(), MaskedPerplexity()]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def generate(self, inputs, beam_width=1, max_length=None, length_penalty=0.6):
+    def generate(self, inputs, beam_width=1, max_length=None, length_penalty=decoding.LENGTH_PENALTY):
         """Translates `inputs`: strings (through the preprocessor) or source ids.
 
         Args:

@@ -48,7 +48,7 @@ class CaptionServer(tf.Module):
         max_beam_width: the widest beam a request gets.
     """
 
-    def __init__(self, task, length_penalty=0.6, max_beam_width=32):
+    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32):
         super().__init__(name="captioner")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a captioning export needs the task's CaptionPreprocessor")

@@ -127,7 +127,8 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
     return spec
 
 
-def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quantization=None, force=False):
+def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quantization=None, force=False,
+                       extra_files=()):
     """Writes `backbone` as a CTranslate2 model folder, atomically.
 
     The folder holds `model.bin`, `config.json` and the vocabularies
@@ -142,6 +143,7 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
         quantization: `None` (the weights' float32) or one of
             `keras_attn.config.CT2_QUANTIZATIONS`.
         force: replace an existing `output_dir`.
+        extra_files: files copied into the folder too.
 
     Returns:
         `output_dir`.
@@ -155,6 +157,8 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
     temporary = f"{os.path.normpath(output_dir)}.tmp-{secrets.token_hex(4)}"
     try:
         _SpecConverter(spec).convert(temporary, quantization=quantization)
+        for path in extra_files:
+            shutil.copy(path, temporary)
         if os.path.exists(output_dir):
             shutil.rmtree(output_dir)
         os.rename(temporary, output_dir)

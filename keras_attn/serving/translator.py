@@ -47,7 +47,7 @@ class Translator(tf.Module):
             grow with it).
     """
 
-    def __init__(self, task, length_penalty=0.6, max_beam_width=32):
+    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32):
         super().__init__(name="translator")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
@@ -75,7 +75,7 @@ class Translator(tf.Module):
     )
     def translate(self, text, beam_width):
         source, truncated = self.encode(text)
-        empty = _nothing_to_translate(text, source)
+        empty = nothing_to_translate(text, source)
         cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
         result = decoding.beam_search(
             self.stepper,
@@ -94,7 +94,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
         source, _ = self.encode(text)
-        empty = _nothing_to_translate(text, source)
+        empty = nothing_to_translate(text, source)
         result = decoding.greedy_search(
             self.stepper,
             source,
@@ -131,7 +131,7 @@ class Translator(tf.Module):
         }
 
 
-def _nothing_to_translate(text, source):
+def nothing_to_translate(text, source):
     """`(B,)` bool: the texts that are blank or whose `(B, S)` source ids are all padding (no tokens).
 
     (WordPiece makes no tokens of blank text; SentencePiece keeps its spaces.)

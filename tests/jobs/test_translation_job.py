@@ -148,38 +148,31 @@ def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, 
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
 
 
-def test_the_run_converts_to_ctranslate2_and_decodes_greedily_as_its_export(trained, tmp_path, capsys):
-    """`keras-attn export-ct2`: CTranslate2 (float32, greedy) writes the export's translations, each sentence
-    given our step budget (`decoding.max_decode_length`)."""
+def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(trained, tmp_path, capsys):
+    """`keras-attn export-ct2`, then `translate` and `evaluate` with the folder: CTranslate2 (float32, greedy) writes
+    the export's translations, each sentence given our step budget."""
     import ctranslate2
     import tensorflow as tf
-
-    from keras_attn import decoding
-    from keras_attn.jobs.translation import load_run
-    from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
 
     run, out = str(trained.root / "run"), str(tmp_path / "ct2")
     assert cli.main(["export-ct2", run, out]) == 0
     assert capsys.readouterr().out.startswith(f"{out}: a CTranslate2 model (float32) of {run}'s best weights")
-    preprocessor = load_run(run).preprocessor
     sentences = (trained.root / "run" / "test.src").read_text().splitlines()[:40]
     ours = tf.saved_model.load(trained.result.export_path).signatures["translate"](
-        text=tf.constant(sentences), beam_width=tf.constant(1))["translation"].numpy()
-    translator = ctranslate2.Translator(out, device="cpu", compute_type="float32")
-    source_ids = preprocessor.tokenize_source(tf.constant(sentences))[0]
-    budgets = decoding.max_decode_length(source_ids, cap=preprocessor.max_length).numpy()
-    vocabulary = preprocessor.target_tokenizer.vocabulary
-    theirs = []
-    for ids, budget in zip(source_ids.numpy(), budgets):
-        tokens = [preprocessor.source_tokenizer.vocabulary[i] for i in ids if i]
-        output = translator.translate_batch([tokens], beam_size=1, max_decoding_length=int(budget),
-                                            **SEARCH_OPTIONS)[0].hypotheses[0]
-        theirs.append(preprocessor.detokenize(tf.constant([[vocabulary.index(t) for t in output] or [0]]))[0].numpy())
-    assert theirs == list(ours)
+        text=tf.constant(["", " ", *sentences]), beam_width=tf.constant(1))["translation"].numpy()
+    assert cli.main(["translate", out, "--beam-width", "1", "", " ", *sentences]) == 0
+    assert capsys.readouterr().out.splitlines() == [t.decode() for t in ours]
+    references = tmp_path / "ref.txt"
+    references.write_text("\n".join(t.decode() for t in ours[2:]) + "\n")
+    (tmp_path / "src.txt").write_text("\n".join(sentences) + "\n")
+    assert cli.main(["evaluate", out, "--src", str(tmp_path / "src.txt"), "--ref", str(references),
+                     "--beam-width", "1"]) == 0
+    assert "BLEU 100.00" in capsys.readouterr().out
     assert cli.main(["export-ct2", run, out]) == 2 and "already exists" in capsys.readouterr().err
     assert cli.main(["export-ct2", run, out, "--quantization", "int8", "--force"]) == 0  # the README's second line
     assert "(int8)" in capsys.readouterr().out
     assert ctranslate2.Translator(out, device="cpu").translate_batch([["[UNK]"]], max_decoding_length=3)
+    assert cli.main(["translate", out, sentences[0]]) == 0 and capsys.readouterr().out.strip()
 
 
 def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):

@@ -191,3 +191,36 @@ def test_an_existing_folder_is_replaced_only_when_forced(tmp_path):
     export_ctranslate2(backbone, vocabulary, vocabulary, folder, quantization="int8", force=True)
     assert ctranslate2.Translator(folder, device="cpu").translate_batch([["w3", "w4"]], max_decoding_length=3)
     assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
+@pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
+def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of_hostile_strings(subword, tmp_path):
+    """Strings in, strings out: blank, unknown, overlong and malformed texts as the export's `translate` gives them,
+    each sentence cut at its own step budget."""
+    from keras_attn.serving import Translator
+    from keras_attn.serving.ctranslate2_translator import CTranslate2Translator
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer, learn_sentencepiece_model
+    from pipelines.tokenizers import WordPieceTokenizer
+
+    if subword == "wordpiece":
+        tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, *"abcdefgh", ".", "##s"])
+    else:  # SentencePiece keeps spaces as tokens: blank text is not empty of them
+        tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(["a b c d e f g h ."] * 50, 280, "bpe"))
+    words = tokenizer.vocabulary
+    keras.utils.set_random_seed(3)
+    backbone = TransformerBackbone(len(words), len(words), share_embeddings=True, tie_output=False, **TINY)
+    _sharpen(backbone)
+    backbone.output_projection.bias[EOS_ID].assign(-1.0)  # some outputs end, some run to their budgets
+    preprocessor = TranslationPreprocessor(tokenizer, max_length=16)  # budgets of 11-16 steps
+    export = Translator(Seq2SeqLM(backbone, preprocessor=preprocessor))
+    folder = export_ctranslate2(backbone, words, words, str(tmp_path / "ct2"))
+    translator = CTranslate2Translator(folder, preprocessor, compute_type="float32")
+    texts = ["a b c", "", "   ", "\u200b", "as bs", "z q", " ".join("abcdefgh" * 3), "h g .", b"\xff\xfe a", "e"]
+    expected = export.translate(tf.constant(texts), tf.constant(1))
+    translations, truncated = translator.translate(texts, beam_width=1)
+    assert translations == [t.decode() for t in expected["translation"].numpy()]
+    assert truncated == list(expected["truncated"].numpy()) and truncated[6]
+    assert translations[1] == translations[2] == "" and any(translations)
+    assert translator.translate([], beam_width=4) == ([], [])
+    assert len(translator.translate(texts, beam_width=4)[0]) == len(texts)

@@ -1,0 +1,173 @@
+"""Serving speed and quality of one Transformer run three ways: our SavedModel, CTranslate2 float32 and int8.
+
+    python -m benchmarks.serving_alternatives RUN_DIR --out /tmp/serving_alternatives [--rounds 3] [--threads 2]
+
+From a run folder of `keras-attn train transformer` (e.g. a `benchmarks.multi30k`
+run) it writes the SavedModel export and the `keras-attn export-ct2` folders
+(float32 and int8) under `--out`, then times each in its own fresh process,
+the three interleaved `--rounds` times (so a host's drift is spread over all):
+
+- one sentence at a time (`--sentence`, 10 words): p50 and p99 latency of
+  `--calls` calls, greedy and beam 4;
+- batches of 32 and 256 sentences of the run's test split: sentences/s,
+  greedy and beam 4.
+
+Every call is strings in, strings out: the SavedModel in a process that
+imports only `tensorflow` and `tensorflow_text`; CTranslate2 through
+`CTranslate2Translator` (our tokenizers, as `tf.function`s, around its
+search). `ct2-*-core` times CTranslate2's `translate_batch` alone, on tokens.
+Both get `--threads` threads for their math (TensorFlow's intra-op pool,
+CTranslate2's `intra_threads`; one batch at a time). Then the test split's
+BLEU of each (beam 4; as tokenized, `evaluation.tokenized_bleu`, the
+published Multi30k scoring for the `tok/` runs), to check int8 against float32.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SYSTEMS = ("savedmodel", "ct2-float32", "ct2-int8", "ct2-float32-core", "ct2-int8-core")
+BEAMS, BATCHES = (1, 4), (32, 256)
+
+
+def measure(system, folder, sentence, lines, calls, threads):
+    """In a fresh process: `{metric: value}` of one system (milliseconds, sentences/s)."""
+    if system == "savedmodel":
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (the tokenizer ops)
+
+        signature = tf.saved_model.load(folder).signatures["translate"]
+
+        def translate(texts, beam):
+            return signature(text=tf.constant(texts), beam_width=tf.constant(beam))["translation"].numpy()
+    else:
+        from keras_attn.jobs.translation import load_ctranslate2
+        from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
+
+        translator = load_ctranslate2(folder, threads=threads)
+        if system.endswith("-core"):
+            cache = {}
+
+            def translate(texts, beam):
+                key = tuple(texts)
+                if key not in cache:  # tokenized once: only CTranslate2's search is timed
+                    source = translator.preprocessor.tokenize_source(texts)[0].numpy()
+                    vocabulary = translator.preprocessor.source_tokenizer.vocabulary
+                    cache[key] = [[vocabulary[i] for i in row if i] for row in source]
+                return translator.translator.translate_batch(cache[key], beam_size=beam, max_decoding_length=64,
+                                                             **SEARCH_OPTIONS)
+        else:
+            def translate(texts, beam):
+                return translator.translate(texts, beam)[0]
+
+    result = {}
+    for beam in BEAMS:
+        translate([sentence], beam)  # warm-up
+        times = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            translate([sentence], beam)
+            times.append(time.perf_counter() - started)
+        times.sort()
+        result[f"beam{beam} batch1 p50 ms"] = 1000 * times[len(times) // 2]
+        result[f"beam{beam} batch1 p99 ms"] = 1000 * times[min(len(times) - 1, int(0.99 * len(times)))]
+        for size in BATCHES:
+            batch = (lines * (size // len(lines) + 1))[:size]
+            translate(batch, beam)
+            started = time.perf_counter()
+            translate(batch, beam)
+            result[f"beam{beam} batch{size} sentences/s"] = size / (time.perf_counter() - started)
+    return result
+
+
+def export_all(run_dir, out):
+    """`{system: folder}`: the SavedModel and the CTranslate2 folders of `run_dir` (written once)."""
+    from keras_attn import serving
+    from keras_attn.jobs.translation import export_run_to_ctranslate2, load_run
+
+    folders = {"savedmodel": os.path.join(out, "saved_models", "translator", "1")}
+    if not os.path.isdir(folders["savedmodel"]):
+        serving.export(serving.Translator(load_run(run_dir)), os.path.join(out, "saved_models"), "translator")
+    for quantization in ("float32", "int8"):
+        folder = folders[f"ct2-{quantization}"] = os.path.join(out, f"ct2-{quantization}")
+        if not os.path.isdir(folder):
+            export_run_to_ctranslate2(run_dir, folder, None if quantization == "float32" else quantization)
+    for quantization in ("float32", "int8"):
+        folders[f"ct2-{quantization}-core"] = folders[f"ct2-{quantization}"]
+    return folders
+
+
+def bleu(system, folder, sources, references, beam):
+    """Tokenized BLEU of the test split by one system (in this process)."""
+    from keras_attn.cli import _translate_lines
+    from keras_attn.evaluation import tokenized_bleu
+    from keras_attn.jobs.translation import load_ctranslate2
+
+    if system == "savedmodel":
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+
+        translator = tf.saved_model.load(folder)
+    else:
+        translator = load_ctranslate2(folder)
+    hypotheses = [t for t, _ in _translate_lines(translator, sources, beam)]
+    return tokenized_bleu(hypotheses, references)["bleu_tokenized"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sentence", default="a man in a red shirt is riding a bike down the street .")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--bleu-beam", type=int, default=4)
+    parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "FOLDER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    with open(os.path.join(args.run_dir, "test.src"), encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    if args.child:
+        print(json.dumps(measure(*args.child, args.sentence, sources[:256], args.calls, args.threads)))
+        return
+    folders = export_all(args.run_dir, args.out)
+    with open(os.path.join(args.run_dir, "test.ref"), encoding="utf-8") as f:
+        references = f.read().splitlines()
+    runs = {system: [] for system in args.systems}
+    for round_ in range(args.rounds):
+        order = args.systems if round_ % 2 == 0 else args.systems[::-1]
+        for system in order:
+            child = subprocess.run(
+                [sys.executable, "-m", "benchmarks.serving_alternatives", args.run_dir, "--out", args.out,
+                 "--child", system, folders[system], "--calls", str(args.calls), "--threads", str(args.threads),
+                 "--sentence", args.sentence],
+                capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            )
+            if child.returncode:
+                sys.exit(f"{system}: {child.stderr[-2000:]}")
+            runs[system].append(json.loads(child.stdout.splitlines()[-1]))
+            print(f"round {round_ + 1} {system}: {runs[system][-1]}", flush=True)
+    print(f"\nsentence ({len(args.sentence.split())} tokens): {args.sentence}; {args.threads} threads; "
+          f"medians of {args.rounds} rounds (min-max)")
+    metrics = list(runs[args.systems[0]][0])
+    print(f"{'metric':28}" + "".join(f"{s:>24}" for s in args.systems))
+    for metric in metrics:
+        cells = []
+        for system in args.systems:
+            values = [run[metric] for run in runs[system]]
+            cells.append(f"{statistics.median(values):9.1f} ({min(values):.1f}-{max(values):.1f})")
+        print(f"{metric:28}" + "".join(f"{c:>24}" for c in cells))
+    scores = {s: bleu(s, folders[s], sources, references, args.bleu_beam) for s in args.systems
+              if not s.endswith("-core")}
+    print(f"\ntest BLEU as tokenized, beam {args.bleu_beam}: " + ", ".join(f"{s} {v:.2f}" for s, v in scores.items()))
+    print(json.dumps({"runs": runs, "bleu": scores}))
+
+
+if __name__ == "__main__":
+    main()

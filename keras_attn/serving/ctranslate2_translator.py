@@ -1,0 +1,75 @@
+"""Strings in, strings out through a CTranslate2 model folder: our tokenizers around CTranslate2's search.
+
+`keras-attn export-ct2 RUN_DIR OUT` writes the folder (with the run's
+settings and vocabulary files); `keras_attn.jobs.translation.load_ctranslate2(OUT)`
+or `keras-attn translate OUT` translate with it. Sources are tokenized and cut
+as the SavedModel does, and each sentence gets the SavedModel's step budget
+(`decoding.max_decode_length`), so greedy search writes the SavedModel's
+translations. Beam search ranks as CTranslate2 does (see
+`keras_attn.serving.ctranslate2_export`): its length penalty is
+`length^α`, with our α.
+"""
+
+import ctranslate2
+import numpy as np
+import tensorflow as tf
+
+from keras_attn import decoding
+from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
+from keras_attn.serving.translator import nothing_to_translate
+from keras_attn.special_tokens import PAD_ID
+
+
+class CTranslate2Translator:
+    """A CTranslate2 translation model with the tokenizers of the run it was converted from.
+
+    Args:
+        folder: the CTranslate2 model folder.
+        preprocessor: the run's `TranslationPreprocessor` (its tokenizers
+            and `max_length`).
+        compute_type: CTranslate2's compute type, e.g. `"int8"` or
+            `"float32"` (`"default"`: the type the weights were saved in).
+        threads: CTranslate2's threads per translation (0: its default).
+        max_beam_width: the widest beam a call gets, as the SavedModel's.
+    """
+
+    def __init__(self, folder, preprocessor, compute_type="default", threads=0, max_beam_width=32):
+        self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
+                                                 intra_threads=threads)
+        self.preprocessor = preprocessor
+        self.max_beam_width = max_beam_width
+        self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)
+        self._target_ids = {token: i for i, token in enumerate(preprocessor.target_tokenizer.vocabulary)}
+        self._encode = tf.function(self._encode_graph, input_signature=[tf.TensorSpec([None], tf.string)])
+        self._decode = tf.function(preprocessor.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+    def _encode_graph(self, text):
+        source, truncated = self.preprocessor.tokenize_source(text)
+        budgets = decoding.max_decode_length(source, cap=self.preprocessor.max_length)
+        return source, truncated, budgets, nothing_to_translate(text, source)
+
+    def translate(self, texts, beam_width=4):
+        """Translates `texts` (str or UTF-8 bytes).
+
+        Returns:
+            `(translations, truncated)`: a string per text, and whether each
+            was longer than the model accepts and was cut. A text that is
+            blank or has no tokens translates to `""`.
+        """
+        if not len(texts):
+            return [], []
+        source, truncated, budgets, empty = (t.numpy() for t in self._encode(tf.constant(texts, tf.string)))
+        tokens = [list(self._source_tokens[row[row != PAD_ID]]) for row in source]
+        rows = np.flatnonzero(~empty)
+        ids = np.full((len(texts), max(1, int(budgets.max()))), PAD_ID, np.int32)
+        if len(rows):
+            results = self.translator.translate_batch(
+                [tokens[i] for i in rows], beam_size=min(max(beam_width, 1), self.max_beam_width),
+                max_decoding_length=int(budgets[rows].max()), length_penalty=decoding.LENGTH_PENALTY,
+                **SEARCH_OPTIONS,
+            )
+            for i, result in zip(rows, results):
+                output = [self._target_ids[token] for token in result.hypotheses[0][: budgets[i]]]
+                ids[i, : len(output)] = output
+        translations = [t.decode("utf-8", "replace") for t in self._decode(tf.constant(ids)).numpy()]
+        return translations, [bool(t) for t in truncated]
