@@ -130,43 +130,76 @@ def greedy_search(
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
 
-    def body(index, state, sequences):
+    def body(index, state, rows):
         if return_attention:
             logits, state, attention = stepper.step(
-                sequences["last"], state, index, return_attention_scores=True
+                rows["last"], state, index, return_attention_scores=True
             )
         else:
-            logits, state = stepper.step(sequences["last"], state, index)[:2]
-        updated = _greedy_step(logits, sequences, bos_id, eos_id)
-        updated["done"] |= index + 1 >= budget
-        updated["tokens"] = sequences["tokens"].write(index, updated["last"])
+            logits, state = stepper.step(rows["last"], state, index)[:2]
+        token, log_prob = _greedy_step(logits, rows["done"], bos_id)
+        # Per source (B, ...): rows dropped earlier get [PAD], no score and no attention.
+        where = rows["source_index"][:, None]
+        updated = dict(
+            rows,
+            last=token,
+            done=rows["done"] | tf.equal(token, eos_id) | (index + 1 >= rows["budget"]),
+            tokens=rows["tokens"].write(index, tf.scatter_nd(where, token, [batch])),
+            scores=tf.tensor_scatter_nd_add(rows["scores"], where, log_prob),
+            lengths=tf.tensor_scatter_nd_add(rows["lengths"], where, tf.cast(~rows["done"], tf.int32)),
+        )
         if return_attention:
-            attention = tf.cast(tf.stack(attention, axis=1), tf.float32)
-            attention = tf.where(  # (B, layers, heads, S)
-                sequences["done"][:, None, None, None], 0.0, attention
-            )
-            updated["attention"] = sequences["attention"].write(index, attention)
+            attention = tf.cast(tf.stack(attention, axis=1), tf.float32)  # (R, layers, heads, S)
+            attention = tf.where(rows["done"][:, None, None, None], 0.0, attention)
+            shape = tf.concat([[batch], tf.shape(attention)[1:]], 0)
+            updated["attention"] = rows["attention"].write(index, tf.scatter_nd(where, attention, shape))
+        state, updated = _drop_finished_rows(state, updated)
         return index + 1, state, updated
 
     budget = _row_budgets(max_length, batch)
-    sequences = _start_sequences(batch, bos_id)
-    sequences["done"] = budget <= 0
-    sequences["tokens"] = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
+    rows = {
+        "last": tf.fill([batch], tf.cast(bos_id, tf.int32)),  # the latest token of each row
+        "done": budget <= 0,  # emitted [EOS] or spent its budget
+        "budget": budget,
+        "source_index": tf.range(batch),  # the source of each row
+        "scores": tf.zeros([batch], tf.float32),  # per source: sums of log-probs
+        "lengths": tf.zeros([batch], tf.int32),
+    }
+    rows["tokens"] = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
     if return_attention:
-        sequences["attention"] = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-    sequences = _decode_loop(
-        body, stepper.initial_state(source), sequences, tf.reduce_max(budget)
+        rows["attention"] = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+    rows = _decode_loop(
+        body, stepper.initial_state(source), rows, tf.reduce_max(budget)
     )
     outputs = {
-        "tokens": _batch_major(sequences["tokens"], tf.zeros([batch, 0], tf.int32)),
-        "scores": sequences["scores"],
-        "lengths": sequences["lengths"],
+        "tokens": _batch_major(rows["tokens"], tf.zeros([batch, 0], tf.int32)),
+        "scores": rows["scores"],
+        "lengths": rows["lengths"],
     }
     if return_attention:
         outputs["attention"] = _batch_major(
-            sequences["attention"], tf.zeros([batch, 0, 0, 0, 0])
+            rows["attention"], tf.zeros([batch, 0, 0, 0, 0])
         )
     return outputs
+
+
+def _drop_finished_rows(state, rows):
+    """Greedy search's state and rows without the finished rows, once a quarter of them have finished.
+
+    Later steps then compute only the rows still decoding (a batch's
+    sentences end at different steps); the rows' totals and outputs are
+    kept per source (`source_index`). Gathering copies the state, so it
+    waits until it pays.
+    """
+    per_row = {name: rows[name] for name in ("last", "done", "budget", "source_index")}
+    alive = tf.where(~rows["done"])[:, 0]
+    count = tf.shape(rows["done"])[0]
+
+    def keep_alive():
+        return tf.nest.map_structure(lambda x: tf.gather(x, alive), (state, per_row))
+
+    state, per_row = tf.cond(4 * tf.size(alive) <= 3 * count, keep_alive, lambda: (state, per_row))
+    return state, dict(rows, **per_row)
 
 
 def beam_search(
@@ -329,6 +362,32 @@ def beam_search(
     return outputs
 
 
+def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
+    """Greedy search for a beam width of 1, else beam search: the best output of each source and its score.
+
+    Beam search of width 1 finds greedy search's outputs (see `beam_search`)
+    with more work a step; `beam_width` may be a scalar int32 tensor (then
+    both searches are in the graph and the width picks one).
+
+    Returns:
+        `{"tokens": (B, L) int32, "scores": (B,)}`, scores as beam search's:
+        log-probability / lp.
+    """
+    def greedy():
+        outputs = greedy_search(stepper, source, max_length, eos_id=eos_id)
+        return outputs["tokens"], outputs["scores"] / gnmt_length_penalty(outputs["lengths"], length_penalty)
+
+    def beam():
+        outputs = beam_search(stepper, source, max_length, beam_width, length_penalty=length_penalty, eos_id=eos_id)
+        return outputs["tokens"], outputs["scores"]
+
+    if isinstance(beam_width, int):
+        tokens, scores = greedy() if beam_width == 1 else beam()
+    else:
+        tokens, scores = tf.cond(tf.equal(beam_width, 1), greedy, beam)
+    return {"tokens": tokens, "scores": scores}
+
+
 def gnmt_length_penalty(length, alpha):
     """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, eq. 14), as float32."""
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
@@ -389,29 +448,12 @@ def _row_budgets(max_length, batch):
     return tf.broadcast_to(max_length, [batch])
 
 
-def _start_sequences(batch, bos_id):
-    return {
-        "last": tf.fill([batch], tf.cast(bos_id, tf.int32)),  # the latest token
-        "scores": tf.zeros([batch], tf.float32),  # sums of log-probs
-        "lengths": tf.zeros([batch], tf.int32),
-        "done": tf.zeros([batch], tf.bool),  # emitted [EOS]
-    }
-
-
-def _greedy_step(logits, sequences, bos_id, eos_id):
-    """Appends the most likely token; finished sequences get [PAD] for free."""
-    done = sequences["done"]
+def _greedy_step(logits, done, bos_id):
+    """`(token, its log-probability)` of each row: the most likely; finished rows get [PAD] at no cost."""
     log_probs = _log_probs(logits, bos_id)
     token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
     token_log_prob = tf.gather(log_probs, token, batch_dims=1)
-    token = tf.where(done, PAD_ID, token)
-    return dict(
-        sequences,
-        last=token,
-        scores=sequences["scores"] + tf.where(done, 0.0, token_log_prob),
-        lengths=sequences["lengths"] + tf.cast(~done, tf.int32),
-        done=done | tf.equal(token, eos_id),
-    )
+    return tf.where(done, PAD_ID, token), tf.where(done, 0.0, token_log_prob)
 
 
 def _log_probs(logits, bos_id):

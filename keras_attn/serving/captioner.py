@@ -71,9 +71,9 @@ class CaptionServer(tf.Module):
         images = self.preprocessor.images(pixels)
         rows = tf.shape(images)[0]
         cap = min(self.max_beam_width, self.tokenizer.vocabulary_size)
-        result = decoding.beam_search(
-            self.stepper, images, max_length=tf.fill([rows], self.preprocessor.max_length),
-            beam_width=tf.clip_by_value(beam_width, 1, cap), length_penalty=self.length_penalty,
+        result = decoding.search(
+            self.stepper, images, tf.fill([rows], self.preprocessor.max_length), tf.clip_by_value(beam_width, 1, cap),
+            length_penalty=self.length_penalty,
         )
         tokens = tf.where(readable[:, None], result["tokens"], PAD_ID)
         target_in = tf.concat([tf.fill([rows, 1], BOS_ID), tokens[:, :-1]], axis=1)

@@ -77,11 +77,8 @@ class Translator(tf.Module):
         source, truncated = self.encode(text)
         empty = nothing_to_translate(text, source)
         cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
-        result = decoding.beam_search(
-            self.stepper,
-            source,
-            beam_width=tf.clip_by_value(beam_width, 1, cap),
-            max_length=self._decode_length(source),
+        result = decoding.search(
+            self.stepper, source, self._decode_length(source), tf.clip_by_value(beam_width, 1, cap),
             length_penalty=self.length_penalty,
         )
         tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
