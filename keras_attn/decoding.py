@@ -270,21 +270,21 @@ def beam_search(
     alpha = tf.cast(length_penalty, tf.float32)
     budget = _row_budgets(max_length, batch)
     longest = tf.maximum(tf.reduce_max(budget), 0)  # 0 for an empty batch
-    longest_penalty = gnmt_length_penalty(budget, alpha)[:, None]  # (B, 1)
 
     def body(index, state, beams):
+        sources = tf.shape(beams["done"])[0]  # those still searched (`_drop_stopped_sources`)
         tokens = tf.reshape(beams["last"], [-1])
         logits, new_state = stepper.step(tokens, state, index)[:2]
         log_probs = _log_probs(logits, bos_id)
         vocab_size = tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [batch, width, vocab_size])  # (B, W, V)
+        log_probs = tf.reshape(log_probs, [sources, width, vocab_size])  # (B, W, V)
         scores = beams["scores"]  # (B, W)
         # Finished hypotheses, and all those of a source that has stopped.
         frozen = beams["finished"] | beams["done"][:, None]
 
         # The best `width` extensions of the alive hypotheses by one token.
         extensions = log_probs + tf.where(frozen, -_INF, scores)[..., None]
-        extension_scores, best = _top_k(tf.reshape(extensions, [batch, -1]), width)
+        extension_scores, best = _top_k(tf.reshape(extensions, [sources, -1]), width)
         # Frozen hypotheses keep their place (extended by [PAD] at no cost);
         # the best extensions take the other places.
         _, pick = tf.math.top_k(
@@ -292,8 +292,8 @@ def beam_search(
             k=width,
         )
         candidates = (  # `width` frozen ones, then `width` extensions
-            (tf.broadcast_to(tf.range(width), [batch, width]), best // vocab_size),
-            (tf.fill([batch, width], PAD_ID), best % vocab_size),
+            (tf.broadcast_to(tf.range(width), [sources, width]), best // vocab_size),
+            (tf.fill([sources, width], PAD_ID), best % vocab_size),
             (tf.where(frozen, scores, -_INF), extension_scores),
             (tf.zeros_like(frozen), extension_scores > -_INF),
         )
@@ -313,7 +313,7 @@ def beam_search(
             token[..., None],
             from_parent(beams["history"]),
         )
-        rows = tf.reshape(parent + width * tf.range(batch)[:, None], [-1])
+        rows = tf.reshape(parent + width * tf.range(sources)[:, None], [-1])
         new_state = _reorder(new_state, state, rows)
 
         # A source stops when no alive hypothesis can beat its best finished
@@ -321,15 +321,15 @@ def beam_search(
         normalized = scores / gnmt_length_penalty(lengths, alpha)
         best_finished = tf.reduce_max(tf.where(finished, normalized, -_INF), axis=1)
         bound = scores / tf.maximum(
-            gnmt_length_penalty(lengths + 1, alpha), longest_penalty
+            gnmt_length_penalty(lengths + 1, alpha), gnmt_length_penalty(beams["budget"], alpha)[:, None]
         )
         alive = (scores > -_INF) & ~finished
         can_improve = alive & (bound > best_finished[:, None])
-        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= budget)
+        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= beams["budget"])
         beams = dict(
-            last=token, scores=scores, finished=finished, lengths=lengths,
-            history=history, done=done,
+            beams, last=token, scores=scores, finished=finished, lengths=lengths, history=history, done=done,
         )
+        new_state, beams = _drop_stopped_sources(new_state, beams, width)
         return index + 1, new_state, beams
 
     state = stepper.initial_state(source, beam_width=width)
@@ -342,8 +342,13 @@ def beam_search(
         "lengths": tf.zeros([batch, width], tf.int32),
         "history": tf.zeros([batch, width, longest], tf.int32),
         "done": budget <= 0,  # the source has stopped
+        "budget": budget,
+        "source_index": tf.range(batch),  # the source of each row of these tensors
     }
+    beams["stopped"] = {name: beams[name] for name in _BEAMS_KEPT}  # per source, of those no longer searched
     beams = _decode_loop(body, state, beams, longest)
+    beams = _keep_stopped(beams, tf.range(tf.shape(beams["done"])[0]))  # and of those searched to the end
+    beams = beams["stopped"]
     log_probs, lengths = beams["scores"], beams["lengths"]
     scores = log_probs / gnmt_length_penalty(lengths, alpha)
     # The steps run: while a source has not stopped, its best hypotheses grow.
@@ -360,6 +365,46 @@ def beam_search(
     if return_all_beams:
         outputs.update({f"beam_{name}": x for name, x in ranked.items()})
     return outputs
+
+
+_BEAMS_KEPT = ("scores", "finished", "lengths", "history")  # what beam search's results are made of
+
+
+def _drop_stopped_sources(state, beams, width):
+    """Beam search's state and beams without the sources that have stopped, once a quarter of them have.
+
+    Their hypotheses are kept in `beams["stopped"]` (per source, by
+    `source_index`). The state's tensors hold `width` rows a source, or one
+    (what a stepper keeps per source).
+    """
+    sources = tf.shape(beams["done"])[0]
+    alive = tf.where(~beams["done"])[:, 0]
+
+    def keep_alive():
+        alive_rows = tf.reshape(alive[:, None] * tf.cast(width, tf.int64) + tf.range(tf.cast(width, tf.int64)), [-1])
+
+        def rows_of(x):
+            one_per_source = tf.equal(tf.shape(x)[0], sources)
+            return tf.cond(one_per_source, lambda: tf.gather(x, alive), lambda: tf.gather(x, alive_rows))
+
+        stopped = _keep_stopped(beams, tf.where(beams["done"])[:, 0])["stopped"]
+        per_source = {name: tf.gather(x, alive) for name, x in beams.items() if name != "stopped"}
+        return tf.nest.map_structure(rows_of, state), dict(per_source, stopped=stopped)
+
+    return tf.cond(4 * tf.size(alive) <= 3 * sources, keep_alive, lambda: (state, beams))
+
+
+def _keep_stopped(beams, which):
+    """`beams` with the hypotheses of its sources `which` written into `beams["stopped"]`."""
+    where = tf.gather(beams["source_index"], which)[:, None]
+
+    def update(kept, current):
+        return tf.cond(  # (scattering into a tensor of no elements fails: a history of no steps)
+            tf.size(kept) > 0, lambda: tf.tensor_scatter_nd_update(kept, where, tf.gather(current, which)),
+            lambda: kept,
+        )
+
+    return dict(beams, stopped={name: update(beams["stopped"][name], beams[name]) for name in _BEAMS_KEPT})
 
 
 def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
