@@ -5,6 +5,7 @@
     python -m benchmarks.profile_step --case transformer-train [--precision mixed_bfloat16]
     python -m benchmarks.profile_step --case transformer-beam4
     python -m benchmarks.profile_step --case seq2seq-beam4
+    python -m benchmarks.profile_step --case transformer-greedy1 --searches 20
     python -m benchmarks.profile_step --case seq2seq-train --top 40 --by op   # raw ops
     python -m benchmarks.profile_step --case encoder-block --precision mixed_bfloat16 [--anchor]
 
@@ -28,6 +29,8 @@ WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
   RESULTS.md), warmed up on those same batches so no step retraces.
 - `seq2seq-train`: `Seq2SeqBackbone(..., preset="small", attention="bahdanau")`,
   batch 128, the same loss and optimizer.
+- `transformer-greedy1`: greedy search of one source (the first test
+  sentence), the latency case, otherwise as the beam cases.
 - `transformer-beam4`, `seq2seq-beam4`: `keras_attn.decoding.beam_search`,
   width 4, over 32 test2016 sources through `decoding.Stepper`, a
   `tf.function` with the export's `(None, None)` signature and the export's step budget (`max_decode_length`, 1.5 S + 10).
@@ -71,7 +74,7 @@ from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, t
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
-CASES = ("transformer-train", "seq2seq-train", "transformer-beam4", "seq2seq-beam4",
+CASES = ("transformer-train", "seq2seq-train", "transformer-beam4", "seq2seq-beam4", "transformer-greedy1",
          "encoder-block", "decoder-block")
 BLOCK_CASES = {"encoder-block": "encoder block", "decoder-block": "decoder block + cross"}
 BATCH = {"transformer": 64, "seq2seq": 128}
@@ -181,19 +184,19 @@ def block_case(case_name, anchor, steps):
     return run, steps, "training step", f"{who}, batch {batch}, length {length}, width {width}"
 
 
-def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup):
+def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup, width=BEAM_WIDTH):
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.0)
     stepper = decoding.Stepper(model)
-    ids = source_tokenizer.tokenize(tf.constant(test.sources[:DECODE_BATCH]))
+    sources = DECODE_BATCH if width > 1 else 1  # greedy: one sentence, the latency case
+    ids = source_tokenizer.tokenize(tf.constant(test.sources[:sources]))
     ids = ids[:, :MAX_LENGTH].to_tensor(default_value=0)
     source = tf.cast(ids, tf.int32)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source):
-        return decoding.beam_search(
-            stepper, source, beam_width=BEAM_WIDTH, eos_id=-1,
-            max_length=decoding.max_decode_length(source, cap=MAX_LENGTH),
+        return decoding.search(
+            stepper, source, decoding.max_decode_length(source, cap=MAX_LENGTH), width, eos_id=-1,
         )
 
     for _ in range(warmup):
@@ -205,8 +208,8 @@ def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, w
             search(source)["tokens"].numpy()
 
     shape = (
-        f"{DECODE_BATCH} test2016 sources (S = {source.shape[1]} padded), beam {BEAM_WIDTH} "
-        f"= {DECODE_BATCH * BEAM_WIDTH} rows, {decode_steps} decode steps a search, "
+        f"{sources} test2016 source(s) (S = {source.shape[1]} padded), beam {width} "
+        f"= {sources * width} rows, {decode_steps} decode steps a search, "
         f"{searches} searches profiled"
     )
     return run, searches * decode_steps, "decode step", shape
@@ -454,7 +457,8 @@ def main():
             )
         else:
             run, steps, unit, shape = beam_case(
-                kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup
+                kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup,
+                width=1 if what.startswith("greedy") else BEAM_WIDTH,
             )
     setup = time.perf_counter() - started
 

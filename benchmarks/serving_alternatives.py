@@ -17,9 +17,11 @@ imports only `tensorflow` and `tensorflow_text`; CTranslate2 through
 `CTranslate2Translator` (our tokenizers, as `tf.function`s, around its
 search). `ct2-*-core` times CTranslate2's `translate_batch` alone, on tokens.
 Both get `--threads` threads for their math (TensorFlow's intra-op pool,
-CTranslate2's `intra_threads`; one batch at a time). Then the test split's
-BLEU of each (beam 4; as tokenized, `evaluation.tokenized_bleu`, the
-published Multi30k scoring for the `tok/` runs), to check int8 against float32.
+CTranslate2's `intra_threads`; one batch at a time). Then the whole test
+split in this process: the BLEU of each (`--bleu-beam`, 4; as tokenized,
+`evaluation.tokenized_bleu`, the published Multi30k scoring for the `tok/`
+runs), to check int8 against float32, and the share of the SavedModel's
+translations each writes, greedy and at that beam (`--rounds 0`: only these).
 """
 
 import argparse
@@ -102,10 +104,9 @@ def export_all(run_dir, out):
     return folders
 
 
-def bleu(system, folder, sources, references, beam):
-    """Tokenized BLEU of the test split by one system (in this process)."""
+def translations(system, folder, sources, beam):
+    """The test split translated by one system (in this process)."""
     from keras_attn.cli import _translate_lines
-    from keras_attn.evaluation import tokenized_bleu
     from keras_attn.jobs.translation import load_ctranslate2
 
     if system == "savedmodel":
@@ -115,8 +116,27 @@ def bleu(system, folder, sources, references, beam):
         translator = tf.saved_model.load(folder)
     else:
         translator = load_ctranslate2(folder)
-    hypotheses = [t for t, _ in _translate_lines(translator, sources, beam)]
-    return tokenized_bleu(hypotheses, references)["bleu_tokenized"]
+    return [t for t, _ in _translate_lines(translator, sources, beam)]
+
+
+def quality(folders, sources, references, beam):
+    """Each system's tokenized BLEU at `beam`, and the share of the SavedModel's translations each writes
+    (greedy and at `beam`)."""
+    from keras_attn.evaluation import tokenized_bleu
+
+    systems = [s for s in folders if not s.endswith("-core")]
+    written = {(s, b): translations(s, folders[s], sources, b) for s in systems for b in (1, beam)}
+    print(f"\ntest split ({len(sources)} sentences), BLEU as tokenized at beam {beam}; share of the SavedModel's "
+          "translations written, greedy and at that beam:")
+    result = {}
+    for system in systems:
+        same = [sum(a == b for a, b in zip(written[system, b], written["savedmodel", b])) / len(sources)
+                for b in (1, beam)]
+        result[system] = {"bleu": tokenized_bleu(written[system, beam], references)["bleu_tokenized"],
+                          "same_greedy": same[0], f"same_beam{beam}": same[1]}
+        print(f"  {system:12} BLEU {result[system]['bleu']:.2f}, same greedy {same[0]:.1%}, "
+              f"same at beam {beam} {same[1]:.1%}")
+    return result
 
 
 def main():
@@ -153,20 +173,18 @@ def main():
                 sys.exit(f"{system}: {child.stderr[-2000:]}")
             runs[system].append(json.loads(child.stdout.splitlines()[-1]))
             print(f"round {round_ + 1} {system}: {runs[system][-1]}", flush=True)
-    print(f"\nsentence ({len(args.sentence.split())} tokens): {args.sentence}; {args.threads} threads; "
-          f"medians of {args.rounds} rounds (min-max)")
-    metrics = list(runs[args.systems[0]][0])
-    print(f"{'metric':28}" + "".join(f"{s:>24}" for s in args.systems))
-    for metric in metrics:
-        cells = []
-        for system in args.systems:
-            values = [run[metric] for run in runs[system]]
-            cells.append(f"{statistics.median(values):9.1f} ({min(values):.1f}-{max(values):.1f})")
-        print(f"{metric:28}" + "".join(f"{c:>24}" for c in cells))
-    scores = {s: bleu(s, folders[s], sources, references, args.bleu_beam) for s in args.systems
-              if not s.endswith("-core")}
-    print(f"\ntest BLEU as tokenized, beam {args.bleu_beam}: " + ", ".join(f"{s} {v:.2f}" for s, v in scores.items()))
-    print(json.dumps({"runs": runs, "bleu": scores}))
+    if args.rounds:
+        print(f"\nsentence ({len(args.sentence.split())} tokens): {args.sentence}; {args.threads} threads; "
+              f"medians of {args.rounds} rounds (min-max)")
+        print(f"{'metric':28}" + "".join(f"{s:>24}" for s in args.systems))
+        for metric in runs[args.systems[0]][0]:
+            cells = []
+            for system in args.systems:
+                values = [run[metric] for run in runs[system]]
+                cells.append(f"{statistics.median(values):9.1f} ({min(values):.1f}-{max(values):.1f})")
+            print(f"{metric:28}" + "".join(f"{c:>24}" for c in cells))
+    scores = quality({s: folders[s] for s in args.systems}, sources, references, args.bleu_beam)
+    print(json.dumps({"runs": runs, "quality": scores}))
 
 
 if __name__ == "__main__":
