@@ -98,7 +98,9 @@ def greedy_search(
     """Decodes by taking the most likely token at every step.
 
     The loop stops as soon as every sequence has emitted [EOS], or after
-    `max_length` steps; sequences that have finished emit [PAD] meanwhile.
+    `max_length` steps; sequences that have finished emit [PAD] meanwhile,
+    and once a quarter of the rows have finished they leave the decoder's
+    batch (the later steps compute only the rows still decoding).
 
     Args:
         stepper: a decoder with `initial_state(source)` and
@@ -228,7 +230,9 @@ def beam_search(
     lp(Y) = ((5 + |Y|) / 6)^α. A source stops early once none of its alive
     hypotheses can beat its best finished one even in the best case (no
     more log-probability lost, the largest penalty divisor); the loop ends
-    when every source has stopped or after `max_length` steps.
+    when every source has stopped or after `max_length` steps. Once a
+    quarter of the sources have stopped, their rows leave the decoder's
+    batch (their hypotheses are kept aside).
 
     Args:
         stepper: a decoder with `initial_state(source, beam_width)` and
