@@ -87,21 +87,26 @@ def measure(system, folder, sentence, lines, calls, threads):
     return result
 
 
+def folders_of(out):
+    """`{system: folder}` under `--out`."""
+    folders = {"savedmodel": os.path.join(out, "saved_models", "translator", "1")}
+    for quantization in ("float32", "int8"):
+        folders[f"ct2-{quantization}"] = folders[f"ct2-{quantization}-core"] = os.path.join(out, f"ct2-{quantization}")
+    return folders
+
+
 def export_all(run_dir, out):
-    """`{system: folder}`: the SavedModel and the CTranslate2 folders of `run_dir` (written once)."""
+    """Writes the SavedModel and the CTranslate2 folders of `run_dir` that `--out` lacks."""
     from keras_attn import serving
     from keras_attn.jobs.translation import export_run_to_ctranslate2, load_run
 
-    folders = {"savedmodel": os.path.join(out, "saved_models", "translator", "1")}
+    folders = folders_of(out)
     if not os.path.isdir(folders["savedmodel"]):
         serving.export(serving.Translator(load_run(run_dir)), os.path.join(out, "saved_models"), "translator")
     for quantization in ("float32", "int8"):
-        folder = folders[f"ct2-{quantization}"] = os.path.join(out, f"ct2-{quantization}")
-        if not os.path.isdir(folder):
-            export_run_to_ctranslate2(run_dir, folder, None if quantization == "float32" else quantization)
-    for quantization in ("float32", "int8"):
-        folders[f"ct2-{quantization}-core"] = folders[f"ct2-{quantization}"]
-    return folders
+        if not os.path.isdir(folders[f"ct2-{quantization}"]):
+            export_run_to_ctranslate2(run_dir, folders[f"ct2-{quantization}"],
+                                      None if quantization == "float32" else quantization)
 
 
 def translations(system, folder, sources, beam):
@@ -150,13 +155,19 @@ def main():
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--bleu-beam", type=int, default=4)
     parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "FOLDER"), help=argparse.SUPPRESS)
+    parser.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     with open(os.path.join(args.run_dir, "test.src"), encoding="utf-8") as f:
         sources = f.read().splitlines()
     if args.child:
         print(json.dumps(measure(*args.child, args.sentence, sources[:256], args.calls, args.threads)))
         return
-    folders = export_all(args.run_dir, args.out)
+    if args.export_only:
+        return export_all(args.run_dir, args.out)
+    # In a process of its own: TensorFlow's threads, once started, would share the cores with the timed ones.
+    subprocess.run([sys.executable, "-m", "benchmarks.serving_alternatives", args.run_dir, "--out", args.out,
+                    "--export-only"], check=True)
+    folders = folders_of(args.out)
     with open(os.path.join(args.run_dir, "test.ref"), encoding="utf-8") as f:
         references = f.read().splitlines()
     runs = {system: [] for system in args.systems}
