@@ -71,7 +71,7 @@ class CaptionServer(tf.Module):
         images = self.preprocessor.images(pixels)
         rows = tf.shape(images)[0]
         cap = min(self.max_beam_width, self.tokenizer.vocabulary_size)
-        result = decoding.search(
+        result = decoding.beam_search(
             self.stepper, images, tf.fill([rows], self.preprocessor.max_length), tf.clip_by_value(beam_width, 1, cap),
             length_penalty=self.length_penalty,
         )

@@ -77,7 +77,9 @@ class Translator(tf.Module):
         source, truncated = self.encode(text)
         empty = nothing_to_translate(text, source)
         cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
-        result = decoding.search(
+        # Beam search at every width (width 1 is greedy search): a signature holding both searches
+        # exports and loads 1-3 s slower for 8% less time at width 1.
+        result = decoding.beam_search(
             self.stepper, source, self._decode_length(source), tf.clip_by_value(beam_width, 1, cap),
             length_penalty=self.length_penalty,
         )
