@@ -22,6 +22,8 @@ split in this process: the BLEU of each (`--bleu-beam`, 4; as tokenized,
 `evaluation.tokenized_bleu`, the published Multi30k scoring for the `tok/`
 runs), to check int8 against float32, and the share of the SavedModel's
 translations each writes, greedy and at that beam (`--rounds 0`: only these).
+`--probe-threads`: CTranslate2's latency at 1 and 2 threads alone (on a VM
+whose idle vCPU wakes slowly, OpenMP's 2 threads lose).
 """
 
 import argparse
@@ -61,8 +63,9 @@ def measure(system, folder, sentence, lines, calls, threads):
                     source = translator.preprocessor.tokenize_source(texts)[0].numpy()
                     vocabulary = translator.preprocessor.source_tokenizer.vocabulary
                     cache[key] = [[vocabulary[i] for i in row if i] for row in source]
-                return translator.translator.translate_batch(cache[key], beam_size=beam, max_decoding_length=64,
-                                                             **SEARCH_OPTIONS)
+                return translator.translator.translate_batch(
+                    cache[key], beam_size=beam, max_decoding_length=translator.preprocessor.max_length,
+                    **SEARCH_OPTIONS)
         else:
             def translate(texts, beam):
                 return translator.translate(texts, beam)[0]
@@ -144,6 +147,24 @@ def quality(folders, sources, references, beam):
     return result
 
 
+def probe_threads(folder, sentence, calls):
+    """CTranslate2's greedy p50 on `sentence` (tokens through the run's tokenizer) at 1 and 2 intra threads."""
+    from keras_attn.jobs.translation import load_ctranslate2
+
+    for threads in (1, 2, 1, 2):
+        translator = load_ctranslate2(folder, threads=threads)
+        source = translator.preprocessor.tokenize_source([sentence])[0].numpy()[0]
+        tokens = [[translator.preprocessor.source_tokenizer.vocabulary[i] for i in source if i]]
+        translator.translator.translate_batch(tokens, beam_size=1)
+        times = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            translator.translator.translate_batch(tokens, beam_size=1)
+            times.append(time.perf_counter() - started)
+        print(f"CTranslate2 float32, {threads} thread(s): greedy p50 {1000 * sorted(times)[len(times) // 2]:.1f} ms",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
@@ -156,6 +177,9 @@ def main():
     parser.add_argument("--bleu-beam", type=int, default=4)
     parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-threads", action="store_true",
+                        help="only CTranslate2 float32's greedy p50 of the sentence at 1 and 2 threads (its folder "
+                             "under --out), alternated twice")
     args = parser.parse_args()
     with open(os.path.join(args.run_dir, "test.src"), encoding="utf-8") as f:
         sources = f.read().splitlines()
@@ -164,6 +188,8 @@ def main():
         return
     if args.export_only:
         return export_all(args.run_dir, args.out)
+    if args.probe_threads:
+        return probe_threads(folders_of(args.out)["ct2-float32"], args.sentence, args.calls)
     # In a process of its own: TensorFlow's threads, once started, would share the cores with the timed ones.
     subprocess.run([sys.executable, "-m", "benchmarks.serving_alternatives", args.run_dir, "--out", args.out,
                     "--export-only"], check=True)
