@@ -68,6 +68,14 @@ class Task(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
 
+    def fit(self, *args, **kwargs):
+        # Without a strategy scope Keras builds the optimizer inside the first
+        # trace of its train step, which makes TensorFlow trace that step twice.
+        if self.built and self.optimizer is not None and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
+        return super().fit(*args, **kwargs)
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.task_loss is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)

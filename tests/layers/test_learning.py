@@ -70,6 +70,7 @@ def test_two_plus_two_layers_learn_to_reverse():
         optimizer=keras.optimizers.Adam(warmup_cosine(2e-3, 100, steps), clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD),
     )
+    model.optimizer.build(model.trainable_variables)  # built inside the first trace, it makes TensorFlow trace twice
     model.fit(
         [source, target[:, :-1]], target[:, 1:], batch_size=64, epochs=3, verbose=0
     )

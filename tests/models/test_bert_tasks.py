@@ -78,7 +78,11 @@ def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_stat
     inputs = {**rows, "mask_positions": np.array([[1, 2], [2, 3]], "int32")}
     targets = {"mlm_labels": np.array([[8, 9], [9, 10]], "int32"), "mlm_weights": np.ones((2, 2), "float32"),
                "nsp_labels": np.array([0, 1], "int32")}
+    traces, train_step = [], model.train_step
+    model.train_step = lambda data: traces.append(data) or train_step(data)
     model.fit(inputs, targets, epochs=1, verbose=0)
+    del model.train_step
+    assert len(traces) == 1  # the optimizer is built before the step is traced; inside it, TensorFlow traces twice
     texts = ["the [MASK] runs on a mat .", "a cat [mask] [MASK] the mat", "no mask here"]
     model.save(tmp_path / "pretrainer.keras")
     with warnings.catch_warnings(record=True) as caught:

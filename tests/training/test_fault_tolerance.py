@@ -152,6 +152,10 @@ def _latest_backup_step(run_dir):
     return int(match.group(1)) if match else 0
 
 
+def _file_contents(folder):
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def _assert_equal_but_for_sign_flips(a, b, atol=1e-4, share=0.9995, at_most=1e-2):
     """Equal to `atol` for `share` of the weights; the rest, the few that Adam
     moved on a rounding-noise gradient, differ by `at_most` (a few learning-rate steps).
@@ -252,17 +256,12 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     cluster, uninterrupted, tmp_path
 ):
     """One process killed twice, at a step and inside its export, then run a third time."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the tokenizer ops of the export)
-
     from keras_attn.training.runner import read_history
 
     run, root = _run_dir(tmp_path, uninterrupted), tmp_path / "saved_models"
     shutil.copytree(uninterrupted["root"] / "saved_models", root)  # the reference's version 1
     models = root / "transformer"
-    text = tf.constant(["the big dog sees a small cat ."])
-    version_1 = tf.saved_model.load(str(models / "1"))  # held: a dropped SavedModel loses its variables
-    before = version_1.translate(text=text, beam_width=tf.constant(1))
+    version_1 = _file_contents(models / "1")
     # --force-export: the resumed model may equal version 1 to the bit, and would not be exported.
     exported = dict(export=True, export_root=str(root), force_export=True)
 
@@ -282,10 +281,7 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     assert sorted(p.name for p in models.iterdir() if not p.name.startswith(".")) == ["1"]
     left = [p for p in models.iterdir() if p.name.startswith(".tmp-export-")]
     assert len(left) == 1 and (left[0] / "saved_model.pb").is_file()
-    reloaded = tf.saved_model.load(str(models / "1"))
-    after = reloaded.translate(text=text, beam_width=tf.constant(1))
-    for key in ("translation", "score"):
-        np.testing.assert_array_equal(after[key].numpy(), before[key].numpy())
+    assert _file_contents(models / "1") == version_1
 
     # Run a third time: nothing to train; it exports version 2 and cleans up.
     third = cluster.wait(cluster.start("third", 32, run, **exported))
