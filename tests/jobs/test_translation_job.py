@@ -24,17 +24,34 @@ ARGV = [  # float32 pinned: --precision auto would differ from machine to machin
 ]
 
 
+EVAL_SIZE = 200  # sentences in the built-in validation and test splits here (the job's: 500)
+
+
+@contextlib.contextmanager
+def _job_with_small_splits(results):
+    """`keras-attn train` runs with EVAL_SIZE-sentence splits; each job's result goes to `results`."""
+    from keras_attn.jobs import translation
+
+    run = translation.run
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(translation, "run", lambda config, *a, **k: results.append(
+            run(dataclasses.replace(config, builtin_eval_size=EVAL_SIZE), *a, **k)) or results[-1])
+        yield
+
+
+def _test_split():
+    from pipelines import synthetic
+
+    return synthetic.translation_corpus(seed=0, train_size=6000, valid_size=EVAL_SIZE, test_size=EVAL_SIZE)["test"]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One CLI training run and its rerun: the folder, what they printed, the job's results."""
-    from keras_attn.jobs import translation
-
     root = tmp_path_factory.mktemp("job")
     argv = [*ARGV, "--run-dir", str(root / "run"), "--export", str(root / "saved_models")]
     results, printed = [], []
-    with pytest.MonkeyPatch.context() as patch:
-        run = translation.run
-        patch.setattr(translation, "run", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+    with _job_with_small_splits(results):
         for _ in range(2):
             output = io.StringIO()
             with contextlib.redirect_stdout(output):  # not a terminal, as in a log file
@@ -100,7 +117,8 @@ def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys
     shutil.copytree(trained.root / "saved_models", root)
     argv = [*ARGV, "--run-dir", str(run), "--export", str(root), "--beam-width", "1", "--force-export"]
     capsys.readouterr()
-    assert cli.main(argv) == 0
+    with _job_with_small_splits([]):
+        assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "nothing trained: the run had already finished after 470 steps" in printed
     assert f"exported to {root / 'transformer' / '2'}" in printed.splitlines()
@@ -112,9 +130,8 @@ def test_force_export_exports_an_unchanged_model_again(trained, tmp_path, capsys
 @pytest.mark.slow
 def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained, cli_loads_once, tmp_path, capsys):
     from keras_attn import evaluation, serving
-    from pipelines import synthetic
 
-    test = synthetic.translation_corpus(seed=0, train_size=6000)["test"]
+    test = _test_split()
     assert (trained.root / "run" / "test.src").read_text().splitlines() == test.sources
     assert (trained.root / "run" / "test.ref").read_text().splitlines() == test.targets
     model_dir = str(trained.root / "saved_models" / "transformer" / "1")
@@ -133,9 +150,7 @@ def test_the_run_writes_its_test_split_and_the_export_scores_as_the_job(trained,
 
 @pytest.mark.slow
 def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, capsys):
-    from pipelines import synthetic
-
-    sentence = synthetic.translation_corpus(seed=0, train_size=6000)["test"].sources[0]
+    sentence = _test_split().sources[0]
     model_dir = str(trained.root / "saved_models" / "transformer" / "1")
     assert cli.main(["translate", model_dir, sentence, "--beam-width", "1"]) == 0
     greedy = capsys.readouterr().out.strip()

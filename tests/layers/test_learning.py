@@ -59,6 +59,7 @@ def greedy_decode(model, source):
     return output
 
 
+@pytest.mark.long  # the suite's 10 minutes: the translation job's learning test covers the blocks in a model
 def test_two_plus_two_layers_learn_to_reverse():
     """282 steps, about 25 s on 2 cores; 0.99 and 0.98 exact match seen with seeds 7 and 1."""
     keras.utils.set_random_seed(7)
