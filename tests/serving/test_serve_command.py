@@ -14,13 +14,27 @@ pytest_plugins = ["tests.fixtures_export"]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(model_root):
+    """One server for the module: its last test stops it."""
     with serving_process(model_root) as started:
         yield started
 
 
-def test_sigterm_answers_the_requests_in_flight_and_exits_0(server):
+def test_a_client_that_leaves_mid_request_costs_nothing(server):
+    process, url, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"inputs": {"text": ["ein hund läuft ."] * 100, "beam_width": 4}}).encode()
+    for cut in (len(body) // 2, len(body)):  # leaves while sending the body, then while the model runs
+        with socket.create_connection((host, int(port))) as connection:
+            connection.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:cut])
+    status, answer = post(f"{url}/v1/models/toy:predict", {"instances": [{"text": "ein hund läuft .", "beam_width": 1}]})
+    assert status == 200 and len(answer["predictions"]) == 1
+    assert process.poll() is None
+
+
+def test_sigterm_answers_the_requests_in_flight_and_exits_0(server):  # last: it stops the server
     process, url, first = server
     assert "toy/1" in first and "bert/1" in first and "failed to load: broken/1" in first
     many = {"signature_name": "translate", "inputs": {"text": ["der mann isst einen apfel . " * 3] * 256, "beam_width": 8}}
@@ -41,16 +55,3 @@ def test_sigterm_answers_the_requests_in_flight_and_exits_0(server):
     assert process.wait(timeout=60) == 0
     with pytest.raises(OSError):
         post(f"{url}/v1/models/toy:predict", many, timeout=5)  # no longer taking requests
-
-
-def test_a_client_that_leaves_mid_request_costs_nothing(server):
-    process, url, _ = server
-    host, port = url.removeprefix("http://").split(":")
-    body = json.dumps({"inputs": {"text": ["ein hund läuft ."] * 100, "beam_width": 4}}).encode()
-    for cut in (len(body) // 2, len(body)):  # leaves while sending the body, then while the model runs
-        with socket.create_connection((host, int(port))) as connection:
-            connection.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:cut])
-    status, answer = post(f"{url}/v1/models/toy:predict", {"instances": [{"text": "ein hund läuft .", "beam_width": 1}]})
-    assert status == 200 and len(answer["predictions"]) == 1
-    assert process.poll() is None
