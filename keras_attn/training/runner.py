@@ -517,7 +517,7 @@ def _without_autotuning(dataset):
     """`dataset` without tf.data's autotuning thread.
 
     The loop drops each epoch's iterator before its end of sequence, and the
-    iterator's destructor waits for that thread: 3.6-4.1 s at random epochs
+    iterator's destructor waits for that thread: 3.6-4.2 s at random epochs
     (1-3 epochs of 5 in the built-in job's runs, 60 ms steps). Without it,
     `tf.data.AUTOTUNE` parallelism stays at the number of CPU cores.
     """
