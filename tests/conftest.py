@@ -1,5 +1,5 @@
 """Test setup: two logical CPU devices, so MirroredStrategy runs with 2 replicas;
-one intra-op thread per process.
+one intra-op thread per process; datasets iterated without tf.data's autotuning.
 
 The split must happen before TensorFlow initializes its devices, so it is
 done in `pytest_configure`, before any test module is imported.
@@ -64,6 +64,23 @@ def pytest_configure(config):
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
         )
+    _iterate_without_autotuning()
+
+
+def _iterate_without_autotuning():
+    """Every dataset iterated in a test process runs without tf.data's autotuning thread.
+
+    Dropping an iterator joins that thread, which took seconds at random: the
+    runner's epochs waited 3.6-4.2 s (off there since), and suite runs had tests
+    at up to 5x their time alone (RESULTS.md, "The test suite"). The elements
+    are the same; `AUTOTUNE` parallelism stays at the number of cores.
+    """
+    from tensorflow.python.data.ops import iterator_ops
+
+    from keras_attn.training.runner import _without_autotuning
+
+    create = iterator_ops.OwnedIterator._create_iterator
+    iterator_ops.OwnedIterator._create_iterator = lambda self, dataset: create(self, _without_autotuning(dataset))
 
 
 def pytest_collection_modifyitems(config, items):
