@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from pipelines.prefetch import prefetched
 from pipelines.text import DataError, _decoded_lines, read_tsv
 
 
@@ -177,7 +178,7 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
         return {"image": packed["image"], "target_in": packed["target_in"]}, packed["target_out"]
 
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    return dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return prefetched(dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE))
 
 
 def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_rows=None):

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import text
+from pipelines.prefetch import prefetched
 
 
 @dataclasses.dataclass
@@ -123,4 +124,4 @@ def classification_dataset(data, label_ids, preprocessor, batch_size, shuffle=Tr
         return features, labels
 
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return prefetched(dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE))

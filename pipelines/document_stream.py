@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import documents, pretraining, text
+from pipelines.prefetch import prefetched
 
 # About this many characters of text a block (some 2M tokens of English, a few thousand documents).
 BLOCK_CHARS = 2**23
@@ -169,6 +170,6 @@ def streamed_pretraining_epochs(
 
     def epoch_batches(epoch):
         batches = one_pass(epoch).concatenate(one_pass(epoch, _TOP_UP).repeat()).take(steps)
-        return batches.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(tf.data.AUTOTUNE)
+        return prefetched(batches.apply(tf.data.experimental.assert_cardinality(steps)))
 
     return epoch_batches

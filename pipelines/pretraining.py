@@ -32,6 +32,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from pipelines.prefetch import prefetched
 from pipelines.tokenizers import CLS_ID, MASK_ID, SEP_ID, SPECIAL_TOKENS, SUBWORD_PREFIX, UNK_ID
 
 IS_NEXT, NOT_NEXT = 0, 1  # next-sentence labels, BERT's convention
@@ -421,7 +422,7 @@ def pretraining_dataset(
     max_predictions = max_predictions or default_max_predictions(mask_rate, max_length)
     mask = masker(vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch)
     batches = pairs.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return batches.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    return prefetched(batches.batch(batch_size, drop_remainder=drop_remainder))
 
 
 def pretraining_epochs(corpus, preprocessor, **settings):

@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import prepared
+from pipelines.prefetch import prefetched
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.tokenizers import PAD_ID
 
@@ -343,7 +344,7 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return prefetched(dataset)
 
 
 def _declared(batches, count, batch_size, drop_remainder):

@@ -70,17 +70,17 @@ def pytest_configure(config):
 def _iterate_without_autotuning():
     """Every dataset iterated in a test process runs without tf.data's autotuning thread.
 
-    Dropping an iterator joins that thread, which took seconds at random: the
-    runner's epochs waited 3.6-4.2 s (off there since), and suite runs had tests
-    at up to 5x their time alone (RESULTS.md, "The test suite"). The elements
-    are the same; `AUTOTUNE` parallelism stays at the number of cores.
+    Dropping an iterator joins that thread, which took seconds at random
+    (pipelines/prefetch.py). Our pipelines and the runner turn it off; this
+    covers the datasets tests build and Keras's own adapters: suite runs had
+    tests at up to 5x their time alone (RESULTS.md, "The test suite").
     """
     from tensorflow.python.data.ops import iterator_ops
 
-    from keras_attn.training.runner import _without_autotuning
+    from pipelines.prefetch import without_autotuning
 
     create = iterator_ops.OwnedIterator._create_iterator
-    iterator_ops.OwnedIterator._create_iterator = lambda self, dataset: create(self, _without_autotuning(dataset))
+    iterator_ops.OwnedIterator._create_iterator = lambda self, dataset: create(self, without_autotuning(dataset))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -43,6 +43,7 @@ from keras_attn.training.checkpoints import (
 )
 from keras_attn.training.steps import TrainingSteps, build_metrics
 from keras_attn.training.strategy import get_strategy, worker_role
+from pipelines.prefetch import without_autotuning
 from pipelines.text import write_text_atomically
 
 
@@ -485,7 +486,7 @@ class _OwnData:
     def distributed(self, epoch, done):
         """Epoch `epoch` after its first `done` steps, fed to this worker's replicas."""
         return self.strategy.distribute_datasets_from_function(
-            lambda context: _without_autotuning(self.epoch(epoch).skip(done * self.local_replicas)))
+            lambda context: without_autotuning(self.epoch(epoch).skip(done * self.local_replicas)))
 
 
 def _own_data(strategy, epoch_data, config):
@@ -510,20 +511,9 @@ def _distribute(strategy, dataset):
     # global batch (TensorFlow's DATA sharding), so the batches, and the
     # steps, are those of one process with the same global batch.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return strategy.experimental_distribute_dataset(_without_autotuning(dataset).with_options(options))
-
-
-def _without_autotuning(dataset):
-    """`dataset` without tf.data's autotuning thread.
-
-    The loop drops each epoch's iterator before its end of sequence, and the
-    iterator's destructor waits for that thread: 3.6-4.2 s at random epochs
-    (1-3 epochs of 5 in the built-in job's runs, 60 ms steps). Without it,
-    `tf.data.AUTOTUNE` parallelism stays at the number of CPU cores.
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
+    # The loop drops each epoch's iterator before its end; an epoch function
+    # of the caller's may not come from a pipeline of ours (pipelines/prefetch.py).
+    return strategy.experimental_distribute_dataset(without_autotuning(dataset).with_options(options))
 
 
 def _check_workers_agree(strategy, step):

@@ -36,6 +36,7 @@ def test_a_corpus_in_one_block_gives_the_batches_of_the_in_memory_pipeline(corpu
     streamed = document_stream.streamed_pretraining_epochs(files, preprocessor, 32, pairs, seed=4, block_chars=10**9)
     got = _arrays(streamed(3))
     assert len(got) == len(expected) == pairs // 32
+    assert streamed(3).options().autotune.enabled is False  # pipelines/prefetch.py
     for a, b in zip(expected, got):
         assert all((a[k] == b[k]).all() for k in a)
 

@@ -164,6 +164,7 @@ def test_a_small_corpus_streamed_gives_the_batches_it_gives_from_memory(multi30k
     streamed = streamed_translation_epochs(corpus, corpus.scan().pairs, tokenizer, tokenizer, 64, max_length=32)
     expected, got = list(in_memory(2).as_numpy_iterator()), list(streamed(2).as_numpy_iterator())
     assert len(got) == len(expected)
+    assert streamed(2).options().autotune.enabled is False  # pipelines/prefetch.py
     for (inputs, target_out), (streamed_inputs, streamed_target_out) in zip(expected, got):
         assert all((inputs[key] == streamed_inputs[key]).all() for key in ("source", "target_in"))
         assert (target_out == streamed_target_out).all()
