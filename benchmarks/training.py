@@ -88,10 +88,9 @@ def training_steps_per_second(data, model, optimizer, jit, steps):
     """Steps/s of `fit` after warm-up, timed between steps.
 
     Not around the `fit` call: each call starts a new iterator over the
-    pipeline, which took up to 8.5 s outside any step, a cost a run pays
-    once per epoch (the shuffle buffer refilling was the guess; dropping an
-    iterator can also wait seconds for tf.data's autotuning thread: RESULTS.md,
-    "Epoch starts").
+    pipeline, which took up to 8.5 s outside any step while the pipeline
+    ran with tf.data's autotuning (dropping an iterator then waited for its
+    thread: RESULTS.md, "Epoch starts"; the pipelines run without it since).
     """
     model.compile(
         optimizer=transformer_adam(TransformerSchedule(256, 4000), fused=optimizer == "fused"),
