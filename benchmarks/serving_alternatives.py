@@ -50,7 +50,7 @@ def measure(system, folder, sentence, lines, calls, threads):
         def translate(texts, beam):
             return signature(text=tf.constant(texts), beam_width=tf.constant(beam))["translation"].numpy()
     else:
-        from keras_attn.jobs.translation import load_ctranslate2
+        from keras_attn.serving.ctranslate2_translator import load_ctranslate2
         from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
 
         translator = load_ctranslate2(folder, threads=threads)
@@ -101,21 +101,21 @@ def folders_of(out):
 def export_all(run_dir, out):
     """Writes the SavedModel and the CTranslate2 folders of `run_dir` that `--out` lacks."""
     from keras_attn import serving
-    from keras_attn.jobs.translation import export_run_to_ctranslate2, load_run
+    from keras_attn.jobs.translation import export_to_ctranslate2, load_run
 
     folders = folders_of(out)
     if not os.path.isdir(folders["savedmodel"]):
         serving.export(serving.Translator(load_run(run_dir)), os.path.join(out, "saved_models"), "translator")
     for quantization in ("float32", "int8"):
         if not os.path.isdir(folders[f"ct2-{quantization}"]):
-            export_run_to_ctranslate2(run_dir, folders[f"ct2-{quantization}"],
+            export_to_ctranslate2(run_dir, folders[f"ct2-{quantization}"],
                                       None if quantization == "float32" else quantization)
 
 
 def translations(system, folder, sources, beam):
     """The test split translated by one system (in this process)."""
     from keras_attn.cli import _translate_lines
-    from keras_attn.jobs.translation import load_ctranslate2
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
     if system == "savedmodel":
         import tensorflow as tf
@@ -149,7 +149,7 @@ def quality(folders, sources, references, beam):
 
 def probe_threads(folder, sentence, calls):
     """CTranslate2's greedy p50 on `sentence` (tokens through the run's tokenizer) at 1 and 2 intra threads."""
-    from keras_attn.jobs.translation import load_ctranslate2
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
     for threads in (1, 2, 1, 2):
         translator = load_ctranslate2(folder, threads=threads)

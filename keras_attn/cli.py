@@ -3,6 +3,7 @@
     keras-attn train transformer|seq2seq [--src F --tgt F | --data F.tsv] [options]
     keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT; MODEL_DIR may be an export-ct2 folder)
     keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
+    keras-attn export-ct2 MODEL_DIR OUT [--quantization int8]   (a Transformer's run folder or export)
     keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png   (an IMAGE for a captioning export)
     keras-attn train captioner [--data FOLDER --captions FILE] [options]
     keras-attn caption MODEL_DIR IMAGE [IMAGE ...]
@@ -261,9 +262,10 @@ def build_parser():
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
     translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
 
-    ct2 = command("export-ct2", "convert a Transformer's run folder into a CTranslate2 model folder (its fast "
-                                "decoding; tokenize with the run's vocabulary files)")
-    ct2.add_argument("run_dir", help="a run folder of keras-attn train transformer: runs/<name>")
+    ct2 = command("export-ct2", "convert a Transformer's run folder or export into a CTranslate2 model folder (its "
+                                "fast decoding; keras-attn translate OUT tokenizes as the model did)")
+    ct2.add_argument("model_dir", help="a run folder of keras-attn train transformer (runs/<name>: its best weights) "
+                                       "or its export (saved_models/<name>/<version>)")
     ct2.add_argument("out", help="the CTranslate2 model folder to write")
     ct2.add_argument("--quantization", choices=config.CT2_QUANTIZATIONS, help="store the weights as this type (default: float32)")
     ct2.add_argument("--force", action="store_true", help="replace an existing OUT")
@@ -476,7 +478,7 @@ def _load_translator(model_dir):
     """An export, or the `CTranslate2Translator` of a folder `export-ct2` wrote (it holds CTranslate2's model.bin)."""
     if not os.path.isfile(os.path.join(model_dir, "model.bin")):
         return _load(model_dir)
-    from keras_attn.jobs.translation import load_ctranslate2
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
     return load_ctranslate2(model_dir)
 
@@ -509,10 +511,10 @@ def _translate(args):
 
 
 def _export_ct2(args):
-    from keras_attn.jobs.translation import export_run_to_ctranslate2
+    from keras_attn.jobs.translation import export_to_ctranslate2
 
-    export_run_to_ctranslate2(args.run_dir, args.out, args.quantization, args.force)
-    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.run_dir}'s best weights "
+    export_to_ctranslate2(args.model_dir, args.out, args.quantization, args.force)
+    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.model_dir}'s weights "
           f"(keras-attn translate {args.out} ... translates with it)")
     return 0
 

@@ -52,7 +52,7 @@ MISTAKES = {
     "train: not UTF-8": (lambda p: _train("--src", p.latin1_txt, "--tgt", p.latin1_txt, p=p), "latin1.txt:1: invalid UTF-8"),
     "train: half a pair": (lambda p: _train("--src", p.two_txt, p=p), "--src and --tgt must be given together"),
     "export-ct2: not a run folder": (lambda p: ["export-ct2", p.folder, str(p.root / "ct2")],
-                                     "folder: not a run folder of keras-attn train transformer or seq2seq"),
+                                     "folder: neither a run folder (no settings.json) nor an export (no saved_model.pb)"),
     "train: preparing a corpus in memory": (lambda p: _train("--src", p.two_txt, "--tgt", p.two_txt, "--prepared",
                                                              p.folder, p=p), "--prepared: the training data is read into memory"),
     "train: averaging no epochs": (lambda p: _train("--average-epochs", "0", p=p), "--average-epochs: must be >= 1"),
@@ -88,6 +88,10 @@ MISTAKES = {
     "evaluate: not UTF-8": (lambda p: ["evaluate", p.export, "--src", p.latin1_txt, "--ref", p.latin1_txt], "invalid UTF-8"),
     "evaluate: no test split known": (lambda p: ["evaluate", p.other], "names no test split of its run; give --src and --ref"),
     "evaluate: missing model": (lambda p: ["evaluate", p.missing], "missing: no such folder"),
+    # export-ct2
+    "export-ct2: missing model": (lambda p: ["export-ct2", p.missing, str(p.root / "out")], "missing: neither a run folder"),
+    "export-ct2: another model": (lambda p: ["export-ct2", p.other, str(p.root / "out")],
+                                  "no translator_task.json in assets.extra (not a translation export of keras-attn"),
     # plot-attention
     "plot: unknown image suffix": (lambda p: ["plot-attention", p.export, "ein hund", "--out", str(p.root / "a.xyz")], "not an image name"),
     "plot: folder as image": (lambda p: ["plot-attention", p.export, "ein hund", "--out", p.folder], "not an image name"),

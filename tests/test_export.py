@@ -42,6 +42,22 @@ def _translate(translator, texts, beam_width):
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
+def test_an_export_keeps_its_task_which_load_task_rebuilds_with_the_exports_weights(model, request, tmp_path):
+    from keras_attn.errors import UserError
+    from keras_attn.serving.translator import load_task
+
+    translator, export = (request.getfixturevalue(name) for name in MODELS[model])
+    task = load_task(export)
+    assert type(task.backbone) is type(translator.model)
+    assert len(task.backbone.weights) == len(translator.model.weights)
+    for ours, loaded in zip(translator.model.weights, task.backbone.weights):
+        np.testing.assert_array_equal(loaded.numpy(), ours.numpy())
+    assert task.preprocessor.get_config() == translator.preprocessor.get_config()  # vocabularies, max_length
+    with pytest.raises(UserError, match="no translator_task.json in assets.extra"):
+        load_task(str(tmp_path))
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
 def test_hostile_input_gives_one_translation_per_element(model, request):
     tiny_translator = request.getfixturevalue(MODELS[model][0])
     for beam_width in (1, 3):

@@ -364,40 +364,34 @@ def load_run(run_dir, weights=None):
     return task
 
 
-def export_run_to_ctranslate2(run_dir, output_dir, quantization=None, force=False):
-    """Writes a Transformer run's best weights as a CTranslate2 model folder that translates strings.
+def export_to_ctranslate2(model_dir, output_dir, quantization=None, force=False):
+    """Writes a Transformer's weights as a CTranslate2 model folder that translates strings.
 
-    Beside CTranslate2's files the folder keeps the run's `settings.json`
-    and vocabulary files, which `load_ctranslate2` reads to tokenize as the
-    run did.
+    Args:
+        model_dir: a run folder (its best weights) or a translation export
+            (`saved_models/<name>/<version>`).
+        output_dir: the folder to write (`load_ctranslate2` translates with it:
+            the preprocessor's Keras config is kept beside CTranslate2's files).
+        quantization: `None` (float32) or one of `config.CT2_QUANTIZATIONS`.
+        force: replace an existing `output_dir`.
 
     Returns:
         `output_dir`.
     """
     from keras_attn.serving.ctranslate2_export import export_ctranslate2
+    from keras_attn.serving.translator import load_task
 
-    task = load_run(run_dir)
+    if os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
+        task = load_task(model_dir)
+    elif run_folder.is_run_folder(model_dir):
+        task = load_run(model_dir)
+    else:
+        raise UserError(f"{model_dir}: neither a run folder (no {run_folder.SETTINGS}) nor an export "
+                        "(no saved_model.pb)")
     preprocessor = task.preprocessor
-    vocabularies = run_folder.vocabulary_paths(run_dir, ".txt") + run_folder.vocabulary_paths(run_dir, ".model")
-    kept = [run_folder.path(run_dir, run_folder.SETTINGS), *filter(os.path.isfile, vocabularies)]
     return export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
                               preprocessor.target_tokenizer.vocabulary, output_dir, quantization, force,
-                              extra_files=kept)
-
-
-def load_ctranslate2(folder, compute_type="default", threads=0):
-    """The `CTranslate2Translator` of a folder `export_run_to_ctranslate2` wrote.
-
-    Args:
-        folder: the CTranslate2 model folder (`keras-attn export-ct2`'s OUT).
-        compute_type: CTranslate2's compute type (`"default"`: the type the
-            weights were saved in).
-        threads: CTranslate2's threads per translation (0: its default).
-    """
-    from keras_attn.serving.ctranslate2_translator import CTranslate2Translator
-
-    _, preprocessor = _folder_preprocessor(folder, "a CTranslate2 folder of keras-attn export-ct2")
-    return CTranslate2Translator(folder, preprocessor, compute_type=compute_type, threads=threads)
+                              preprocessor=preprocessor)
 
 
 def _folder_preprocessor(folder, what):

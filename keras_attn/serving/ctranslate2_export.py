@@ -35,6 +35,7 @@ the probabilities after removing [PAD] and [BOS], where
 cut off with those that emitted [EOS], where we rank the latter first.
 """
 
+import json
 import os
 import secrets
 import shutil
@@ -56,6 +57,8 @@ SEARCH_OPTIONS = dict(
     min_decoding_length=0,
     return_end_token=False,
 )
+
+PREPROCESSOR = "keras_attn_preprocessor.json"  # in the folder: how to tokenize for it
 
 _ACTIVATIONS = {"relu": common_spec.Activation.RELU}
 
@@ -128,12 +131,13 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
 
 
 def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quantization=None, force=False,
-                       extra_files=()):
+                       preprocessor=None):
     """Writes `backbone` as a CTranslate2 model folder, atomically.
 
     The folder holds `model.bin`, `config.json` and the vocabularies
     (`shared_vocabulary.json`, or `source_vocabulary.json` and
-    `target_vocabulary.json`); load it with `ctranslate2.Translator`.
+    `target_vocabulary.json`); load it with `ctranslate2.Translator`, or,
+    with a `preprocessor` kept, with `load_ctranslate2` (strings in, strings out).
 
     Args:
         backbone: a built `TransformerBackbone`.
@@ -143,7 +147,8 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
         quantization: `None` (the weights' float32) or one of
             `keras_attn.config.CT2_QUANTIZATIONS`.
         force: replace an existing `output_dir`.
-        extra_files: files copied into the folder too.
+        preprocessor: the `TranslationPreprocessor` to tokenize with,
+            kept as its Keras config in `PREPROCESSOR`.
 
     Returns:
         `output_dir`.
@@ -157,8 +162,9 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
     temporary = f"{os.path.normpath(output_dir)}.tmp-{secrets.token_hex(4)}"
     try:
         _SpecConverter(spec).convert(temporary, quantization=quantization)
-        for path in extra_files:
-            shutil.copy(path, temporary)
+        if preprocessor is not None:
+            with open(os.path.join(temporary, PREPROCESSOR), "w", encoding="utf-8") as file:
+                json.dump(keras.saving.serialize_keras_object(preprocessor), file)
         if os.path.exists(output_dir):
             shutil.rmtree(output_dir)
         os.rename(temporary, output_dir)

@@ -1,8 +1,8 @@
 """Strings in, strings out through a CTranslate2 model folder: our tokenizers around CTranslate2's search.
 
-`keras-attn export-ct2 RUN_DIR OUT` writes the folder (with the run's
-settings and vocabulary files); `keras_attn.jobs.translation.load_ctranslate2(OUT)`
-or `keras-attn translate OUT` translate with it. Sources are tokenized and cut
+`keras-attn export-ct2 RUN_OR_EXPORT OUT` writes the folder (with the
+preprocessor's Keras config); `load_ctranslate2(OUT)` or
+`keras-attn translate OUT` translate with it. Sources are tokenized and cut
 as the SavedModel does, and each sentence gets the SavedModel's step budget
 (`decoding.max_decode_length`), so greedy search writes the SavedModel's
 translations. Beam search ranks as CTranslate2 does (see
@@ -10,23 +10,46 @@ translations. Beam search ranks as CTranslate2 does (see
 `length^α`, with our α.
 """
 
+import json
+import os
+
 import ctranslate2
+import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding
-from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
+from keras_attn.errors import UserError
+from keras_attn.serving.ctranslate2_export import PREPROCESSOR, SEARCH_OPTIONS
 from keras_attn.serving.translator import nothing_to_translate
 from keras_attn.special_tokens import PAD_ID
 
 
+def load_ctranslate2(folder, compute_type="default", threads=0):
+    """The `CTranslate2Translator` of a folder `keras-attn export-ct2` wrote.
+
+    Args:
+        folder: the CTranslate2 model folder (`export-ct2`'s OUT).
+        compute_type: CTranslate2's compute type (`"default"`: the type the
+            weights were saved in).
+        threads: CTranslate2's threads per translation (0: its default).
+    """
+    try:
+        with open(os.path.join(folder, PREPROCESSOR), encoding="utf-8") as file:
+            preprocessor = keras.saving.deserialize_keras_object(json.load(file))
+    except (OSError, ValueError):
+        raise UserError(f"{folder}: no {PREPROCESSOR} (not a CTranslate2 folder of keras-attn export-ct2, or one "
+                        "from before 2026-12-05: convert again)") from None
+    return CTranslate2Translator(folder, preprocessor, compute_type=compute_type, threads=threads)
+
+
 class CTranslate2Translator:
-    """A CTranslate2 translation model with the tokenizers of the run it was converted from.
+    """A CTranslate2 translation model with the tokenizers of the model it was converted from.
 
     Args:
         folder: the CTranslate2 model folder.
-        preprocessor: the run's `TranslationPreprocessor` (its tokenizers
-            and `max_length`).
+        preprocessor: the model's `TranslationPreprocessor` (its
+            tokenizers and `max_length`).
         compute_type: CTranslate2's compute type, e.g. `"int8"` or
             `"float32"` (`"default"`: the type the weights were saved in).
         threads: CTranslate2's threads per translation (0: its default).

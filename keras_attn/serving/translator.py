@@ -9,15 +9,23 @@ It loads in a process that imports only `tensorflow` and `tensorflow_text`:
     out["translation"], out["score"], out["truncated"]
 
 Exported with `keras_attn.serving.export` (versions and their metadata).
+Each version also keeps the task's Keras config in `assets.extra/` (which
+servers ignore): with the SavedModel's variables, what `load_task` rebuilds
+the `Seq2SeqLM` from (for `keras-attn export-ct2` of an export).
 """
 
 import json
+import os
 
+import keras
 import tensorflow as tf
 
 from keras_attn import decoding
+from keras_attn.errors import UserError
 from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
+
+TASK_CONFIG = "translator_task.json"  # in assets.extra/
 
 
 class Translator(tf.Module):
@@ -59,6 +67,7 @@ class Translator(tf.Module):
         self.target_tokenizer = preprocessor.target_tokenizer
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
+        self._task_config = json.dumps(keras.saving.serialize_keras_object(task))  # a str: not tracked
 
     def encode(self, text):
         """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
@@ -122,12 +131,57 @@ class Translator(tf.Module):
             self.model.weights,
         )
 
+    def write_assets_extra(self, folder):
+        """Writes the task's Keras config (backbone and preprocessor, vocabularies inline) into `folder`."""
+        with open(os.path.join(folder, TASK_CONFIG), "w", encoding="utf-8") as file:
+            file.write(self._task_config)
+
     def signatures(self):
         return {
             "serving_default": self.translate,
             "translate": self.translate,
             "attention": self.attention,
         }
+
+
+def load_task(model_dir):
+    """The `Seq2SeqLM` a translation export was made from: its Keras config, and the export's weights.
+
+    Raises:
+        UserError: `model_dir` is not a translation export of keras-attn, or
+            one written before exports kept their task's config.
+    """
+    path = os.path.join(model_dir, "assets.extra", TASK_CONFIG)
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except (OSError, ValueError):
+        raise UserError(f"{model_dir}: no {TASK_CONFIG} in assets.extra (not a translation export of keras-attn, or "
+                        "one from before 2026-12-05: use its run folder)") from None
+    task = keras.saving.deserialize_keras_object(config)
+    saved = _saved_variables(os.path.join(model_dir, "variables", "variables"))
+    for weight in task.backbone.weights:
+        value = saved.get(weight.path)
+        if value is None or tuple(value.shape) != tuple(weight.shape):
+            raise UserError(f"{model_dir}: its variables do not hold {weight.path} {tuple(weight.shape)} of its task")
+        weight.assign(value)
+    return task
+
+
+def _saved_variables(prefix):
+    """`{Keras variable path: value}` of a SavedModel's variables checkpoint.
+
+    By the paths the variables were created with, not by the object graph:
+    a deserialized Keras layer may track its weights under other attribute
+    names (a `Dense` built by `build` or by a first call) than the exported one.
+    """
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    reader = tf.train.load_checkpoint(prefix)
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    return {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
+            for node in graph.nodes for attribute in node.attributes if attribute.name == "VARIABLE_VALUE"}
 
 
 def nothing_to_translate(text, source):

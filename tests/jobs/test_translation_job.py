@@ -164,14 +164,14 @@ def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, 
 
 
 def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(trained, tmp_path, capsys):
-    """`keras-attn export-ct2`, then `translate` and `evaluate` with the folder: CTranslate2 (float32, greedy) writes
-    the export's translations, each sentence given our step budget."""
+    """`keras-attn export-ct2` of the run (and of its export), then `translate` and `evaluate` with the folder:
+    CTranslate2 (float32, greedy) writes the export's translations, each sentence given our step budget."""
     import ctranslate2
     import tensorflow as tf
 
     run, out = str(trained.root / "run"), str(tmp_path / "ct2")
     assert cli.main(["export-ct2", run, out]) == 0
-    assert capsys.readouterr().out.startswith(f"{out}: a CTranslate2 model (float32) of {run}'s best weights")
+    assert capsys.readouterr().out.startswith(f"{out}: a CTranslate2 model (float32) of {run}'s weights")
     sentences = (trained.root / "run" / "test.src").read_text().splitlines()[:40]
     ours = tf.saved_model.load(trained.result.export_path).signatures["translate"](
         text=tf.constant(["", " ", *sentences]), beam_width=tf.constant(1))["translation"].numpy()
@@ -188,6 +188,10 @@ def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(t
     assert "(int8)" in capsys.readouterr().out
     assert ctranslate2.Translator(out, device="cpu").translate_batch([["[UNK]"]], max_decoding_length=3)
     assert cli.main(["translate", out, sentences[0]]) == 0 and capsys.readouterr().out.strip()
+    from_export = str(tmp_path / "ct2-of-export")  # the export's weights and tokenizers: the same translations
+    assert cli.main(["export-ct2", trained.result.export_path, from_export]) == 0 and capsys.readouterr()
+    assert cli.main(["translate", from_export, "--beam-width", "1", "", " ", *sentences]) == 0
+    assert capsys.readouterr().out.splitlines() == [t.decode() for t in ours]
 
 
 def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
