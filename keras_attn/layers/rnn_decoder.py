@@ -27,7 +27,7 @@ from keras_attn.config import ATTENTIONS
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
-from keras_attn.layers.rnn_cells import cell_step, cell_weights
+from keras_attn.layers.rnn_cells import cell_weights, input_projection, recurrence
 from keras_attn.layers.rnn_encoder import RNN_CELLS
 from keras_attn.special_tokens import PAD_ID
 
@@ -245,10 +245,9 @@ class AttentionDecoder(keras.layers.Layer):
                 self.hidden_dim, "attentional_layer", activation="tanh", use_bias=False
             )
             self.output_layer.build((None, memory_dim + self.hidden_dim))
-        self._features_size = (  # what `_step` hands `_readout`
-            self.hidden_dim + memory_dim + self.embedding_dim
-            if self.attention == "bahdanau" else self.hidden_dim
-        )
+        # What a teacher-forced loop's `_step` hands out: [s_t; c_t] with Bahdanau (E y_{t-1} is
+        # joined after the loop), o_t otherwise.
+        self._loop_features_size = self.hidden_dim + (memory_dim if self.attention == "bahdanau" else 0)
 
         if self.tie_output:
             self.output_bias = self.add_weight(
@@ -333,18 +332,28 @@ class AttentionDecoder(keras.layers.Layer):
 
         Read once for a whole sequence: under mixed precision each read of
         a float32 variable is a cast, and a time loop would cast every
-        kernel again at every step (forward and backward).
+        kernel again at every step (forward and backward). The first
+        cell's kernel comes in two: `"embedding_kernel"`, its rows for
+        E y_{t-1}, and `"kernel"`, the rows for the rest of its input
+        (the context, h̃_{t-1}), so that teacher forcing projects the
+        embedded tokens of all steps before its loop (`_embedded_projection`).
         """
-        return [cell_weights(cell, self.compute_dtype) for cell in self.cells]
+        weights = [cell_weights(cell, self.compute_dtype) for cell in self.cells]
+        first = weights[0]["kernel"]
+        weights[0].update(embedding_kernel=first[: self.embedding_dim], kernel=first[self.embedding_dim:])
+        return weights
 
     def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys,
-              rnn_weights=None):
+              rnn_weights=None, embedded_projection=None):
         """`step` from the embedded tokens E y_{t-1} `(R, e)` to what o_t is made of.
 
+        `embedded_projection`: `_embedded_projection(embedded)`, computed
+        before a teacher-forced loop for all steps (then `embedded` is `None`).
+
         Returns `(features, new_state, weights)`: o_t itself, or with
-        Bahdanau [s_t; c_t; E y_{t-1}], which `_readout` turns into o_t
-        (nothing feeds o_t back, so teacher forcing reads out all steps at
-        once after the loop).
+        Bahdanau [s_t; c_t; E y_{t-1}] ([s_t; c_t] without `embedded`), which
+        `_readout` turns into o_t (nothing feeds o_t back, so teacher forcing
+        reads out all steps at once after the loop).
         """
         if memory_keys is None:
             memory_keys = self.attention_keys(memory)
@@ -352,23 +361,29 @@ class AttentionDecoder(keras.layers.Layer):
             rnn_weights = self.rnn_weights()
         previous = state["rnn"]
         new_state = {}
-        x = embedded
+        rest = []  # the first cell's input after E y_{t-1}
         if self.attention == "bahdanau":  # scored from s_{t-1}
             context, weights = self._attend(
                 previous[-1][0], memory, memory_keys, memory_mask, index, training
             )
-            x = ops.concatenate([x, context], axis=-1)
+            rest.append(context)
         if self.feeds_output:
-            x = ops.concatenate([x, state["feed"]], axis=-1)
+            rest.append(state["feed"])
         states = []
         for i, (layer_weights, cell_state) in enumerate(zip(rnn_weights, previous)):
             if i:
-                x = self.dropout_layer(x, training=training)
-            x, cell_state = cell_step(self.cell, x, cell_state, layer_weights)
+                projected = input_projection(self.dropout_layer(x, training=training), layer_weights)
+            else:  # [E y_{t-1}; rest] W + b, as E y_{t-1} W_e + b + rest W_rest
+                if embedded_projection is None:
+                    embedded_projection = self._embedded_projection(embedded, layer_weights)
+                projected = embedded_projection
+                if rest:
+                    projected += ops.matmul(ops.concatenate(rest, axis=-1), layer_weights["kernel"])
+            x, cell_state = recurrence(self.cell, projected, cell_state, layer_weights)
             states.append(cell_state)
         new_state["rnn"] = states
         if self.attention == "bahdanau":
-            output = ops.concatenate([x, context, embedded], axis=-1)
+            output = ops.concatenate([x, context, *([] if embedded is None else [embedded])], axis=-1)
         elif self.attention == "luong":  # scored from h_t
             context, weights = self._attend(x, memory, memory_keys, memory_mask, index, training)
             output = self.output_layer(ops.concatenate([context, x], axis=-1))
@@ -434,18 +449,31 @@ class AttentionDecoder(keras.layers.Layer):
         # The gold tokens embedded once, not one lookup (and one embedding gradient) per
         # step, and read through a TensorArray (the gradient of slicing a (T, B, e) tensor
         # at every step would be a (T, B, e) tensor per step).
-        embedded_gold = tf.TensorArray(self.compute_dtype, size=length).unstack(
-            ops.transpose(self.dropout_layer(self.embedding(target_in), training=training), (1, 0, 2))
-        )
+        embedded_all = self.dropout_layer(self.embedding(target_in), training=training)  # (B, T, e)
+        if not sampling:
+            # What does not recur leaves the loop: E y_{t-1} W_e + b of the first cell for all
+            # steps in one matmul (and its kernel's gradient in one), and Bahdanau's readout
+            # takes E y_{t-1} after the loop, so the loop never reads the gold tokens.
+            projections = tf.TensorArray(self.compute_dtype, size=length).unstack(
+                ops.transpose(self._embedded_projection(embedded_all, rnn_weights[0]), (1, 0, 2))
+            )
+        else:
+            embedded_gold = tf.TensorArray(self.compute_dtype, size=length).unstack(
+                ops.transpose(embedded_all, (1, 0, 2))
+            )
 
         def body(t, state, predicted, outputs_array, weights_array):
-            embedded = embedded_gold.read(t)
             if sampling:
                 own_embedded = self.dropout_layer(self.embedding(predicted), training=training)
-                embedded = ops.where(own[t][:, None], own_embedded, embedded)
-            output, state, weights = self._step(
-                embedded, state, memory, memory_mask, t, training, memory_keys, rnn_weights
-            )
+                embedded = ops.where(own[t][:, None], own_embedded, embedded_gold.read(t))
+                output, state, weights = self._step(
+                    embedded, state, memory, memory_mask, t, training, memory_keys, rnn_weights
+                )
+            else:
+                output, state, weights = self._step(
+                    None, state, memory, memory_mask, t, training, memory_keys, rnn_weights,
+                    embedded_projection=projections.read(t),
+                )
             if sampling:  # the next step may feed this step's prediction
                 output = self._logits(output, training)
                 predicted = self._predict(output, draws[t])
@@ -457,7 +485,7 @@ class AttentionDecoder(keras.layers.Layer):
             )
 
         state = self.initial_state(encoder_states)
-        output_size = self.vocabulary_size if sampling else self._features_size
+        output_size = self.vocabulary_size if sampling else self._loop_features_size
         arrays = [
             tf.TensorArray(self.compute_dtype, size=length, element_shape=shape)
             for shape in ((None, output_size), (None, None))
@@ -472,10 +500,16 @@ class AttentionDecoder(keras.layers.Layer):
         if sampling:
             logits = outputs
         else:  # all steps read out and projected at once: large matmuls, not T small ones
+            if self.attention == "bahdanau":
+                outputs = ops.concatenate([outputs, embedded_all], axis=-1)  # [s_t; c_t; E y_{t-1}]
             logits = self._logits(outputs, training)
         if return_attention_scores:
             return logits, ops.transpose(weights.stack(), (1, 0, 2))  # (B, T, S)
         return logits
+
+    def _embedded_projection(self, embedded, weights):
+        """E y W_e + b: the first cell's input projection of the embedded tokens `(..., e)` alone."""
+        return ops.matmul(embedded, weights["embedding_kernel"]) + weights["bias"]
 
     def _predict(self, logits, draw):
         """The model's own token: argmax, or sampled by inverting the CDF at `draw`."""

@@ -181,7 +181,8 @@ def _saved_variables(prefix):
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     return {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
-            for node in graph.nodes for attribute in node.attributes if attribute.name == "VARIABLE_VALUE"}
+            for node in graph.nodes for attribute in node.attributes
+            if attribute.checkpoint_key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")}
 
 
 def nothing_to_translate(text, source):
