@@ -35,6 +35,17 @@ def test_label_smoothed_loss_equals_numpy_reference(smoothing):
     )
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_the_token_losss_gradient_is_p_minus_the_smoothed_target(smoothing):
+    logits = tf.constant(LOGITS)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        total = tf.reduce_sum(token_cross_entropy(TARGETS, logits, smoothing))
+    p = np.exp(LOGITS) / np.exp(LOGITS).sum(-1, keepdims=True)
+    q = smoothing / LOGITS.shape[-1] + (1 - smoothing) * np.eye(LOGITS.shape[-1])[TARGETS]
+    np.testing.assert_allclose(tape.gradient(total, logits), p - q, atol=1e-6)
+
+
 def test_padding_targets_do_not_count():
     loss = MaskedSparseCrossEntropy()
     changed = LOGITS.copy()
