@@ -12,6 +12,11 @@ from keras import ops
 from keras_attn.special_tokens import PAD_ID
 
 
+# XLA compiles the smoothed loss once per batch shape (0.2-0.4 s each, dozens of shapes a run)
+# and saves about 5 ns a logit: over an epoch that pays back for large vocabularies only.
+XLA_FROM_VOCABULARY = 4096
+
+
 def sum_over_replicas(value):
     """Sums `value` over the replicas of the current `tf.distribute` step.
 
@@ -39,11 +44,12 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
 
     loss = −Σ_k q_k log p_k = (1 − ε)·(−log p[y]) + ε·mean_k(−log p[k])
          = log Σ_k exp(l_k) − (1 − ε)·l[y] − ε·mean_k(l_k),
-    smoothed: that last form as one XLA cluster (`_smoothed_cross_entropy`),
-    forward and backward, about 3x faster on CPU than TensorFlow's fused
-    op against a dense q (benchmarks/RESULTS.md, "The smoothed
-    cross-entropy under XLA"); unsmoothed: the fused sparse op, whose
-    gradient comes out of the same pass over the `(B·T, V)` logits.
+    smoothed, over `XLA_FROM_VOCABULARY` logits or more a row: that last
+    form as one XLA cluster (`_smoothed_cross_entropy`), forward and
+    backward about 3x faster on CPU than TensorFlow's fused op against a
+    dense q, which smaller vocabularies use (benchmarks/RESULTS.md, "The
+    smoothed cross-entropy under XLA"); unsmoothed: the fused sparse op,
+    whose gradient comes out of the same pass over the `(B·T, V)` logits.
 
     Args:
         targets: `(B, T)` integer ids.
@@ -56,8 +62,15 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     vocabulary_size = ops.shape(logits)[-1]
     flat_logits = ops.reshape(ops.cast(logits, "float32"), (-1, vocabulary_size))
     flat_targets = ops.reshape(ops.cast(targets, "int32"), (-1,))
-    if label_smoothing:
+    if label_smoothing and isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
         losses = _smoothed_cross_entropy(flat_logits, flat_targets, tf.constant(label_smoothing, "float32"))
+    elif label_smoothing:
+        uniform = label_smoothing / vocabulary_size
+        smoothed = tf.one_hot(
+            flat_targets, vocabulary_size, on_value=1.0 - label_smoothing + uniform,
+            off_value=uniform, dtype="float32",
+        )
+        losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=flat_logits)
     else:
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=flat_targets, logits=flat_logits
