@@ -148,14 +148,16 @@ def held(batches):
     ).prefetch(2)
 
 
-def measure(train_step, batches, warmup, steps):
+def measure(train_step, batches, warmup, steps, warm_pass=False):
     """Tokens/s of `train_step(i)` over batches `warmup ... warmup + steps - 1` (target tokens, padding excluded).
 
-    `train_step(i)` trains on batch `i` and returns a value `float` reads once the step is done.
+    `train_step(i)` trains on batch `i` and returns a value `float` reads once the step is done. With
+    `warm_pass`, those batches are trained on once more, untimed, first: every batch shape's compilation
+    (XLA's in our loss, `torch.compile`'s recompiles) is then out of the timing, as in a long run.
     """
     if warmup + steps > len(batches):
         raise SystemExit(f"--warmup {warmup} + --steps {steps}: only {len(batches)} batches are written")
-    for i in range(warmup):
+    for i in [*range(warmup), *(range(warmup, warmup + steps) if warm_pass else [])]:
         float(train_step(i))
     started, started_cpu = time.perf_counter(), time.process_time()
     for i in range(warmup, warmup + steps):
@@ -167,7 +169,7 @@ def measure(train_step, batches, warmup, steps):
                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=1):
+def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=1, warm_pass=False):
     """Our training tokens/s on the written batches (`measure`), the job's step in `precision`.
 
     `threads` intra-op threads and `inter_op` threads that run ops side by side (0: TensorFlow's default, one a
@@ -179,8 +181,9 @@ def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACH
     tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     batches, spec = load(family, cache)
     train = job_steps(job_config(family, cache, mixed_precision=precision == "mixed_bfloat16"), spec, batches)
-    iterator = iter(held(batches))
-    return measure(lambda i: train.train(iterator)["loss"], batches, warmup, steps)
+    timed = batches[warmup:warmup + steps]
+    iterator = iter(held(batches[:warmup] + (timed if warm_pass else []) + timed))  # in `measure`'s order
+    return measure(lambda i: train.train(iterator)["loss"], batches, warmup, steps, warm_pass)
 
 
 # ----------------------------------------------------------------------
@@ -265,7 +268,7 @@ def ours_command(family, precision, args):
 def process_flags(args):
     """The flags a timing process takes from the driver's."""
     return ["--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-            "--cache", args.cache, "--inter-op", str(args.inter_op)]
+            "--cache", args.cache, "--inter-op", str(args.inter_op), *(["--warm-pass"] if args.warm_pass else [])]
 
 
 def add_timing_flags(parser):
@@ -273,6 +276,8 @@ def add_timing_flags(parser):
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (traces, compilations)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps")
     parser.add_argument("--cache", default=CACHE, help="where the batches and the vocabulary are kept")
+    parser.add_argument("--warm-pass", action="store_true",
+                        help="train on the timed batches once, untimed, first (per-shape compilations out)")
     parser.add_argument("--inter-op", type=int, default=1,
                         help="our side: TensorFlow's inter-op threads (0: its default, one a core)")
 
@@ -289,7 +294,7 @@ def main():
         write(args.model, args.cache)
     if args.run:
         print(json.dumps(time_ours(args.model, args.run, args.threads, args.warmup, args.steps, args.cache,
-                                   args.inter_op)))
+                                   args.inter_op, args.warm_pass)))
 
 
 if __name__ == "__main__":

@@ -159,7 +159,8 @@ def as_tensors(batch):
     return {key: torch.from_numpy(value.astype(np.int64)) for key, value in batch.items()}
 
 
-def time_torch(model_class, variant, threads=harness.THREADS, warmup=5, steps=30, cache=harness.CACHE):
+def time_torch(model_class, variant, threads=harness.THREADS, warmup=5, steps=30, cache=harness.CACHE,
+               warm_pass=False):
     """PyTorch's training tokens/s (`harness.measure`) of `variant`, e.g. `"torch.compile:bfloat16"`."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -167,7 +168,7 @@ def time_torch(model_class, variant, threads=harness.THREADS, warmup=5, steps=30
     batches, spec = harness.load(model_class.family, cache)
     step = trainer(model_class.of(spec).train(), spec, precision, compiled=kind == "torch.compile")
     tensors = [as_tensors(batch) for batch in batches]
-    return harness.measure(lambda i: step(tensors[i], spec["rates"][i]), batches, warmup, steps)
+    return harness.measure(lambda i: step(tensors[i], spec["rates"][i]), batches, warmup, steps, warm_pass)
 
 
 # ----------------------------------------------------------------------
@@ -297,7 +298,8 @@ def main(model_class=Transformer, description=__doc__):
     if args.check:
         check(model_class, cache=args.cache)
     if args.run:
-        print(json.dumps(time_torch(model_class, args.run, args.threads, args.warmup, args.steps, args.cache)))
+        print(json.dumps(time_torch(model_class, args.run, args.threads, args.warmup, args.steps, args.cache,
+                                    args.warm_pass)))
     if args.profile:
         profile(model_class, args.precision, args.compile, warmup=args.warmup, threads=args.threads, cache=args.cache)
     if args.time:
