@@ -21,6 +21,7 @@ import time
 import keras
 import tensorflow as tf
 
+from benchmarks.epoch_starts import EpochClock
 from pipelines import pretraining, scenes, synthetic, synthetic_documents, translation
 from pipelines.captions import caption_dataset
 from pipelines.preprocessors import BertPreprocessor, CaptionPreprocessor, TranslationPreprocessor
@@ -91,27 +92,6 @@ def pipelines(repeats):
         for autotune in ("on", "off"):
             print(f"{name} autotune {autotune}: pass {_spread(passes[autotune])} s; "
                   f"del after 5 batches {_spread(drops[autotune])} s", flush=True)
-
-
-class EpochClock(keras.callbacks.Callback):
-    """Seconds from each epoch's start to its first step, and each step's duration."""
-
-    def __init__(self):
-        super().__init__()
-        self.waits, self.steps = [], []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started, self.ends = time.perf_counter(), []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if batch == 0:
-            self.waits.append(time.perf_counter() - self.started)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(time.perf_counter())
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.steps.extend(b - a for a, b in zip(self.ends, self.ends[1:]))
 
 
 def fit(autotune, epochs):
