@@ -158,6 +158,9 @@ def load_task(model_dir):
     except (OSError, ValueError):
         raise UserError(f"{model_dir}: no {TASK_CONFIG} in assets.extra (not a translation export of keras-attn, or "
                         "one from before 2026-12-05: use its run folder)") from None
+    from keras_attn import models  # noqa: F401  (registers the classes the config names)
+    from pipelines import preprocessors  # noqa: F401
+
     task = keras.saving.deserialize_keras_object(config)
     saved = _saved_variables(os.path.join(model_dir, "variables", "variables"))
     for weight in task.backbone.weights:

@@ -224,3 +224,35 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     assert translations[1] == translations[2] == "" and any(translations)
     assert translator.translate([], beam_width=4) == ([], [])
     assert len(translator.translate(texts, beam_width=4)[0]) == len(texts)
+
+
+def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tmp_path):
+    """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
+    import subprocess
+    import sys
+
+    from keras_attn import serving
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
+    from pipelines.preprocessors import TranslationPreprocessor
+    from pipelines.tokenizers import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, *"abcdefgh", "."])
+    keras.utils.set_random_seed(3)
+    backbone = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, **TINY)
+    _sharpen(backbone)
+    preprocessor = TranslationPreprocessor(tokenizer, max_length=16)
+    export = serving.export(serving.Translator(Seq2SeqLM(backbone, preprocessor=preprocessor)), str(tmp_path), "toy")
+    folder = export_ctranslate2(backbone, tokenizer.vocabulary, tokenizer.vocabulary, str(tmp_path / "ct2"),
+                                preprocessor=preprocessor)
+    expected = load_ctranslate2(folder, compute_type="float32").translate(["a b c"], beam_width=1)[0]
+    script = (
+        "import sys\n"
+        "from keras_attn.serving.ctranslate2_translator import load_ctranslate2\n"
+        "from keras_attn.serving.translator import load_task\n"
+        "print(load_ctranslate2(sys.argv[1], compute_type='float32').translate(['a b c'], beam_width=1)[0])\n"
+        "print(load_task(sys.argv[2]).backbone.count_params())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, folder, export], capture_output=True, text=True,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [str(expected), str(backbone.count_params())]
