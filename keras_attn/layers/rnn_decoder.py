@@ -422,8 +422,9 @@ class AttentionDecoder(keras.layers.Layer):
     def _project(self, output):
         if self.tie_output:
             table = ops.cast(self.embedding.embeddings, output.dtype)
-            # BiasAdd, whose gradient is one BiasAddGrad, not a Sum over (B, T) of the broadcast.
-            return tf.nn.bias_add(ops.matmul(output, ops.transpose(table)), ops.cast(self.output_bias, output.dtype))
+            return ops.matmul(output, ops.transpose(table)) + ops.cast(
+                self.output_bias, output.dtype
+            )
         return self.output_projection(output)
 
     # ------------------------------------------------------------------
