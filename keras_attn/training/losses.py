@@ -12,8 +12,8 @@ from keras import ops
 from keras_attn.special_tokens import PAD_ID
 
 
-# XLA compiles the smoothed loss once per batch shape (0.2-0.4 s each, dozens of shapes a run)
-# and saves about 5 ns a logit: over an epoch that pays back for large vocabularies only.
+# XLA compiles the smoothed loss once per batch shape (dozens of shapes a run) and saves about
+# 5 ns a logit: over an epoch that pays back for large vocabularies only (benchmarks/RESULTS.md).
 XLA_FROM_VOCABULARY = 4096
 
 
@@ -46,7 +46,7 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
          = log Σ_k exp(l_k) − (1 − ε)·l[y] − ε·mean_k(l_k),
     smoothed, over `XLA_FROM_VOCABULARY` logits or more a row: that last
     form as one XLA cluster (`_smoothed_cross_entropy`), forward and
-    backward about 3x faster on CPU than TensorFlow's fused op against a
+    backward about twice as fast on CPU as TensorFlow's fused op against a
     dense q, which smaller vocabularies use (benchmarks/RESULTS.md, "The
     smoothed cross-entropy under XLA"); unsmoothed: the fused sparse op,
     whose gradient comes out of the same pass over the `(B·T, V)` logits.
