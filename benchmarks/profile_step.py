@@ -3,6 +3,7 @@
     python -m benchmarks.profile_step --case seq2seq-train
     python -m benchmarks.profile_step --case seq2seq-train --precision mixed_bfloat16
     python -m benchmarks.profile_step --case transformer-train [--precision mixed_bfloat16]
+    python -m benchmarks.profile_step --case transformer-train --anchors   # PyTorch's batches, the job's step
     python -m benchmarks.profile_step --case transformer-beam4
     python -m benchmarks.profile_step --case seq2seq-beam4
     python -m benchmarks.profile_step --case transformer-greedy1 --searches 20
@@ -160,6 +161,28 @@ def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimi
     lengths = [(inputs["source"].shape[1], inputs["target_in"].shape[1]) for inputs, _ in batches]
     source_len, target_len = np.mean(lengths, axis=0)
     shape = f"batch {BATCH[kind]}, padded lengths S {source_len:.1f} / T {target_len:.1f} (mean)"
+    return run, steps, "training step", shape
+
+
+def anchors_training_case(kind, steps, precision):
+    """The job's own training step (`benchmarks/anchors`' harness) on the anchors' cached batches: the batches
+    `python -m benchmarks.anchors.torch_transformer --profile` (or `torch_seq2seq`) profiles PyTorch on."""
+    from benchmarks.anchors import harness
+
+    batches, spec = harness.load(kind)
+    batches = batches[:steps]
+    train = harness.job_steps(harness.job_config(kind, mixed_precision=precision == "mixed_bfloat16"), spec, batches)
+
+    def run():
+        iterator = iter(harness.held(batches))
+        for _ in batches:
+            loss = train.train(iterator)["loss"]
+        float(loss)
+
+    run()  # every batch shape traced and compiled (the loss's XLA cluster) before the timing
+    lengths = np.mean([(b["source"].shape[1], b["target_in"].shape[1]) for b in batches], axis=0)
+    shape = (f"the anchors' batches ({kind}: {len(batches[0]['source'])} a batch), padded lengths S {lengths[0]:.1f} "
+             f"/ T {lengths[1]:.1f} (mean)")
     return run, steps, "training step", shape
 
 
@@ -436,6 +459,8 @@ def main():
     parser.add_argument("--by", choices=["region", "op", "type"], default="region",
                         help="top table: op type × model region, every op by name, or op type")
     parser.add_argument("--synthetic", action="store_true", help="random ids, Multi30k's lengths")
+    parser.add_argument("--anchors", action="store_true",
+                        help="training cases: the job's step on benchmarks/anchors' cached batches (PyTorch's)")
     parser.add_argument("--no-xprof", action="store_true", help="read the XSpace without xprof")
     parser.add_argument("--logdir", default=None, help="keep the trace here (TensorBoard/xprof)")
     args = parser.parse_args()
@@ -447,6 +472,9 @@ def main():
     if args.case in BLOCK_CASES:
         run, steps, unit, shape = block_case(args.case, args.anchor, args.steps)
         data_name = "random inputs"
+    elif args.anchors and what == "train":
+        run, steps, unit, shape = anchors_training_case(kind, args.steps, args.precision)
+        data_name = "Multi30k en-de tok/, shared BPE 10,000"
     else:
         name, train, test = corpus()
         source_tokenizer, target_tokenizer = make_tokenizers(train, args.synthetic)
