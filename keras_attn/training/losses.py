@@ -92,7 +92,9 @@ def token_negative_log_likelihood(targets, logits):
 
     The same value as `token_cross_entropy` without smoothing, at about
     half its cost (benchmarks/RESULTS.md, "The cross-entropy over the
-    vocabulary"): TensorFlow's fused op also computes a gradient.
+    vocabulary"): TensorFlow's fused op also computes a gradient. From
+    `XLA_FROM_VOCABULARY` logits a row, the XLA cluster of the smoothed
+    loss with ε = 0.
 
     Args:
         targets: `(..., )` integer ids.
@@ -103,6 +105,11 @@ def token_negative_log_likelihood(targets, logits):
     """
     logits = tf.cast(logits, "float32")
     targets = tf.cast(targets, "int32")
+    vocabulary_size = logits.shape[-1]
+    if isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
+        flat = _smoothed_cross_entropy(tf.reshape(logits, (-1, vocabulary_size)), tf.reshape(targets, (-1,)),
+                                       tf.constant(0.0))
+        return tf.reshape(flat, tf.shape(targets))
     target_logits = tf.gather(logits, targets[..., None], batch_dims=len(targets.shape))[..., 0]
     return tf.reduce_logsumexp(logits, axis=-1) - target_logits
 

@@ -29,7 +29,7 @@ def _numpy_loss(targets, logits, smoothing):
 
 @pytest.fixture(params=["fused op", "XLA"])
 def smoothed_path(request, monkeypatch):
-    """Each way the smoothed loss is computed (by vocabulary size: `XLA_FROM_VOCABULARY`)."""
+    """Each way the losses over the vocabulary are computed (by its size: `XLA_FROM_VOCABULARY`)."""
     from keras_attn.training import losses
 
     monkeypatch.setattr(losses, "XLA_FROM_VOCABULARY", 0 if request.param == "XLA" else 10**9)
@@ -110,7 +110,7 @@ def test_token_accuracy_and_perplexity_ignore_padding():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_metrics_likelihood_equals_the_fused_cross_entropy(dtype):
+def test_the_metrics_likelihood_equals_the_fused_cross_entropy(dtype, smoothed_path):
     logits = tf.cast(RNG.normal(size=(3, 4, 50)).astype("float32") * 4, dtype)
     targets = RNG.integers(0, 50, (3, 4))
     np.testing.assert_allclose(
