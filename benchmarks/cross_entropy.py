@@ -3,16 +3,16 @@
     python -m benchmarks.cross_entropy
     python -m benchmarks.cross_entropy --threads 1     # also PyTorch's, when torch is installed
 
-The smoothed case also times `token_cross_entropy` as the losses now run it
-(the log-sum-exp form as one XLA cluster, compiled once per shape before
-timing) and, with torch importable, `torch.nn.functional.cross_entropy`
-with `label_smoothing` on the same logits (the anchors' loss).
+Both cases also time `token_cross_entropy` as the losses now run it (the
+log-sum-exp form as one XLA cluster, compiled once per shape before timing)
+and, with torch importable, `torch.nn.functional.cross_entropy` (with
+`label_smoothing`: the anchors' loss) on the same logits.
 
-The losses (`keras_attn/training/losses.py`) use TensorFlow's fused ops:
-`sparse_softmax_cross_entropy_with_logits` (BERT's masked LM, no label
-smoothing) and `softmax_cross_entropy_with_logits` against a dense smoothed
-target (the translation models, ε = 0.1). The alternative measured here
-writes the same loss as log Σ exp(l − m) + m − l[y] (smoothed: minus
+Below `XLA_FROM_VOCABULARY` logits the losses (`keras_attn/training/losses.py`)
+use TensorFlow's fused ops: `sparse_softmax_cross_entropy_with_logits` (no
+label smoothing: BERT's masked LM) and `softmax_cross_entropy_with_logits`
+against a dense smoothed target (the translation models, ε = 0.1). The
+log-sum-exp form writes the same loss as log Σ exp(l − m) + m − l[y] (smoothed: minus
 (1 − ε)·l[y] + ε·mean(l)), with the gradient left to autodiff. Two shapes:
 BERT-mini's masked positions (32 × 20 rows, 8,000 logits) and a Transformer
 batch (1,600 target tokens, 8,000 logits). float32, one `tf.function` each,
@@ -39,10 +39,14 @@ def log_sum_exp(logits):
 
 
 def forms(labels, epsilon):
+    def ours(logits):
+        return token_cross_entropy(labels[None], logits[None], epsilon)
+
     if not epsilon:
         return {
             "fused sparse op": lambda l: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=l),
             "log-sum-exp": lambda l: log_sum_exp(l) - tf.gather(l, labels, batch_dims=1),
+            "ours (XLA)": ours,
         }
     uniform = epsilon / VOCABULARY
 
@@ -54,14 +58,11 @@ def forms(labels, epsilon):
         return (log_sum_exp(logits) - (1 - epsilon) * tf.gather(logits, labels, batch_dims=1)
                 - epsilon * tf.reduce_mean(logits, -1))
 
-    def ours(logits):
-        return token_cross_entropy(labels[None], logits[None], epsilon)
-
     return {"fused dense op": fused, "log-sum-exp": explicit, "ours (XLA)": ours}
 
 
 def torch_step(logits, labels, epsilon):
-    """PyTorch's smoothed cross-entropy, forward and backward, on a copy of `logits`; None without torch."""
+    """PyTorch's cross-entropy, forward and backward, on a copy of `logits`; None without torch."""
     try:
         import torch
     except ImportError:
@@ -105,7 +106,7 @@ def main():
         for form, (b, grad_b) in zip(list(steps)[1:], others):
             print(f"{name}: {form} differs from the first by {abs(float(a - b)) / float(a):.1e} in the loss "
                   f"(relative), {float(tf.reduce_max(tf.abs(grad_a - grad_b))):.1e} in the gradient")
-        torch = torch_step(logits, labels, epsilon) if epsilon else None
+        torch = torch_step(logits, labels, epsilon)
         if torch is not None:
             import torch as torch_module
 

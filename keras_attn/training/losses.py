@@ -43,13 +43,12 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     """Per-token cross-entropy against q = `(1 - ε)·one_hot + ε / V`.
 
     loss = −Σ_k q_k log p_k = (1 − ε)·(−log p[y]) + ε·mean_k(−log p[k])
-         = log Σ_k exp(l_k) − (1 − ε)·l[y] − ε·mean_k(l_k),
-    smoothed, over `XLA_FROM_VOCABULARY` logits or more a row: that last
-    form as one XLA cluster (`_smoothed_cross_entropy`), forward and
-    backward about twice as fast on CPU as TensorFlow's fused op against a
-    dense q, which smaller vocabularies use (benchmarks/RESULTS.md, "The
-    smoothed cross-entropy under XLA"); unsmoothed: the fused sparse op,
-    whose gradient comes out of the same pass over the `(B·T, V)` logits.
+         = log Σ_k exp(l_k) − (1 − ε)·l[y] − ε·mean_k(l_k).
+    Over `XLA_FROM_VOCABULARY` logits or more a row, that last form as one
+    XLA cluster (`_cross_entropy`), forward and backward about twice as
+    fast on CPU as TensorFlow's fused ops (benchmarks/RESULTS.md, "The
+    smoothed cross-entropy under XLA"); smaller vocabularies use the fused
+    op against a dense q (smoothed) or the sparse one (ε = 0).
 
     Args:
         targets: `(B, T)` integer ids.
@@ -62,8 +61,8 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     vocabulary_size = ops.shape(logits)[-1]
     flat_logits = ops.reshape(ops.cast(logits, "float32"), (-1, vocabulary_size))
     flat_targets = ops.reshape(ops.cast(targets, "int32"), (-1,))
-    if label_smoothing and isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
-        losses = _smoothed_cross_entropy(flat_logits, flat_targets, tf.constant(label_smoothing, "float32"))
+    if isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
+        losses = _cross_entropy(flat_logits, flat_targets, float(label_smoothing))
     elif label_smoothing:
         uniform = label_smoothing / vocabulary_size
         smoothed = tf.one_hot(
@@ -79,11 +78,16 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
 
 
 @tf.function(jit_compile=True)
-def _smoothed_cross_entropy(logits, targets, label_smoothing):
-    """`(N,)` losses of `(N, V)` float32 logits: log Σ exp(l) − (1 − ε)·l[y] − ε·mean(l)."""
+def _cross_entropy(logits, targets, label_smoothing):
+    """`(N,)` losses of `(N, V)` float32 logits: log Σ exp(l) − (1 − ε)·l[y] − ε·mean(l).
+
+    `label_smoothing` is a Python float, so ε = 0 traces a cluster without the mean.
+    """
     shift = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
     log_sum_exp = tf.math.log(tf.reduce_sum(tf.exp(logits - shift), axis=-1)) + shift[:, 0]
     gold = tf.gather(logits, targets, batch_dims=1)
+    if not label_smoothing:
+        return log_sum_exp - gold
     return log_sum_exp - (1.0 - label_smoothing) * gold - label_smoothing * tf.reduce_mean(logits, axis=-1)
 
 
@@ -93,8 +97,7 @@ def token_negative_log_likelihood(targets, logits):
     The same value as `token_cross_entropy` without smoothing, at about
     half its cost (benchmarks/RESULTS.md, "The cross-entropy over the
     vocabulary"): TensorFlow's fused op also computes a gradient. From
-    `XLA_FROM_VOCABULARY` logits a row, the XLA cluster of the smoothed
-    loss with ε = 0.
+    `XLA_FROM_VOCABULARY` logits a row, the loss's XLA cluster with ε = 0.
 
     Args:
         targets: `(..., )` integer ids.
@@ -107,8 +110,7 @@ def token_negative_log_likelihood(targets, logits):
     targets = tf.cast(targets, "int32")
     vocabulary_size = logits.shape[-1]
     if isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
-        flat = _smoothed_cross_entropy(tf.reshape(logits, (-1, vocabulary_size)), tf.reshape(targets, (-1,)),
-                                       tf.constant(0.0))
+        flat = _cross_entropy(tf.reshape(logits, (-1, vocabulary_size)), tf.reshape(targets, (-1,)), 0.0)
         return tf.reshape(flat, tf.shape(targets))
     target_logits = tf.gather(logits, targets[..., None], batch_dims=len(targets.shape))[..., 0]
     return tf.reduce_logsumexp(logits, axis=-1) - target_logits
