@@ -8,6 +8,7 @@ the global batch's mean: sums divided by the count over all replicas.
 import keras
 import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util  # no public test for "inside XLA"
 
 from keras_attn.special_tokens import PAD_ID
 
@@ -77,18 +78,30 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     return ops.reshape(losses, ops.shape(targets))
 
 
-@tf.function(jit_compile=True)
 def _cross_entropy(logits, targets, label_smoothing):
     """`(N,)` losses of `(N, V)` float32 logits: log Σ exp(l) − (1 − ε)·l[y] − ε·mean(l).
 
-    `label_smoothing` is a Python float, so ε = 0 traces a cluster without the mean.
+    Compiled by XLA as a cluster of its own, except inside a function XLA
+    already compiles (`jit_compile=True`, e.g. Keras's train step on a GPU),
+    which compiles it with the rest: an XLA function called there with a
+    gradient taken through it was compiled again at every call.
+    `label_smoothing` is a Python float, so ε = 0 traces no mean.
     """
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return _log_sum_exp_cross_entropy(logits, targets, label_smoothing)
+    return _compiled_cross_entropy(logits, targets, label_smoothing)
+
+
+def _log_sum_exp_cross_entropy(logits, targets, label_smoothing):
     shift = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
     log_sum_exp = tf.math.log(tf.reduce_sum(tf.exp(logits - shift), axis=-1)) + shift[:, 0]
     gold = tf.gather(logits, targets, batch_dims=1)
     if not label_smoothing:
         return log_sum_exp - gold
     return log_sum_exp - (1.0 - label_smoothing) * gold - label_smoothing * tf.reduce_mean(logits, axis=-1)
+
+
+_compiled_cross_entropy = tf.function(_log_sum_exp_cross_entropy, jit_compile=True)
 
 
 def token_negative_log_likelihood(targets, logits):

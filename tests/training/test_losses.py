@@ -54,6 +54,27 @@ def test_the_token_losss_gradient_is_p_minus_the_smoothed_target(smoothing, smoo
     np.testing.assert_allclose(tape.gradient(total, logits), p - q, atol=1e-6)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_inside_an_xla_function_the_loss_compiles_with_it(smoothing, monkeypatch):
+    """A nested XLA function with a gradient through it was compiled again at every call of the step."""
+    from keras_attn.training import losses
+
+    monkeypatch.setattr(losses, "XLA_FROM_VOCABULARY", 0)
+    logits = tf.Variable(LOGITS)
+
+    @tf.function(jit_compile=True)
+    def gradient():
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(token_cross_entropy(TARGETS, logits, smoothing))
+        return tape.gradient(total, logits)
+
+    operations = gradient.get_concrete_function().graph.get_operations()
+    assert not [op.name for op in operations if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(token_cross_entropy(TARGETS, logits, smoothing))
+    np.testing.assert_allclose(gradient(), tape.gradient(total, logits), atol=1e-6)
+
+
 def test_padding_targets_do_not_count():
     loss = MaskedSparseCrossEntropy()
     changed = LOGITS.copy()
