@@ -71,6 +71,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
 from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
+from keras_attn.special_tokens import SPECIAL_TOKENS  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
@@ -96,19 +97,21 @@ def corpus():
     return "built-in corpus", built_in["train"], built_in["test"]
 
 
-class SyntheticTokenizer:
+class SyntheticTokenizer(tokenizers.SubwordTokenizer):
     """Random ids with the lengths of whitespace tokens × 1.15 (about WordPiece's)."""
 
-    vocabulary_size = VOCAB
-
     def __init__(self, seed):
+        super().__init__()
         self.seed = seed
+        self.lowercase = False
+        self._vocabulary = list(SPECIAL_TOKENS) + [f"piece{i}" for i in range(len(SPECIAL_TOKENS), VOCAB)]
+        self._tokens = tf.constant(self._vocabulary)
 
     def tokenize(self, strings):
         words = tf.strings.split(strings)
         lengths = tf.cast(tf.math.ceil(tf.cast(words.row_lengths(), tf.float32) * 1.15), tf.int64)
         ids = tf.random.stateless_uniform(
-            [tf.reduce_sum(lengths)], [self.seed, 0], minval=7, maxval=VOCAB, dtype=tf.int32
+            [tf.reduce_sum(lengths)], [self.seed, 0], minval=len(SPECIAL_TOKENS), maxval=VOCAB, dtype=tf.int32
         )
         return tf.RaggedTensor.from_row_lengths(ids, lengths)
 
