@@ -355,7 +355,13 @@ def load_run(run_dir, weights=None):
     Raises:
         UserError: not a translation run folder, or one without best weights yet.
     """
-    config, preprocessor = _folder_preprocessor(run_dir, "a run folder of keras-attn train transformer or seq2seq")
+    settings = run_folder.read_settings(run_dir)
+    if not settings or "subword" not in settings:
+        raise UserError(f"{run_dir}: not a run folder of keras-attn train transformer or seq2seq")
+    make = Seq2SeqConfig if "cell" in settings else TranslationConfig
+    config = make(run_dir=run_dir, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
+    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the folder's own
+    preprocessor = TranslationPreprocessor(source, target, config.max_sequence_length)
     best = weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS)
     if not os.path.isfile(best):
         raise UserError(f"{best}: no such weights file (has the run finished an epoch?)")
@@ -392,17 +398,6 @@ def export_to_ctranslate2(model_dir, output_dir, quantization=None, force=False)
     return export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
                               preprocessor.target_tokenizer.vocabulary, output_dir, quantization, force,
                               preprocessor=preprocessor)
-
-
-def _folder_preprocessor(folder, what):
-    """`(config, TranslationPreprocessor)` of a folder with a run's settings and vocabulary files."""
-    settings = run_folder.read_settings(folder)
-    if not settings or "subword" not in settings:
-        raise UserError(f"{folder}: not {what}")
-    make = Seq2SeqConfig if "cell" in settings else TranslationConfig
-    config = make(run_dir=folder, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
-    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the folder's own
-    return config, TranslationPreprocessor(source, target, config.max_sequence_length)
 
 
 def build_task(config, preprocessor, dropout):
