@@ -8,12 +8,13 @@ log-sum-exp form as one XLA cluster, compiled once per shape before timing)
 and, with torch importable, `torch.nn.functional.cross_entropy` (with
 `label_smoothing`: the anchors' loss) on the same logits.
 
-Below `XLA_FROM_VOCABULARY` logits the losses (`keras_attn/training/losses.py`)
-use TensorFlow's fused ops: `sparse_softmax_cross_entropy_with_logits` (no
-label smoothing: BERT's masked LM) and `softmax_cross_entropy_with_logits`
-against a dense smoothed target (the translation models, ε = 0.1). The
-log-sum-exp form writes the same loss as log Σ exp(l − m) + m − l[y] (smoothed: minus
-(1 − ε)·l[y] + ε·mean(l)), with the gradient left to autodiff. Two shapes:
+Below `XLA_FROM_VOCABULARY` logits a row the losses (`keras_attn/training/losses.py`)
+use TensorFlow's fused ops, `sparse_softmax_cross_entropy_with_logits`
+(ε = 0) and `softmax_cross_entropy_with_logits` against a dense smoothed
+target, which larger vocabularies used before (BERT's masked LM and the
+translation models, ε = 0.1). The log-sum-exp form writes the same loss as
+log Σ exp(l − m) + m − l[y] (smoothed: minus (1 − ε)·l[y] + ε·mean(l)),
+with the gradient left to autodiff. Two shapes:
 BERT-mini's masked positions (32 × 20 rows, 8,000 logits) and a Transformer
 batch (1,600 target tokens, 8,000 logits). float32, one `tf.function` each,
 alternated three times in this process, 30 calls each; prints ms per call
