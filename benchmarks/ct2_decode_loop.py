@@ -14,12 +14,8 @@ of the samples (the imports) is outside the worker thread.
 import argparse
 import time
 
-import tensorflow as tf
-
-from keras_attn import decoding
 from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
 from keras_attn.serving.ctranslate2_translator import load_ctranslate2
-from keras_attn.special_tokens import PAD_ID
 
 
 def main():
@@ -29,11 +25,7 @@ def main():
     parser.add_argument("--sentence", default="a man in a red shirt is riding a bike down the street .")
     args = parser.parse_args()
     translator = load_ctranslate2(args.folder, compute_type="float32", threads=1)
-    preprocessor = translator.preprocessor
-    source, _ = preprocessor.tokenize_source(tf.constant([args.sentence]))
-    budgets = decoding.max_decode_length(source, cap=preprocessor.max_length).numpy()
-    vocabulary = preprocessor.source_tokenizer.vocabulary
-    tokens = [vocabulary[i] for i in source.numpy()[0] if i != PAD_ID]
+    (tokens,), budgets, _, _ = translator.search_inputs([args.sentence])
     count, steps, end = 0, 0, time.time() + args.seconds
     while time.time() < end:
         result = translator.translator.translate_batch([tokens], beam_size=1, max_decoding_length=int(budgets[0]),

@@ -60,9 +60,7 @@ def measure(system, folder, sentence, lines, calls, threads):
             def translate(texts, beam):
                 key = tuple(texts)
                 if key not in cache:  # tokenized once: only CTranslate2's search is timed
-                    source = translator.preprocessor.tokenize_source(texts)[0].numpy()
-                    vocabulary = translator.preprocessor.source_tokenizer.vocabulary
-                    cache[key] = [[vocabulary[i] for i in row if i] for row in source]
+                    cache[key] = translator.search_inputs(texts)[0]
                 return translator.translator.translate_batch(
                     cache[key], beam_size=beam, max_decoding_length=translator.preprocessor.max_length,
                     **SEARCH_OPTIONS)

@@ -72,6 +72,18 @@ class CTranslate2Translator:
         budgets = decoding.max_decode_length(source, cap=self.preprocessor.max_length)
         return source, truncated, budgets, nothing_to_translate(text, source)
 
+    def search_inputs(self, texts):
+        """What CTranslate2's search takes for `texts`, as `translate` gives it.
+
+        Returns:
+            `(tokens, budgets, truncated, empty)`: each text's source tokens
+            (a list of `str`), its decode-step budget, whether it was cut, and
+            whether it has nothing to translate (NumPy arrays but `tokens`).
+        """
+        source, truncated, budgets, empty = (t.numpy() for t in self._encode(tf.constant(texts, tf.string)))
+        tokens = [list(self._source_tokens[row[row != PAD_ID]]) for row in source]
+        return tokens, budgets, truncated, empty
+
     def translate(self, texts, beam_width=4):
         """Translates `texts` (str or UTF-8 bytes).
 
@@ -82,8 +94,7 @@ class CTranslate2Translator:
         """
         if not len(texts):
             return [], []
-        source, truncated, budgets, empty = (t.numpy() for t in self._encode(tf.constant(texts, tf.string)))
-        tokens = [list(self._source_tokens[row[row != PAD_ID]]) for row in source]
+        tokens, budgets, truncated, empty = self.search_inputs(texts)
         rows = np.flatnonzero(~empty)
         ids = np.full((len(texts), max(1, int(budgets.max()))), PAD_ID, np.int32)
         if len(rows):
