@@ -225,6 +225,12 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     assert translator.translate([], beam_width=4) == ([], [])
     assert len(translator.translate(texts, beam_width=4)[0]) == len(texts)
 
+    tokens, budgets, cut, empty = translator.search_inputs(texts)  # what translate hands CTranslate2
+    ids, _ = preprocessor.tokenize_source(tf.constant(texts))
+    assert tokens == [[words[i] for i in row if i != PAD_ID] for row in ids.numpy().tolist()]
+    assert list(cut) == truncated and list(empty[:3]) == [False, True, True]
+    assert list(budgets) == list(decoding.max_decode_length(ids, cap=16).numpy())
+
 
 def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tmp_path):
     """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
