@@ -1,6 +1,6 @@
 """Attention heat maps of trained translation runs, side by side, for the README.
 
-    python -m benchmarks.attention_maps --out benchmarks/attention_maps.png \
+    python -m benchmarks.attention_maps --out docs/images/attention_maps.png \
         --run bahdanau=seq2seq:runs/multi30k-bahdanau \
         --run transformer=transformer:runs/multi30k-de-en-transformer \
         --sentences 2
@@ -74,7 +74,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="append", required=True, help="LABEL=MODEL:RUN_DIR")
     parser.add_argument("--sentences", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/attention_maps.png")
+    parser.add_argument("--out", default="docs/images/attention_maps.png")
     args = parser.parse_args()
 
     import matplotlib

@@ -1,6 +1,6 @@
 """The README's picture of the explorer: `keras-attn serve` on an export, one sentence translated.
 
-    python -m benchmarks.explorer_screenshot --translation saved_models/transformer/1 --out docs/explorer.png
+    python -m benchmarks.explorer_screenshot --translation saved_models/transformer/1 --out docs/images/explorer.png
 
 Copies the export into a fresh model root, starts `keras-attn serve` on it,
 opens `/` in headless Chromium (Debian's `chromium`, driven by Playwright),
@@ -20,7 +20,7 @@ def main():
     parser.add_argument("--translation", required=True, help="a translation export (saved_models/<name>/<version>)")
     parser.add_argument("--text", default="Ein Hund rennt mit einem Stock im Maul über die Wiese.")
     parser.add_argument("--hover", type=int, default=1, help="the target token to hover (0: the first)")
-    parser.add_argument("--out", default="docs/explorer.png")
+    parser.add_argument("--out", default="docs/images/explorer.png")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright

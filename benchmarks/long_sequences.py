@@ -1,7 +1,7 @@
 """Long sequences: time and peak memory of an encoder-block training step against length.
 
     python -m benchmarks.long_sequences [--lengths 128 256 ... 8192] [--tokens 65536]
-        [--out benchmarks/long_sequences.png] [--memory-limit-gb 20]
+        [--out docs/images/long_sequences.png] [--memory-limit-gb 20]
 
 One `TransformerEncoderBlock` (width 256, 8 heads, FFN 1024, float32), forward
 and backward, batch × length = `--tokens` (so the linear parts cost the same at
