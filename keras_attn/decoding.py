@@ -61,12 +61,12 @@ class Stepper:
 
     Example:
 
-    >>> from keras_attn.models import TransformerBackbone
-    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
-    >>> state = stepper.initial_state(tf.constant([[5, 6, 3]]), beam_width=2)
-    >>> logits, state = stepper.step(tf.constant([2, 2]), state, 0)
-    >>> logits.shape
-    TensorShape([2, 1000])
+        >>> from keras_attn.models import TransformerBackbone
+        >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
+        >>> state = stepper.initial_state(tf.constant([[5, 6, 3]]), beam_width=2)
+        >>> logits, state = stepper.step(tf.constant([2, 2]), state, 0)
+        >>> logits.shape
+        TensorShape([2, 1000])
     """
 
     def __init__(self, backbone):
@@ -122,12 +122,12 @@ def greedy_search(
 
     Example:
 
-    >>> from keras_attn.models import TransformerBackbone
-    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
-    >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
-    >>> outputs = greedy_search(stepper, source, max_length=5)
-    >>> sorted(outputs), outputs["tokens"].shape[0]
-    (['lengths', 'scores', 'tokens'], 2)
+        >>> from keras_attn.models import TransformerBackbone
+        >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
+        >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+        >>> outputs = greedy_search(stepper, source, max_length=5)
+        >>> sorted(outputs), outputs["tokens"].shape[0]
+        (['lengths', 'scores', 'tokens'], 2)
     """
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
@@ -260,13 +260,13 @@ def beam_search(
 
     Example:
 
-    >>> from keras_attn.models import TransformerBackbone
-    >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
-    >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
-    >>> outputs = beam_search(stepper, source, max_length=5, beam_width=4,
-    ...                       return_all_beams=True)
-    >>> outputs["beam_tokens"].shape[:2]
-    TensorShape([2, 4])
+        >>> from keras_attn.models import TransformerBackbone
+        >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny"))
+        >>> source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+        >>> outputs = beam_search(stepper, source, max_length=5, beam_width=4,
+        ...                       return_all_beams=True)
+        >>> outputs["beam_tokens"].shape[:2]
+        TensorShape([2, 4])
     """
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
@@ -459,8 +459,8 @@ def max_decode_length(source, ratio=1.5, extra=10, cap=None):
 
     Example:
 
-    >>> max_decode_length(np.array([[5, 6, 7, 3], [8, 9, 3, 0]]))
-    <tf.Tensor: shape=(2,), dtype=int32, numpy=array([16, 15], dtype=int32)>
+        >>> max_decode_length(np.array([[5, 6, 7, 3], [8, 9, 3, 0]]))
+        <tf.Tensor: shape=(2,), dtype=int32, numpy=array([16, 15], dtype=int32)>
     """
     source_lengths = ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "int32"), axis=1)
     length = ops.cast(ops.ceil(ratio * ops.cast(source_lengths, "float32")), "int32") + extra

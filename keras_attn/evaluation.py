@@ -49,8 +49,8 @@ def tokenized_bleu(hypotheses, references):
 
     Example:
 
-    >>> round(tokenized_bleu(["a dog runs on the grass ."], ["a dog runs on the green grass ."])["bleu_tokenized"], 1)
-    61.3
+        >>> round(tokenized_bleu(["a dog runs on the grass ."], ["a dog runs on the green grass ."])["bleu_tokenized"], 1)
+        61.3
     """
     _check_aligned(hypotheses, references)
     metric = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True)
@@ -71,9 +71,9 @@ def translation_scores(hypotheses, references):
 
     Example:
 
-    >>> scores = translation_scores(["A dog runs."], ["A dog runs."])
-    >>> scores["exact_match"], round(scores["bleu"]), round(scores["chrf"])
-    (1.0, 100, 100)
+        >>> scores = translation_scores(["A dog runs."], ["A dog runs."])
+        >>> scores["exact_match"], round(scores["bleu"]), round(scores["chrf"])
+        (1.0, 100, 100)
     """
     _check_aligned(hypotheses, references)
     if not hypotheses:
@@ -113,9 +113,9 @@ def caption_scores(hypotheses, references):
 
     Example:
 
-    >>> scores = caption_scores(["a red circle left of a square"], [["a blue square", "a red circle left of a square"]])
-    >>> scores["exact_match"], round(scores["bleu"])
-    (1.0, 100)
+        >>> scores = caption_scores(["a red circle left of a square"], [["a blue square", "a red circle left of a square"]])
+        >>> scores["exact_match"], round(scores["bleu"])
+        (1.0, 100)
     """
     _check_aligned(hypotheses, references)
     if not hypotheses:

@@ -6,8 +6,8 @@ model; what neither gives comes from the model function's own defaults.
 
 Example:
 
->>> architecture("transformer", "tiny", {}, hidden_dim=64)
-{'num_layers': 2, 'hidden_dim': 64, 'num_heads': 4, 'intermediate_dim': 512}
+    >>> architecture("transformer", "tiny", {}, hidden_dim=64)
+    {'num_layers': 2, 'hidden_dim': 64, 'num_heads': 4, 'intermediate_dim': 512}
 """
 
 PRESETS = {

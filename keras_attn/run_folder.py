@@ -17,8 +17,8 @@
 
 Example:
 
->>> path("runs/transformer", BEST_WEIGHTS)
-'runs/transformer/best.weights.h5'
+    >>> path("runs/transformer", BEST_WEIGHTS)
+    'runs/transformer/best.weights.h5'
 """
 
 import json

@@ -75,10 +75,10 @@ def read_captions(path, image_folder=None):
 
     Example:
 
-    >>> _ = Path("captions.tsv").write_text("a.png\ta red circle\na.png\ta circle\nb.png\t \n")
-    >>> captions = read_captions("captions.tsv", image_folder="images")
-    >>> captions.paths, captions.images, captions.skipped_empty
-    (['images/a.png'], [0, 0], 1)
+        >>> _ = Path("captions.tsv").write_text("a.png\ta red circle\na.png\ta circle\nb.png\t \n")
+        >>> captions = read_captions("captions.tsv", image_folder="images")
+        >>> captions.paths, captions.images, captions.skipped_empty
+        (['images/a.png'], [0, 0], 1)
     """
     path = Path(path)
     folder = image_folder if image_folder is not None else str(path.parent)
@@ -154,13 +154,13 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
 
     Example:
 
-    >>> from pipelines.preprocessors import CaptionPreprocessor
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=16)
-    >>> inputs, target_out = next(iter(caption_dataset(
-    ...     np.zeros((3, 16, 16, 3), "uint8"), ["a red circle"] * 3, preprocessor, batch_size=2)))
-    >>> inputs["image"].shape, inputs["target_in"].shape, target_out.shape
-    (TensorShape([2, 16, 16, 3]), TensorShape([2, 4]), TensorShape([2, 4]))
+        >>> from pipelines.preprocessors import CaptionPreprocessor
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=16)
+        >>> inputs, target_out = next(iter(caption_dataset(
+        ...     np.zeros((3, 16, 16, 3), "uint8"), ["a red circle"] * 3, preprocessor, batch_size=2)))
+        >>> inputs["image"].shape, inputs["target_in"].shape, target_out.shape
+        (TensorShape([2, 16, 16, 3]), TensorShape([2, 4]), TensorShape([2, 4]))
     """
     image_rows = np.arange(len(images)) if image_rows is None else image_rows
     if len(image_rows) != len(captions):
@@ -190,12 +190,12 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
 
     Example:
 
-    >>> from pipelines.preprocessors import CaptionPreprocessor
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a", "b"], 30), image_size=4)
-    >>> epochs = caption_epochs(np.zeros((5, 4, 4, 3), "uint8"), list("ababa"), preprocessor, batch_size=2)
-    >>> len(epochs(0)), [len(t[1]) for t in epochs(1)]
-    (3, [2, 2, 1])
+        >>> from pipelines.preprocessors import CaptionPreprocessor
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a", "b"], 30), image_size=4)
+        >>> epochs = caption_epochs(np.zeros((5, 4, 4, 3), "uint8"), list("ababa"), preprocessor, batch_size=2)
+        >>> len(epochs(0)), [len(t[1]) for t in epochs(1)]
+        (3, [2, 2, 1])
     """
 
     count = len(captions)

@@ -56,10 +56,10 @@ def read_labelled_tsv(path):
 
     Example:
 
-    >>> _ = Path("train.tsv").write_text("0\thide new secretions from the parental units\n")
-    >>> data = read_labelled_tsv("train.tsv")
-    >>> data.labels[0], data.texts_a[0]
-    ('0', 'hide new secretions from the parental units')
+        >>> _ = Path("train.tsv").write_text("0\thide new secretions from the parental units\n")
+        >>> data = read_labelled_tsv("train.tsv")
+        >>> data.labels[0], data.texts_a[0]
+        ('0', 'hide new secretions from the parental units')
     """
     labels, texts_a, texts_b, skipped, columns = [], [], [], 0, None
     # Lines as read (not stripped): a tab before an empty text still counts.

@@ -49,12 +49,12 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
 
     Example:
 
-    >>> from pathlib import Path
-    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
-    >>> _ = Path("a.txt").write_text("The cat sat. It slept!\\n\\nA dog ran. It barked.\\n")
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(["The cat sat. It slept! A dog ran. It barked."], 60))
-    >>> [block.num_documents for block in document_blocks(["a.txt"], tokenizer)]
-    [2]
+        >>> from pathlib import Path
+        >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+        >>> _ = Path("a.txt").write_text("The cat sat. It slept!\\n\\nA dog ran. It barked.\\n")
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(["The cat sat. It slept! A dog ran. It barked."], 60))
+        >>> [block.num_documents for block in document_blocks(["a.txt"], tokenizer)]
+        [2]
     """
     counts = counts if counts is not None else documents.Documents([])
     order = list(files) if order_seed is None else [files[i] for i in np.random.default_rng(order_seed).permutation(len(files))]

@@ -77,8 +77,8 @@ def split_sentences(line):
 
     Example:
 
-    >>> split_sentences("The cat sat. It slept! Did it? Yes, e.g. twice.")
-    ['The cat sat.', 'It slept!', 'Did it?', 'Yes, e.g. twice.']
+        >>> split_sentences("The cat sat. It slept! Did it? Yes, e.g. twice.")
+        ['The cat sat.', 'It slept!', 'Did it?', 'Yes, e.g. twice.']
     """
     sentences, start = [], 0
     for end in _SENTENCE_END.finditer(line):
@@ -109,10 +109,10 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
 
     Example:
 
-    >>> from pathlib import Path
-    >>> _ = Path("wiki.txt").write_text("The cat sat. It slept!\n\nA dog ran.\n")
-    >>> read_documents("wiki.txt").documents
-    [['The cat sat.', 'It slept!'], ['A dog ran.']]
+        >>> from pathlib import Path
+        >>> _ = Path("wiki.txt").write_text("The cat sat. It slept!\n\nA dog ran.\n")
+        >>> read_documents("wiki.txt").documents
+        [['The cat sat.', 'It slept!'], ['A dog ran.']]
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

@@ -17,9 +17,9 @@ def prefetched(dataset):
 
     Example:
 
-    >>> batches = prefetched(tf.data.Dataset.range(4).batch(2))
-    >>> [batch.tolist() for batch in batches.as_numpy_iterator()], batches.options().autotune.enabled
-    ([[0, 1], [2, 3]], False)
+        >>> batches = prefetched(tf.data.Dataset.range(4).batch(2))
+        >>> [batch.tolist() for batch in batches.as_numpy_iterator()], batches.options().autotune.enabled
+        ([[0, 1], [2, 3]], False)
     """
     return without_autotuning(dataset.prefetch(tf.data.AUTOTUNE))
 

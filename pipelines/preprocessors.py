@@ -43,14 +43,14 @@ class TranslationPreprocessor(keras.layers.Layer):
 
     Example:
 
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> vocabulary = learn_wordpiece_vocabulary(["a dog runs .", "ein hund rennt ."], 60)
-    >>> preprocessor = TranslationPreprocessor(vocabulary, max_length=8)
-    >>> ids = preprocessor(tf.constant(["ein hund"]), tf.constant(["a dog"]))
-    >>> [ids[key].shape for key in ("source", "target_in", "target_out")]
-    [TensorShape([1, 2]), TensorShape([1, 3]), TensorShape([1, 3])]
-    >>> preprocessor.detokenize(ids["target_out"]).numpy()
-    array([b'a dog'], dtype=object)
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> vocabulary = learn_wordpiece_vocabulary(["a dog runs .", "ein hund rennt ."], 60)
+        >>> preprocessor = TranslationPreprocessor(vocabulary, max_length=8)
+        >>> ids = preprocessor(tf.constant(["ein hund"]), tf.constant(["a dog"]))
+        >>> [ids[key].shape for key in ("source", "target_in", "target_out")]
+        [TensorShape([1, 2]), TensorShape([1, 3]), TensorShape([1, 3])]
+        >>> preprocessor.detokenize(ids["target_out"]).numpy()
+        array([b'a dog'], dtype=object)
     """
 
     def __init__(self, source_tokenizer, target_tokenizer=None, max_length=64, lowercase=False, **kwargs):
@@ -116,11 +116,11 @@ class CaptionPreprocessor(keras.layers.Layer):
 
     Example:
 
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=32)
-    >>> packed = preprocessor(np.zeros((1, 64, 64, 3), "uint8"), tf.constant(["a red circle"]))
-    >>> packed["image"].shape, packed["target_in"].shape
-    (TensorShape([1, 32, 32, 3]), TensorShape([1, 4]))
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=32)
+        >>> packed = preprocessor(np.zeros((1, 64, 64, 3), "uint8"), tf.constant(["a red circle"]))
+        >>> packed["image"].shape, packed["target_in"].shape
+        (TensorShape([1, 32, 32, 3]), TensorShape([1, 4]))
     """
 
     def __init__(self, tokenizer, image_size=64, max_length=32, lowercase=True, **kwargs):
@@ -241,11 +241,11 @@ class BertPreprocessor(keras.layers.Layer):
 
     Example:
 
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
-    >>> rows = preprocessor(tf.constant(["a dog runs ."]), tf.constant(["a cat sits ."]))
-    >>> rows["segment_ids"].numpy()
-    array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], dtype=int32)
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
+        >>> rows = preprocessor(tf.constant(["a dog runs ."]), tf.constant(["a cat sits ."]))
+        >>> rows["segment_ids"].numpy()
+        array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], dtype=int32)
     """
 
     def __init__(self, tokenizer, max_length=512, lowercase=False, **kwargs):

@@ -402,16 +402,16 @@ def pretraining_dataset(
 
     Example:
 
-    >>> from pipelines.preprocessors import BertPreprocessor
-    >>> from pipelines.synthetic_documents import document_corpus
-    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
-    >>> documents = document_corpus(200)
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(sum(documents, []), 500))
-    >>> corpus = tokenize_documents(documents, tokenizer)
-    >>> data = pretraining_dataset(corpus, BertPreprocessor(tokenizer, max_length=128), batch_size=32)
-    >>> features, labels = next(iter(data))
-    >>> features["token_ids"].shape, labels["mlm_labels"].shape
-    (TensorShape([32, 128]), TensorShape([32, 20]))
+        >>> from pipelines.preprocessors import BertPreprocessor
+        >>> from pipelines.synthetic_documents import document_corpus
+        >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+        >>> documents = document_corpus(200)
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(sum(documents, []), 500))
+        >>> corpus = tokenize_documents(documents, tokenizer)
+        >>> data = pretraining_dataset(corpus, BertPreprocessor(tokenizer, max_length=128), batch_size=32)
+        >>> features, labels = next(iter(data))
+        >>> features["token_ids"].shape, labels["mlm_labels"].shape
+        (TensorShape([32, 128]), TensorShape([32, 20]))
     """
     max_length, vocabulary = preprocessor.max_length, preprocessor.tokenizer.vocabulary
     num_pairs = num_pairs or pairs_per_epoch(corpus, max_length)

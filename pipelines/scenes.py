@@ -23,11 +23,11 @@ has only seen apart.
 
 Example:
 
->>> corpus = scenes_corpus(seed=0, train_size=4, valid_size=2, test_size=2, held_out_size=2)
->>> corpus["train"].images.shape, corpus["train"].images.dtype
-((4, 64, 64, 3), dtype('uint8'))
->>> [len(boxes) for boxes in corpus["train"].boxes] == corpus["train"].counts.tolist()
-True
+    >>> corpus = scenes_corpus(seed=0, train_size=4, valid_size=2, test_size=2, held_out_size=2)
+    >>> corpus["train"].images.shape, corpus["train"].images.dtype
+    ((4, 64, 64, 3), dtype('uint8'))
+    >>> [len(boxes) for boxes in corpus["train"].boxes] == corpus["train"].counts.tolist()
+    True
 """
 
 import dataclasses

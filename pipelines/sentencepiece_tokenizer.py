@@ -48,9 +48,9 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
 
     Example:
 
-    >>> model = learn_sentencepiece_model(["A man in a blue shirt.", "Two men, one dog."] * 20, 300)
-    >>> SentencePieceTokenizer(model).vocabulary[:8]
-    ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '<0x00>']
+        >>> model = learn_sentencepiece_model(["A man in a blue shirt.", "Two men, one dog."] * 20, 300)
+        >>> SentencePieceTokenizer(model).vocabulary[:8]
+        ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '<0x00>']
     """
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"`model_type` must be 'bpe' or 'unigram', got {model_type!r}.")
@@ -101,9 +101,9 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     Example:
 
-    >>> tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(["A man in a blue shirt."] * 20, 300))
-    >>> tokenizer.detokenize(tokenizer.tokenize(["A  man, in a blue shirt."]))
-    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A  man, in a blue shirt.'], dtype=object)>
+        >>> tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(["A man in a blue shirt."] * 20, 300))
+        >>> tokenizer.detokenize(tokenizer.tokenize(["A  man, in a blue shirt."]))
+        <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A  man, in a blue shirt.'], dtype=object)>
     """
 
     def __init__(self, model, lowercase=False, name=None):

@@ -49,11 +49,11 @@ def corpus_files(spec):
 
     Example:
 
-    >>> os.makedirs("shards", exist_ok=True)
-    >>> for name in ("b.txt", "a.txt"):
-    ...     _ = open(os.path.join("shards", name), "w").write("text\\n")
-    >>> [os.path.basename(path) for path in corpus_files("shards")]
-    ['a.txt', 'b.txt']
+        >>> os.makedirs("shards", exist_ok=True)
+        >>> for name in ("b.txt", "a.txt"):
+        ...     _ = open(os.path.join("shards", name), "w").write("text\\n")
+        >>> [os.path.basename(path) for path in corpus_files("shards")]
+        ['a.txt', 'b.txt']
     """
     spec = str(spec)
     if os.path.isdir(spec):
@@ -98,13 +98,13 @@ class ShardedCorpus:
 
     Example:
 
-    >>> _ = open("a.de", "w").write("Ein Hund.\\n\\n Zwei Katzen. \\n")
-    >>> _ = open("a.en", "w").write("A dog.\\nA cat.\\nTwo cats.\\n")
-    >>> corpus = ShardedCorpus.parallel("a.de", "a.en")
-    >>> [(s.decode(), t.decode()) for s, t in corpus.pairs().as_numpy_iterator()]
-    [('Ein Hund.', 'A dog.'), ('Zwei Katzen.', 'Two cats.')]
-    >>> corpus.scan()
-    Scan(pairs=2, skipped_empty=1)
+        >>> _ = open("a.de", "w").write("Ein Hund.\\n\\n Zwei Katzen. \\n")
+        >>> _ = open("a.en", "w").write("A dog.\\nA cat.\\nTwo cats.\\n")
+        >>> corpus = ShardedCorpus.parallel("a.de", "a.en")
+        >>> [(s.decode(), t.decode()) for s, t in corpus.pairs().as_numpy_iterator()]
+        [('Ein Hund.', 'A dog.'), ('Zwei Katzen.', 'Two cats.')]
+        >>> corpus.scan()
+        Scan(pairs=2, skipped_empty=1)
     """
 
     shards: tuple

@@ -180,9 +180,9 @@ def translation_corpus(seed=0, train_size=20000, valid_size=500, test_size=500):
 
     Example:
 
-    >>> splits = translation_corpus(seed=0, train_size=100)
-    >>> splits["train"].sources[2], splits["train"].targets[2]
-    ('The boat laughs.', 'Lo nopu nodes.')
+        >>> splits = translation_corpus(seed=0, train_size=100)
+        >>> splits["train"].sources[2], splits["train"].targets[2]
+        ('The boat laughs.', 'Lo nopu nodes.')
     """
     rng = np.random.default_rng(seed)
     sizes = {"test": test_size, "valid": valid_size, "train": train_size}

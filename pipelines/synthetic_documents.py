@@ -90,8 +90,8 @@ def document_corpus(num_documents=2000, seed=0, min_sentences=3, max_sentences=1
 
     Example:
 
-    >>> document_corpus(1, seed=0)[0][:2]
-    ['Yara weighs the woven basket in the market.', 'Yara wraps the low price in the market.']
+        >>> document_corpus(1, seed=0)[0][:2]
+        ['Yara weighs the woven basket in the market.', 'Yara wraps the low price in the market.']
     """
     return [document for _, document in labelled_documents(num_documents, seed, min_sentences, max_sentences)]
 
@@ -106,8 +106,8 @@ def labelled_documents(num_documents=2000, seed=0, min_sentences=3, max_sentence
 
     Example:
 
-    >>> [topic for topic, _ in labelled_documents(3, seed=0)]
-    ['market', 'school', 'market']
+        >>> [topic for topic, _ in labelled_documents(3, seed=0)]
+        ['market', 'school', 'market']
     """
     rng = np.random.default_rng(seed)
     topics = list(TOPICS)

@@ -89,9 +89,9 @@ def learn_wordpiece_vocabulary(texts, vocabulary_size=8000, lowercase=False):
 
     Example:
 
-    >>> vocabulary = learn_wordpiece_vocabulary(["A man in a blue shirt."], 100)
-    >>> vocabulary[:8]
-    ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '.']
+        >>> vocabulary = learn_wordpiece_vocabulary(["A man in a blue shirt."], 100)
+        >>> vocabulary[:8]
+        ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '.']
     """
     import tokenizers
 
@@ -193,11 +193,11 @@ class WordPieceTokenizer(SubwordTokenizer):
 
     Example:
 
-    >>> texts = ["A man in a blue shirt.", "Two men, one dog."]
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts, 100))
-    >>> ids = tokenizer.tokenize(["A man, in a blue shirt."])
-    >>> tokenizer.detokenize(ids)
-    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A man, in a blue shirt.'], dtype=object)>
+        >>> texts = ["A man in a blue shirt.", "Two men, one dog."]
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts, 100))
+        >>> ids = tokenizer.tokenize(["A man, in a blue shirt."])
+        >>> tokenizer.detokenize(ids)
+        <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A man, in a blue shirt.'], dtype=object)>
     """
 
     def __init__(self, vocabulary, lowercase=False, name=None):

@@ -119,15 +119,15 @@ def translation_dataset(
 
     Example:
 
-    >>> from pipelines.synthetic import translation_corpus
-    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
-    >>> corpus = translation_corpus(train_size=200)["train"]
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
-    >>> dataset = translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
-    ...                               batch_size=64, max_length=64)
-    >>> inputs, target_out = next(iter(dataset))
-    >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
-    (TensorShape([64, 11]), True)
+        >>> from pipelines.synthetic import translation_corpus
+        >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+        >>> corpus = translation_corpus(train_size=200)["train"]
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
+        >>> dataset = translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
+        ...                               batch_size=64, max_length=64)
+        >>> inputs, target_out = next(iter(dataset))
+        >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
+        (TensorShape([64, 11]), True)
     """
     _check(sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
@@ -173,14 +173,14 @@ def translation_epochs(
 
     Example:
 
-    >>> from pipelines.synthetic import translation_corpus
-    >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
-    >>> corpus = translation_corpus(train_size=200)["train"]
-    >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
-    >>> epochs = translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer, 64, 64)
-    >>> remaining = epochs(3).skip(2)  # epoch 3 after its first 2 steps
-    >>> len(epochs(3)), len(remaining)
-    (4, 2)
+        >>> from pipelines.synthetic import translation_corpus
+        >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
+        >>> corpus = translation_corpus(train_size=200)["train"]
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
+        >>> epochs = translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer, 64, 64)
+        >>> remaining = epochs(3).skip(2)  # epoch 3 after its first 2 steps
+        >>> len(epochs(3)), len(remaining)
+        (4, 2)
     """
     _check(sources, targets, max_length, "translation_epochs", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, True)
@@ -471,7 +471,7 @@ def width_count(max_length, multiple):
 
     Example:
 
-    >>> width_count(64, 8)  # 8, 16, ..., 64
-    8
+        >>> width_count(64, 8)  # 8, 16, ..., 64
+        8
     """
     return -(-max_length // multiple)

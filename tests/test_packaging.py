@@ -1,4 +1,4 @@
-"""The package as a user installs it: its dependencies, its license, the README's map of it.
+"""The package as a user installs it: its dependencies, its license, the design page's map of it.
 
 The wheel itself (every module and file in it, `keras-attn` runnable from a
 fresh environment) is checked by `.ci/run`.
@@ -60,10 +60,13 @@ def test_license_file_is_the_declared_apache_license():
     assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a pointer to it
 
 
+DESIGN_PAGE = ROOT / "docs" / "explanation" / "design.md"
+
+
 def _layout_section():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", readme, flags=re.M | re.S)
-    assert found, "README.md has no `## Layout` section"
+    page = DESIGN_PAGE.read_text(encoding="utf-8")
+    found = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", page, flags=re.M | re.S)
+    assert found, f"{DESIGN_PAGE.relative_to(ROOT)} has no `## Layout` section"
     return found.group(1)
 
 
@@ -73,7 +76,7 @@ def _named(text, name):
     return re.search(rf"(?<![\w.-]){re.escape(name)}{end}", text) is not None
 
 
-def test_readme_layout_names_every_module():
+def test_the_layout_names_every_module():
     """A module of `keras_attn/` or `pipelines/` is named by its file, one of a
     subpackage (`keras_attn/layers/...`) at least by its folder."""
     layout = _layout_section()
@@ -88,10 +91,10 @@ def test_readme_layout_names_every_module():
             continue
         if not any(_named(layout, name) for name in names):
             missing.append("/".join(parts[:2]) + ("/" if len(parts) > 2 else ""))
-    assert not missing, "missing from the README's layout: " + ", ".join(sorted(set(missing)))
+    assert not missing, "missing from the design page's layout: " + ", ".join(sorted(set(missing)))
 
 
-def test_readme_layout_names_every_top_level_folder():
+def test_the_layout_names_every_top_level_folder():
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     tracked = subprocess.run(
@@ -99,4 +102,4 @@ def test_readme_layout_names_every_top_level_folder():
     ).stdout.splitlines()
     folders = {path.split("/")[0] + "/" for path in tracked if "/" in path}
     layout = _layout_section()
-    assert sorted(f for f in folders if not _named(layout, f)) == [], "missing from the README's layout"
+    assert sorted(f for f in folders if not _named(layout, f)) == [], "missing from the design page's layout"

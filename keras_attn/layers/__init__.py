@@ -32,3 +32,24 @@ from keras_attn.layers.transformer import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
+
+__all__ = [
+    "AddAndNorm",
+    "AdditiveAttention",
+    "DotProductAttention",
+    "CaptionDecoder",
+    "BertEmbedding",
+    "TokenAndPositionEmbedding",
+    "FeedForward",
+    "ImageGridEncoder",
+    "MaskedLMHead",
+    "NextSentenceHead",
+    "MultiHeadAttention",
+    "scaled_dot_product_attention",
+    "PositionEmbedding",
+    "SinusoidalPositionEncoding",
+    "AttentionDecoder",
+    "RNNEncoder",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+]

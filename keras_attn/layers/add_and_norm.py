@@ -28,10 +28,10 @@ class AddAndNorm(keras.layers.Layer):
 
     Example:
 
-    >>> add_norm = AddAndNorm(dropout=0.1)
-    >>> x = np.random.rand(2, 5, 8).astype("float32")
-    >>> add_norm(x, add_norm.normalize_input(x) * 2).shape
-    TensorShape([2, 5, 8])
+        >>> add_norm = AddAndNorm(dropout=0.1)
+        >>> x = np.random.rand(2, 5, 8).astype("float32")
+        >>> add_norm(x, add_norm.normalize_input(x) * 2).shape
+        TensorShape([2, 5, 8])
     """
 
     def __init__(self, dropout=0.0, norm_first=False, epsilon=1e-5, **kwargs):

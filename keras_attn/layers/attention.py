@@ -146,12 +146,12 @@ class AdditiveAttention(_AlignmentAttention):
 
     Example:
 
-    >>> attention = AdditiveAttention(units=16)
-    >>> state = np.random.rand(2, 8).astype("float32")         # decoder step
-    >>> encoded = np.random.rand(2, 5, 12).astype("float32")   # encoder outputs
-    >>> context, weights = attention(state, encoded, return_attention_scores=True)
-    >>> context.shape, weights.shape
-    (TensorShape([2, 12]), TensorShape([2, 5]))
+        >>> attention = AdditiveAttention(units=16)
+        >>> state = np.random.rand(2, 8).astype("float32")         # decoder step
+        >>> encoded = np.random.rand(2, 5, 12).astype("float32")   # encoder outputs
+        >>> context, weights = attention(state, encoded, return_attention_scores=True)
+        >>> context.shape, weights.shape
+        (TensorShape([2, 12]), TensorShape([2, 5]))
     """
 
     def __init__(self, units, use_bias=True, dropout=0.0, **kwargs):
@@ -248,11 +248,11 @@ class DotProductAttention(_AlignmentAttention):
 
     Example:
 
-    >>> attention = DotProductAttention(score="general")
-    >>> state = np.random.rand(2, 8).astype("float32")
-    >>> encoded = np.random.rand(2, 5, 8).astype("float32")
-    >>> attention(state, encoded).shape
-    TensorShape([2, 8])
+        >>> attention = DotProductAttention(score="general")
+        >>> state = np.random.rand(2, 8).astype("float32")
+        >>> encoded = np.random.rand(2, 5, 8).astype("float32")
+        >>> attention(state, encoded).shape
+        TensorShape([2, 8])
     """
 
     def __init__(

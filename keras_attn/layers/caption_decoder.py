@@ -69,12 +69,12 @@ class CaptionDecoder(AttentionDecoder):
 
     Example:
 
-    >>> decoder = CaptionDecoder(50, hidden_dim=16)
-    >>> grid = np.random.rand(2, 9, 16).astype("float32")
-    >>> states = [[np.zeros((2, 16), "float32")] * 2]
-    >>> logits, weights = decoder(np.array([[2, 7, 8]] * 2), grid, states, return_attention_scores=True)
-    >>> logits.shape, weights.shape
-    (TensorShape([2, 3, 50]), TensorShape([2, 3, 9]))
+        >>> decoder = CaptionDecoder(50, hidden_dim=16)
+        >>> grid = np.random.rand(2, 9, 16).astype("float32")
+        >>> states = [[np.zeros((2, 16), "float32")] * 2]
+        >>> logits, weights = decoder(np.array([[2, 7, 8]] * 2), grid, states, return_attention_scores=True)
+        >>> logits.shape, weights.shape
+        (TensorShape([2, 3, 50]), TensorShape([2, 3, 9]))
     """
 
     def __init__(self, vocabulary_size, hidden_dim, gate=True, attention_regularization=1.0, hard=False,

@@ -46,9 +46,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     Example:
 
-    >>> embed = TokenAndPositionEmbedding(100, max_sequence_length=32, hidden_dim=16)
-    >>> embed(np.array([[5, 7, 0]])).shape
-    TensorShape([1, 3, 16])
+        >>> embed = TokenAndPositionEmbedding(100, max_sequence_length=32, hidden_dim=16)
+        >>> embed(np.array([[5, 7, 0]])).shape
+        TensorShape([1, 3, 16])
     """
 
     def __init__(
@@ -174,9 +174,9 @@ class BertEmbedding(keras.layers.Layer):
 
     Example:
 
-    >>> embed = BertEmbedding(100, max_sequence_length=32, num_segments=2, hidden_dim=16)
-    >>> embed(np.array([[2, 7, 3]]), np.array([[0, 0, 1]])).shape
-    TensorShape([1, 3, 16])
+        >>> embed = BertEmbedding(100, max_sequence_length=32, num_segments=2, hidden_dim=16)
+        >>> embed(np.array([[2, 7, 3]]), np.array([[0, 0, 1]])).shape
+        TensorShape([1, 3, 16])
     """
 
     def __init__(

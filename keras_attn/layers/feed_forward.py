@@ -27,8 +27,8 @@ class FeedForward(keras.layers.Layer):
 
     Example:
 
-    >>> FeedForward(32)(np.random.rand(2, 5, 8).astype("float32")).shape
-    TensorShape([2, 5, 8])
+        >>> FeedForward(32)(np.random.rand(2, 5, 8).astype("float32")).shape
+        TensorShape([2, 5, 8])
     """
 
     def __init__(self, intermediate_dim, activation="relu", dropout=0.0,

@@ -34,9 +34,9 @@ class ImageGridEncoder(keras.layers.Layer):
 
     Example:
 
-    >>> encoder = ImageGridEncoder(filters=(8, 16, 32), feature_dim=24)
-    >>> encoder(np.random.rand(2, 64, 64, 3).astype("float32")).shape
-    TensorShape([2, 64, 24])
+        >>> encoder = ImageGridEncoder(filters=(8, 16, 32), feature_dim=24)
+        >>> encoder(np.random.rand(2, 64, 64, 3).astype("float32")).shape
+        TensorShape([2, 64, 24])
     """
 
     def __init__(self, filters=(32, 64, 128), feature_dim=128, stage_depth=2, kernel_initializer="he_normal",

@@ -31,11 +31,11 @@ def clone_initializer(initializer, salt):
 
     Example:
 
-    >>> seeded = keras.initializers.GlorotUniform(seed=7)
-    >>> query = clone_initializer(seeded, "query_kernel")
-    >>> key = clone_initializer(seeded, "key_kernel")
-    >>> bool((query((4, 4)) == key((4, 4))).numpy().all())
-    False
+        >>> seeded = keras.initializers.GlorotUniform(seed=7)
+        >>> query = clone_initializer(seeded, "query_kernel")
+        >>> key = clone_initializer(seeded, "key_kernel")
+        >>> bool((query((4, 4)) == key((4, 4))).numpy().all())
+        False
     """
     initializer = keras.initializers.get(initializer)
     config = initializer.get_config()

@@ -41,11 +41,11 @@ class MaskedLMHead(keras.layers.Layer):
 
     Example:
 
-    >>> embedding = keras.layers.Embedding(100, 16)
-    >>> embedding.build((None,))
-    >>> head = MaskedLMHead(100, token_embedding=embedding)
-    >>> head(np.random.rand(2, 7, 16).astype("float32"), np.array([[1, 3], [0, 6]])).shape
-    TensorShape([2, 2, 100])
+        >>> embedding = keras.layers.Embedding(100, 16)
+        >>> embedding.build((None,))
+        >>> head = MaskedLMHead(100, token_embedding=embedding)
+        >>> head(np.random.rand(2, 7, 16).astype("float32"), np.array([[1, 3], [0, 6]])).shape
+        TensorShape([2, 2, 100])
     """
 
     def __init__(

@@ -126,11 +126,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
 
-    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
-    >>> x = np.random.rand(3, 5, 8).astype("float32")
-    >>> out, weights = mha(x, x, return_attention_scores=True)
-    >>> out.shape, weights.shape
-    (TensorShape([3, 5, 8]), TensorShape([3, 2, 5, 5]))
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.random.rand(3, 5, 8).astype("float32")
+        >>> out, weights = mha(x, x, return_attention_scores=True)
+        >>> out.shape, weights.shape
+        (TensorShape([3, 5, 8]), TensorShape([3, 2, 5, 5]))
 
     Decoding one step at a time with a cache gives the causal pass:
 

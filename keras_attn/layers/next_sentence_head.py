@@ -20,8 +20,8 @@ class NextSentenceHead(keras.layers.Layer):
 
     Example:
 
-    >>> NextSentenceHead()(np.random.rand(3, 16).astype("float32")).shape
-    TensorShape([3, 2])
+        >>> NextSentenceHead()(np.random.rand(3, 16).astype("float32")).shape
+        TensorShape([3, 2])
     """
 
     def __init__(self, kernel_initializer=None, **kwargs):

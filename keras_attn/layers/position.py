@@ -46,9 +46,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     Example:
 
-    >>> x = np.zeros((2, 10, 16), "float32")
-    >>> (x + SinusoidalPositionEncoding(max_sequence_length=64)(x)).shape
-    TensorShape([2, 10, 16])
+        >>> x = np.zeros((2, 10, 16), "float32")
+        >>> (x + SinusoidalPositionEncoding(max_sequence_length=64)(x)).shape
+        TensorShape([2, 10, 16])
     """
 
     def __init__(self, max_sequence_length, max_wavelength=10000.0, **kwargs):
@@ -104,9 +104,9 @@ class PositionEmbedding(keras.layers.Layer):
 
     Example:
 
-    >>> x = np.zeros((2, 10, 16), "float32")
-    >>> PositionEmbedding(max_sequence_length=64)(x).shape
-    TensorShape([1, 10, 16])
+        >>> x = np.zeros((2, 10, 16), "float32")
+        >>> PositionEmbedding(max_sequence_length=64)(x).shape
+        TensorShape([1, 10, 16])
     """
 
     def __init__(self, max_sequence_length, initializer="glorot_uniform", **kwargs):

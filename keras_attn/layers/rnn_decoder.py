@@ -95,11 +95,11 @@ class AttentionDecoder(keras.layers.Layer):
 
     Example:
 
-    >>> decoder = AttentionDecoder(100, hidden_dim=16, attention="luong")
-    >>> memory = np.random.rand(2, 5, 16).astype("float32")
-    >>> states = [[np.zeros((2, 16), "float32")] * 2]
-    >>> decoder(np.array([[2, 7, 8], [2, 9, 0]]), memory, states).shape
-    TensorShape([2, 3, 100])
+        >>> decoder = AttentionDecoder(100, hidden_dim=16, attention="luong")
+        >>> memory = np.random.rand(2, 5, 16).astype("float32")
+        >>> states = [[np.zeros((2, 16), "float32")] * 2]
+        >>> decoder(np.array([[2, 7, 8], [2, 9, 0]]), memory, states).shape
+        TensorShape([2, 3, 100])
     """
 
     def __init__(

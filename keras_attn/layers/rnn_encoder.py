@@ -45,10 +45,10 @@ class RNNEncoder(keras.layers.Layer):
 
     Example:
 
-    >>> encoder = RNNEncoder(100, hidden_dim=16, bidirectional=True)
-    >>> outputs, states = encoder(np.array([[5, 7, 3, 0]]))
-    >>> outputs.shape, len(states), states[0][0].shape
-    (TensorShape([1, 4, 32]), 1, TensorShape([1, 32]))
+        >>> encoder = RNNEncoder(100, hidden_dim=16, bidirectional=True)
+        >>> outputs, states = encoder(np.array([[5, 7, 3, 0]]))
+        >>> outputs.shape, len(states), states[0][0].shape
+        (TensorShape([1, 4, 32]), 1, TensorShape([1, 32]))
     """
 
     def __init__(

@@ -123,9 +123,9 @@ class TransformerEncoderBlock(_TransformerBlock):
 
     Example:
 
-    >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
-    >>> block(np.random.rand(2, 5, 8).astype("float32")).shape
-    TensorShape([2, 5, 8])
+        >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
+        >>> block(np.random.rand(2, 5, 8).astype("float32")).shape
+        TensorShape([2, 5, 8])
     """
 
     def build(self, x_shape):
@@ -231,12 +231,12 @@ class TransformerDecoderBlock(_TransformerBlock):
 
     Example:
 
-    >>> block = TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
-    >>> x = np.random.rand(2, 5, 8).astype("float32")
-    >>> encoded = np.random.rand(2, 7, 8).astype("float32")
-    >>> out, self_w, cross_w = block(x, encoded, return_attention_scores=True)
-    >>> out.shape, self_w.shape, cross_w.shape
-    (TensorShape([2, 5, 8]), TensorShape([2, 2, 5, 5]), TensorShape([2, 2, 5, 7]))
+        >>> block = TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
+        >>> x = np.random.rand(2, 5, 8).astype("float32")
+        >>> encoded = np.random.rand(2, 7, 8).astype("float32")
+        >>> out, self_w, cross_w = block(x, encoded, return_attention_scores=True)
+        >>> out.shape, self_w.shape, cross_w.shape
+        (TensorShape([2, 5, 8]), TensorShape([2, 2, 5, 5]), TensorShape([2, 2, 5, 7]))
     """
 
     def build(self, x_shape, encoder_outputs_shape=None):

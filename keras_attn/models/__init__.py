@@ -16,3 +16,20 @@ from keras_attn.models.bert import (
 from keras_attn.models.captioner import PRESETS as CAPTIONER_PRESETS
 from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.captioner_task import Captioner
+
+__all__ = [
+    "TRANSFORMER_PRESETS",
+    "TransformerBackbone",
+    "SEQ2SEQ_PRESETS",
+    "Seq2SeqBackbone",
+    "Task",
+    "Seq2SeqLM",
+    "BERT_PRESETS",
+    "BertBackbone",
+    "BertClassifier",
+    "BertMaskedLM",
+    "BertPretrainer",
+    "CAPTIONER_PRESETS",
+    "CaptionerBackbone",
+    "Captioner",
+]

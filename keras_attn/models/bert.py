@@ -61,9 +61,9 @@ class BertBackbone(Backbone):
 
     Example:
 
-    >>> backbone = BertBackbone(30522, preset="tiny")  # BERT-Tiny, L2/H128
-    >>> backbone.count_params(), len(backbone.encoder_blocks)
-    (4385920, 2)
+        >>> backbone = BertBackbone(30522, preset="tiny")  # BERT-Tiny, L2/H128
+        >>> backbone.count_params(), len(backbone.encoder_blocks)
+        (4385920, 2)
     """
 
     def __init__(
@@ -319,11 +319,11 @@ class BertPretrainer(_MaskedLMTask):
 
     Example:
 
-    >>> model = BertPretrainer(BertBackbone(1000, preset="tiny"))
-    >>> out = model({"token_ids": np.array([[4, 9, 6, 5]]), "segment_ids": np.zeros((1, 4)),
-    ...              "mask_positions": np.array([[2]])})
-    >>> out["mlm"].shape, out["nsp"].shape
-    (TensorShape([1, 1, 1000]), TensorShape([1, 2]))
+        >>> model = BertPretrainer(BertBackbone(1000, preset="tiny"))
+        >>> out = model({"token_ids": np.array([[4, 9, 6, 5]]), "segment_ids": np.zeros((1, 4)),
+        ...              "mask_positions": np.array([[2]])})
+        >>> out["mlm"].shape, out["nsp"].shape
+        (TensorShape([1, 1, 1000]), TensorShape([1, 2]))
     """
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
@@ -378,12 +378,12 @@ class BertMaskedLM(_MaskedLMTask):
 
     Example:
 
-    >>> from pipelines.preprocessors import BertPreprocessor
-    >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-    >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
-    >>> model = BertMaskedLM.from_preset("tiny", preprocessor)
-    >>> [len(answer["masks"]) for answer in model.fill_mask(["a [MASK] runs .", "no mask"], top_k=3)]
-    [1, 0]
+        >>> from pipelines.preprocessors import BertPreprocessor
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
+        >>> model = BertMaskedLM.from_preset("tiny", preprocessor)
+        >>> [len(answer["masks"]) for answer in model.fill_mask(["a [MASK] runs .", "no mask"], top_k=3)]
+        [1, 0]
     """
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
@@ -429,9 +429,9 @@ class BertClassifier(_BertTask):
 
     Example:
 
-    >>> model = BertClassifier(BertBackbone(1000), num_classes=2)
-    >>> model({"token_ids": np.array([[4, 9, 5]]), "segment_ids": np.zeros((1, 3))}).shape
-    TensorShape([1, 2])
+        >>> model = BertClassifier(BertBackbone(1000), num_classes=2)
+        >>> model({"token_ids": np.array([[4, 9, 5]]), "segment_ids": np.zeros((1, 3))}).shape
+        TensorShape([1, 2])
     """
 
     def __init__(self, backbone, num_classes, dropout=0.1, preprocessor=None, **kwargs):

@@ -60,11 +60,11 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
 
     Example:
 
-    >>> model = CaptionerBackbone(40, preset="tiny", image_size=32)
-    >>> model({"image": np.zeros((2, 32, 32, 3), "float32"), "target_in": np.array([[2, 5]] * 2)}).shape
-    TensorShape([2, 2, 40])
-    >>> model.encoder.cells
-    16
+        >>> model = CaptionerBackbone(40, preset="tiny", image_size=32)
+        >>> model({"image": np.zeros((2, 32, 32, 3), "float32"), "target_in": np.array([[2, 5]] * 2)}).shape
+        TensorShape([2, 2, 40])
+        >>> model.encoder.cells
+        16
     """
 
     def __init__(

@@ -29,10 +29,10 @@ class Captioner(Seq2SeqLM):
 
     Example:
 
-    >>> model = Captioner(CaptionerBackbone(30, preset="tiny", image_size=32))
-    >>> model.compile()
-    >>> model.generate(np.zeros((2, 32, 32, 3), "float32"), max_length=5).shape
-    (2, 5)
+        >>> model = Captioner(CaptionerBackbone(30, preset="tiny", image_size=32))
+        >>> model.compile()
+        >>> model.generate(np.zeros((2, 32, 32, 3), "float32"), max_length=5).shape
+        (2, 5)
     """
 
     def __init__(self, backbone, preprocessor=None, **kwargs):

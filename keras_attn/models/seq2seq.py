@@ -100,13 +100,13 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
 
     Example:
 
-    >>> model = Seq2SeqBackbone(1000, 1000, hidden_dim=64, attention="luong")
-    >>> logits = model({"source": np.array([[5, 6, 3]]),
-    ...                 "target_in": np.array([[2, 9]])})
-    >>> logits.shape
-    TensorShape([1, 2, 1000])
-    >>> model.get_config()["attention"], model.decoder.hidden_dim
-    ('luong', 64)
+        >>> model = Seq2SeqBackbone(1000, 1000, hidden_dim=64, attention="luong")
+        >>> logits = model({"source": np.array([[5, 6, 3]]),
+        ...                 "target_in": np.array([[2, 9]])})
+        >>> logits.shape
+        TensorShape([1, 2, 1000])
+        >>> model.get_config()["attention"], model.decoder.hidden_dim
+        ('luong', 64)
     """
 
     def __init__(

@@ -34,11 +34,11 @@ class Seq2SeqLM(Task):
 
     Example:
 
-    >>> from keras_attn.models import TransformerBackbone
-    >>> model = Seq2SeqLM(TransformerBackbone(60, 60, preset="tiny", max_sequence_length=16))
-    >>> model.compile()
-    >>> model.generate(np.array([[7, 8, 9]]), max_length=4).shape
-    (1, 4)
+        >>> from keras_attn.models import TransformerBackbone
+        >>> model = Seq2SeqLM(TransformerBackbone(60, 60, preset="tiny", max_sequence_length=16))
+        >>> model.compile()
+        >>> model.generate(np.array([[7, 8, 9]]), max_length=4).shape
+        (1, 4)
     """
 
     def __init__(self, backbone, preprocessor=None, **kwargs):

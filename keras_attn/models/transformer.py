@@ -55,13 +55,13 @@ class TransformerBackbone(Backbone):
 
     Example:
 
-    >>> model = TransformerBackbone.from_preset("tiny", source_vocabulary_size=1000, target_vocabulary_size=1000)
-    >>> logits = model({"source": np.array([[5, 6, 2]]),
-    ...                 "target_in": np.array([[1, 9]])})
-    >>> logits.shape
-    TensorShape([1, 2, 1000])
-    >>> len(model.decoder_blocks), model.get_config()["hidden_dim"]
-    (2, 128)
+        >>> model = TransformerBackbone.from_preset("tiny", source_vocabulary_size=1000, target_vocabulary_size=1000)
+        >>> logits = model({"source": np.array([[5, 6, 2]]),
+        ...                 "target_in": np.array([[1, 9]])})
+        >>> logits.shape
+        TensorShape([1, 2, 1000])
+        >>> len(model.decoder_blocks), model.get_config()["hidden_dim"]
+        (2, 128)
     """
 
     def __init__(

@@ -11,3 +11,14 @@ from keras_attn.serving.bert import BertServer, read_classifier
 from keras_attn.serving.captioner import CaptionServer
 from keras_attn.serving.translator import Translator
 from keras_attn.serving.versions import export, export_if_changed, newest_version, read_metadata
+
+__all__ = [
+    "BertServer",
+    "read_classifier",
+    "CaptionServer",
+    "Translator",
+    "export",
+    "export_if_changed",
+    "newest_version",
+    "read_metadata",
+]

@@ -33,16 +33,16 @@ class DynamicBatcher:
 
     Example:
 
-    >>> import concurrent.futures
-    >>> def run(key, inputs):
-    ...     return {"twice": inputs["x"] * 2}
-    >>> batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=5)
-    >>> async def two_callers():
-    ...     return await asyncio.gather(*(batcher("key", {"x": np.array(x)}, len(x)) for x in ([1, 2], [3])))
-    >>> [out["twice"].tolist() for out in asyncio.run(two_callers())]
-    [[2, 4], [6]]
-    >>> batcher.calls
-    1
+        >>> import concurrent.futures
+        >>> def run(key, inputs):
+        ...     return {"twice": inputs["x"] * 2}
+        >>> batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=5)
+        >>> async def two_callers():
+        ...     return await asyncio.gather(*(batcher("key", {"x": np.array(x)}, len(x)) for x in ([1, 2], [3])))
+        >>> [out["twice"].tolist() for out in asyncio.run(two_callers())]
+        [[2, 4], [6]]
+        >>> batcher.calls
+        1
     """
 
     def __init__(self, run, executor, max_batch_size=32, timeout_ms=5.0, workers=1):

@@ -11,9 +11,9 @@ leaves the root (a symbolic link out) is not served.
 
 Example:
 
->>> store = ModelStore("saved_models")
->>> store.refresh()  # doctest: +SKIP
->>> store.find("transformer").loaded.signatures["translate"]  # doctest: +SKIP
+    >>> store = ModelStore("saved_models")
+    >>> store.refresh()  # doctest: +SKIP
+    >>> store.find("transformer").loaded.signatures["translate"]  # doctest: +SKIP
 """
 
 import dataclasses

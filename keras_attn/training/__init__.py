@@ -12,3 +12,25 @@ from keras_attn.training.scheduled_sampling import (
 )
 from keras_attn.training.schedules import TransformerSchedule, WarmupLinearDecay, warmup_cosine
 from keras_attn.training.strategy import get_strategy
+
+__all__ = [
+    "ClassificationLoss",
+    "MaskedSparseCrossEntropy",
+    "PretrainingLoss",
+    "token_cross_entropy",
+    "MaskedPerplexity",
+    "MaskedTokenAccuracy",
+    "PretrainingMetrics",
+    "FusedAdam",
+    "adamw",
+    "transformer_adam",
+    "ScheduledSampling",
+    "exponential_decay",
+    "inverse_sigmoid_decay",
+    "linear_decay",
+    "teacher_forcing_schedule",
+    "TransformerSchedule",
+    "WarmupLinearDecay",
+    "warmup_cosine",
+    "get_strategy",
+]

@@ -42,15 +42,15 @@ class WeightsAverage:
 
     Example:
 
-    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> average = WeightsAverage("runs/toy/epochs", "epoch", k=5, chief=True)
-    >>> average.add(model, 1)              # after epoch 1's validation
-    >>> model.set_weights([w + 1 for w in model.get_weights()])  # epoch 2 trains
-    >>> average.add(model, 2)
-    >>> own = average.use_mean(model)      # the model now holds the mean: validate it
-    >>> float(model.layers[0].bias[0])
-    0.5
-    >>> model.set_weights(own)             # training goes on from epoch 2's weights
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> average = WeightsAverage("runs/toy/epochs", "epoch", k=5, chief=True)
+        >>> average.add(model, 1)              # after epoch 1's validation
+        >>> model.set_weights([w + 1 for w in model.get_weights()])  # epoch 2 trains
+        >>> average.add(model, 2)
+        >>> own = average.use_mean(model)      # the model now holds the mean: validate it
+        >>> float(model.layers[0].bias[0])
+        0.5
+        >>> model.set_weights(own)             # training goes on from epoch 2's weights
     """
 
     def __init__(self, folder, kind, k, chief):

@@ -145,9 +145,9 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
 
     Example:
 
-    >>> loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
-    >>> float(loss(np.array([[4, 0]]), np.zeros((1, 2, 8))))  # log 8
-    2.0794...
+        >>> loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
+        >>> float(loss(np.array([[4, 0]]), np.zeros((1, 2, 8))))  # log 8
+        2.0794...
     """
 
     def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_cross_entropy", **kwargs):

@@ -85,13 +85,13 @@ class PretrainingMetrics(keras.metrics.Metric):
 
     Example:
 
-    >>> metrics = PretrainingMetrics()
-    >>> targets = {"mlm_labels": np.array([[7, 9]]), "mlm_weights": np.array([[1, 0]]),
-    ...            "nsp_labels": np.array([1])}  # the second masked slot is padding
-    >>> outputs = {"mlm": np.eye(10)[np.array([[7, 4]])], "nsp": np.array([[0.0, 1.0]])}
-    >>> metrics.update_state(targets, outputs)
-    >>> float(metrics.result()["mlm_accuracy"]), float(metrics.result()["nsp_accuracy"])
-    (1.0, 1.0)
+        >>> metrics = PretrainingMetrics()
+        >>> targets = {"mlm_labels": np.array([[7, 9]]), "mlm_weights": np.array([[1, 0]]),
+        ...            "nsp_labels": np.array([1])}  # the second masked slot is padding
+        >>> outputs = {"mlm": np.eye(10)[np.array([[7, 4]])], "nsp": np.array([[0.0, 1.0]])}
+        >>> metrics.update_state(targets, outputs)
+        >>> float(metrics.result()["mlm_accuracy"]), float(metrics.result()["nsp_accuracy"])
+        (1.0, 1.0)
     """
 
     MLM_NAMES = ("mlm_loss", "mlm_accuracy", "mlm_perplexity")

@@ -38,11 +38,11 @@ class FusedAdam(keras.optimizers.Adam):
 
     Example:
 
-    >>> optimizer = FusedAdam(1e-3, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
-    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    >>> model.compile(optimizer=optimizer, loss="mse")
-    >>> model.fit(np.ones((8, 4)), np.ones((8, 1)), epochs=2, verbose=0).epoch
-    [0, 1]
+        >>> optimizer = FusedAdam(1e-3, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer=optimizer, loss="mse")
+        >>> model.fit(np.ones((8, 4)), np.ones((8, 1)), epochs=2, verbose=0).epoch
+        [0, 1]
     """
 
     def update_step(self, gradient, variable, learning_rate):

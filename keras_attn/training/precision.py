@@ -57,8 +57,8 @@ def describe_precision(mixed_precision):
 
     Example:
 
-    >>> describe_precision(False)  # and why, which depends on the hardware
-    'float32...'
+        >>> describe_precision(False)  # and why, which depends on the hardware
+        'float32...'
     """
     native, hardware = bfloat16_support()
     if mixed_precision and native:

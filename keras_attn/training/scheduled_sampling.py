@@ -58,9 +58,9 @@ def teacher_forcing_schedule(name, **parameters):
 
     Example:
 
-    >>> schedule = teacher_forcing_schedule("inverse_sigmoid", k=500.0)
-    >>> round(schedule(0), 4), round(schedule(5000), 4)
-    (0.998, 0.0222)
+        >>> schedule = teacher_forcing_schedule("inverse_sigmoid", k=500.0)
+        >>> round(schedule(0), 4), round(schedule(5000), 4)
+        (0.998, 0.0222)
     """
     if name not in SCHEDULES:
         raise ValueError(f"The schedule must be one of {sorted(SCHEDULES)}, got {name!r}.")
@@ -85,12 +85,12 @@ class ScheduledSampling(keras.callbacks.Callback):
 
     Example:
 
-    >>> from keras_attn.models import Seq2SeqBackbone
-    >>> from keras_attn.training import MaskedSparseCrossEntropy
-    >>> model = Seq2SeqBackbone(1000, 1000, scheduled_sampling="argmax")
-    >>> model.compile("adam", MaskedSparseCrossEntropy())
-    >>> callback = ScheduledSampling(inverse_sigmoid_decay)
-    >>> model.fit(dataset, epochs=5, callbacks=[callback])  # doctest: +SKIP
+        >>> from keras_attn.models import Seq2SeqBackbone
+        >>> from keras_attn.training import MaskedSparseCrossEntropy
+        >>> model = Seq2SeqBackbone(1000, 1000, scheduled_sampling="argmax")
+        >>> model.compile("adam", MaskedSparseCrossEntropy())
+        >>> callback = ScheduledSampling(inverse_sigmoid_decay)
+        >>> model.fit(dataset, epochs=5, callbacks=[callback])  # doctest: +SKIP
     """
 
     def __init__(self, schedule):

@@ -19,8 +19,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Example:
 
-    >>> schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
-    >>> optimizer = keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9)
+        >>> schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
+        >>> optimizer = keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9)
     """
 
     def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
@@ -81,9 +81,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     Example:
 
-    >>> schedule = WarmupLinearDecay(1e-4, warmup_steps=100, total_steps=1000)
-    >>> [round(float(schedule(step)), 6) for step in (0, 50, 100, 550, 1000)]
-    [0.0, 5e-05, 0.0001, 5e-05, 0.0]
+        >>> schedule = WarmupLinearDecay(1e-4, warmup_steps=100, total_steps=1000)
+        >>> [round(float(schedule(step)), 6) for step in (0, 50, 100, 550, 1000)]
+        [0.0, 5e-05, 0.0001, 5e-05, 0.0]
     """
 
     def __init__(self, peak, warmup_steps, total_steps):

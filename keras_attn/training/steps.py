@@ -48,18 +48,18 @@ class TrainingSteps:
 
     Example:
 
-    >>> strategy = tf.distribute.get_strategy()  # or `keras_attn.training.get_strategy("mirrored")`
-    >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
-    >>> with strategy.scope():
-    ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    ...     model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    ...                   metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")])
-    ...     model.optimizer.build(model.trainable_variables)
-    ...     build_metrics(model, next(iter(dataset)))
-    ...     steps = TrainingSteps(model, strategy)
-    >>> iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    >>> sorted(steps.train(iterator))   # one step; the metrics so far
-    ['accuracy', 'loss']
+        >>> strategy = tf.distribute.get_strategy()  # or `keras_attn.training.get_strategy("mirrored")`
+        >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
+        >>> with strategy.scope():
+        ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        ...     model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...                   metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")])
+        ...     model.optimizer.build(model.trainable_variables)
+        ...     build_metrics(model, next(iter(dataset)))
+        ...     steps = TrainingSteps(model, strategy)
+        >>> iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        >>> sorted(steps.train(iterator))   # one step; the metrics so far
+        ['accuracy', 'loss']
     """
 
     def __init__(self, model, strategy, jit_compile=False):

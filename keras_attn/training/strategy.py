@@ -77,9 +77,9 @@ def local_cluster(workers):
         `TF_CONFIG=local_cluster(n)[i]` in its environment.
 
     Example:
-    >>> configs = local_cluster(2)
-    >>> json.loads(configs[1])["task"]
-    {'type': 'worker', 'index': 1}
+        >>> configs = local_cluster(2)
+        >>> json.loads(configs[1])["task"]
+        {'type': 'worker', 'index': 1}
     """
     sockets = [socket.socket() for _ in range(workers)]
     for each in sockets:
