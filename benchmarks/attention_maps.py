@@ -30,8 +30,8 @@ def load_translator(model, run_dir, weights=None):
 
 
 def load_weights_of_any_age(task, path):
-    """Loads a run's weights file into `task`: the task's own, or a bare backbone's (runs before the
-    twenty-fifth session saved the backbone alone)."""
+    """Loads a run's weights file into `task`: the task's own, or a bare backbone's (older run folders
+    saved the backbone alone)."""
     try:
         task.load_weights(path)
     except ValueError:

@@ -438,7 +438,7 @@ def main():
     parser.add_argument("--keep-pretrained-blocks", type=int, help="SST-2 from the pretrained embeddings and this many "
                         "bottom blocks only, the rest re-initialized (default: the whole pretrained backbone)")
     parser.add_argument("--train-data", help="a folder of training documents, one a file (default: WikiText-2 "
-                        "valid and the State of the Union addresses), e.g. `benchmarks.debian_corpus`'s")
+                        "valid and the State of the Union addresses)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default="runs/bert-benchmark")
     parser.add_argument("--out", help="write the results as JSON here")

@@ -163,7 +163,9 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
     """Pairs/s the preset-small Transformer consumes on the streamed batches (its fastest precision here)."""
     import keras
 
-    from benchmarks.training import build_model, training_steps_per_second
+    from benchmarks.measures import StepClock
+    from keras_attn.models import TransformerBackbone
+    from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam
     from keras_attn.training.precision import native_bfloat16
     from pipelines import translation
     from pipelines.streaming import ShardedCorpus
@@ -175,8 +177,14 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
                                                      MAX_LENGTH, shuffle_buffer=20_000)
     precision = "mixed_bfloat16" if native_bfloat16() else "float32"
     keras.mixed_precision.set_global_policy(precision)
-    model = build_model((tokenizer.vocabulary_size,) * 2, "transformer", None)
-    rate = training_steps_per_second(epochs(0).repeat(), model, "fused", False, steps)
+    model = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, max_sequence_length=MAX_LENGTH,
+                                preset="small", dropout=0.1)
+    model.compile(optimizer=transformer_adam(TransformerSchedule(256, 4000)), loss=MaskedSparseCrossEntropy(0.1))
+    batches = epochs(0).repeat()
+    model.fit(batches, steps_per_epoch=10, epochs=1, verbose=0)  # trace, warm up
+    clock = StepClock()
+    model.fit(batches, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
+    rate = steps / (clock.last - clock.first)
     return dict(precision=precision, steps_per_s=round(rate, 3), pairs_per_s=round(rate * BATCH, 1))
 
 

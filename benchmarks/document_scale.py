@@ -96,7 +96,7 @@ def training_pairs_per_second(folder, root, steps=20):
     """Pairs/s BERT-mini consumes on the streamed batches (its fastest precision here)."""
     import keras
 
-    from benchmarks.training import StepClock
+    from benchmarks.measures import StepClock
     from keras_attn.models import BertPretrainer
     from keras_attn.training.precision import native_bfloat16
     from pipelines import document_stream, documents

@@ -2,13 +2,18 @@
 
 - `uncached_greedy_search`: greedy search that reruns the whole model every
   step (what the TensorFlow tutorials do), the reference `decoding.greedy_search`
-  must equal and the baseline `benchmarks.decoding` times it against. Written
+  must equal. Written
   apart from `keras_attn.decoding`, so that it checks that code rather than
   sharing it.
 - `padding_fraction`, `count_truncated`: what the translation pipeline pads
   and cuts.
+- `StepClock`: the wall time of a `fit` call's steps, its first step (the
+  tracing) left out.
 """
 
+import time
+
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -88,3 +93,16 @@ def count_truncated(sources, targets, source_tokenizer, target_tokenizer, max_le
     source_lengths = source_tokenizer.tokenize(list(sources)).row_lengths().numpy()
     target_lengths = target_tokenizer.tokenize(list(targets)).row_lengths().numpy()
     return int(np.sum((source_lengths > max_length) | (target_lengths > max_length - 1)))
+
+
+class StepClock(keras.callbacks.Callback):
+    """Wall time from the end of a `fit` call's first step to the end of its last: `steps / (last - first)`.
+
+    Timed between steps, not around the `fit` call, so that starting the
+    call's iterator over the pipeline is not counted.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.last = time.perf_counter()
+        if batch == 0:
+            self.first = self.last

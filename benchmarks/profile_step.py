@@ -20,14 +20,12 @@ and the time in which no TensorFlow op runs at all (Python, `fit`'s loop,
 waiting).
 
 Cases, on Multi30k de-en from ../shared/data/multi30k/raw (8000-token
-WordPiece vocabularies learned as in benchmarks/training.py, about 20 s;
+WordPiece vocabularies learned from the training text, about 20 s;
 `--synthetic` uses random ids of the same lengths instead):
 
 - `transformer-train`: `TransformerBackbone(..., preset="small")`, batch 64,
-  `model.fit` steps with the job's optimizer (`transformer_adam`) and the label-smoothed loss (as
-  benchmarks/training.py), over the first `--steps` batches of the
-  pipeline held in memory (tf.data runs far ahead of training: see
-  RESULTS.md), warmed up on those same batches so no step retraces.
+  `model.fit` steps with the job's optimizer (`transformer_adam`) and the label-smoothed loss, over the first `--steps` batches of the
+  pipeline held in memory (tf.data runs far ahead of training), warmed up on those same batches so no step retraces.
 - `seq2seq-train`: `Seq2SeqBackbone(..., preset="small", attention="bahdanau")`,
   batch 128, the same loss and optimizer.
 - `transformer-greedy1`: greedy search of one source (the first test

@@ -23,7 +23,7 @@ made on the words of the finished translation: the same words a 50- or
 25-step word-level loop would have kept, as long as our own budget did not
 end the translation first (the script counts the greedy translations our
 budget ended: they have no [EOS]). Beside each: SacreBLEU 13a lowercased of the
-uncut translations, the figure RESULTS quotes elsewhere.
+uncut translations, the figure the other quality benchmarks give.
 
 spaCy's rule-based English tokenizer (`spacy.blank("en")`, no model to
 download; the published runs used `en_core_web_sm`'s, built from the same

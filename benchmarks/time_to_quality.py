@@ -4,7 +4,7 @@
         --warmup-steps 800 --run-dir runs/ttq-5
     python -m benchmarks.time_to_quality --model seq2seq --attention luong --bar 30 ...
 
-Issue 13, goal 1, and issue 11's 30 minutes. The Transformer job
+The Transformer job
 (`translation.run`, Multi30k de→en, preset small, beam 4), or with
 `--model seq2seq` the RNN job with multi30k.py's model flags, trains with
 validation after every epoch, as a normal run does; a callback keeps each

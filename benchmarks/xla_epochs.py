@@ -3,7 +3,7 @@
     python -m benchmarks.xla_epochs                       # 4 cases, then again in reverse order
     python -m benchmarks.xla_epochs --repeats 1 --cases float32:xla mixed_bfloat16:plain
 
-Issue 13, goal 5: with `--jit-compile` the job rounds batch lengths up to
+With `--jit-compile` the job rounds batch lengths up to
 multiples of 8 ids (`translation.XLA_LENGTH_MULTIPLE`), so XLA compiles one
 program per (source, target) width pair it meets instead of one per batch
 shape. Each case here is the job itself (`keras_attn.jobs.translation.run`,

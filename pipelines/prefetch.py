@@ -3,7 +3,7 @@
 Dropping an iterator joins that thread, which waits seconds at random: Keras
 `fit` on the translation pipeline, which drops each epoch's iterator, started
 6 of 18 epochs 2.0-2.7 s late with it and none without; in our runner, epochs
-left before their end waited 3.8-4.2 s (RESULTS.md, "Epoch starts"). Without it,
+left before their end waited 3.8-4.2 s. Without it,
 `tf.data.AUTOTUNE` parallelism stays at the number of CPU cores, and a
 pipeline of ours makes a batch in about a millisecond, against tens of
 milliseconds for a training step.

@@ -12,8 +12,7 @@ pools" of fairseq and tensor2tensor) instead of calling a function per pair
 as `Dataset.bucket_by_sequence_length` (`group_by_window`) does. On
 Multi30k (2 cores) the first epoch runs at about 40,000 pairs/s and later
 epochs, served from the cache, at 80,000-100,000 pairs/s, with 8% padding;
-`bucket_by_sequence_length` gives 25,000-35,000 pairs/s and 9.5%
-(`benchmarks/pipeline.py`).
+`bucket_by_sequence_length` gives 25,000-35,000 pairs/s and 9.5%.
 
 Between the unbatch and the final trim, each row keeps the padding of its
 tokenization batch (up to the longest of its 1024 neighbours): per-row

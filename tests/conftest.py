@@ -12,7 +12,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # One intra-op thread per process (the subprocesses of the fault-tolerance
 # tests inherit it): two pytest-xdist processes, and the job processes some
 # tests start, share 2 cores, and TensorFlow's thread pools spin while they
-# wait. On the AMD EPYC of RESULTS.md's suite section the whole suite took
+# wait. On an AMD EPYC (2 cores) the whole suite took
 # 12:16 with the default (two threads each) and 7:03 with one, in CPU time
 # 1,224 s against 732 s: the same work.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
@@ -73,7 +73,7 @@ def _iterate_without_autotuning():
     Dropping an iterator joins that thread, which took seconds at random
     (pipelines/prefetch.py). Our pipelines and the runner turn it off; this
     covers the datasets tests build and Keras's own adapters: suite runs had
-    tests at up to 5x their time alone (RESULTS.md, "The test suite").
+    tests at up to 5x their time alone.
     """
     from tensorflow.python.data.ops import iterator_ops
 
@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
-    """Every test starts from float32, a fixed seed and a clean Keras session."""
+    """Every test starts from float32 and a fixed seed."""
     import keras
 
     keras.mixed_precision.set_global_policy("float32")

@@ -79,7 +79,7 @@ _LOADED = {}
 
 @pytest.fixture
 def cli_loads_once(monkeypatch):
-    """Makes `keras_attn.cli` load each export once per session (loading costs seconds).
+    """Makes `keras_attn.cli` load each export once per test run (loading costs seconds).
 
     Refusals are not cached: a folder that fails to load fails every time.
     """

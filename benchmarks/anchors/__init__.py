@@ -1,1 +1,1 @@
-"""Anchors: the same model, data and training step in the framework a user would pick instead (issue 35)."""
+"""Anchors: the same model, data and training step in the framework a user would pick instead."""

@@ -1,4 +1,4 @@
-"""Our RNN Seq2Seq's training against PyTorch's (issue 35): Bahdanau attention, preset small, as the job trains it.
+"""Our RNN Seq2Seq's training against PyTorch's: Bahdanau attention, preset small, as the job trains it.
 
     python -m benchmarks.anchors.torch_seq2seq --check      # the same function: losses of the first steps
     python -m benchmarks.anchors.torch_seq2seq --time [--rounds 3 --steps 30 --threads 2]

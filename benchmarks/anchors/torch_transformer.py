@@ -1,4 +1,4 @@
-"""Our Transformer's training against PyTorch's (issue 35): the same model, batches, loss, optimizer and threads.
+"""Our Transformer's training against PyTorch's: the same model, batches, loss, optimizer and threads.
 
     python -m benchmarks.anchors.torch_transformer --check      # the same function: losses of the first steps
     python -m benchmarks.anchors.torch_transformer --time [--rounds 3 --steps 30 --threads 2]

@@ -35,8 +35,8 @@ def finetune_learning_rate(pretrained):
 
     1e-3 for one as narrow as the tiny preset (the default pretraining's): 1e-4, BERT's
     order of magnitude, left it near chance on an 8-label task of 450 rows after 3 epochs
-    (12.0% against 52.0% with 1e-3; 1,800 rows: 63.0% against 100%; single runs,
-    `benchmarks/finetune_defaults.py`). 1e-4 for the wider ones.
+    (12.0% against 52.0% with 1e-3; 1,800 rows: 63.0% against 100%; single runs).
+    1e-4 for the wider ones.
     """
     return 1e-3 if pretrained["hidden_dim"] <= PRESETS["bert"]["tiny"]["hidden_dim"] else 1e-4
 

@@ -39,7 +39,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         filters: the encoder's stage widths (`ImageGridEncoder`).
         feature_dim: D, the width of each grid cell's vector.
         stage_depth: 3×3 convolutions in each of the encoder's stages (one
-            gave better grounding than VGG's two: benchmarks/RESULTS.md).
+            gave better grounding than VGG's two: docs/benchmarks/captioning.md).
         hidden_dim: the LSTM's width; the embeddings' too.
         attention: `"soft"` (section 4.2), `"hard"` (4.1: one sampled cell a
             word when training, the argmax cell at inference) or `"none"`
@@ -47,7 +47,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         gate: the gating scalar β.
         attention_regularization: λ of the doubly stochastic regularizer (0:
             off; on the generated scenes λ = 1 lowered exact match and
-            grounding: benchmarks/RESULTS.md).
+            grounding: docs/benchmarks/captioning.md).
         reinforce_weight, entropy_weight, expectation_rate: hard attention's
             REINFORCE weight, entropy bonus and share of images trained with
             the expectation (`CaptionDecoder`).

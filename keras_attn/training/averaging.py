@@ -9,7 +9,7 @@ runner averages two ways:
   validation loss competes for `best.weights.h5`. Training itself always
   continues from the epoch's own weights. On Multi30k the mean of the five
   epochs around the best one beat the best single epoch by 0.4 BLEU on
-  test2016 (benchmarks/RESULTS.md).
+  test2016 (docs/benchmarks/quality.md).
 - by update (`average_last`, fairseq's `average_checkpoints.py
   --num-update-checkpoints`): the weights every `backup_every` updates and
   at the last one; the run's model is the mean of the last `k`.

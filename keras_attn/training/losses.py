@@ -14,7 +14,7 @@ from keras_attn.special_tokens import PAD_ID
 
 
 # XLA compiles the smoothed loss once per batch shape (dozens of shapes a run) and saves about
-# 5 ns a logit: over an epoch that pays back for large vocabularies only (benchmarks/RESULTS.md).
+# 5 ns a logit: over an epoch that pays back for large vocabularies only.
 XLA_FROM_VOCABULARY = 4096
 
 
@@ -47,8 +47,7 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
          = log Σ_k exp(l_k) − (1 − ε)·l[y] − ε·mean_k(l_k).
     Over `XLA_FROM_VOCABULARY` logits or more a row, that last form as one
     XLA cluster (`_cross_entropy`), forward and backward about twice as
-    fast on CPU as TensorFlow's fused ops (benchmarks/RESULTS.md, "The
-    smoothed cross-entropy under XLA"); smaller vocabularies use the fused
+    fast on CPU as TensorFlow's fused ops; smaller vocabularies use the fused
     op against a dense q (smoothed) or the sparse one (ε = 0).
 
     Args:
@@ -108,8 +107,7 @@ def token_negative_log_likelihood(targets, logits):
     """Per-token −log p[y] = logsumexp(logits) − logits[y], for metrics.
 
     The same value as `token_cross_entropy` without smoothing, at about
-    half its cost (benchmarks/RESULTS.md, "The cross-entropy over the
-    vocabulary"): TensorFlow's fused op also computes a gradient. From
+    half its cost: TensorFlow's fused op also computes a gradient. From
     `XLA_FROM_VOCABULARY` logits a row, the loss's XLA cluster with ε = 0.
 
     Args:

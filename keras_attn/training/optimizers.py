@@ -15,7 +15,7 @@ gradients: same arguments, same optimizer variables (so checkpoints of
 either load into the other), same results to float32 rounding. Clipping,
 learning-rate schedules, loss scaling and `tf.distribute` stay Keras's
 own. TensorFlow backend only. BERT keeps Keras's `AdamW`: its learning test sits close to its bars, and
-a run that differs only by rounding crossed one (see RESULTS.md).
+a run that differs only by rounding crossed one.
 
 An embedding's gradient arrives as `IndexedSlices`, one slice per lookup,
 and Keras's Adam squares the slices before summing the repeated rows: a

@@ -16,7 +16,7 @@ from pipelines.scenes import scenes_corpus
 # The test configuration: one object per scene, the tiny preset, a few hundred steps.
 LEARNING = dict(preset="tiny", builtin_scenes=3000, builtin_objects=1, epochs=4, batch_size=32, learning_rate=3e-3)
 EVAL_SCENES = 200  # in each of the validation, test and held-out splits
-EXACT_MATCH_BAR = 0.5  # 73.6% in a single run here (RESULTS.md); an untrained model has 0
+EXACT_MATCH_BAR = 0.5  # 73.6% in a single run here; an untrained model has 0
 
 
 @pytest.fixture(scope="module")

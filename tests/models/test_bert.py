@@ -242,8 +242,7 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
 
     Measured at these settings (held-out pairs): MLM 1.00, NSP 1.00 (seeds 1 and 2: MLM 0.77
     and 0.995). Broken: attention weights all 0, MLM 0.02 and NSP 0.53; NSP labels independent of
-    the pair, NSP 0.53; no position embeddings, MLM 0.78. The full pretraining job on the built-in
-    documents, with its learning curve, is `benchmarks/bert_learning.py`.
+    the pair, NSP 0.53; no position embeddings, MLM 0.78.
     """
     from pipelines.tokenizers import SPECIAL_TOKENS
 

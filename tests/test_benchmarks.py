@@ -1,0 +1,79 @@
+"""benchmarks/ keeps the scripts that back a figure: each answers `--help`, and a benchmark page names it."""
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
+# Run by the PyTorch anchors in processes of their own, never by a user.
+INTERNAL = {"benchmarks.anchors.harness"}
+NEEDS = {"torch": ("benchmarks.anchors.",)}  # a script that imports this at its top (the `bench` extra)
+
+
+def _scripts():
+    found = []
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if 'if __name__ == "__main__"' in path.read_text(encoding="utf-8") and module not in INTERNAL:
+            found.append(module)
+    return found
+
+
+SCRIPTS = _scripts()
+
+
+def _pages_text():
+    return "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+
+
+def test_every_script_is_named_by_a_benchmark_page():
+    named = _pages_text()
+    assert [script for script in SCRIPTS if f"python -m {script} " not in named and
+            f"python -m {script}\n" not in named] == []
+
+
+def test_every_script_a_page_names_exists():
+    named = set(re.findall(r"python -m (benchmarks(?:\.\w+)+)", _pages_text()))
+    assert sorted(named - set(SCRIPTS)) == []
+
+
+def _runnable(script):
+    missing = [package for package, prefixes in NEEDS.items()
+               if script.startswith(prefixes) and importlib.util.find_spec(package) is None]
+    return not missing
+
+
+# One Python for every script (TensorFlow loads once): each runs as `python -m SCRIPT --help`.
+_HELP_ALL = """
+import contextlib, io, json, runpy, sys
+answers = {}
+for script in sys.argv[1:]:
+    sys.argv = [script, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_module(script, run_name="__main__", alter_sys=True)
+        answers[script] = ("no exit", out.getvalue())
+    except SystemExit as exit:
+        answers[script] = (exit.code, out.getvalue())
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.slow
+def test_every_script_answers_help():
+    scripts = [script for script in SCRIPTS if _runnable(script)]
+    done = subprocess.run([sys.executable, "-c", _HELP_ALL, *scripts], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    answers = json.loads(done.stdout.splitlines()[-1])
+    failed = {script: code for script, (code, text) in answers.items() if code not in (0, None) or "usage:" not in text}
+    assert failed == {}
+    if len(scripts) < len(SCRIPTS):
+        pytest.skip(f"{len(SCRIPTS) - len(scripts)} scripts need the bench extra (torch): pip install -e '.[bench]'")
