@@ -63,7 +63,7 @@ SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampl
 def add_model_arguments(parser):
     """`--model` and the Seq2Seq model's flags, made by the CLI from `Seq2SeqConfig`'s fields."""
     parser.add_argument("--model", choices=list(TRAIN_JOBS), default="transformer")
-    cli._add_config_flags(parser, {"seq2seq": Seq2SeqConfig}, only=SEQ2SEQ_FLAGS)
+    cli._add_config_flags(parser, Seq2SeqConfig, only=SEQ2SEQ_FLAGS)
 
 
 def job_config(direction, model_args=None, transformer_config=None, seq2seq_config=None, tokenized=False,

@@ -18,39 +18,16 @@ User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 """
 
 import argparse
-import contextlib
 import difflib
 import os
 import shlex
 import sys
-import tempfile
 
 from keras_attn import config, run_folder
 from keras_attn.errors import UserError
+from keras_attn.quiet import stderr_held
 
-
-@contextlib.contextmanager
-def stderr_held():
-    """Holds back what is written to standard error (native code included);
-    replays it only if the block fails.
-
-    TF_CPP_MIN_LOG_LEVEL silences TensorFlow's own logging, but a few lines
-    (oneDNN, CUDA stubs, absl) are printed by native libraries while they
-    load, so the start of TensorFlow runs inside this.
-    """
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            held.seek(0)
-            os.write(saved, held.read())
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
+PROG = "keras-attn"
 
 def _quiet_tensorflow():
     """Imports TensorFlow without its start-up logging reaching the user."""
@@ -89,7 +66,8 @@ _rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
 
 
 class _Parser(argparse.ArgumentParser):
-    """An `ArgumentParser` whose errors are one line pointing to `--help`, with no abbreviated options.
+    """An `ArgumentParser` with no abbreviated options, whose errors are one line naming the command
+    and pointing to its `--help`: `keras-attn: error: translate: ... (see keras-attn translate --help)`.
 
     (With abbreviations `--epoch 3` would be taken as `--epochs 3`.)
     """
@@ -98,20 +76,29 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        command = self.prog.removeprefix(PROG).strip()
+        self.exit(_fail(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)"))
+
+
+def _options(parser):
+    return {option for action in parser._actions for option in action.option_strings}
 
 
 class _CommandParser(_Parser):
     """A command's parser: options and positional arguments in any order.
 
     `translate MODEL --beam-width 1 "A cat sleeps."` as well as options last
-    (argparse's intermixed parsing, which the top-level parser, holding the
-    commands, cannot use itself: its command parser does it for the rest).
+    (argparse's intermixed parsing, which a parser holding commands cannot
+    use itself: the command's parser does it for the rest). A command of
+    several families, each with its flags (`train seq2seq --attention luong`),
+    takes the family's name anywhere too (`_family_first`).
     """
 
     _intermixing = False
 
     def parse_known_args(self, args=None, namespace=None):
+        if self._subparsers is not None:
+            return super().parse_known_args(self._family_first(args), namespace)
         if self._intermixing:  # parse_known_intermixed_args calls this method twice
             return super().parse_known_args(args, namespace)
         self._intermixing = True
@@ -120,11 +107,30 @@ class _CommandParser(_Parser):
         finally:
             self._intermixing = False
         if extras:  # refused here, so that the message points to this command's --help
-            options = [o for action in self._actions for o in action.option_strings]
-            close = difflib.get_close_matches(extras[0], options, n=1) if extras[0].startswith("--") else []
+            close = difflib.get_close_matches(extras[0], _options(self), n=1) if extras[0].startswith("--") else []
             hint = f"; did you mean {close[0]}?" if close else ""
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return namespace, extras
+
+    def _family_first(self, args):
+        """`args` with the family's name moved first (`train --epochs 2 seq2seq` is `train seq2seq --epochs 2`);
+        refuses in one line the flags that belong to other families only."""
+        families = self._subparsers._group_actions[0].choices
+        with_values = {option for parser in families.values() for action in parser._actions if action.nargs != 0
+                       for option in action.option_strings}
+        at = next((at for at, word in enumerate(args) if word in families
+                   and (at == 0 or args[at - 1] not in with_values)), None)
+        if at is None:
+            return args
+        family, rest = args[at], args[:at] + args[at + 1:]
+        given = dict.fromkeys(word.split("=")[0] for word in rest if word.startswith("--"))
+        foreign = [flag for flag in given if flag not in _options(families[family])
+                   and any(flag in _options(parser) for parser in families.values())]
+        if foreign:
+            owners = [name for name, parser in families.items() if _options(parser) & set(foreign)]
+            command = self.prog.removeprefix(PROG).strip()
+            families[family].error(f"{', '.join(foreign)}: for {command} {', '.join(owners)} only")
+        return [family, *rest]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -161,42 +167,28 @@ def _convert(name, value):
     return dict(value) if name == "decay_parameters" else value
 
 
-def _add_config_flags(parser, jobs, only=None):
-    """Adds the flags of `jobs` (`{job: config class}`) to `parser`, each from its field.
+def _add_config_flags(parser, config_class, only=None):
+    """Adds to `parser` a flag for each field of `config_class` that has help (`only`: those of these names).
 
     Flags keep argparse's SUPPRESS as default: only what is given reaches
     the config, which supplies the rest (its defaults are shown in `--help`).
-    A flag of some of the jobs only is listed under its own heading; one
-    whose choices differ between jobs takes any of them (each config checks
-    its own). `only`: the field names to add (default: all).
     """
-    fields = {}  # name -> (field, metadata, {job: default})
-    helps = {}  # name -> {help: [jobs]}
-    for job, config_class in jobs.items():
-        for field, metadata in config.flags(config_class):
-            if only is not None and field.name not in only:
-                continue
-            known = fields.setdefault(field.name, (field, dict(metadata), {}))
-            known[2][job] = field.default
-            helps.setdefault(field.name, {}).setdefault(metadata["help"], []).append(job)
-            if "choices" in metadata:
-                known[1]["choices"] = tuple(dict.fromkeys([*known[1]["choices"], *metadata["choices"]]))
     groups = {}
-    order = lambda item: {config.TRAINING: 1, config.OUTPUT: 2}.get(item[1][1]["group"], 0)  # noqa: E731
-    for name, (field, metadata, defaults) in sorted(fields.items(), key=order):
+    order = lambda flag: {config.TRAINING: 1, config.OUTPUT: 2}.get(flag[1]["group"], 0)  # noqa: E731
+    for field, metadata in sorted(config.flags(config_class), key=order):
+        if only is not None and field.name not in only:
+            continue
         group = metadata["group"]
         where = groups.get(group) or groups.setdefault(group, parser.add_argument_group(group) if group else parser)
-        if len(helps[name]) > 1:  # a flag that means something else for some jobs says so, job by job
-            help = "; ".join(f"{', '.join(some)}: {_with_default(text, {j: defaults[j] for j in some}, metadata)}"
-                             for text, some in helps[name].items())
-        else:
-            help = _with_default(metadata["help"], defaults, metadata)
+        default = metadata.get("cli_default", field.default)
+        help = metadata["help"] if any(default is hidden for hidden in (None, False, True)) else (
+            f"{metadata['help']} (default: {default})")
         options = dict(help=help.replace("%", "%%"), default=argparse.SUPPRESS)
         for key in ("choices", "nargs", "metavar", "required"):
             if key in metadata:
                 options[key] = metadata[key]
         if metadata.get("positional"):
-            where.add_argument(name, **options)
+            where.add_argument(field.name, **options)
             continue
         flag = config.flag_name(field)
         if field.type is bool and "choices" not in metadata:
@@ -207,19 +199,11 @@ def _add_config_flags(parser, jobs, only=None):
                 options["type"] = _at_least(check[1])
             elif check:
                 options["type"] = _CHECKS[check]
-            elif name in _PARSE:
-                options["type"] = _PARSE[name]
+            elif field.name in _PARSE:
+                options["type"] = _PARSE[field.name]
             elif field.type in (int, float):
                 options["type"] = field.type
-        where.add_argument(flag, dest=name, **options)
-
-
-def _with_default(help, defaults, metadata):
-    """`help` with the default(s) of `{job: default}` (none shown for None, False or True)."""
-    if len(set(map(repr, defaults.values()))) > 1:
-        return help + " (default: " + ", ".join(f"{value} for {job}" for job, value in defaults.items()) + ")"
-    shown = metadata.get("cli_default", next(iter(defaults.values())))
-    return help if any(shown is hidden for hidden in (None, False, True)) else f"{help} (default: {shown})"
+        where.add_argument(flag, dest=field.name, **options)
 
 
 def _config_from(args, config_class):
@@ -234,13 +218,18 @@ def _config_from(args, config_class):
 
 
 TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig, config.CaptionConfig)}
+TRAINS = {  # what `train FAMILY` trains
+    "transformer": "the Transformer (Vaswani et al. 2017) to translate",
+    "seq2seq": "an RNN encoder-decoder with attention (Bahdanau et al. 2015, Luong et al. 2015) to translate",
+    "captioner": "an image captioner with visual attention (Show, Attend and Tell, Xu et al. 2015)",
+}
 
 
 def build_parser():
     from keras_attn import __version__
 
     parser = _Parser(
-        prog="keras-attn",
+        prog=PROG,
         description="Attention models in TensorFlow/Keras: train, evaluate, export and serve.",
         formatter_class=_HelpFormatter,
     )
@@ -251,10 +240,12 @@ def build_parser():
         return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
 
     train = command("train", "train a model, evaluate it and export it")
-    train.add_argument("job", choices=list(TRAIN_JOBS),
-                       help="transformer: the Transformer; seq2seq: an RNN encoder-decoder with attention; "
-                            "captioner: image captioning with visual attention (Show, Attend and Tell)")
-    _add_config_flags(train, TRAIN_JOBS)
+    families = train.add_subparsers(dest="job", metavar="FAMILY", required=True, parser_class=_CommandParser,
+                                    help="the model to train; keras-attn train FAMILY --help lists its flags")
+    for family, config_class in TRAIN_JOBS.items():
+        _add_config_flags(families.add_parser(family, help=TRAINS[family], formatter_class=_HelpFormatter,
+                                              description=f"train {TRAINS[family]}, evaluate it and export it"),
+                          config_class)
 
     translate = command("translate", "translate with an exported model")
     translate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2")
@@ -294,14 +285,14 @@ def build_parser():
     _add_bert_commands(command)
 
     serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
-    _add_config_flags(serve, {"serve": config.ServeConfig})
+    _add_config_flags(serve, config.ServeConfig)
     return parser
 
 
 def _add_bert_commands(command):
     pretrain = command("pretrain", "pretrain BERT (masked LM + next sentence) and export it")
     pretrain.add_argument("job", choices=["bert"], help="bert: BERT's two pretraining tasks")
-    _add_config_flags(pretrain, {"bert": config.PretrainConfig})
+    _add_config_flags(pretrain, config.PretrainConfig)
 
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
@@ -309,7 +300,7 @@ def _add_bert_commands(command):
     fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
 
     finetune = command("finetune", "fine-tune a pretrained BERT (export or run folder) as a classifier and export it")
-    _add_config_flags(finetune, {"finetune": config.FinetuneConfig})
+    _add_config_flags(finetune, config.FinetuneConfig)
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
     classify.add_argument("model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>")
@@ -360,20 +351,13 @@ def _silence_stdout():
 
 
 def _fail(message):
-    print(f"keras-attn: error: {message}", file=sys.stderr)
+    """Says `message` as a user's mistake, in one line (`keras-attn: error: ...`); returns the exit code, 2."""
+    print(f"{PROG}: error: {' '.join(str(message).splitlines())}", file=sys.stderr)
     return 2
 
 
 def _train(args):
-    job_class = TRAIN_JOBS[args.job]
-    own = {field.name for field, _ in config.flags(job_class)}
-    foreign = {job: [config.flag_name(field) for field, _ in config.flags(other)
-                     if field.name in vars(args) and field.name not in own] for job, other in TRAIN_JOBS.items()}
-    given = sorted({flag for flags in foreign.values() for flag in flags})
-    if given:
-        owners = ", ".join(job for job, flags in foreign.items() if flags)
-        raise UserError(f"{', '.join(given)}: for train {owners} only, not train {args.job}")
-    job = _config_from(args, job_class)
+    job = _config_from(args, TRAIN_JOBS[args.job])
     if args.job == "captioner":
         return _train_captioner(job)
     from keras_attn.jobs import translation
@@ -484,18 +468,18 @@ def _load_translator(model_dir):
 
 
 def _input_lines(texts):
-    """The sentences to translate as bytes: the arguments, else the lines of standard input.
+    """The texts to translate, fill or classify as UTF-8 bytes: the arguments, else the lines of standard input
+    (refused in one line, `<stdin>:N: invalid UTF-8 ...`, as `evaluate` refuses a file, where not UTF-8)."""
+    from pipelines.text import decode_line
 
-    Bytes, so that invalid UTF-8 reaches the model (which replaces it)
-    instead of stopping the command.
-    """
     if texts:
         return [text.encode("utf-8", "surrogateescape") for text in texts]
     if sys.stdin is None:
         return []
     if sys.stdin.isatty():
         print("keras-attn: reading sentences from standard input, one a line (Ctrl-D to end)", file=sys.stderr)
-    return [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+    return [decode_line(line, "<stdin>", number).rstrip("\r\n").encode()
+            for number, line in enumerate(sys.stdin.buffer, start=1)]
 
 
 def _translate(args):
@@ -513,6 +497,8 @@ def _translate(args):
 def _export_ct2(args):
     from keras_attn.jobs.translation import export_to_ctranslate2
 
+    if os.path.exists(args.out) and not args.force:  # said before loading the model, with the flag's name
+        raise UserError(f"{args.out} already exists (--force replaces it)")
     export_to_ctranslate2(args.model_dir, args.out, args.quantization, args.force)
     print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.model_dir}'s weights "
           f"(keras-attn translate {args.out} ... translates with it)")
@@ -663,14 +649,12 @@ def _caption(args):
     if "caption" not in loaded.signatures:
         raise UserError(f"{args.model_dir}: not a captioning export (keras-attn train captioner); it has no caption "
                         "signature")
-    unreadable = 0
+    code = 0
     for path, out in zip(args.images, _caption_images(loaded, images, args.beam_width)):
         print(out["caption"])
         if not out["readable"]:
-            unreadable += 1
-            print(f"keras-attn: {path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)",
-                  file=sys.stderr)
-    return 2 if unreadable else 0
+            code = _fail(f"{path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)")
+    return code
 
 
 def _read_image_file(path):

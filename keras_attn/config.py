@@ -126,7 +126,7 @@ class RunConfig:
     )
     jit_compile: bool = setting(
         False, "compile the train step with XLA (off by default: slower than without on the CPUs measured, "
-        "compilations included; benchmarks/RESULTS.md)", TRAINING,
+        "compilations included: docs/benchmarks/training-speed.md)", TRAINING,
     )
     seed: int = setting(0, "seeds the data order, the initial weights and dropout", TRAINING)
     verbose: object = "auto"
@@ -229,8 +229,8 @@ class TranslationConfig(GenerationConfig):
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
     test_tgt: str = setting(None, "test target", DATA)
-    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages, and (transformer) one embedding "
-                                 "for the encoder's input, the decoder's input and its output", DATA)
+    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages, and one embedding for the "
+                                 "encoder's input, the decoder's input and its output", DATA)
     subword: str = setting("wordpiece", "wordpiece: BERT's pieces of words split at spaces and punctuation; bpe, "
                            "unigram: SentencePiece's over the text as written, spaces included (detokenized exactly)",
                            DATA, choices=SUBWORDS)
@@ -239,8 +239,7 @@ class TranslationConfig(GenerationConfig):
         MODEL,
     )
     preset: str = setting(
-        "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's); "
-        "seq2seq: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)", MODEL,
+        "tiny", "model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, 512: the paper's)", MODEL,
         choices=tuple(PRESETS["transformer"]),
     )
     batch_tokens: int = setting(
@@ -294,7 +293,7 @@ class TranslationConfig(GenerationConfig):
                 "max_sequence_length", "batch_tokens")
 
 
-SEQ2SEQ = "seq2seq only (train seq2seq)"
+SEQ2SEQ = "the recurrent network and its attention"
 
 
 @dataclasses.dataclass
@@ -308,8 +307,9 @@ class Seq2SeqConfig(TranslationConfig):
     """
 
     name: str = setting("seq2seq", "model name under the export root and runs/", OUTPUT)
-    preset: str = setting("tiny", TranslationConfig.__dataclass_fields__["preset"].metadata["help"], MODEL,
-                          choices=tuple(PRESETS["seq2seq"]))  # one flag with the Transformer's: the help names both
+    preset: str = setting("tiny", "model size: tiny (1 x 128 LSTM), small (2 x 256), base (4 x 1000, Luong et al.)",
+                          MODEL, choices=tuple(PRESETS["seq2seq"]))
+    shared_vocab: bool = setting(False, "one vocabulary, learned over both languages", DATA)
     attention: str = setting(
         "bahdanau", "bahdanau: additive, from the previous state; luong: multiplicative, from the current state, "
         "input feeding; none: the fixed-context baseline", SEQ2SEQ, choices=ATTENTIONS,
@@ -321,7 +321,7 @@ class Seq2SeqConfig(TranslationConfig):
     window: int = setting(10, "half-width D of local attention", SEQ2SEQ, AT_LEAST_0)
     bidirectional: bool = setting(
         False, "a bidirectional encoder (both attentions learned more slowly with one on Multi30k: "
-        "benchmarks/RESULTS.md)", SEQ2SEQ,
+        "docs/benchmarks/quality.md)", SEQ2SEQ,
     )
     scheduled_sampling: str = setting(
         None, "feed the model's own predictions with a probability that rises as the teacher-forcing ratio "

@@ -232,7 +232,7 @@ def _decoded_lines(path):
     try:
         with open_bytes(path) as stream:
             for number, raw in enumerate(stream, start=1):
-                yield _decode(raw, path, number)
+                yield decode_line(raw, path, number)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except IsADirectoryError:
@@ -272,7 +272,12 @@ def is_gzip(path):
         return probe.read(2) == _GZIP_MAGIC
 
 
-def _decode(raw, path, number):
+def decode_line(raw, path, number):
+    """Line `number` of `path` (bytes) as `str`, its byte-order mark dropped if it is the first.
+
+    Raises:
+        DataError: the line is not UTF-8 (`path:number: invalid UTF-8 (byte 0x.. at column C)`).
+    """
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:

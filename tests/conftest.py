@@ -55,7 +55,7 @@ def pytest_configure(config):
     controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
     if controller:
         return
-    from keras_attn.cli import stderr_held
+    from keras_attn.quiet import stderr_held
 
     with stderr_held():
         import tensorflow as tf

@@ -2,19 +2,36 @@
 
 import io
 import os
+import re
+import subprocess
 import sys
 import types
 
 import numpy as np
 import pytest
 
-from keras_attn import cli
+from keras_attn import cli, config
 
 pytest_plugins = ["tests.fixtures_export"]
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory, tiny_export):
+def tiny_captioner_export(tmp_path_factory):
+    """An untrained tiny captioner's export."""
+    import keras
+
+    from keras_attn.models import Captioner
+    from keras_attn.serving import CaptionServer, export
+    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from pipelines.preprocessors import CaptionPreprocessor
+
+    keras.utils.set_random_seed(4)
+    task = Captioner.from_preset("tiny", CaptionPreprocessor([*SPECIAL_TOKENS, "a", "red", "circle"], max_length=6))
+    return export(CaptionServer(task), str(tmp_path_factory.mktemp("exports")), "captioner")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, tiny_export, tiny_captioner_export):
     """Files and folders of the kinds users give by mistake."""
     import tensorflow as tf
 
@@ -30,7 +47,7 @@ def paths(tmp_path_factory, tiny_export):
     (root / "garbage" / "saved_model.pb").write_bytes(b"\x00 not a protocol buffer \xff" * 10)
     tf.saved_model.save(tf.Module(), str(root / "other"))
     return types.SimpleNamespace(
-        root=root, export=tiny_export, exports=os.path.dirname(tiny_export),
+        root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner_export,
         **{name.replace(".", "_"): str(root / name) for name in (
             "two.txt", "one.txt", "empty.txt", "latin1.txt", "folder", "folder.png", "file",
             "garbage", "other", "missing",
@@ -65,12 +82,22 @@ MISTAKES = {
         lambda p: ["train", "transformer", "--run-dir", str(p.root / "run"), "--export", os.path.join(p.file, "x")],
         "(--export): cannot be a folder"),
     # argparse
-    "train: bad flag value": (lambda p: ["train", "transformer", "--epochs", "0"], "must be >= 1, got 0 (see keras-attn train --help)"),
+    "train: bad flag value": (lambda p: ["train", "transformer", "--epochs", "0"],
+                              "train transformer: argument --epochs: must be >= 1, got 0 "
+                              "(see keras-attn train transformer --help)"),
+    "train: no family": (lambda p: ["train"],
+                         "train: the following arguments are required: FAMILY (see keras-attn train --help)"),
+    "train: unknown family": (lambda p: ["train", "transfomer", "--epochs", "2"],
+                              "train: argument FAMILY: invalid choice: 'transfomer'"),
+    "train: another family's flags": (lambda p: ["train", "transformer", "--cell", "gru", "--captions", p.one_txt],
+                                      "train transformer: --cell, --captions: for train seq2seq, captioner only (see "),
+    "train: misspelt flag": (lambda p: ["train", "seq2seq", "--atention", "luong"],
+                             "train seq2seq: unrecognized arguments: --atention luong; did you mean --attention?"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],
                                       "must be >= 0, got -1.0 (see keras-attn pretrain --help)"),
     "pretrain: mask rate of 1": (lambda p: ["pretrain", "bert", "--mask-rate", "1"],
                                  "must be in (0, 1), got 1.0 (see keras-attn pretrain --help)"),
-    "unknown command": (lambda p: ["trian"], "invalid choice: 'trian'"),
+    "unknown command": (lambda p: ["trian"], "keras-attn: error: argument COMMAND: invalid choice: 'trian'"),
     "translate: bad beam": (lambda p: ["translate", p.export, "x", "--beam-width", "0"], "must be >= 1"),
     # translate: model folders
     "translate: missing model": (lambda p: ["translate", p.missing, "x"], "missing: no such folder"),
@@ -92,6 +119,11 @@ MISTAKES = {
     "export-ct2: missing model": (lambda p: ["export-ct2", p.missing, str(p.root / "out")], "missing: neither a run folder"),
     "export-ct2: another model": (lambda p: ["export-ct2", p.other, str(p.root / "out")],
                                   "no translator_task.json in assets.extra (not a translation export of keras-attn"),
+    "export-ct2: existing OUT": (lambda p: ["export-ct2", p.export, p.folder], "folder already exists (--force replaces it)"),
+    # caption
+    "caption: not an image": (lambda p: ["caption", p.captioner, p.two_txt],
+                              "two.txt: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"),
+    "caption: folder as image": (lambda p: ["caption", p.captioner, p.folder], "folder: is a folder, not an image file"),
     # plot-attention
     "plot: unknown image suffix": (lambda p: ["plot-attention", p.export, "ein hund", "--out", str(p.root / "a.xyz")], "not an image name"),
     "plot: folder as image": (lambda p: ["plot-attention", p.export, "ein hund", "--out", p.folder], "not an image name"),
@@ -113,7 +145,7 @@ def test_every_command_answers_a_mistake_in_one_line(mistake, paths, cli_loads_o
         code = exit.code
     error = capsys.readouterr().err
     assert code == 2, error
-    assert len(error.strip().splitlines()) == 1 and error.startswith("keras-attn"), error
+    assert error.startswith("keras-attn: error: ") and error.count("\n") == 1 and error.endswith("\n"), error
     assert message in error, error
     assert not (paths.root / "run").exists() and not (paths.root / "out").exists()
 
@@ -133,28 +165,59 @@ def test_a_closed_output_pipe_ends_quietly(tiny_export, cli_loads_once, monkeypa
     assert cli.main(["translate", tiny_export, "ein hund"]) == 141
 
 
+def _help(argv, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
 def test_help_shows_defaults_and_describes_every_argument(capsys):
     parser = cli.build_parser()
-    commands = parser._subparsers._group_actions[0].choices
+    commands = dict(parser._subparsers._group_actions[0].choices)
+    families = commands["train"]._subparsers._group_actions[0].choices
+    commands.update({f"train {family}": family_parser for family, family_parser in families.items()})
     for name, command in commands.items():
         for action in command._actions:
             assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
-    with pytest.raises(SystemExit):
-        cli.main(["train", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8 for "
-                  "transformer, 8 for seq2seq, 10 for captioner)", "(default: tiny); captioner: tiny (encoder", "transformer, seq2seq: examples per replica (default: 64;",
+    text = " ".join(_help(["train", "transformer"], capsys).split())
+    for shown in ("--epochs EPOCHS passes over the training data, those of a resumed run included (default: 8)",
+                  "--preset {tiny,small,base} model size: tiny (2+2 layers, width 128), small (3+3, 256), base (6+6, "
+                  "512: the paper's) (default: tiny)", "examples per replica (default: 64;",
                   "built-in corpus (default: 20000)", "(default: auto)", "(default: 0.1)",
-                  "transformer, seq2seq: training pairs as TSV, source<TAB>target: a file, or shards as --src; "
-                  "captioner: the folder of "
-                  "the images that --captions names"):
+                  "--data DATA training pairs as TSV, source<TAB>target: a file, or shards as --src"):
         assert shown in text
     assert "default: None" not in text and "default: False" not in text
+    text = " ".join(_help(["train", "captioner"], capsys).split())
+    assert "--data FOLDER the folder of the images that --captions names" in text
+    assert "passes over the training data, those of a resumed run included (default: 10)" in text
+    text = " ".join(_help(["train"], capsys).split())
+    assert all(family in text for family in ("transformer", "seq2seq", "captioner"))
 
 
-def test_translate_keeps_empty_and_invalid_lines_from_stdin(tiny_export, tiny_translator, cli_loads_once,
-                                                             monkeypatch, capsys):
-    lines = [b"ein hund", b"\xff\xfe kaputt", b"", b"   ", "der mann isst".encode()]
+@pytest.mark.parametrize("family", cli.TRAIN_JOBS)
+def test_each_train_family_lists_its_own_flags_only(family, capsys):
+    """`train FAMILY --help`: its config's flags, each once, and no other family named."""
+    text = _help(["train", family], capsys)
+    listed = re.findall(r"^  (--?[\w-]+)", text, flags=re.M)
+    own = [config.flag_name(field) for field, _ in config.flags(cli.TRAIN_JOBS[family])]
+    assert sorted(listed) == sorted(["-h", *own])
+    others = [other for other in cli.TRAIN_JOBS if other != family]
+    assert not re.search(rf"\b({'|'.join(others)})\b", text.replace(f"train {family}", "")), text
+
+
+def test_train_takes_its_family_anywhere():
+    parse = cli.build_parser().parse_args
+    for argv in (["train", "seq2seq", "--epochs", "2", "--attention", "luong"],
+                 ["train", "--epochs", "2", "seq2seq", "--attention", "luong"],
+                 ["train", "--epochs", "2", "--attention", "luong", "seq2seq"]):
+        parsed = parse(argv)
+        assert (parsed.job, parsed.epochs, parsed.attention) == ("seq2seq", 2, "luong"), argv
+    parsed = parse(["train", "--name", "transformer", "seq2seq"])  # a flag's value is no family
+    assert (parsed.job, parsed.name) == ("seq2seq", "transformer")
+
+
+def test_translate_keeps_empty_lines_from_stdin(tiny_export, tiny_translator, cli_loads_once, monkeypatch, capsys):
+    lines = [b"ein hund", b"", b"   ", "der mann isst".encode()]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n")))
     assert cli.main(["translate", tiny_export, "--beam-width", "1"]) == 0
     printed = capsys.readouterr().out.split("\n")[:-1]
@@ -163,11 +226,41 @@ def test_translate_keeps_empty_and_invalid_lines_from_stdin(tiny_export, tiny_tr
     # Empty lines give "" with score 0; the others were searched (an untrained
     # model may still say nothing, but a search always scores below 0).
     scores = result["score"].numpy()
-    assert printed[2] == printed[3] == "" and scores[2] == scores[3] == 0.0
-    assert np.all(scores[[0, 1, 4]] < 0)
+    assert printed[1] == printed[2] == "" and scores[1] == scores[2] == 0.0
+    assert np.all(scores[[0, 3]] < 0)
 
     assert cli.main(["translate", tiny_export, "", "ein hund"]) == 0
     assert capsys.readouterr().out.split("\n")[0] == ""
+
+
+def test_translate_refuses_invalid_utf8_on_stdin_as_evaluate_does_in_a_file(tiny_export, paths, cli_loads_once,
+                                                                             monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ein hund\ngr\xfc\xdfe\n")))
+    assert cli.main(["translate", tiny_export]) == 2
+    printed = capsys.readouterr()
+    assert printed.err == "keras-attn: error: <stdin>:2: invalid UTF-8 (byte 0xfc at column 3)\n" and not printed.out
+    assert cli.main(["evaluate", tiny_export, "--src", paths.latin1_txt, "--ref", paths.latin1_txt]) == 2
+    refused = f"keras-attn: error: {paths.latin1_txt}:1: invalid UTF-8 (byte 0xfc at column 3)\n"
+    assert capsys.readouterr().err == refused
+
+
+def test_export_ct2_replaces_an_existing_out_with_force(tiny_export, tmp_path, capsys):
+    out = tmp_path / "ct2"
+    out.mkdir()
+    assert cli.main(["export-ct2", tiny_export, str(out)]) == 2
+    assert capsys.readouterr().err == f"keras-attn: error: {out} already exists (--force replaces it)\n"
+    assert cli.main(["export-ct2", tiny_export, str(out), "--force"]) == 0
+    assert (out / "model.bin").is_file()
+
+
+def test_a_mistake_is_one_line_in_a_new_process(tmp_path):
+    """What the user sees: standard error as the command left it (TensorFlow's start-up lines held back)."""
+    for argv in (["translate", str(tmp_path / "missing"), "ein hund"], ["train", "transformer", "--epoch", "3"]):
+        out = subprocess.run([sys.executable, "-m", "keras_attn.cli", *argv], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+        assert out.returncode == 2 and not out.stdout, out
+        assert out.stderr.startswith("keras-attn: error: ") and out.stderr.count("\n") == 1, out.stderr
 
 
 def test_evaluate_defaults_to_the_test_split_of_the_run(tiny_export, tiny_translator, cli_loads_once, capsys):

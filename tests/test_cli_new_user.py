@@ -90,14 +90,15 @@ def test_options_may_come_before_the_texts(tiny_export, cli_loads_once, bert_run
 
 
 def test_abbreviated_options_are_refused_with_the_right_name():
-    for argv, given, right in [
-        (["train", "transformer", "--epoch", "3"], "--epoch 3", "--epochs"),
-        (["pretrain", "bert", "--batch", "8"], "--batch 8", "--batch-size"),
-        (["translate", "model", "--beam", "2"], "--beam 2", "--beam-width"),
+    for argv, command, given, right in [
+        (["train", "transformer", "--epoch", "3"], "train transformer", "--epoch 3", "--epochs"),
+        (["pretrain", "bert", "--batch", "8"], "pretrain", "--batch 8", "--batch-size"),
+        (["translate", "model", "--beam", "2"], "translate", "--beam 2", "--beam-width"),
     ]:
         code, out, err = _run(argv)
         assert code == 2 and not out and len(err.splitlines()) == 1, err
-        assert f"keras-attn {argv[0]}: error: unrecognized arguments: {given}; did you mean {right}?" in err, err
+        assert err == (f"keras-attn: error: {command}: unrecognized arguments: {given}; did you mean {right}? "
+                       f"(see keras-attn {command} --help)\n"), err
 
 
 def test_translate_without_arguments_asks_for_the_model_only():

@@ -6,6 +6,7 @@ python blocks in one process like a notebook's cells. Training commands get smal
 (`docs_runner.PRELUDE`). A block that cannot run here starts with `# not run by the tests: REASON`.
 """
 
+import ast
 import contextlib
 import functools
 import http.server
@@ -61,7 +62,12 @@ def test_every_block_runs_or_says_why_not(page):
             reason = code.lstrip().splitlines()[0][len(NOT_RUN):].strip()
             assert reason, f"{where}: `{NOT_RUN}` says no reason"
         if language == "python":
-            compile(code, where, "exec")
+            shown = [node.lineno for node in ast.parse(code, where).body
+                     if isinstance(node, ast.Expr) and not isinstance(node.value, (ast.Call, ast.Constant))]
+            assert shown == [], f"{where}: a bare expression shows nothing when run (print it), at lines {shown}"
+    python = "".join(code for language, code, _ in code_blocks(page) if language == "python")
+    if ".fit(" in python:
+        assert "set_random_seed" in python, f"{_name(page)}: trains without a seed, so its numbers change each run"
 
 
 @pytest.mark.slow

@@ -103,3 +103,16 @@ def test_the_layout_names_every_top_level_folder():
     folders = {path.split("/")[0] + "/" for path in tracked if "/" in path}
     layout = _layout_section()
     assert sorted(f for f in folders if not _named(layout, f)) == [], "missing from the design page's layout"
+
+
+# What the commands and the documentation's examples write in the working folder: their defaults (runs/<name>,
+# saved_models/<name>/<version>, plot-attention's attention.png) and export-ct2's folder in the examples, ct2/.
+WRITTEN = ["runs/transformer/settings.json", "saved_models/transformer/1/saved_model.pb", "attention.png",
+           "ct2/transformer/model.bin"]
+
+
+@pytest.mark.parametrize("path", WRITTEN)
+def test_what_the_commands_write_in_the_working_folder_is_ignored_by_git(path):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert subprocess.run(["git", "check-ignore", "--quiet", "--no-index", path], cwd=ROOT).returncode == 0

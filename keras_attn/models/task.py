@@ -34,6 +34,9 @@ class Task(keras.Model):
     def from_config(cls, config):
         config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
         if config.get("preprocessor"):
+            import pipelines.preprocessors  # noqa: F401  (registers the preprocessor classes; imported here, as
+            #                                  pipelines import keras_attn's special tokens: no import cycle)
+
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 

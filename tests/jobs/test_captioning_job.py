@@ -58,8 +58,8 @@ def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained,
     printed = capsys.readouterr()
     out = printed.out.splitlines()
     assert out[0] == "" and out[1]
-    assert printed.err.strip() == (f"keras-attn: {tmp_path / 'notes.png'}: not a readable PNG, JPEG, GIF or BMP "
-                                   "image (an empty line printed)")
+    assert printed.err.strip() == (f"keras-attn: error: {tmp_path / 'notes.png'}: not a readable PNG, JPEG, GIF "
+                                   "or BMP image (an empty line printed)")
 
 
 @pytest.mark.slow

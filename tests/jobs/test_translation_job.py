@@ -314,8 +314,9 @@ def test_the_architecture_flags_win_over_the_preset_and_must_fit_together(tmp_pa
     assert cli.main(["train", "transformer", "--num-heads", "3", "--run-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "--num-heads 3 does not divide --hidden-dim 128 (with the preset's values for what is not given)")
-    assert cli.main(["train", "seq2seq", "--intermediate-dim", "64", "--run-dir", str(tmp_path)]) == 2
-    assert "--intermediate-dim: for train transformer only, not train seq2seq" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        cli.main(["train", "seq2seq", "--intermediate-dim", "64", "--run-dir", str(tmp_path)])
+    assert "train seq2seq: --intermediate-dim: for train transformer only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,63 @@
+"""`import keras_attn` is all a program needs to load the package's `.keras` files, whatever it imports first."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.models import Seq2SeqLM
+from pipelines.preprocessors import TranslationPreprocessor
+from tests.fixtures_export import _tokenizers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOAD = (
+    "import json, sys\n"
+    "import numpy as np\n"
+    "{imports}\n"
+    "model = keras.saving.load_model(sys.argv[1])\n"
+    "inputs = {{key: np.array(value, 'int32') for key, value in json.loads(sys.argv[2]).items()}}\n"
+    "print(json.dumps(keras.ops.convert_to_numpy(model(inputs)).tolist()))\n"
+)
+
+
+def _fresh(code, *args):
+    """Runs `code` in a new Python process from the repository's root; returns its standard output."""
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny untrained Transformer task saved as `.keras`, an input and its output."""
+    keras.utils.set_random_seed(5)
+    task = Seq2SeqLM.from_preset("tiny", TranslationPreprocessor(*_tokenizers(), max_length=12))
+    path = str(tmp_path_factory.mktemp("keras") / "translator.keras")
+    task.save(path)
+    packed = task.preprocessor(tf.constant(["ein hund läuft ."]), tf.constant(["a dog runs ."]))
+    inputs = {"source": packed["source"].numpy().tolist(), "target_in": packed["target_in"].numpy().tolist()}
+    expected = task({key: np.array(value, "int32") for key, value in inputs.items()})
+    return path, inputs, keras.ops.convert_to_numpy(expected)
+
+
+@pytest.mark.parametrize("imports", ["import keras_attn\nimport keras", "import keras\nimport keras_attn",
+                                     "import keras_attn\nfrom keras_attn import layers\nimport keras",
+                                     "import pipelines.tokenizers\nimport keras_attn\nimport keras"])
+def test_a_fresh_process_loads_a_saved_task_after_import_keras_attn(saved, imports):
+    path, inputs, expected = saved
+    loaded = np.array(json.loads(_fresh(LOAD.format(imports=imports), path, json.dumps(inputs))))
+    np.testing.assert_allclose(loaded, expected, atol=1e-5)
+
+
+def test_the_preprocessors_may_be_imported_first():
+    """`pipelines` import `keras_attn`'s special tokens, which imports the models: no cycle breaks either."""
+    code = ("import pipelines.preprocessors\nimport keras\n"
+            "print(*(keras.saving.get_registered_object(f'keras_attn>{name}').__name__\n"
+            "        for name in ('TranslationPreprocessor', 'Seq2SeqLM')))")
+    assert _fresh(code).split() == ["TranslationPreprocessor", "Seq2SeqLM"]
