@@ -31,6 +31,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # two pytest-xdist processes neither ends with a long file alone. Sorting them
 # by measured duration instead gained nothing (12:08 against 11:55, one run each).
 SLOWEST_FIRST = (
+    "tests/test_docs.py",
     "tests/training/test_fault_tolerance.py",
     "tests/jobs/test_translation_job.py",
     "tests/jobs/test_captioning_job.py",
@@ -89,6 +90,21 @@ def pytest_collection_modifyitems(config, items):
         return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file is kept
+
+
+# Each documentation page's code is a unit of work of its own (it runs in processes of its own), so that the
+# pages spread over both workers instead of all landing in one with their file.
+PAGE_BY_PAGE = "tests/test_docs.py::test_the_pages_code_runs["
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class PagesApart(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if nodeid.startswith(PAGE_BY_PAGE) else super()._split_scope(nodeid)
+
+    return PagesApart(config, log)
 
 
 @pytest.fixture(autouse=True)

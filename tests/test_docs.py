@@ -70,16 +70,26 @@ def test_every_block_runs_or_says_why_not(page):
         assert "set_random_seed" in python, f"{_name(page)}: trains without a seed, so its numbers change each run"
 
 
+@pytest.fixture(scope="session")
+def docs_cache(tmp_path_factory, worker_id):
+    """A folder every worker of this run shares: training commands that pages repeat run once."""
+    root = tmp_path_factory.getbasetemp()
+    cache = (root if worker_id == "master" else root.parent) / "docs-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_name)
-def test_the_pages_code_runs(page, tmp_path):
+def test_the_pages_code_runs(page, tmp_path, docs_cache):
     blocks = [dict(language=language, code=code, where=f"{_name(page)}:{line}")
               for language, code, line in code_blocks(page) if language in RUN and _runnable(code)]
     if not blocks:
         pytest.skip(f"{_name(page)}: every block says why it is not run")
     (tmp_path / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
-                          cwd=tmp_path, capture_output=True, text=True)
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "KERAS_ATTN_DOCS_CACHE": str(docs_cache)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
