@@ -1,4 +1,4 @@
-"""What a new user trips on (issue 29), each through `keras_attn.cli.main`: the commands as documented."""
+"""What a new user trips on, each through `keras_attn.cli.main`: the commands as documented."""
 
 import contextlib
 import io

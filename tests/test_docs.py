@@ -1,7 +1,7 @@
 """The documentation stays true: every code block of the README and the guides runs, the site builds with
 `mkdocs build --strict`, and the built site works in a browser.
 
-A page's ```bash and ```python blocks run in page order in one fresh folder (`tests/docs_runner.py`), the
+A page's ```bash and ```python blocks run in page order in one fresh folder (in the `long` tier) (`tests/docs_runner.py`), the
 python blocks in one process like a notebook's cells. Training commands get small settings appended
 (`docs_runner.PRELUDE`). A block that cannot run here starts with `# not run by the tests: REASON`.
 """
@@ -79,7 +79,10 @@ def docs_cache(tmp_path_factory, worker_id):
     return cache
 
 
+# `long` until the suite makes room for them: together the pages are about 840 s of one core's work, which takes
+# the suite from about 9 to 16 minutes on 2 cores (`python -m pytest -m long tests/test_docs.py` runs them).
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_name)
 def test_the_pages_code_runs(page, tmp_path, docs_cache):
     blocks = [dict(language=language, code=code, where=f"{_name(page)}:{line}")

@@ -61,3 +61,11 @@ def test_the_preprocessors_may_be_imported_first():
             "print(*(keras.saving.get_registered_object(f'keras_attn>{name}').__name__\n"
             "        for name in ('TranslationPreprocessor', 'Seq2SeqLM')))")
     assert _fresh(code).split() == ["TranslationPreprocessor", "Seq2SeqLM"]
+
+
+def test_importing_the_library_prints_nothing():
+    """TensorFlow's start-up lines (oneDNN, CUDA stubs, absl) are held back while `keras_attn` imports it."""
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", "import keras_attn\nfrom keras_attn.models import Seq2SeqLM"],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

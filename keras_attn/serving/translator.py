@@ -5,7 +5,7 @@ It loads in a process that imports only `tensorflow` and `tensorflow_text`:
     import tensorflow as tf, tensorflow_text  # registers the tokenizer ops
     translator = tf.saved_model.load("saved_models/transformer/1")
     out = translator.signatures["translate"](
-        text=tf.constant(["Ein Hund läuft."]), beam_width=tf.constant(4))
+        text=tf.constant(["A cat sleeps."]), beam_width=tf.constant(4))
     out["translation"], out["score"], out["truncated"]
 
 Exported with `keras_attn.serving.export` (versions and their metadata).
