@@ -13,7 +13,6 @@ import http.server
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -30,7 +29,6 @@ NOT_RUN = "# not run by the tests:"
 # A fence, at any indentation (inside a list item), its language, its body.
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<language>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                    re.M | re.S)
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def code_blocks(page):
@@ -134,17 +132,6 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on this machine (.ci/run installs Debian's)")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, headless=True)
-        yield browser
-        browser.close()
-
-
 @pytest.mark.slow
 def test_the_built_site_renders_its_pages_and_finds_multi_head_attention(site, browser):
     with _serving(site) as url:
@@ -160,7 +147,7 @@ def test_the_built_site_renders_its_pages_and_finds_multi_head_attention(site, b
             assert navigation.get_by_text("Guides").count() >= 1, path
         page.goto(url + "/")
         page.click("label.md-search__icon, .md-search__input")
-        page.fill("input.md-search__input", "MultiHeadAttention")
+        page.locator("input.md-search__input").press_sequentially("MultiHeadAttention", delay=50)  # as typed
         result = page.locator(".md-search-result__item").first
         result.wait_for(timeout=20_000)
         assert "MultiHeadAttention" in page.text_content(".md-search-result")

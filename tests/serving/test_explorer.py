@@ -1,6 +1,5 @@
 """The explorer page in a real browser (headless Chromium, driven by Playwright), as a user meets it."""
 
-import shutil
 
 import pytest
 
@@ -8,7 +7,6 @@ from tests.serving.conftest import post, serving_process
 
 pytest_plugins = ["tests.fixtures_export"]
 pytestmark = pytest.mark.slow
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTILE = "<script>alert(1)</script> ein hund <img src=x onerror=alert(2)> läuft"
 
 
@@ -16,17 +14,6 @@ HOSTILE = "<script>alert(1)</script> ein hund <img src=x onerror=alert(2)> läuf
 def server(model_root):
     with serving_process(model_root) as (_, url, _):
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on this machine (.ci/run installs Debian's)")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
