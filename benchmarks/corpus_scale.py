@@ -163,7 +163,7 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
     """Pairs/s the preset-small Transformer consumes on the streamed batches (its fastest precision here)."""
     import keras
 
-    from benchmarks.measures import StepClock
+    from benchmarks.measures import fit_steps_per_second
     from keras_attn.models import TransformerBackbone
     from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam
     from keras_attn.training.precision import native_bfloat16
@@ -180,11 +180,7 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
     model = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, max_sequence_length=MAX_LENGTH,
                                 preset="small", dropout=0.1)
     model.compile(optimizer=transformer_adam(TransformerSchedule(256, 4000)), loss=MaskedSparseCrossEntropy(0.1))
-    batches = epochs(0).repeat()
-    model.fit(batches, steps_per_epoch=10, epochs=1, verbose=0)  # trace, warm up
-    clock = StepClock()
-    model.fit(batches, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
-    rate = steps / (clock.last - clock.first)
+    rate = fit_steps_per_second(model, epochs(0).repeat(), steps, warmup_steps=10)
     return dict(precision=precision, steps_per_s=round(rate, 3), pairs_per_s=round(rate * BATCH, 1))
 
 

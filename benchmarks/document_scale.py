@@ -96,7 +96,7 @@ def training_pairs_per_second(folder, root, steps=20):
     """Pairs/s BERT-mini consumes on the streamed batches (its fastest precision here)."""
     import keras
 
-    from benchmarks.measures import StepClock
+    from benchmarks.measures import fit_steps_per_second
     from keras_attn.models import BertPretrainer
     from keras_attn.training.precision import native_bfloat16
     from pipelines import document_stream, documents
@@ -108,10 +108,7 @@ def training_pairs_per_second(folder, root, steps=20):
     keras.mixed_precision.set_global_policy(precision)
     model = BertPretrainer.from_preset("mini", packer, dropout=0.1)
     model.compile(learning_rate=1e-4)
-    model.fit(batches, steps_per_epoch=5, epochs=1, verbose=0)  # trace, warm up
-    clock = StepClock()
-    model.fit(batches, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
-    rate = steps / (clock.last - clock.first)
+    rate = fit_steps_per_second(model, batches, steps, warmup_steps=5)
     return dict(precision=precision, steps_per_s=round(rate, 3), pairs_per_s=round(rate * BATCH, 1))
 
 

@@ -7,8 +7,8 @@
   sharing it.
 - `padding_fraction`, `count_truncated`: what the translation pipeline pads
   and cuts.
-- `StepClock`: the wall time of a `fit` call's steps, its first step (the
-  tracing) left out.
+- `fit_steps_per_second`: a compiled model's training steps/s under `fit`,
+  warmed up first and timed between steps.
 """
 
 import time
@@ -95,14 +95,24 @@ def count_truncated(sources, targets, source_tokenizer, target_tokenizer, max_le
     return int(np.sum((source_lengths > max_length) | (target_lengths > max_length - 1)))
 
 
-class StepClock(keras.callbacks.Callback):
-    """Wall time from the end of a `fit` call's first step to the end of its last: `steps / (last - first)`.
-
-    Timed between steps, not around the `fit` call, so that starting the
-    call's iterator over the pipeline is not counted.
-    """
+class _StepClock(keras.callbacks.Callback):
+    """The wall time at the end of a `fit` call's first step and of its last."""
 
     def on_train_batch_end(self, batch, logs=None):
         self.last = time.perf_counter()
         if batch == 0:
             self.first = self.last
+
+
+def fit_steps_per_second(model, batches, steps, warmup_steps):
+    """Training steps/s of compiled `model` under `fit` on `batches` (a repeating dataset).
+
+    Warmed up (traced) by a first `fit` of `warmup_steps`, then timed from
+    the end of a second call's first step to the end of its last, not around
+    the call, so that starting the call's iterator over the pipeline is not
+    counted.
+    """
+    model.fit(batches, steps_per_epoch=warmup_steps, epochs=1, verbose=0)
+    clock = _StepClock()
+    model.fit(batches, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
+    return steps / (clock.last - clock.first)
