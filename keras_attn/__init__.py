@@ -2,8 +2,9 @@
 
 Importing it registers the package's Keras classes (the layers; with TensorFlow as the backend, the
 backbones and tasks too, whose loading registers the preprocessors), so that `keras.saving.load_model`
-reads its `.keras` files, as importing keras-hub does for its own. TensorFlow's start-up lines are held back while it loads, and its
-native log is quiet (`TF_CPP_MIN_LOG_LEVEL=3`) unless that variable is set before the import.
+reads its `.keras` files, as importing keras-hub does for its own. TensorFlow's start-up lines are held
+back while it loads, and its native log is quiet (`TF_CPP_MIN_LOG_LEVEL=3`) unless that variable is set
+before the import.
 """
 
 import os

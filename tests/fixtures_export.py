@@ -1,4 +1,4 @@
-"""Tiny untrained translators and one export of each, shared by the tests that serve models.
+"""Tiny untrained translators and a captioner, and one export of each, shared by the tests that serve models.
 
 Use with `pytest_plugins = ["tests.fixtures_export"]` in a test module: the
 session-scoped fixtures are then built once for all the modules that ask.
@@ -116,3 +116,20 @@ def model_root(tiny_export, tiny_seq2seq_export, tmp_path_factory):
     shutil.copytree(tiny_export, outside / "1")
     os.symlink(outside, root / "escape")
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_captioner(tmp_path_factory):
+    """An untrained tiny captioner (weights fixed by the seed) on a vocabulary of generated scenes, a few test
+    scenes and the captioner's export's path."""
+    from keras_attn.models import Captioner
+    from pipelines.preprocessors import CaptionPreprocessor
+    from pipelines.scenes import scenes_corpus
+
+    keras.utils.set_random_seed(4)
+    scenes = scenes_corpus(seed=1, train_size=40, valid_size=2, test_size=3, held_out_size=2)
+    preprocessor = CaptionPreprocessor(tokenizers.learn_wordpiece_vocabulary(scenes["train"].captions, 60),
+                                       max_length=10)
+    task = Captioner.from_preset("tiny", preprocessor)
+    path = serving.export(serving.CaptionServer(task), str(tmp_path_factory.mktemp("exports")), "captioner")
+    return task, scenes["test"], path

@@ -16,22 +16,7 @@ pytest_plugins = ["tests.fixtures_export"]
 
 
 @pytest.fixture(scope="module")
-def tiny_captioner_export(tmp_path_factory):
-    """An untrained tiny captioner's export."""
-    import keras
-
-    from keras_attn.models import Captioner
-    from keras_attn.serving import CaptionServer, export
-    from keras_attn.special_tokens import SPECIAL_TOKENS
-    from pipelines.preprocessors import CaptionPreprocessor
-
-    keras.utils.set_random_seed(4)
-    task = Captioner.from_preset("tiny", CaptionPreprocessor([*SPECIAL_TOKENS, "a", "red", "circle"], max_length=6))
-    return export(CaptionServer(task), str(tmp_path_factory.mktemp("exports")), "captioner")
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory, tiny_export, tiny_captioner_export):
+def paths(tmp_path_factory, tiny_export, tiny_captioner):
     """Files and folders of the kinds users give by mistake."""
     import tensorflow as tf
 
@@ -47,7 +32,7 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner_export):
     (root / "garbage" / "saved_model.pb").write_bytes(b"\x00 not a protocol buffer \xff" * 10)
     tf.saved_model.save(tf.Module(), str(root / "other"))
     return types.SimpleNamespace(
-        root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner_export,
+        root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner[2],
         **{name.replace(".", "_"): str(root / name) for name in (
             "two.txt", "one.txt", "empty.txt", "latin1.txt", "folder", "folder.png", "file",
             "garbage", "other", "missing",

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.models import Seq2SeqLM
-from pipelines.preprocessors import TranslationPreprocessor
-from tests.fixtures_export import _tokenizers
+
+pytest_plugins = ["tests.fixtures_export"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD = (
@@ -34,10 +34,9 @@ def _fresh(code, *args):
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
+def saved(tmp_path_factory, tiny_translator):
     """A tiny untrained Transformer task saved as `.keras`, an input and its output."""
-    keras.utils.set_random_seed(5)
-    task = Seq2SeqLM.from_preset("tiny", TranslationPreprocessor(*_tokenizers(), max_length=12))
+    task = Seq2SeqLM(tiny_translator.model, tiny_translator.preprocessor)
     path = str(tmp_path_factory.mktemp("keras") / "translator.keras")
     task.save(path)
     packed = task.preprocessor(tf.constant(["ein hund läuft ."]), tf.constant(["a dog runs ."]))

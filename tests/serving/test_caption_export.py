@@ -9,11 +9,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_attn.models import Captioner
-from keras_attn.serving import CaptionServer, export
-from pipelines.preprocessors import CaptionPreprocessor
-from pipelines.scenes import scenes_corpus
-from pipelines.tokenizers import learn_wordpiece_vocabulary
+pytest_plugins = ["tests.fixtures_export"]
+
 
 
 def png(array):
@@ -22,21 +19,8 @@ def png(array):
     return stream.getvalue()
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """An untrained tiny captioner, its scenes and its export's path (weights fixed by the seed)."""
-    import keras
-
-    keras.utils.set_random_seed(4)
-    scenes = scenes_corpus(seed=1, train_size=40, valid_size=2, test_size=3, held_out_size=2)
-    preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(scenes["train"].captions, 60), max_length=10)
-    task = Captioner.from_preset("tiny", preprocessor)
-    path = export(CaptionServer(task), str(tmp_path_factory.mktemp("exports")), "captioner")
-    return task, scenes["test"], path
-
-
-def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(exported):
-    task, scenes, path = exported
+def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(tiny_captioner):
+    task, scenes, path = tiny_captioner
     loaded = tf.saved_model.load(path)
     images = [png(image) for image in scenes.images]
     hostile = [b"", b"GIF89a and then nothing", images[0][:100]]
@@ -55,11 +39,11 @@ def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_el
     assert not attention[~written].any() and not written[len(images):].any()
 
 
-def test_the_attention_is_the_one_the_search_used(exported):
+def test_the_attention_is_the_one_the_search_used(tiny_captioner):
     """The export's attention (one teacher-forced pass over the chosen caption) equals greedy search's own."""
     from keras_attn.decoding import greedy_search
 
-    task, scenes, path = exported
+    task, scenes, path = tiny_captioner
     loaded = tf.saved_model.load(path)
     out = loaded.signatures["caption"](image=tf.constant([png(scenes.images[1])]), beam_width=tf.constant(1))
     searched = greedy_search(task.stepper, task.preprocessor.images(scenes.images[1:2]), 10, return_attention=True)
@@ -68,8 +52,8 @@ def test_the_attention_is_the_one_the_search_used(exported):
                                searched["attention"].numpy()[0, :steps, 0, 0], atol=1e-5)
 
 
-def test_a_beam_and_an_empty_batch(exported):
-    _, scenes, path = exported
+def test_a_beam_and_an_empty_batch(tiny_captioner):
+    _, scenes, path = tiny_captioner
     loaded = tf.saved_model.load(path)
     beam = loaded.signatures["caption"](image=tf.constant([png(scenes.images[2])]), beam_width=tf.constant(4))
     assert beam["readable"].numpy().tolist() == [True] and beam["score"].numpy()[0] < 0
@@ -78,8 +62,8 @@ def test_a_beam_and_an_empty_batch(exported):
 
 
 @pytest.mark.slow
-def test_it_loads_and_captions_with_tensorflow_alone(exported):
-    _, scenes, path = exported
+def test_it_loads_and_captions_with_tensorflow_alone(tiny_captioner):
+    _, scenes, path = tiny_captioner
     code = ("import sys, tensorflow as tf, tensorflow_text; m = tf.saved_model.load(sys.argv[1]); "
             "out = m.signatures['caption'](image=tf.constant([open(sys.argv[2], 'rb').read()]), "
             "beam_width=tf.constant(1)); "
@@ -89,10 +73,10 @@ def test_it_loads_and_captions_with_tensorflow_alone(exported):
     with open(image, "wb") as file:
         file.write(png(scenes.images[0]))
     printed = subprocess.run([sys.executable, "-c", code, path, image], capture_output=True, text=True, check=True)
-    assert printed.stdout.strip() == exported[0].generate(scenes.images[:1], max_length=10)[0]
+    assert printed.stdout.strip() == tiny_captioner[0].generate(scenes.images[:1], max_length=10)[0]
 
 
-def test_keras_attn_serve_captions_base64_images_over_rest(exported):
+def test_keras_attn_serve_captions_base64_images_over_rest(tiny_captioner):
     """TensorFlow Serving's REST API: binary inputs as {"b64": ...}; a non-image row answers readable=false."""
     import base64
     import os
@@ -102,7 +86,7 @@ def test_keras_attn_serve_captions_base64_images_over_rest(exported):
     from keras_attn.config import ServeConfig
     from keras_attn.serving.server import create_app
 
-    task, scenes, path = exported
+    task, scenes, path = tiny_captioner
     root = os.path.dirname(os.path.dirname(path))
     images = [png(scenes.images[0]), b"plain text, not an image"]
     rows = [{"image": {"b64": base64.b64encode(image).decode()}, "beam_width": 1} for image in images]
