@@ -1,4 +1,4 @@
-"""The docstrings' examples run, and the dotted names they mention exist.
+"""The docstrings' examples run, and the dotted names they and the documentation mention exist.
 
 Every `>>>` line under `keras_attn/` and `pipelines/` runs as a doctest of its
 module, in a temporary folder (examples that read files write them first),
@@ -60,7 +60,8 @@ def _resolves(dotted):
 
 def test_dotted_names_in_docs_exist():
     texts = {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in SOURCES}
-    texts["README.md"] = (ROOT / "README.md").read_text(encoding="utf-8")
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        texts[str(page.relative_to(ROOT))] = page.read_text(encoding="utf-8")
     broken = sorted(
         f"{where}: {dotted}"
         for where, text in texts.items()
