@@ -238,6 +238,7 @@ def test_export_ct2_replaces_an_existing_out_with_force(tiny_export, tmp_path, c
     assert (out / "model.bin").is_file()
 
 
+@pytest.mark.slow
 def test_a_mistake_is_one_line_in_a_new_process(tmp_path):
     """What the user sees: standard error as the command left it (TensorFlow's start-up lines held back)."""
     for argv in (["translate", str(tmp_path / "missing"), "ein hund"], ["train", "transformer", "--epoch", "3"]):

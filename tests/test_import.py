@@ -13,6 +13,7 @@ import tensorflow as tf
 from keras_attn.models import Seq2SeqLM
 
 pytest_plugins = ["tests.fixtures_export"]
+pytestmark = pytest.mark.slow  # each test starts processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD = (
