@@ -224,7 +224,8 @@ class TranslationConfig(GenerationConfig):
                             "it every epoch: the same batches without tokenizing; a later run with the same data and "
                             "vocabulary reuses it", DATA, metavar="DIR")
     builtin_size: int = setting(20000, "training pairs of the built-in corpus", DATA, AT_LEAST_10)
-    builtin_eval_size: int = 500  # sentences in the built-in validation and test splits
+    builtin_eval_size: int = setting(500, "pairs in each of the built-in corpus's validation and test splits", DATA,
+                                     AT_LEAST_1, metavar="N")
     valid_src: str = setting(None, "validation source (default: 2% of training)", DATA)
     valid_tgt: str = setting(None, "validation target", DATA)
     test_src: str = setting(None, "test source, scored at the end (default: the validation pairs)", DATA)
@@ -396,7 +397,8 @@ class CaptionConfig(GenerationConfig):
     builtin_scenes: int = setting(12000, "training scenes of the built-in corpus", CAPTION_DATA, AT_LEAST_10)
     builtin_objects: int = setting(None, "the most objects in a built-in scene (default: the corpus's, 4)",
                                    CAPTION_DATA, AT_LEAST_1, metavar="N")
-    builtin_eval_size: int = 500  # scenes in the built-in validation and test splits
+    builtin_eval_size: int = setting(500, "scenes in each of the built-in corpus's validation, test and held-out test "
+                                     "splits", CAPTION_DATA, AT_LEAST_1, metavar="N")
     valid_fraction: float = 0.05
     vocabulary_size: int = setting(5000, "WordPiece vocabulary size", CAPTION_DATA, AT_LEAST_10, flag="--vocab-size",
                                    metavar="N")

@@ -1,7 +1,7 @@
 """The documentation stays true: every code block of the README and the guides runs, the site builds with
 `mkdocs build --strict`, and the built site works in a browser.
 
-A page's ```bash and ```python blocks run in page order in one fresh folder (in the `long` tier) (`tests/docs_runner.py`), the
+A page's ```bash and ```python blocks run in page order in one fresh folder (`tests/docs_runner.py`), the
 python blocks in one process like a notebook's cells. Training commands get small settings appended
 (`docs_runner.PRELUDE`). A block that cannot run here starts with `# not run by the tests: REASON`.
 """
@@ -68,29 +68,16 @@ def test_every_block_runs_or_says_why_not(page):
         assert "set_random_seed" in python, f"{_name(page)}: trains without a seed, so its numbers change each run"
 
 
-@pytest.fixture(scope="session")
-def docs_cache(tmp_path_factory, worker_id):
-    """A folder every worker of this run shares: training commands that pages repeat run once."""
-    root = tmp_path_factory.getbasetemp()
-    cache = (root if worker_id == "master" else root.parent) / "docs-cache"
-    cache.mkdir(exist_ok=True)
-    return cache
-
-
-# `long` until the suite makes room for them: together the pages are about 840 s of one core's work, which takes
-# the suite from about 9 to 16 minutes on 2 cores (`python -m pytest -m long tests/test_docs.py` runs them).
 @pytest.mark.slow
-@pytest.mark.long
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_name)
-def test_the_pages_code_runs(page, tmp_path, docs_cache):
+def test_the_pages_code_runs(page, tmp_path):
     blocks = [dict(language=language, code=code, where=f"{_name(page)}:{line}")
               for language, code, line in code_blocks(page) if language in RUN and _runnable(code)]
     if not blocks:
         pytest.skip(f"{_name(page)}: every block says why it is not run")
     (tmp_path / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
-                          cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "KERAS_ATTN_DOCS_CACHE": str(docs_cache)})
+                          cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 

@@ -14,6 +14,7 @@ output. All are functional `keras.Model`s whose `get_config` rebuilds them;
 import keras
 import tensorflow as tf
 
+from keras_attn import graph
 from keras_attn.layers import (
     BertEmbedding,
     MaskedLMHead,
@@ -249,7 +250,7 @@ class _MaskedLMTask(_BertTask):
         return encoded, head, head(encoded["sequence_output"], inputs["mask_positions"])
 
     def _make_fill_mask(self):
-        self._fill_mask = tf.function(
+        self._fill_mask = graph.function(
             lambda text, top_k: fill_masks(self.preprocessor, self.encode, self.mlm_head, text, top_k),
             input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32)],
         )

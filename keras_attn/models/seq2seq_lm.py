@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import decoding
+from keras_attn import decoding, graph
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
 from keras_attn.models.transformer import TransformerBackbone
@@ -51,8 +51,8 @@ class Seq2SeqLM(Task):
         self.longest_output = min((length for length in lengths if length), default=None)
         budget = tf.TensorSpec([None], tf.int32, name="max_length")
         source = self.source_spec()
-        self._greedy = tf.function(self._greedy_search, input_signature=[source, budget])
-        self._beam = tf.function(self._beam_search, input_signature=[
+        self._greedy = graph.function(self._greedy_search, input_signature=[source, budget])
+        self._beam = graph.function(self._beam_search, input_signature=[
             source, budget, tf.TensorSpec([], tf.int32, name="beam_width"),
             tf.TensorSpec([], tf.float32, name="length_penalty"),
         ])

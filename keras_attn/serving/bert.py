@@ -20,6 +20,7 @@ import os
 
 import tensorflow as tf
 
+from keras_attn import graph
 from keras_attn.serving.versions import fingerprint
 from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
 from keras_attn.special_tokens import PAD_ID
@@ -85,19 +86,19 @@ class BertServer(tf.Module):
         self.pairs = pairs
         ids = tf.TensorSpec([None, None], tf.int32)
         # The model is traced once, and every signature calls that graph.
-        self._run_backbone = tf.function(self._backbone_outputs, input_signature=[ids, ids])
-        self.encode = tf.function(self._encode, input_signature=[_TEXT])
-        self.attention = tf.function(self._attention, input_signature=[_TEXT])
-        self.encode_pair = tf.function(self._encode_pair, input_signature=_pair_signature())
+        self._run_backbone = graph.function(self._backbone_outputs, input_signature=[ids, ids])
+        self.encode = graph.function(self._encode, input_signature=[_TEXT])
+        self.attention = graph.function(self._attention, input_signature=[_TEXT])
+        self.encode_pair = graph.function(self._encode_pair, input_signature=_pair_signature())
         if self.mlm_head is not None:
-            self.fill_mask = tf.function(
+            self.fill_mask = graph.function(
                 self._fill_mask, input_signature=[_TEXT, tf.TensorSpec([], tf.int32, name="top_k")]
             )
         if self.classifier is not None:
             self._labels = tf.constant(self.label_names, tf.string)
-            self._run_classifier = tf.function(self._probabilities, input_signature=[ids, ids])
-            self.classify = tf.function(self._classify, input_signature=[_TEXT])
-            self.classify_pair = tf.function(self._classify_pair, input_signature=_pair_signature())
+            self._run_classifier = graph.function(self._probabilities, input_signature=[ids, ids])
+            self.classify = graph.function(self._classify, input_signature=[_TEXT])
+            self.classify_pair = graph.function(self._classify_pair, input_signature=_pair_signature())
 
     def _backbone_outputs(self, token_ids, segment_ids):
         outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)

@@ -15,7 +15,7 @@ import json
 
 import tensorflow as tf
 
-from keras_attn import decoding
+from keras_attn import decoding, graph
 from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import BOS_ID, PAD_ID
 from pipelines.images import decode_images
@@ -59,7 +59,7 @@ class CaptionServer(tf.Module):
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
 
-    @tf.function(input_signature=[
+    @graph.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="image"), tf.TensorSpec([], tf.int32, name="beam_width"),
     ])
     def caption(self, image, beam_width):

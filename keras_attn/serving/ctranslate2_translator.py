@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import decoding
+from keras_attn import decoding, graph
 from keras_attn.errors import UserError
 from keras_attn.serving.ctranslate2_export import PREPROCESSOR, SEARCH_OPTIONS
 from keras_attn.serving.translator import nothing_to_translate
@@ -64,8 +64,8 @@ class CTranslate2Translator:
         self.max_beam_width = max_beam_width
         self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)
         self._target_ids = {token: i for i, token in enumerate(preprocessor.target_tokenizer.vocabulary)}
-        self._encode = tf.function(self._encode_graph, input_signature=[tf.TensorSpec([None], tf.string)])
-        self._decode = tf.function(preprocessor.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        self._encode = graph.function(self._encode_graph, input_signature=[tf.TensorSpec([None], tf.string)])
+        self._decode = graph.function(preprocessor.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
     def _encode_graph(self, text):
         source, truncated = self.preprocessor.tokenize_source(text)

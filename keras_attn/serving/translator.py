@@ -20,7 +20,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_attn import decoding
+from keras_attn import decoding, graph
 from keras_attn.errors import UserError
 from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
@@ -76,7 +76,7 @@ class Translator(tf.Module):
     def _decode_length(self, source):
         return decoding.max_decode_length(source, cap=self.preprocessor.max_length)
 
-    @tf.function(
+    @graph.function(
         input_signature=[
             tf.TensorSpec([None], tf.string, name="text"),
             tf.TensorSpec([], tf.int32, name="beam_width"),
@@ -99,7 +99,7 @@ class Translator(tf.Module):
             "truncated": truncated,
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
         source, _ = self.encode(text)
         empty = nothing_to_translate(text, source)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras import ops
 from tensorflow.python.ops import control_flow_util  # no public test for "inside XLA"
 
+from keras_attn import graph
 from keras_attn.special_tokens import PAD_ID
 
 
@@ -100,7 +101,7 @@ def _log_sum_exp_cross_entropy(logits, targets, label_smoothing):
     return log_sum_exp - (1.0 - label_smoothing) * gold - label_smoothing * tf.reduce_mean(logits, axis=-1)
 
 
-_compiled_cross_entropy = tf.function(_log_sum_exp_cross_entropy, jit_compile=True)
+_compiled_cross_entropy = graph.function(_log_sum_exp_cross_entropy, jit_compile=True)
 
 
 def token_negative_log_likelihood(targets, logits):

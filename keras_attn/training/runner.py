@@ -32,6 +32,7 @@ import time
 import keras
 import tensorflow as tf
 
+from keras_attn import graph
 from keras_attn.errors import UserError
 from keras_attn import run_folder
 from keras_attn.training.averaging import WeightsAverage
@@ -465,7 +466,7 @@ def _stopping(model, strategy):
     return model.stop_training
 
 
-@tf.function
+@graph.function
 def _sum_over_replicas(strategy, value):
     """`value` summed over every replica of every worker.
 

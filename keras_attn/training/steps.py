@@ -27,6 +27,8 @@ with two differences:
 
 import tensorflow as tf
 
+from keras_attn import graph
+
 
 class TrainingSteps:
     """The compiled train and evaluation steps of a compiled model under a strategy.
@@ -80,11 +82,11 @@ class TrainingSteps:
             return model(inputs, training=training)
 
         if jit_compile:
-            forward = tf.function(forward, jit_compile=True, reduce_retracing=True)
+            forward = graph.function(forward, jit_compile=True, reduce_retracing=True)
         self._forward = forward
-        self.train = tf.function(self._train, reduce_retracing=True)
-        self._evaluate_batch = tf.function(self._evaluate, reduce_retracing=True)
-        self._results = tf.function(self.results)
+        self.train = graph.function(self._train, reduce_retracing=True)
+        self._evaluate_batch = graph.function(self._evaluate, reduce_retracing=True)
+        self._results = graph.function(self.results)
 
     def _train(self, iterator):
         """Runs one step on the next batch of `iterator`; returns the metrics so far."""
