@@ -1,7 +1,7 @@
 """The documentation stays true: every code block of the README and the guides runs, the site builds with
 `mkdocs build --strict`, and the built site works in a browser.
 
-A page's ```bash and ```python blocks run in page order in one fresh folder (`tests/docs_runner.py`), the
+A page's ```bash and ```python blocks run in page order in one fresh folder (in the `long` tier) (`tests/docs_runner.py`), the
 python blocks in one process like a notebook's cells. Training commands get small settings appended
 (`docs_runner.PRELUDE`). A block that cannot run here starts with `# not run by the tests: REASON`.
 """
@@ -68,7 +68,10 @@ def test_every_block_runs_or_says_why_not(page):
         assert "set_random_seed" in python, f"{_name(page)}: trains without a seed, so its numbers change each run"
 
 
+# `long`: together the pages are about 720 s of one core's work, which takes the suite from about 10 to 17 minutes
+# on 2 cores (`python -m pytest -m long tests/test_docs.py` runs them).
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_name)
 def test_the_pages_code_runs(page, tmp_path):
     blocks = [dict(language=language, code=code, where=f"{_name(page)}:{line}")
