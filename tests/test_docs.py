@@ -84,6 +84,19 @@ def test_the_pages_code_runs(page, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
+@pytest.mark.slow
+def test_the_runner_ends_with_a_failing_commands_place_and_passes_its_output_through(tmp_path):
+    """A `keras-attn` command in a forked process: its exit code, outputs and folder are the block's."""
+    code = 'cd sub\nkeras-attn translate nowhere "x" > out.txt 2> err.txt || echo "exit $?"\nkeras-attn translate nowhere\n'
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "blocks.json").write_text(json.dumps([dict(language="bash", code=code, where="page.md:3")]))
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 1 and "exit 2\n" in done.stdout, done
+    assert (tmp_path / "sub" / "err.txt").read_text() == "keras-attn: error: nowhere: no such folder\n"
+    assert done.stderr.endswith("page.md:3: the bash block exited with 2\n"), done.stderr
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The site built with `mkdocs build --strict` (a broken link or reference fails it)."""
