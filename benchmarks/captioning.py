@@ -2,6 +2,7 @@
 
     python -m benchmarks.captioning --attention soft --epochs 10
     python -m benchmarks.captioning --attention none --epochs 10
+    python -m benchmarks.captioning --attention hard --train-size 3000 --probe 0 100 300
 
 Trains a `Captioner` (preset `--preset`) on the built-in scenes corpus
 (`pipelines.scenes`, seed 0) with `fit`, then captions the test split and
@@ -12,6 +13,14 @@ each word of each object the caption names right (its place in the
 left-to-right order, its size, colour and shape), whether the attention's
 peak cell when the word is written has its centre inside the object's box;
 chance is the share of cell centres inside the box.
+
+`--probe STEPS...` measures hard attention's gradient estimator instead, after
+each number of training steps: on one fixed batch and 8 draws of the
+attention samples, the mean and the spread of the cross-entropy's gradient
+and of the REINFORCE term's (their signal-to-noise ratio: the norm of the
+mean over the root mean square deviation), the reward log p(y|s) per image
+(its spread over images and over draws, its correlation with the caption's
+length) and the moving-average baseline.
 """
 
 import argparse
@@ -97,6 +106,46 @@ def evaluate(task, scenes, batch_size=250):
     return result, captions, weights
 
 
+def estimator_probe(task, inputs, targets, draws=8):
+    """Hard attention's gradient estimator on one batch, over `draws` draws of the attention samples (the
+    baseline is left as it was)."""
+    import tensorflow as tf
+
+    backbone = task.backbone
+    baseline = backbone.decoder.baseline
+    kept = float(baseline.numpy())
+    weights = backbone.trainable_weights
+    real = tf.cast(inputs["target_in"] != 0, tf.float32)
+    gradients = {"cross_entropy": [], "reinforce": []}
+    rewards = []
+    for _ in range(draws):
+        with tf.GradientTape(persistent=True) as tape:
+            logits = backbone(inputs, training=True)
+            terms = {"cross_entropy": task.loss(targets, logits),
+                     "reinforce": tf.add_n([tf.cast(loss, tf.float32) for loss in backbone.losses])}
+        for name, term in terms.items():
+            gradients[name].append(np.concatenate([
+                np.zeros(int(np.prod(w.shape))) if g is None else tf.reshape(tf.cast(g, tf.float32), [-1]).numpy()
+                for g, w in zip(tape.gradient(term, weights), weights)]))
+        log_probs = tf.nn.log_softmax(tf.cast(logits[:, :-1], tf.float32))
+        words = tf.gather(log_probs, inputs["target_in"][:, 1:], batch_dims=2)
+        rewards.append(tf.reduce_sum(words * real[:, 1:], axis=1).numpy())  # log p(y|s) per image
+        baseline.assign(kept)
+    result = {}
+    for name, draws_of in gradients.items():
+        draws_of = np.array(draws_of)
+        mean = draws_of.mean(0)
+        spread = np.sqrt(((draws_of - mean) ** 2).sum(1).mean())
+        result[name] = {"mean_norm": round(float(np.linalg.norm(mean)), 3), "spread": round(float(spread), 3),
+                        "signal_to_noise": round(float(np.linalg.norm(mean) / max(spread, 1e-12)), 2)}
+    rewards, lengths = np.array(rewards), real.numpy().sum(1)
+    result["reward"] = {"mean": round(float(rewards.mean()), 2), "spread_over_images": round(float(rewards.mean(0).std()), 2),
+                        "spread_over_draws": round(float(rewards.std(0).mean()), 3),
+                        "correlation_with_length": round(float(np.corrcoef(rewards.mean(0), lengths)[0, 1]), 3),
+                        "baseline": round(kept, 2)}
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attention", default="soft", choices=ATTENTIONS)
@@ -110,6 +159,8 @@ def main():
     parser.add_argument("--stage-depth", type=int, help="3x3 convolutions per encoder stage (default: the preset's)")
     parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe", type=int, nargs="+", metavar="STEPS",
+                        help="with --attention hard: measure the gradient estimator after each number of steps")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--save", help="save the trained task here (a .keras file)")
     parser.add_argument("--figure", help="draw a test image's attention per word here (PNG)")
@@ -133,6 +184,17 @@ def main():
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
                             seed=args.seed)
+    if args.probe:
+        if args.attention != "hard":
+            parser.error("--probe measures hard attention's estimator: add --attention hard")
+        inputs, targets = next(iter(train))
+        done = 0
+        for steps in args.probe:
+            if steps > done:
+                task.fit(train.repeat(), steps_per_epoch=steps - done, epochs=1, verbose=0)
+                done = steps
+            print(json.dumps({"steps": done, **estimator_probe(task, inputs, targets)}), flush=True)
+        return
     valid = caption_dataset(corpus["valid"].images, corpus["valid"].captions, preprocessor, 250, shuffle=False)
     started = time.perf_counter()
     history = task.fit(train, validation_data=valid, epochs=args.epochs, verbose=2)
