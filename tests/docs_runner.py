@@ -8,17 +8,18 @@ run in this process, in one namespace, like a notebook's cells. Ends with the fa
 code 1.
 
 `--keras-attn` appends small settings to the training commands, so that each trains for seconds: a few
-updates (one epoch) on a small built-in corpus, validated and tested on 50 examples, scored greedily (the page's own flags come first; argparse keeps an
-option's last value). It runs the command in a process forked from one that has imported keras_attn (and so
-TensorFlow) and run nothing yet: a command's process starts as a new `keras-attn` process would after its
-imports, in the block's folder, environment, standard input and outputs, and saves the 4-5 s of importing
-TensorFlow each time. (Environment variables that TensorFlow reads only when imported, such as
-`TF_CPP_MIN_LOG_LEVEL`, keep the runner's values.)
+updates (one epoch) on a small built-in corpus, validated and tested on 50 examples, scored greedily (the
+page's own flags come first; argparse keeps an option's last value). It runs the command in a process forked
+from one that has imported keras_attn (and so TensorFlow) and run nothing yet: a command's process starts as a
+new `keras-attn` process would after its imports, in the block's folder, environment, standard input and
+outputs, and saves the 4-5 s of importing TensorFlow each time. (Environment variables that TensorFlow reads
+only when imported, such as `TF_CPP_MIN_LOG_LEVEL`, keep the runner's values.)
 """
 
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +30,8 @@ from pathlib import Path
 SMALL = {
     ("train", "transformer"): ["--builtin-size", "600", "--builtin-eval-size", "50", "--max-updates", "8",
                                "--beam-width", "1"],
-    ("train", "seq2seq"): ["--builtin-size", "600", "--builtin-eval-size", "50", "--max-updates", "8", "--beam-width", "1"],
+    ("train", "seq2seq"): ["--builtin-size", "600", "--builtin-eval-size", "50", "--max-updates", "8",
+                           "--beam-width", "1"],
     ("train", "captioner"): ["--builtin-scenes", "600", "--builtin-eval-size", "50", "--max-updates", "8"],
     ("pretrain", "bert"): ["--builtin-documents", "60", "--max-updates", "8"],
     ("finetune",): ["--max-updates", "8"],
@@ -71,6 +73,7 @@ def _serve(listener, parent_gone):
     while True:
         ready = select.select([listener, parent_gone], [], [])[0]
         if parent_gone in ready:
+            shutil.rmtree(os.path.dirname(listener.getsockname()), ignore_errors=True)
             os._exit(0)
         connection, _ = listener.accept()
         if os.fork() == 0:
@@ -92,11 +95,13 @@ def _run_command(connection):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command waits for processes of its own
     try:
         code = cli.main(request["args"])
     except SystemExit as exit:  # argparse's, or sys.exit(MESSAGE)
-        code = exit.code if isinstance(exit.code, int) or exit.code is None else print(exit.code, file=sys.stderr) or 1
+        if isinstance(exit.code, str):
+            print(exit.code, file=sys.stderr)
+        code = 1 if isinstance(exit.code, str) else exit.code
     except BaseException:  # noqa: BLE001  (as an uncaught exception ends a process)
         import traceback
 
