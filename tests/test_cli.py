@@ -135,8 +135,9 @@ def test_every_command_answers_a_mistake_in_one_line(mistake, paths, cli_loads_o
     assert not (paths.root / "run").exists() and not (paths.root / "out").exists()
 
 
-def test_a_tf_config_that_is_not_json_is_one_line(paths, monkeypatch, capsys):
-    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1"]}, task: 0}')
+@pytest.mark.parametrize("tf_config", ['{"cluster": {"worker": ["a:1"]}, task: 0}', ""], ids=["not JSON", "empty"])
+def test_a_tf_config_that_is_not_json_is_one_line(tf_config, paths, monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
     assert cli.main(_train("--strategy", "multi_worker", p=paths)) == 2
     error = capsys.readouterr().err
     assert error.startswith("keras-attn: error: TF_CONFIG is not valid JSON (") and len(error.splitlines()) == 1

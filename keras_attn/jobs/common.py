@@ -175,9 +175,9 @@ def check_strategy_flags(config):
     """
     if config.strategy == "multi_worker":
         try:
-            json.loads(os.environ.get("TF_CONFIG") or "{}")
+            json.loads(os.environ.get("TF_CONFIG", "{}"))  # as TensorFlow reads it: set and empty is not JSON
         except ValueError as error:
-            raise UserError(f"TF_CONFIG is not valid JSON ({error})") from None
+            raise UserError(f"TF_CONFIG is not valid JSON ({error}); unset it to train as one worker") from None
         return
     if not config.devices or config.strategy not in ("one_device", "mirrored"):
         return
