@@ -17,8 +17,9 @@ chance is the share of cell centres inside the box.
 `--probe STEPS...` measures hard attention's gradient estimator instead, after
 each number of training steps: on one fixed batch and 8 draws of the
 attention samples, the mean and the spread of the cross-entropy's gradient
-and of the REINFORCE term's (their signal-to-noise ratio: the norm of the
-mean over the root mean square deviation), the reward log p(y|s) per image
+and of the decoder's own loss's (the REINFORCE term and the entropy bonus;
+their signal-to-noise ratio: the norm of the mean over the root mean square
+deviation), the reward log p(y|s) per image
 (its spread over images and over draws, its correlation with the caption's
 length) and the moving-average baseline.
 """
@@ -111,25 +112,26 @@ def estimator_probe(task, inputs, targets, draws=8):
     baseline is left as it was)."""
     import tensorflow as tf
 
+    from keras_attn.layers.caption_decoder import caption_log_likelihood
+    from keras_attn.special_tokens import PAD_ID
+
     backbone = task.backbone
     baseline = backbone.decoder.baseline
     kept = float(baseline.numpy())
     weights = backbone.trainable_weights
-    real = tf.cast(inputs["target_in"] != 0, tf.float32)
     gradients = {"cross_entropy": [], "reinforce": []}
     rewards = []
     for _ in range(draws):
         with tf.GradientTape(persistent=True) as tape:
             logits = backbone(inputs, training=True)
             terms = {"cross_entropy": task.loss(targets, logits),
+                     # the decoder's own loss: the REINFORCE term and the entropy bonus
                      "reinforce": tf.add_n([tf.cast(loss, tf.float32) for loss in backbone.losses])}
         for name, term in terms.items():
             gradients[name].append(np.concatenate([
                 np.zeros(int(np.prod(w.shape))) if g is None else tf.reshape(tf.cast(g, tf.float32), [-1]).numpy()
                 for g, w in zip(tape.gradient(term, weights), weights)]))
-        log_probs = tf.nn.log_softmax(tf.cast(logits[:, :-1], tf.float32))
-        words = tf.gather(log_probs, inputs["target_in"][:, 1:], batch_dims=2)
-        rewards.append(tf.reduce_sum(words * real[:, 1:], axis=1).numpy())  # log p(y|s) per image
+        rewards.append(np.asarray(caption_log_likelihood(logits, inputs["target_in"])))  # log p(y|s) per image
         baseline.assign(kept)
     result = {}
     for name, draws_of in gradients.items():
@@ -138,8 +140,9 @@ def estimator_probe(task, inputs, targets, draws=8):
         spread = np.sqrt(((draws_of - mean) ** 2).sum(1).mean())
         result[name] = {"mean_norm": round(float(np.linalg.norm(mean)), 3), "spread": round(float(spread), 3),
                         "signal_to_noise": round(float(np.linalg.norm(mean) / max(spread, 1e-12)), 2)}
-    rewards, lengths = np.array(rewards), real.numpy().sum(1)
-    result["reward"] = {"mean": round(float(rewards.mean()), 2), "spread_over_images": round(float(rewards.mean(0).std()), 2),
+    rewards, lengths = np.array(rewards), np.count_nonzero(np.asarray(inputs["target_in"]) != PAD_ID, axis=1)
+    result["reward"] = {"mean": round(float(rewards.mean()), 2),
+                        "spread_over_images": round(float(rewards.mean(0).std()), 2),
                         "spread_over_draws": round(float(rewards.std(0).mean()), 3),
                         "correlation_with_length": round(float(np.corrcoef(rewards.mean(0), lengths)[0, 1]), 3),
                         "baseline": round(kept, 2)}

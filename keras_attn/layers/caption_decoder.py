@@ -155,16 +155,11 @@ class CaptionDecoder(AttentionDecoder):
     def _add_reinforce_loss(self, logits, target_in, weights, used, sampling):
         """The hard-attention terms of eq. 12 as a layer loss, per real word of the batch (as the cross-entropy).
 
-        log p(y|s̃) is the caption's words' log-likelihood under the sampled
-        cells (each `target_in` id after [BOS] as the target of the step
-        before it: every word but the final [EOS]).
+        log p(y|s̃) is `caption_log_likelihood` under the sampled cells.
         """
         real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
         words = ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)
-        log_probs = ops.log_softmax(ops.cast(logits[:, :-1], "float32"), axis=-1)
-        next_word = ops.expand_dims(target_in[:, 1:], -1)
-        word_log_likelihood = ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1)
-        reward = ops.sum(word_log_likelihood * real[:, 1:], axis=1)  # log p(y|s̃) per image
+        reward = caption_log_likelihood(logits, target_in)  # log p(y|s̃) per image
         weights = ops.cast(weights, "float32")
         chosen = ops.sum(weights * ops.cast(used, "float32"), axis=-1)  # α_t(s̃_t) for a sampled row
         sample_log_prob = ops.sum(ops.log(ops.maximum(chosen, 1e-9)) * real, axis=1)  # log p(s̃) per image
@@ -203,6 +198,15 @@ def doubly_stochastic_penalty(weights, target_in):
     real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
     coverage = ops.sum(ops.cast(weights, "float32") * real[:, :, None], axis=1)  # (B, L): Σ_t α_ti
     return ops.sum(ops.square(1.0 - coverage)) / ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)
+
+
+def caption_log_likelihood(logits, target_in):
+    """log p(y) of each caption `(B,)`: its words' log-probabilities under `logits` `(B, T, V)`, each `target_in`
+    id after [BOS] as the target of the step before it (every word but the final [EOS]), padding excluded."""
+    real = ops.cast(ops.not_equal(target_in[:, 1:], PAD_ID), "float32")
+    log_probs = ops.log_softmax(ops.cast(logits[:, :-1], "float32"), axis=-1)
+    next_word = ops.expand_dims(target_in[:, 1:], -1)
+    return ops.sum(ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1) * real, axis=1)
 
 
 def sample_cells(weights, seed):
