@@ -1,9 +1,9 @@
 """The documentation stays true: every code block of the README and the guides runs, the site builds with
 `mkdocs build --strict`, and the built site works in a browser.
 
-A page's ```bash and ```python blocks run in page order in one fresh folder (in the `long` tier) (`tests/docs_runner.py`), the
-python blocks in one process like a notebook's cells. Training commands get small settings appended
-(`docs_runner.PRELUDE`). A block that cannot run here starts with `# not run by the tests: REASON`.
+A page's ```bash and ```python blocks run in page order in one fresh folder, in the `long` tier
+(`tests/docs_runner.py`), the python blocks in one process like a notebook's cells. Training commands get small
+settings appended (`docs_runner.SMALL`). A block that cannot run here starts with `# not run by the tests: REASON`.
 """
 
 import ast
@@ -68,6 +68,13 @@ def test_every_block_runs_or_says_why_not(page):
         assert "set_random_seed" in python, f"{_name(page)}: trains without a seed, so its numbers change each run"
 
 
+def _run_blocks(blocks, folder):
+    """`tests/docs_runner.py` run on `blocks` in `folder`: the finished process, its output captured."""
+    (folder / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
+                          cwd=folder, capture_output=True, text=True)
+
+
 # `long`: together the pages are about 720 s of one core's work, which takes the suite from about 10 to 17 minutes
 # on 2 cores (`python -m pytest -m long tests/test_docs.py` runs them).
 @pytest.mark.slow
@@ -78,20 +85,17 @@ def test_the_pages_code_runs(page, tmp_path):
               for language, code, line in code_blocks(page) if language in RUN and _runnable(code)]
     if not blocks:
         pytest.skip(f"{_name(page)}: every block says why it is not run")
-    (tmp_path / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = _run_blocks(blocks, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 @pytest.mark.slow
 def test_the_runner_ends_with_a_failing_commands_place_and_passes_its_output_through(tmp_path):
     """A `keras-attn` command in a forked process: its exit code, outputs and folder are the block's."""
-    code = 'cd sub\nkeras-attn translate nowhere "x" > out.txt 2> err.txt || echo "exit $?"\nkeras-attn translate nowhere\n'
+    code = ('cd sub\nkeras-attn translate nowhere "x" > out.txt 2> err.txt || echo "exit $?"\n'
+            'keras-attn translate nowhere\n')
     (tmp_path / "sub").mkdir()
-    (tmp_path / "blocks.json").write_text(json.dumps([dict(language="bash", code=code, where="page.md:3")]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), "blocks.json"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = _run_blocks([dict(language="bash", code=code, where="page.md:3")], tmp_path)
     assert done.returncode == 1 and "exit 2\n" in done.stdout, done
     assert (tmp_path / "sub" / "err.txt").read_text() == "keras-attn: error: nowhere: no such folder\n"
     assert done.stderr.endswith("page.md:3: the bash block exited with 2\n"), done.stderr

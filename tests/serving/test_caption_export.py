@@ -12,7 +12,6 @@ from PIL import Image
 pytest_plugins = ["tests.fixtures_export"]
 
 
-
 def png(array):
     stream = io.BytesIO()
     Image.fromarray(array).save(stream, "PNG")

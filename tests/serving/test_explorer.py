@@ -1,6 +1,5 @@
 """The explorer page in a real browser (headless Chromium, driven by Playwright), as a user meets it."""
 
-
 import pytest
 
 from tests.serving.conftest import post, serving_process
