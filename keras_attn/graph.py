@@ -4,10 +4,9 @@ The package writes its loops and branches on tensors as TensorFlow ops
 (`tf.while_loop`, `tf.cond`, `keras.ops`), so AutoGraph, which
 `tf.function` runs by default to turn Python's `if` and `for` on tensors
 into such ops, has nothing to turn; but it still parses and rewrites the
-source of every function a traced one calls: about 4 of the 25 seconds a
-small training job takes from start to export (docs/benchmarks/test-suite.md).
-`function` traces without it; Python control flow on a tensor then fails
-at tracing, where it is written.
+source of every function a traced one calls, in every job and every
+export. `function` traces without it; Python control flow on a tensor then
+fails at tracing, where it is written.
 
 Example:
 
