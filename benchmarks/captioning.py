@@ -2,7 +2,7 @@
 
     python -m benchmarks.captioning --attention soft --epochs 10
     python -m benchmarks.captioning --attention none --epochs 10
-    python -m benchmarks.captioning --attention hard --train-size 3000 --probe 0 100 300
+    python -m benchmarks.captioning --attention hard --hard-estimator reinforce --train-size 3000 --probe 0 100 300
 
 Trains a `Captioner` (preset `--preset`) on the built-in scenes corpus
 (`pipelines.scenes`, seed 0) with `fit`, then captions the test split and
@@ -14,7 +14,7 @@ left-to-right order, its size, colour and shape), whether the attention's
 peak cell when the word is written has its centre inside the object's box;
 chance is the share of cell centres inside the box.
 
-`--probe STEPS...` measures hard attention's gradient estimator instead, after
+`--probe STEPS...` measures hard attention's REINFORCE estimator instead, after
 each number of training steps: on one fixed batch and 8 draws of the
 attention samples, the mean and the spread of the cross-entropy's gradient
 and of the decoder's own loss's (the REINFORCE term and the entropy bonus;
@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from keras_attn.config import HARD_ESTIMATORS
 from keras_attn.models.captioner import ATTENTIONS
 
 
@@ -152,6 +153,7 @@ def estimator_probe(task, inputs, targets, draws=8):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attention", default="soft", choices=ATTENTIONS)
+    parser.add_argument("--hard-estimator", choices=HARD_ESTIMATORS, help="hard attention's (default: the model's)")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -163,7 +165,7 @@ def main():
     parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--probe", type=int, nargs="+", metavar="STEPS",
-                        help="with --attention hard: measure the gradient estimator after each number of steps")
+                        help="with --hard-estimator reinforce: measure the estimator after each number of steps")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--save", help="save the trained task here (a .keras file)")
     parser.add_argument("--figure", help="draw a test image's attention per word here (PNG)")
@@ -181,15 +183,17 @@ def main():
     corpus = scenes.scenes_corpus(seed=args.seed, train_size=args.train_size)
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
-    chosen = dict(attention_regularization=args.regularization, stage_depth=args.stage_depth, filters=args.filters)
+    chosen = dict(attention_regularization=args.regularization, stage_depth=args.stage_depth, filters=args.filters,
+                  hard_estimator=args.hard_estimator)
     task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention,
                                  **{key: value for key, value in chosen.items() if value is not None})
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
                             seed=args.seed)
     if args.probe:
-        if args.attention != "hard":
-            parser.error("--probe measures hard attention's estimator: add --attention hard")
+        if args.attention != "hard" or args.hard_estimator != "reinforce":
+            parser.error("--probe measures hard attention's REINFORCE estimator: add --attention hard "
+                         "--hard-estimator reinforce")
         inputs, targets = next(iter(train))
         done = 0
         for steps in args.probe:

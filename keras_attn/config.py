@@ -36,6 +36,7 @@ SCORES = ("dot", "general", "scaled_general", "concat")
 LOCALS = ("monotonic", "predictive")
 DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
 CAPTION_ATTENTIONS = ("soft", "hard", "none")  # the captioner's: Show, Attend and Tell's two, or the mean feature
+HARD_ESTIMATORS = ("gumbel", "reinforce")  # hard attention's gradient estimators, the default first
 
 # The constraints a flag's value is checked against (the CLI refuses others in one line).
 AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (("at_least", n) for n in (0, 1, 2, 8, 10))
@@ -409,8 +410,12 @@ class CaptionConfig(GenerationConfig):
     preset: str = setting("small", "tiny (encoder 16-32-64, LSTM 128), small (32-64-128, 256)", CAPTION_MODEL,
                           choices=tuple(PRESETS["captioner"]))
     attention: str = setting("soft", "soft: Show, Attend and Tell's weighted mean of the cells; hard: one sampled "
-                             "cell a word, trained with REINFORCE; none: the baseline that reads "
+                             "cell a word (the argmax cell at inference); none: the baseline that reads "
                              "only the mean image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
+    hard_estimator: str = setting(HARD_ESTIMATORS[0], "hard attention's gradient: gumbel: straight-through "
+                                  "Gumbel-softmax (the sampled cell forward, the relaxed sample's gradient "
+                                  "backward); reinforce: the paper's REINFORCE with a moving-average baseline",
+                                  CAPTION_MODEL, choices=HARD_ESTIMATORS)
     gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
     attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,
                                               NON_NEGATIVE, metavar="LAMBDA")
@@ -433,7 +438,8 @@ class CaptionConfig(GenerationConfig):
 
     def backbone_arguments(self, dropout=None):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
-        chosen = dict(attention=self.attention, gate=self.gate, attention_regularization=self.attention_regularization,
+        chosen = dict(attention=self.attention, hard_estimator=self.hard_estimator, gate=self.gate,
+                      attention_regularization=self.attention_regularization,
                       stage_depth=self.stage_depth, dropout=self.dropout)
         return {key: value for key, value in chosen.items() if value is not None}
 

@@ -192,8 +192,9 @@ def run(config, log=print):
 def _check_xla_terms(config):
     """Refuses in one line what cannot compile: XLA over a forward pass that sums across replicas."""
     replicas = prepare(config).num_replicas_in_sync
-    if config.jit_compile and replicas > 1 and (config.attention == "hard" or config.attention_regularization):
-        what = "--attention hard" if config.attention == "hard" else "--attention-regularization"
+    reinforce = config.attention == "hard" and config.hard_estimator == "reinforce"
+    if config.jit_compile and replicas > 1 and (reinforce or config.attention_regularization):
+        what = "--hard-estimator reinforce" if reinforce else "--attention-regularization"
         raise UserError(f"--jit-compile with {what} on {replicas} replicas: their terms sum over the replicas inside "
                         "the forward pass, which XLA cannot compile; drop --jit-compile")
 

@@ -20,12 +20,26 @@ which asks every cell to be attended about once over the caption.
 Hard, stochastic attention (4.1) looks at one cell a word instead:
 
     s̃_t ~ Multinoulli(α_t),  ẑ_t = a_{s̃_t}
+
+and at inference at the argmax cell. Sampling has no gradient; two
+estimators give one. The paper's (`estimator="reinforce"`):
+
     ∂L/∂W ≈ ∂log p(y|s̃)/∂W + λ_r (log p(y|s̃) − b) ∂log p(s̃)/∂W + λ_e ∂H[s̃]/∂W   (eq. 12)
 
 with b a moving average of log p(y|s̃) (b ← 0.9 b + 0.1 log p(y|s̃)) and,
 for half of the images of a batch, s̃ set to its expectation (the soft
 context). The second term is REINFORCE (Williams 1992): `reinforce_surrogate`
-is the loss whose gradient it is. At inference a word looks at the argmax cell.
+is the loss whose gradient it is. Its estimate is unbiased but noisy, and on
+the built-in scenes it learns slowly (docs/benchmarks/captioning.md). The
+default, `estimator="gumbel"`, is straight-through Gumbel-softmax (Jang et
+al. 2017; Maddison et al. 2017; Bengio et al. 2013's straight-through):
+
+    s̃_t = one_hot(argmax_i(log α_ti + g_i)),  g_i ~ Gumbel(0, 1)       (a draw from α_t)
+    ∂s̃_t/∂α_t ≈ ∂softmax((log α_t + g) / τ)/∂α_t
+
+the forward pass still reads one sampled cell; the backward pass takes the
+gradient of the relaxed sample, biased but of low variance
+(`straight_through_gumbel`).
 """
 
 import threading
@@ -33,6 +47,7 @@ import threading
 import keras
 from keras import ops
 
+from keras_attn.config import HARD_ESTIMATORS
 from keras_attn.layers.rnn_decoder import AttentionDecoder
 from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import as_layer_loss, sum_over_replicas
@@ -50,10 +65,15 @@ class CaptionDecoder(AttentionDecoder):
             to the layer's losses when training (`doubly_stochastic_penalty`:
             per word, as the cross-entropy).
         hard: stochastic hard attention (section 4.1) instead of soft.
-        reinforce_weight: λ_r, the weight of the REINFORCE term (hard).
-        entropy_weight: λ_e, the weight of the attention's entropy bonus (hard).
+        estimator: hard attention's gradient, one of `HARD_ESTIMATORS`:
+            `"gumbel"` (straight-through Gumbel-softmax) or `"reinforce"`
+            (the paper's eq. 12).
+        temperature: τ of the Gumbel-softmax relaxation (`"gumbel"`).
+        reinforce_weight: λ_r, the weight of the REINFORCE term (`"reinforce"`).
+        entropy_weight: λ_e, the weight of the attention's entropy bonus
+            (`"reinforce"`).
         expectation_rate: the share of a batch's images trained with the
-            expectation instead of a sample (hard; the paper's 0.5).
+            expectation instead of a sample (`"reinforce"`; the paper's 0.5).
         **kwargs: `AttentionDecoder` arguments (`embedding_dim`,
             `num_layers`, `attention_units`, `dropout`, `tie_output`, ...);
             the attention is always additive (`"bahdanau"`).
@@ -78,12 +98,17 @@ class CaptionDecoder(AttentionDecoder):
     """
 
     def __init__(self, vocabulary_size, hidden_dim, gate=True, attention_regularization=1.0, hard=False,
-                 reinforce_weight=1.0, entropy_weight=0.01, expectation_rate=0.5, **kwargs):
+                 estimator=HARD_ESTIMATORS[0], temperature=1.0, reinforce_weight=1.0, entropy_weight=0.01,
+                 expectation_rate=0.5, **kwargs):
+        if estimator not in HARD_ESTIMATORS:
+            raise ValueError(f"`estimator` must be one of {HARD_ESTIMATORS}, got {estimator!r}.")
         kwargs.pop("attention", None)
         super().__init__(vocabulary_size, hidden_dim, attention="bahdanau", **kwargs)
         self.gate = gate
         self.attention_regularization = attention_regularization
         self.hard = hard
+        self.estimator = estimator
+        self.temperature = temperature
         self.reinforce_weight = reinforce_weight
         self.entropy_weight = entropy_weight
         self.expectation_rate = expectation_rate
@@ -94,7 +119,7 @@ class CaptionDecoder(AttentionDecoder):
         if self.gate:
             self.gate_layer = keras.layers.Dense(1, activation="sigmoid", name="gate", dtype=self.dtype_policy)
             self.gate_layer.build((None, self.hidden_dim))
-        if self.hard:
+        if self.hard and self.estimator == "reinforce":
             self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False,
                                             autocast=False,  # float32 under a mixed precision policy too
                                             aggregation="only_first_replica")
@@ -104,7 +129,10 @@ class CaptionDecoder(AttentionDecoder):
         used = weights
         if self.hard:
             if self._sampling is not None:  # training: a sample, or for some images the expectation
-                sampled = sample_cells(weights, self.seed_generator)
+                if self.estimator == "gumbel":
+                    sampled = straight_through_gumbel(weights, self.temperature, self.seed_generator)
+                else:
+                    sampled = sample_cells(weights, self.seed_generator)
                 used = ops.where(self._sampling[:, None], sampled, weights)
             else:
                 used = ops.one_hot(ops.argmax(weights, axis=-1), ops.shape(weights)[-1], dtype=weights.dtype)
@@ -121,8 +149,9 @@ class CaptionDecoder(AttentionDecoder):
     def call(self, target_in, memory=None, encoder_states=None, memory_mask=None, training=None,
              return_attention_scores=False):
         if self.hard and training:
+            reinforce = self.estimator == "reinforce"
             draws = keras.random.uniform(ops.shape(target_in)[:1], seed=self.seed_generator)
-            self._sampling = draws >= self.expectation_rate
+            self._sampling = draws >= (self.expectation_rate if reinforce else 0.0)
             try:
                 logits, both = super().call(target_in, memory, encoder_states, memory_mask, training=training,
                                             return_attention_scores=True)
@@ -130,7 +159,8 @@ class CaptionDecoder(AttentionDecoder):
                 self._sampling = None
             cells = ops.shape(memory)[1]
             weights, used = both[..., :cells], both[..., cells:]
-            self._add_reinforce_loss(logits, target_in, weights, used, draws >= self.expectation_rate)
+            if reinforce:
+                self._add_reinforce_loss(logits, target_in, weights, used, draws >= self.expectation_rate)
         else:
             logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
                                            return_attention_scores=True)
@@ -177,7 +207,8 @@ class CaptionDecoder(AttentionDecoder):
         config = super().get_config()
         config.pop("attention")
         config.update({"gate": self.gate, "attention_regularization": self.attention_regularization,
-                       "hard": self.hard, "reinforce_weight": self.reinforce_weight,
+                       "hard": self.hard, "estimator": self.estimator, "temperature": self.temperature,
+                       "reinforce_weight": self.reinforce_weight,
                        "entropy_weight": self.entropy_weight, "expectation_rate": self.expectation_rate})
         return config
 
@@ -214,6 +245,21 @@ def sample_cells(weights, seed):
     logits = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
     cells = keras.random.categorical(logits, 1, seed=seed)[:, 0]
     return ops.one_hot(cells, ops.shape(weights)[-1], dtype=weights.dtype)
+
+
+def straight_through_gumbel(weights, temperature, seed):
+    """One cell per row drawn from the attention weights `(R, L)` as one-hot rows, with the gradient of the
+    relaxed draw softmax((log α + g) / τ), g ~ Gumbel(0, 1) (straight-through Gumbel-softmax).
+
+    The one-hot row is the relaxed draw's argmax, a draw from α (the
+    Gumbel-max trick); adding the relaxed draw and subtracting it as a
+    constant keeps that row's value and the relaxed draw's gradient.
+    """
+    log_weights = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
+    uniform = keras.random.uniform(ops.shape(log_weights), minval=1e-9, maxval=1.0, seed=seed)
+    relaxed = ops.softmax((log_weights - ops.log(-ops.log(uniform))) / temperature, axis=-1)
+    sampled = ops.one_hot(ops.argmax(relaxed, axis=-1), ops.shape(relaxed)[-1], dtype=relaxed.dtype)
+    return ops.cast(sampled + relaxed - ops.stop_gradient(relaxed), weights.dtype)
 
 
 def reinforce_surrogate(sample_log_prob, reward, baseline):

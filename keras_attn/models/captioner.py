@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_attn.config import CAPTION_ATTENTIONS as ATTENTIONS
+from keras_attn.config import HARD_ESTIMATORS
 from keras_attn.layers import AttentionDecoder, CaptionDecoder, ImageGridEncoder
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.seq2seq import RecurrentDecoding
@@ -48,9 +49,12 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         attention_regularization: λ of the doubly stochastic regularizer (0:
             off; on the generated scenes λ = 1 lowered exact match and
             grounding: docs/benchmarks/captioning.md).
-        reinforce_weight, entropy_weight, expectation_rate: hard attention's
-            REINFORCE weight, entropy bonus and share of images trained with
-            the expectation (`CaptionDecoder`).
+        hard_estimator: hard attention's gradient: `"gumbel"`
+            (straight-through Gumbel-softmax) or `"reinforce"` (the paper's),
+            `CaptionDecoder`'s `estimator`.
+        reinforce_weight, entropy_weight, expectation_rate: REINFORCE's
+            weight, entropy bonus and share of images trained with the
+            expectation (`CaptionDecoder`).
         attention_units: hidden size of the additive score.
         dropout: on the embeddings and before the output.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
@@ -79,6 +83,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         attention="soft",
         gate=True,
         attention_regularization=0.0,
+        hard_estimator=HARD_ESTIMATORS[0],
         reinforce_weight=1.0,
         entropy_weight=0.01,
         expectation_rate=0.5,
@@ -97,9 +102,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         arguments = dict(
             vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
             feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention, gate=gate,
-            attention_regularization=attention_regularization, reinforce_weight=reinforce_weight,
-            entropy_weight=entropy_weight, expectation_rate=expectation_rate, attention_units=attention_units,
-            dropout=dropout,
+            attention_regularization=attention_regularization, hard_estimator=hard_estimator,
+            reinforce_weight=reinforce_weight, entropy_weight=entropy_weight, expectation_rate=expectation_rate,
+            attention_units=attention_units, dropout=dropout,
         )
 
         image = keras.Input((image_size, image_size, 3), dtype="float32", name="image")
@@ -111,8 +116,9 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         if attention != "none":
             decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate, hard=attention == "hard",
                                      attention_regularization=attention_regularization,
-                                     reinforce_weight=reinforce_weight, entropy_weight=entropy_weight,
-                                     expectation_rate=expectation_rate, **decoder_arguments)
+                                     estimator=hard_estimator, reinforce_weight=reinforce_weight,
+                                     entropy_weight=entropy_weight, expectation_rate=expectation_rate,
+                                     **decoder_arguments)
         else:
             decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)
         grid = encoder(image)
