@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from keras_attn.config import HARD_ESTIMATORS
+from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.models.captioner import ATTENTIONS
 
 
@@ -154,6 +154,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attention", default="soft", choices=ATTENTIONS)
     parser.add_argument("--hard-estimator", choices=HARD_ESTIMATORS, help="hard attention's (default: the model's)")
+    parser.add_argument("--pooling", choices=CAPTION_POOLINGS, help="the starting state's (default: the model's)")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -184,7 +185,7 @@ def main():
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
     chosen = dict(attention_regularization=args.regularization, stage_depth=args.stage_depth, filters=args.filters,
-                  hard_estimator=args.hard_estimator)
+                  hard_estimator=args.hard_estimator, pooling=args.pooling)
     task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention,
                                  **{key: value for key, value in chosen.items() if value is not None})
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)

@@ -35,8 +35,9 @@ CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "scaled_general", "concat")
 LOCALS = ("monotonic", "predictive")
 DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
-CAPTION_ATTENTIONS = ("soft", "hard", "none")  # the captioner's: Show, Attend and Tell's two, or the mean feature
+CAPTION_ATTENTIONS = ("soft", "hard", "none")  # the captioner's: Show, Attend and Tell's two, or the starting state
 HARD_ESTIMATORS = ("gumbel", "reinforce")  # hard attention's gradient estimators, the default first
+CAPTION_POOLINGS = ("mean", "max")  # how the captioner's grid makes the LSTM's starting state, the default first
 
 # The constraints a flag's value is checked against (the CLI refuses others in one line).
 AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (("at_least", n) for n in (0, 1, 2, 8, 10))
@@ -411,11 +412,14 @@ class CaptionConfig(GenerationConfig):
                           choices=tuple(PRESETS["captioner"]))
     attention: str = setting("soft", "soft: Show, Attend and Tell's weighted mean of the cells; hard: one sampled "
                              "cell a word (the argmax cell at inference); none: the baseline that reads "
-                             "only the mean image feature", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
+                             "only the starting state (see --pooling)", CAPTION_MODEL, choices=CAPTION_ATTENTIONS)
     hard_estimator: str = setting(HARD_ESTIMATORS[0], "hard attention's gradient: gumbel: straight-through "
                                   "Gumbel-softmax (the sampled cell forward, the relaxed sample's gradient "
                                   "backward); reinforce: the paper's REINFORCE with a moving-average baseline",
                                   CAPTION_MODEL, choices=HARD_ESTIMATORS)
+    pooling: str = setting(CAPTION_POOLINGS[0], "how the grid's cells make the LSTM's starting state: mean (the "
+                           "paper's) or max (each feature's largest value over the cells)", CAPTION_MODEL,
+                           choices=CAPTION_POOLINGS)
     gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
     attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,
                                               NON_NEGATIVE, metavar="LAMBDA")
@@ -438,7 +442,8 @@ class CaptionConfig(GenerationConfig):
 
     def backbone_arguments(self, dropout=None):
         """The backbone's arguments beside its preset and the preprocessor's sizes."""
-        chosen = dict(attention=self.attention, hard_estimator=self.hard_estimator, gate=self.gate,
+        chosen = dict(attention=self.attention, hard_estimator=self.hard_estimator, pooling=self.pooling,
+                      gate=self.gate,
                       attention_regularization=self.attention_regularization,
                       stage_depth=self.stage_depth, dropout=self.dropout)
         return {key: value for key, value in chosen.items() if value is not None}

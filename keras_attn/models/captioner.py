@@ -4,15 +4,16 @@ A convolutional encoder turns the image into a grid of L annotation
 vectors; an LSTM writes the caption and attends over the grid's cells at
 every word (`keras_attn.layers.CaptionDecoder`), starting from a state
 made of the mean annotation vector (section 3.1.2: c_0 = f_init,c(mean a),
-h_0 = f_init,h(mean a)). `attention="none"` is the baseline without
-attention: the same decoder reads only that starting state.
+h_0 = f_init,h(mean a); `pooling="max"` takes each feature's maximum
+instead). `attention="none"` is the baseline without attention: the same
+decoder reads only that starting state.
 """
 
 import keras
 from keras import ops
 
 from keras_attn.config import CAPTION_ATTENTIONS as ATTENTIONS
-from keras_attn.config import HARD_ESTIMATORS
+from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.layers import AttentionDecoder, CaptionDecoder, ImageGridEncoder
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.seq2seq import RecurrentDecoding
@@ -44,7 +45,11 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         hidden_dim: the LSTM's width; the embeddings' too.
         attention: `"soft"` (section 4.2), `"hard"` (4.1: one sampled cell a
             word when training, the argmax cell at inference) or `"none"`
-            (the mean feature only).
+            (the starting state only).
+        pooling: how the grid's vectors make the LSTM's starting state:
+            `"mean"` (the paper's) or `"max"` (each feature's largest value
+            over the cells, which keeps a small object that the mean
+            dilutes among the background's cells).
         gate: the gating scalar β.
         attention_regularization: λ of the doubly stochastic regularizer (0:
             off; on the generated scenes λ = 1 lowered exact match and
@@ -81,6 +86,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         hidden_dim=None,
         stage_depth=None,
         attention="soft",
+        pooling=CAPTION_POOLINGS[0],
         gate=True,
         attention_regularization=0.0,
         hard_estimator=HARD_ESTIMATORS[0],
@@ -93,6 +99,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
     ):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
+        if pooling not in CAPTION_POOLINGS:
+            raise ValueError(f"`pooling` must be one of {CAPTION_POOLINGS}, got {pooling!r}.")
         settings = architecture(
             "captioner", preset, dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
             filters=filters, feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth,
@@ -101,7 +109,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         stage_depth = settings["stage_depth"]
         arguments = dict(
             vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
-            feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention, gate=gate,
+            feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention,
+            pooling=pooling, gate=gate,
             attention_regularization=attention_regularization, hard_estimator=hard_estimator,
             reinforce_weight=reinforce_weight, entropy_weight=entropy_weight, expectation_rate=expectation_rate,
             attention_units=attention_units, dropout=dropout,
@@ -122,10 +131,11 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         else:
             decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)
         grid = encoder(image)
-        logits = decoder(target_in, grid, starting_state(init_h, init_c, grid))
+        logits = decoder(target_in, grid, starting_state(init_h, init_c, grid, pooling))
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__({"image": image, "target_in": target_in}, logits, **{"name": "captioner", **kwargs})
         self.encoder, self.init_h, self.init_c, self.decoder = encoder, init_h, init_c, decoder
+        self.pooling = pooling
         self._arguments = arguments
 
     def call_encoder(self, image, rows_per_source=1):
@@ -133,7 +143,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         grid = self.encoder(image, training=False)
         encoded = {
             "memory": grid, "source_mask": ops.ones(ops.shape(grid)[:2], "bool"),
-            "final_states": starting_state(self.init_h, self.init_c, grid),
+            "final_states": starting_state(self.init_h, self.init_c, grid, self.pooling),
         }
         keys = self.decoder.attention_keys(grid)
         if keys is not None:
@@ -150,12 +160,13 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         grid = self.encoder(image, training=False)
         if not isinstance(self.decoder, CaptionDecoder):
             return ops.zeros((ops.shape(target_in)[0], ops.shape(target_in)[1], self.encoder.cells), "float32")
-        state = starting_state(self.init_h, self.init_c, grid)
+        state = starting_state(self.init_h, self.init_c, grid, self.pooling)
         _, weights = self.decoder(target_in, grid, state, training=False, return_attention_scores=True)
         return ops.cast(weights, "float32")
 
 
-def starting_state(init_h, init_c, grid):
-    """The LSTM's `[[h_0, c_0]]` from the mean of the grid's `(B, L, D)` vectors (section 3.1.2)."""
-    mean = ops.mean(grid, axis=1)
-    return [[init_h(mean), init_c(mean)]]
+def starting_state(init_h, init_c, grid, pooling="mean"):
+    """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their mean (section
+    3.1.2) or their maximum (`pooling="max"`)."""
+    pooled = ops.max(grid, axis=1) if pooling == "max" else ops.mean(grid, axis=1)
+    return [[init_h(pooled), init_c(pooled)]]
