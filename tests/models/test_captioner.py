@@ -67,17 +67,20 @@ def test_the_doubly_stochastic_term_is_the_papers_over_real_words():
     assert not model.losses  # inference adds nothing
 
 
+@pytest.mark.parametrize("pooling", ["mean", "max"])
 @pytest.mark.parametrize("attention", ["none", "soft", "hard"])
-def test_without_attention_the_decoder_reads_only_the_mean_feature(attention):
-    model = _backbone(attention=attention)
+def test_without_attention_the_decoder_reads_only_the_pooled_grid(attention, pooling):
+    model = _backbone(attention=attention, pooling=pooling)
     grid = model.encoder(IMAGES)
-    flat = tf.repeat(tf.reduce_mean(grid, 1, keepdims=True), grid.shape[1], axis=1)  # the same mean, no detail
 
     def logits(memory):
-        return np.asarray(model.decoder(TARGET_IN, memory, starting_state(model.init_h, model.init_c, memory)))
+        state = starting_state(model.init_h, model.init_c, memory, model.pooling)
+        return np.asarray(model.decoder(TARGET_IN, memory, state))
 
-    same = np.allclose(logits(grid), logits(flat), atol=1e-6)
-    assert same == (attention == "none")
+    for name, pool in {"mean": tf.reduce_mean, "max": tf.reduce_max}.items():
+        flat = tf.repeat(pool(grid, 1, keepdims=True), grid.shape[1], axis=1)  # the same pooled vector, no detail
+        same = np.allclose(logits(grid), logits(flat), atol=1e-6)
+        assert same == (attention == "none" and name == pooling), name
 
 
 def test_an_unknown_attention_is_refused():
@@ -239,10 +242,9 @@ def test_hard_attention_trains_under_mixed_bfloat16():
         keras.mixed_precision.set_global_policy("float32")
 
 
-@pytest.mark.slow
-def test_hard_attention_learns_one_object_scenes_where_reinforce_does_not_in_as_many_steps():
-    """Hard attention with its default estimator, the argmax cell at inference: 89% exact match in a single run
-    here, where REINFORCE (the paper's estimator) reached 28% with the same settings; an untrained model has 0."""
+def _exact_match_on_one_object_scenes(preset, learning_rate, **arguments):
+    """A task of `preset` trained 4 epochs on 3,000 built-in scenes of one object: its greedy captions' exact match
+    on 200 test scenes."""
     from pipelines import scenes
     from pipelines.captions import caption_dataset
     from pipelines.preprocessors import CaptionPreprocessor
@@ -253,9 +255,23 @@ def test_hard_attention_learns_one_object_scenes_where_reinforce_does_not_in_as_
                                   max_objects=1)
     preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(corpus["train"].captions, 100),
                                        image_size=scenes.IMAGE_SIZE, max_length=12)
-    task = Captioner.from_preset("tiny", preprocessor, attention="hard")
-    task.compile(learning_rate=3e-3)
+    task = Captioner.from_preset(preset, preprocessor, **arguments)
+    task.compile(learning_rate=learning_rate)
     task.fit(caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, 32, seed=0),
              epochs=4, verbose=0)
     captions = task.generate(corpus["test"].images)
-    assert np.mean([a == b for a, b in zip(captions, corpus["test"].captions)]) >= 0.6, captions[:5]
+    return np.mean([a == b for a, b in zip(captions, corpus["test"].captions)])
+
+
+@pytest.mark.slow
+def test_hard_attention_learns_one_object_scenes_where_reinforce_does_not_in_as_many_steps():
+    """Hard attention with its default estimator, the argmax cell at inference: 89% exact match in a single run
+    here, where REINFORCE (the paper's estimator) reached 28% with the same settings; an untrained model has 0."""
+    assert _exact_match_on_one_object_scenes("tiny", 3e-3, attention="hard") >= 0.6
+
+
+@pytest.mark.slow
+def test_the_baseline_without_attention_learns_one_object_scenes_from_the_grids_maximum():
+    """The starting state alone carries the image: from the grid's maximum 50% exact match in a single run here,
+    from its mean 1.5% (one caption for most images: a small object's features are diluted among 64 cells)."""
+    assert _exact_match_on_one_object_scenes("small", 2e-3, attention="none", pooling="max") >= 0.3
