@@ -585,6 +585,8 @@ def _plot_caption_attention(args, loaded):
     words = [token for token in out["output_tokens"] if token not in ("[EOS]", "[PAD]")]
     if not words:
         raise UserError("nothing to plot: the caption is empty")
+    if not out["attention"].any():  # attention weights sum to 1 a word: all zero only without attention
+        raise UserError(f"{args.model_dir}: a captioner without attention (--attention none): nothing to plot")
     image = _decoded_pixels(encoded)
     figure = caption_attention_figure(image, words, out["attention"][:len(words)].reshape(len(words), -1),
                                       out["attention"].shape[1:], title=out["caption"])

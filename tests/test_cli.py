@@ -9,8 +9,10 @@ import types
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from keras_attn import cli, config
+from keras_attn import cli, config, serving
+from keras_attn.models import Captioner
 
 pytest_plugins = ["tests.fixtures_export"]
 
@@ -31,8 +33,13 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner):
     (root / "garbage").mkdir()
     (root / "garbage" / "saved_model.pb").write_bytes(b"\x00 not a protocol buffer \xff" * 10)
     tf.saved_model.save(tf.Module(), str(root / "other"))
+    task, scenes, _ = tiny_captioner
+    blind = serving.export(serving.CaptionServer(Captioner.from_preset("tiny", task.preprocessor, attention="none")),
+                           str(root / "exports"), "blind")
+    Image.fromarray(scenes.images[0]).save(root / "scene.png")
     return types.SimpleNamespace(
-        root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner[2],
+        root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner[2], blind=blind,
+        scene_png=str(root / "scene.png"),
         **{name.replace(".", "_"): str(root / name) for name in (
             "two.txt", "one.txt", "empty.txt", "latin1.txt", "folder", "folder.png", "file",
             "garbage", "other", "missing",
@@ -118,6 +125,8 @@ MISTAKES = {
         lambda p: ["plot-attention", p.export, "ein hund", "--out", os.path.join(p.file, "a.png")], "cannot be written"),
     "plot: image path is a folder": (lambda p: ["plot-attention", p.export, "ein hund", "--out", p.folder_png], "cannot be written"),
     "plot: missing model": (lambda p: ["plot-attention", p.missing, "ein hund"], "missing: no such folder"),
+    "plot: captioner without attention": (lambda p: ["plot-attention", p.blind, p.scene_png, "--out",
+                                                     str(p.root / "a.png")], "blind/1: a captioner without attention"),
 }
 
 
