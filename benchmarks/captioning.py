@@ -6,8 +6,9 @@
 
 Trains a `Captioner` (preset `--preset`) on the built-in scenes corpus
 (`pipelines.scenes`, seed 0) with `fit`, then captions the test split and
-the held-out-combinations split with greedy search and reports, per split
-and per object count: exact match, corpus BLEU-4 (sacrebleu, on the
+the held-out-combinations split with greedy search (hard attention's model
+also reading the expectation instead of the argmax cell, on the test split)
+and reports, per split and per object count: exact match, corpus BLEU-4 (sacrebleu, on the
 captions as written: lowercase words) and, with attention, grounding: for
 each word of each object the caption names right (its place in the
 left-to-right order, its size, colour and shape), whether the attention's
@@ -150,6 +151,18 @@ def estimator_probe(task, inputs, targets, draws=8):
     return result
 
 
+def expectation_twin(task):
+    """A soft-attention `Captioner` with `task`'s weights: hard attention's model read with the expectation."""
+    from keras_attn.models import Captioner, CaptionerBackbone
+
+    twin = Captioner(CaptionerBackbone.from_config({**task.backbone.get_config(), "attention": "soft"}),
+                     task.preprocessor)
+    weights = {weight.path: weight for weight in task.backbone.weights}
+    for weight in twin.backbone.weights:  # all but REINFORCE's baseline, which soft attention has not
+        weight.assign(weights[weight.path])
+    return twin
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attention", default="soft", choices=ATTENTIONS)
@@ -221,6 +234,9 @@ def main():
             words = captions[shown].split()
             save_figure(caption_attention_figure(corpus[split].images[shown], words, weights[shown][:len(words)],
                                                  task.backbone.encoder.grid_shape, title=captions[shown]), args.figure)
+    if args.attention == "hard":  # the same weights reading the expectation (the soft context), not the argmax cell
+        results["test_expectation"] = evaluate(expectation_twin(task), corpus["test"])[0]
+        print("test_expectation", json.dumps(results["test_expectation"]), flush=True)
     print(json.dumps(results))
     if args.out:
         with open(args.out, "w") as file:
