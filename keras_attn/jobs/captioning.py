@@ -144,8 +144,10 @@ def run(config, log=print):
     _check_xla_terms(config)
     splits = load_splits(config, listed, log)
     train_split, valid_split = splits["train"], splits["valid"]
-    log(f"data: {len(train_split.captions)} training captions of {len(train_split.names)} images, "
-        f"{len(valid_split.captions)} validation captions of {len(valid_split.names)} images")
+    log(f"data: {common.counted(len(train_split.captions), 'training caption')} of "
+        f"{common.counted(len(train_split.names), 'image')}, "
+        f"{common.counted(len(valid_split.captions), 'validation caption')} of "
+        f"{common.counted(len(valid_split.names), 'image')}")
     os.makedirs(config.run_dir, exist_ok=True)
     common.bind_run_folder(config, _fingerprint_lines(train_split), chief)
     tokenizer = build_tokenizer(config, train_split, chief)

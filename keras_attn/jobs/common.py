@@ -106,6 +106,17 @@ def wait_for_chief(paths, chief, wait_seconds=600, what="vocabulary"):
     return all(os.path.exists(path) for path in paths)
 
 
+def counted(count, noun):
+    """`count` and `noun`, in the plural unless `count` is 1.
+
+    Example:
+
+        >>> counted(1, "validation pair"), counted(0, "empty one"), counted(1200, "image")
+        ('1 validation pair', '0 empty ones', '1200 images')
+    """
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def describe_setup(config, strategy):
     """The lines a job prints first: how, and where, it is going to train."""
     replicas = strategy.num_replicas_in_sync

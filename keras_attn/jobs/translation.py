@@ -247,13 +247,15 @@ def run(config, log=print):
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
     streamed, train_pairs = isinstance(train_corpus, streaming.ShardedCorpus), corpora["train_pairs"]
     if streamed:
-        log(f"data: about {train_pairs} training pairs (from the files' sizes) read as a stream from {train_corpus}, "
-            f"{len(valid_corpus.sources)} validation pairs, {valid_corpus.skipped_empty} empty ones skipped; "
-            "empty training pairs are skipped as they come")
+        log(f"data: about {common.counted(train_pairs, 'training pair')} (from the files' sizes) read as a stream "
+            f"from {train_corpus}, {common.counted(len(valid_corpus.sources), 'validation pair')}, "
+            f"{common.counted(valid_corpus.skipped_empty, 'empty one')} skipped; empty training pairs are skipped as "
+            "they come")
     else:
         skipped = train_corpus.skipped_empty + valid_corpus.skipped_empty
-        log(f"data: {train_pairs} training pairs, {len(valid_corpus.sources)} validation pairs, "
-            f"{skipped} empty pairs skipped")
+        log(f"data: {common.counted(train_pairs, 'training pair')}, "
+            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, {common.counted(skipped, 'empty pair')} "
+            "skipped")
     os.makedirs(config.run_dir, exist_ok=True)
     bind_run_folder(config, train_corpus, chief)
     test_paths = write_test_split(config, test_corpus) if chief else None
