@@ -131,8 +131,53 @@ def _coco_pairs(path):
     return names, captions
 
 
+def attention_targets(captions, regions, preprocessor, grid_shape):
+    """What each caption's words should look at: `(N, max_length, L)` float32, row j of caption n the mask of the
+    grid cells inside the region its j-th token names, normalised to sum 1, and zero for tokens that name none.
+
+    A cell is inside a region when its centre is (as the captioning benchmark's grounding counts); a region
+    smaller than a cell takes the cell of its centre.
+
+    Args:
+        captions: `N` captions.
+        regions: for each caption, a list of `(first_word, end_word, (x0, y0, x1, y1))`: the words
+            `first_word` to `end_word - 1` (split at spaces) name the box, in pixels of the preprocessor's
+            `image_size` square (inclusive).
+        preprocessor: the `CaptionPreprocessor` whose tokens the rows follow.
+        grid_shape: `(rows, columns)` of the attention's cells.
+
+    Example:
+
+        >>> from pipelines.preprocessors import CaptionPreprocessor
+        >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
+        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=4)
+        >>> targets = attention_targets(["a red circle"], [[(1, 3, (0, 0, 1, 1))]], preprocessor, (2, 2))
+        >>> targets.shape, targets[0, :3].tolist()
+        ((1, 32, 4), [[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    """
+    rows, columns = grid_shape
+    size = preprocessor.image_size
+    centre_y = (np.arange(rows) + 0.5) * size / rows - 0.5
+    centre_x = (np.arange(columns) + 0.5) * size / columns - 0.5
+    targets = np.zeros((len(captions), preprocessor.max_length, rows * columns), np.float32)
+    for n, (caption, named) in enumerate(zip(captions, regions)):
+        words = caption.split()
+        if not named or not words:
+            continue
+        pieces = preprocessor.tokenizer.tokenize(tf.constant(words)).row_lengths().numpy()
+        starts = np.concatenate([[0], np.cumsum(pieces)])
+        for first, end, (x0, y0, x1, y1) in named:
+            inside = np.outer((centre_y >= y0) & (centre_y <= y1), (centre_x >= x0) & (centre_x <= x1))
+            if not inside.any():
+                inside[min(int((y0 + y1) / 2 * rows / size), rows - 1), min(int((x0 + x1) / 2 * columns / size),
+                                                                             columns - 1)] = True
+            mask = inside.ravel() / inside.sum()
+            targets[n, starts[first]:min(starts[end], preprocessor.max_length)] = mask
+    return targets
+
+
 def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False,
-                    image_rows=None, order=None):
+                    image_rows=None, order=None, attention=None):
     """Batches for teacher-forced training of a captioner.
 
     Args:
@@ -147,10 +192,13 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
             one caption per image row, in order).
         order: the pairs' order, a permutation of their indices (then
             `shuffle` is not used): `caption_epochs` gives each epoch its own.
+        attention: `attention_targets` of the captions, to supervise the
+            attention (the targets are then a dict).
 
     Returns:
         A `tf.data.Dataset` of `({"image": (B, size, size, 3) float32,
-        "target_in": (B, T) int32}, target_out (B, T) int32)`.
+        "target_in": (B, T) int32}, target_out (B, T) int32)`; with
+        `attention`, the targets are `{"target_out", "attention": (B, T, L)}`.
 
     Example:
 
@@ -173,9 +221,15 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
     rows = tf.convert_to_tensor(image_rows, tf.int32)
     texts = captions if tf.is_tensor(captions) else tf.constant(list(captions), tf.string)
 
+    supervision = None if attention is None else tf.convert_to_tensor(attention, tf.float32)
+
     def pack(pair):
         packed = preprocessor(tf.gather(pixels, tf.gather(rows, pair)), tf.gather(texts, pair))
-        return {"image": packed["image"], "target_in": packed["target_in"]}, packed["target_out"]
+        inputs = {"image": packed["image"], "target_in": packed["target_in"]}
+        if supervision is None:
+            return inputs, packed["target_out"]
+        length = tf.shape(packed["target_out"])[1]
+        return inputs, {"target_out": packed["target_out"], "attention": tf.gather(supervision, pair)[:, :length]}
 
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     return prefetched(dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE))

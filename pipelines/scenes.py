@@ -64,6 +64,19 @@ class Scenes:
     counts: np.ndarray
 
 
+def word_regions(caption, boxes):
+    """The words of `caption` that name each object, with its box: `[(first_word, end_word, box)]`, one per object
+    in caption order, spanning its size, colour and shape words (what `captions.attention_targets` reads).
+
+    Example:
+
+        >>> word_regions("a small red circle left of a large blue square", [(1, 2, 9, 10), (30, 2, 50, 22)])
+        [(1, 4, (1, 2, 9, 10)), (7, 10, (30, 2, 50, 22))]
+    """
+    shapes = [i for i, word in enumerate(caption.split()) if word in SHAPES]
+    return [(i - 2, i + 1, tuple(int(v) for v in box)) for i, box in zip(shapes, boxes)]
+
+
 def scenes_corpus(seed=0, train_size=12000, valid_size=500, test_size=1000, held_out_size=1000,
                   max_objects=MAX_OBJECTS):
     """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects` objects each,

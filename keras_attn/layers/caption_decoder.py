@@ -166,7 +166,16 @@ class CaptionDecoder(AttentionDecoder):
                                            return_attention_scores=True)
         if training and self.attention_regularization:
             self.add_loss(as_layer_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in)))
+        self._per_thread().weights = weights
         return (logits, weights) if return_attention_scores else logits
+
+    def last_weights(self):
+        """α `(B, T, L)` of this thread's last call (a replica's own under a `tf.distribute` strategy): what a task's
+        `compute_loss` supervises after the forward pass."""
+        return self._per_thread().weights
+
+    def _per_thread(self):
+        return self.__dict__.setdefault("_calls_per_thread", threading.local())
 
     @property
     def _losses(self):
@@ -229,6 +238,20 @@ def doubly_stochastic_penalty(weights, target_in):
     real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
     coverage = ops.sum(ops.cast(weights, "float32") * real[:, :, None], axis=1)  # (B, L): Σ_t α_ti
     return ops.sum(ops.square(1.0 - coverage)) / ops.maximum(sum_over_replicas(ops.sum(real)), 1.0)
+
+
+def attention_supervision(weights, targets):
+    """Σ over a batch's words of −Σ_i m_ti log α_ti: the cross-entropy between each word's attention α_t and the
+    normalised mask m_t of the region it names (Liu et al. 2017, "Attention Correctness in Neural Image
+    Captioning"), summed.
+
+    Args:
+        weights: `(B, T, L)` attention weights α.
+        targets: `(B, T, L)` masks whose rows sum to 1 for words aligned to a region and are zero for the others
+            (padding among them), which add nothing.
+    """
+    log_weights = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
+    return -ops.sum(ops.cast(targets, "float32") * log_weights)
 
 
 def caption_log_likelihood(logits, target_in):

@@ -4,8 +4,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.layers.caption_decoder import attention_supervision
 from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
+from keras_attn.special_tokens import PAD_ID
+from keras_attn.training.losses import sum_over_replicas
 
 DEFAULT_MAX_CAPTION = 32  # the longest caption `generate` writes without a preprocessor or a max_length
 
@@ -16,7 +19,10 @@ class Captioner(Seq2SeqLM):
 
     Trains with plain `fit` on `({"image", "target_in"}, target_out)`
     batches; Keras adds the decoder's doubly stochastic regularizer (a
-    layer loss) to the captions' cross-entropy. `generate`
+    layer loss) to the captions' cross-entropy. Batches whose targets are
+    `{"target_out", "attention"}` (`caption_dataset` with
+    `attention_targets`) also supervise the attention: λ times
+    `attention_supervision` per real word of the global batch. `generate`
     captions images (uint8 or float pixels, through the preprocessor) with
     greedy or beam search, each compiled once (the image batch's size is a
     `None` axis of its input signature).
@@ -25,6 +31,8 @@ class Captioner(Seq2SeqLM):
         backbone: a `CaptionerBackbone`.
         preprocessor: a `pipelines.preprocessors.CaptionPreprocessor`,
             needed to `generate` strings.
+        attention_supervision: λ of the attention's supervision, on batches
+            that carry attention targets.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -35,8 +43,23 @@ class Captioner(Seq2SeqLM):
         (2, 5)
     """
 
-    def __init__(self, backbone, preprocessor=None, **kwargs):
+    def __init__(self, backbone, preprocessor=None, attention_supervision=1.0, **kwargs):
         super().__init__(backbone, preprocessor, **{"name": "captioner", **kwargs})
+        self.attention_supervision = attention_supervision
+        self._arguments = {"attention_supervision": attention_supervision}
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if not isinstance(y, dict):
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        if not hasattr(self.backbone.decoder, "last_weights"):
+            raise ValueError("Attention targets need a captioner with attention, not `attention=\"none\"`.")
+        loss = super().compute_loss(x, y["target_out"], y_pred, sample_weight, training)
+        words = sum_over_replicas(tf.reduce_sum(tf.cast(y["target_out"] != PAD_ID, tf.float32)))
+        supervision = attention_supervision(self.backbone.decoder.last_weights(), y["attention"])
+        return loss + tf.cast(self.attention_supervision * supervision / tf.maximum(words, 1.0), loss.dtype)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y["target_out"] if isinstance(y, dict) else y, y_pred, sample_weight)
 
     def source_spec(self):
         size = self.backbone.get_config()["image_size"]
