@@ -177,6 +177,8 @@ def main():
     parser.add_argument("--regularization", type=float, help="lambda of the doubly stochastic term (default: the model's)")
     parser.add_argument("--stage-depth", type=int, help="3x3 convolutions per encoder stage (default: the preset's)")
     parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")
+    parser.add_argument("--supervision", type=float, metavar="LAMBDA",
+                        help="supervise the attention with the objects' boxes at this weight (Liu et al. 2017)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--probe", type=int, nargs="+", metavar="STEPS",
                         help="with --hard-estimator reinforce: measure the estimator after each number of steps")
@@ -199,11 +201,21 @@ def main():
                                        image_size=scenes.IMAGE_SIZE, max_length=32)
     chosen = dict(attention_regularization=args.regularization, stage_depth=args.stage_depth, filters=args.filters,
                   hard_estimator=args.hard_estimator, pooling=args.pooling)
+    if args.supervision is not None:
+        chosen["attention_supervision"] = args.supervision
     task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention,
                                  **{key: value for key, value in chosen.items() if value is not None})
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    attention = None
+    if args.supervision is not None:
+        from pipelines.captions import attention_targets
+
+        train_split = corpus["train"]
+        attention = attention_targets(
+            train_split.captions, [scenes.word_regions(c, b) for c, b in zip(train_split.captions, train_split.boxes)],
+            preprocessor, task.backbone.encoder.grid_shape)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
-                            seed=args.seed)
+                            seed=args.seed, attention=attention)
     if args.probe:
         if args.attention != "hard" or args.hard_estimator != "reinforce":
             parser.error("--probe measures hard attention's REINFORCE estimator: add --attention hard "
