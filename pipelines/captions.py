@@ -160,12 +160,14 @@ def attention_targets(captions, regions, preprocessor, grid_shape):
     centre_y = (np.arange(rows) + 0.5) * size / rows - 0.5
     centre_x = (np.arange(columns) + 0.5) * size / columns - 0.5
     targets = np.zeros((len(captions), preprocessor.max_length, rows * columns), np.float32)
-    for n, (caption, named) in enumerate(zip(captions, regions)):
-        words = caption.split()
-        if not named or not words:
+    words = [caption.split() for caption in captions]
+    every_word = [word for caption_words in words for word in caption_words]
+    pieces = preprocessor.tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy()
+    ends = np.cumsum([len(caption_words) for caption_words in words])  # each caption's words in `pieces`
+    for n, named in enumerate(regions):
+        if not named:
             continue
-        pieces = preprocessor.tokenizer.tokenize(tf.constant(words)).row_lengths().numpy()
-        starts = np.concatenate([[0], np.cumsum(pieces)])
+        starts = np.concatenate([[0], np.cumsum(pieces[ends[n] - len(words[n]):ends[n]])])  # its tokens' offsets
         for first, end, (x0, y0, x1, y1) in named:
             inside = np.outer((centre_y >= y0) & (centre_y <= y1), (centre_x >= x0) & (centre_x <= x1))
             if not inside.any():
