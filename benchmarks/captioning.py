@@ -45,27 +45,26 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
         boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` in caption order.
         grid: `(rows, columns)` of the attention's cells.
     """
-    from pipelines.scenes import SHAPES, SIZES
-
-    def named_objects(words):  # (the shape word's position, (size, colour, shape)) in caption order
-        return [(i, tuple(words[i - 2:i + 1])) for i, word in enumerate(words) if word in SHAPES]
+    from pipelines.captions import cell_centres
+    from pipelines.scenes import SIZES, word_regions
 
     rows, columns = grid
-    cell_y = (np.arange(rows) + 0.5) * image_size / rows - 0.5
-    cell_x = (np.arange(columns) + 0.5) * image_size / columns - 0.5
+    cell_y, cell_x = cell_centres(grid, image_size)
     counts = {size: np.zeros(3) for size in ["all", *SIZES]}
     for weight, caption, truth, box in zip(weights, captions, truths, boxes):
-        written, true = named_objects(caption.split()), named_objects(truth.split())
-        for k, (x0, y0, x1, y1) in enumerate(box):
-            if k >= len(written) or written[k][1] != true[k][1]:
-                continue  # not named, or named wrong
-            for position in range(written[k][0] - 2, written[k][0] + 1):  # its size, colour and shape words
-                peak = int(np.argmax(weight[position]))  # one token per word: the step writing the word
+        written, true = caption.split(), truth.split()
+        # the objects the caption names right: its size, colour and shape words, as the truth's
+        for (first, end, (x0, y0, x1, y1)), (true_first, true_end, _) in zip(word_regions(caption, box),
+                                                                             word_regions(truth, box)):
+            if written[first:end] != true[true_first:true_end]:
+                continue
+            for position in range(first, end):  # one token per word: the step writing the word
+                peak = int(np.argmax(weight[position]))
                 y, x = cell_y[peak // columns], cell_x[peak % columns]
                 chance = ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
                 one = np.array([x0 <= x <= x1 and y0 <= y <= y1, 1, chance])
                 counts["all"] += one
-                counts[true[k][1][0]] += one
+                counts[true[true_first]] += one
     return {size: tuple(count) for size, count in counts.items()}
 
 

@@ -131,12 +131,25 @@ def _coco_pairs(path):
     return names, captions
 
 
+def cell_centres(grid_shape, image_size):
+    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an `image_size` square:
+    where a cell is, to say whether it lies inside a box.
+
+    Example:
+
+        >>> cell_centres((2, 4), 8)
+        (array([1.5, 5.5]), array([0.5, 2.5, 4.5, 6.5]))
+    """
+    rows, columns = grid_shape
+    return (np.arange(rows) + 0.5) * image_size / rows - 0.5, (np.arange(columns) + 0.5) * image_size / columns - 0.5
+
+
 def attention_targets(captions, regions, preprocessor, grid_shape):
     """What each caption's words should look at: `(N, max_length, L)` float32, row j of caption n the mask of the
     grid cells inside the region its j-th token names, normalised to sum 1, and zero for tokens that name none.
 
-    A cell is inside a region when its centre is (as the captioning benchmark's grounding counts); a region
-    smaller than a cell takes the cell of its centre.
+    A cell is inside a region when its centre (`cell_centres`) is, as the captioning benchmark's grounding
+    counts; a region smaller than a cell takes the cell of its centre.
 
     Args:
         captions: `N` captions.
@@ -157,8 +170,7 @@ def attention_targets(captions, regions, preprocessor, grid_shape):
     """
     rows, columns = grid_shape
     size = preprocessor.image_size
-    centre_y = (np.arange(rows) + 0.5) * size / rows - 0.5
-    centre_x = (np.arange(columns) + 0.5) * size / columns - 0.5
+    centre_y, centre_x = cell_centres(grid_shape, size)
     targets = np.zeros((len(captions), preprocessor.max_length, rows * columns), np.float32)
     words = [caption.split() for caption in captions]
     every_word = [word for caption_words in words for word in caption_words]

@@ -175,21 +175,21 @@ class CaptionDecoder(AttentionDecoder):
         return self._per_thread().weights
 
     def _per_thread(self):
+        # What a call leaves behind, one per thread: under a tf.distribute strategy each replica's call runs in a
+        # thread of its own, and another replica would clear or overwrite a shared value between this replica's
+        # call and its loss (they pause at each cross-replica sum in between).
         return self.__dict__.setdefault("_calls_per_thread", threading.local())
 
     @property
-    def _losses(self):
-        # Keras's list of the layer's losses, one per thread: under a tf.distribute strategy each replica's call
-        # runs in a thread of its own, and with one shared list another replica clears or extends it between this
-        # replica's `add_loss` and its loss (they pause at each cross-replica sum in between).
-        per_thread = self.__dict__.setdefault("_losses_per_thread", threading.local())
+    def _losses(self):  # Keras's list of the layer's losses, per thread
+        per_thread = self._per_thread()
         if not hasattr(per_thread, "losses"):
             per_thread.losses = []
         return per_thread.losses
 
     @_losses.setter
     def _losses(self, losses):
-        self.__dict__.setdefault("_losses_per_thread", threading.local()).losses = losses
+        self._per_thread().losses = losses
 
     def _add_reinforce_loss(self, logits, target_in, weights, used, sampling):
         """The hard-attention terms of eq. 12 as a layer loss, per real word of the batch (as the cross-entropy).
@@ -201,11 +201,11 @@ class CaptionDecoder(AttentionDecoder):
         reward = caption_log_likelihood(logits, target_in)  # log p(y|s̃) per image
         weights = ops.cast(weights, "float32")
         chosen = ops.sum(weights * ops.cast(used, "float32"), axis=-1)  # α_t(s̃_t) for a sampled row
-        sample_log_prob = ops.sum(ops.log(ops.maximum(chosen, 1e-9)) * real, axis=1)  # log p(s̃) per image
+        sample_log_prob = ops.sum(log_weights(chosen) * real, axis=1)  # log p(s̃) per image
         sampled = ops.cast(sampling, "float32")
         baseline = ops.convert_to_tensor(self.baseline)
         surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled)
-        entropy = -ops.sum(weights * ops.log(ops.maximum(weights, 1e-9)), axis=-1)  # H(α_t)
+        entropy = -ops.sum(weights * log_weights(weights), axis=-1)  # H(α_t)
         bonus = ops.sum(entropy * real)
         self.add_loss(as_layer_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words))
         samples = sum_over_replicas(ops.sum(sampled))  # the global batch's: every replica keeps the same baseline
@@ -250,8 +250,7 @@ def attention_supervision(weights, targets):
         targets: `(B, T, L)` masks whose rows sum to 1 for words aligned to a region and are zero for the others
             (padding among them), which add nothing.
     """
-    log_weights = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
-    return -ops.sum(ops.cast(targets, "float32") * log_weights)
+    return -ops.sum(ops.cast(targets, "float32") * log_weights(weights))
 
 
 def caption_log_likelihood(logits, target_in):
@@ -263,10 +262,14 @@ def caption_log_likelihood(logits, target_in):
     return ops.sum(ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1) * real, axis=1)
 
 
+def log_weights(weights):
+    """log α in float32, with a floor of 1e-9 for the cells a softmax rounded to 0."""
+    return ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
+
+
 def sample_cells(weights, seed):
     """One cell per row drawn from the attention weights `(R, L)`, as one-hot rows (s̃_t ~ Multinoulli(α_t))."""
-    logits = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
-    cells = keras.random.categorical(logits, 1, seed=seed)[:, 0]
+    cells = keras.random.categorical(log_weights(weights), 1, seed=seed)[:, 0]
     return ops.one_hot(cells, ops.shape(weights)[-1], dtype=weights.dtype)
 
 
@@ -278,9 +281,9 @@ def straight_through_gumbel(weights, temperature, seed):
     Gumbel-max trick); adding the relaxed draw and subtracting it as a
     constant keeps that row's value and the relaxed draw's gradient.
     """
-    log_weights = ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
-    uniform = keras.random.uniform(ops.shape(log_weights), minval=1e-9, maxval=1.0, seed=seed)
-    relaxed = ops.softmax((log_weights - ops.log(-ops.log(uniform))) / temperature, axis=-1)
+    logits = log_weights(weights)
+    uniform = keras.random.uniform(ops.shape(logits), minval=1e-9, maxval=1.0, seed=seed)
+    relaxed = ops.softmax((logits - ops.log(-ops.log(uniform))) / temperature, axis=-1)
     sampled = ops.one_hot(ops.argmax(relaxed, axis=-1), ops.shape(relaxed)[-1], dtype=relaxed.dtype)
     return ops.cast(sampled + relaxed - ops.stop_gradient(relaxed), weights.dtype)
 

@@ -165,7 +165,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         return ops.cast(weights, "float32")
 
 
-def starting_state(init_h, init_c, grid, pooling="mean"):
+def starting_state(init_h, init_c, grid, pooling=CAPTION_POOLINGS[0]):
     """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their mean (section
     3.1.2) or their maximum (`pooling="max"`)."""
     pooled = ops.max(grid, axis=1) if pooling == "max" else ops.mean(grid, axis=1)
