@@ -12,8 +12,11 @@ and reports, per split and per object count: exact match, corpus BLEU-4 (sacrebl
 captions as written: lowercase words) and, with attention, grounding: for
 each word of each object the caption names right (its place in the
 left-to-right order, its size, colour and shape), whether the attention's
-peak cell when the word is written has its centre inside the object's box;
-chance is the share of cell centres inside the box.
+peak cell when the word is written has its centre inside the object's box
+(chance: the share of cell centres inside the box), and attention
+correctness as Liu et al. measure it: per object, the attention's mass
+inside its box, the largest over its words (chance: the box's share of the
+cells).
 
 `--probe STEPS...` measures hard attention's REINFORCE estimator instead, after
 each number of training steps: on one fixed batch and 8 draws of the
@@ -36,8 +39,13 @@ from keras_attn.models.captioner import ATTENTIONS
 
 
 def grounding(weights, captions, truths, boxes, grid, image_size):
-    """`{size: (hits, words, chance)}`: the words of rightly named objects of each size whose peak cell lies in the
-    object's box, of how many, and chance's sum; `"all"` too.
+    """Where the attention looks while writing the objects a caption names right: by object size (`SIZES`)
+    and `"all"`, `(peak hits, words, chance's sum, mass, objects, area's sum)`.
+
+    For each word of each such object (its size, colour and shape words, as the truth's), whether the
+    attention's peak cell has its centre inside the object's box, against the share of cell centres inside
+    (chance); and for each such object, as Liu et al. measure attention correctness, the attention's mass
+    inside the box, the largest over the object's words, against the box's share of the cells.
 
     Args:
         weights: `(N, T, L)` attention while writing each caption's words.
@@ -45,12 +53,12 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
         boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` in caption order.
         grid: `(rows, columns)` of the attention's cells.
     """
-    from pipelines.captions import cell_centres
+    from keras_attn.layers.image_encoder import cell_centres
     from pipelines.scenes import SIZES, word_regions
 
     rows, columns = grid
     cell_y, cell_x = cell_centres(grid, image_size)
-    counts = {size: np.zeros(3) for size in ["all", *SIZES]}
+    counts = {size: np.zeros(6) for size in ["all", *SIZES]}
     for weight, caption, truth, box in zip(weights, captions, truths, boxes):
         written, true = caption.split(), truth.split()
         # the objects the caption names right: its size, colour and shape words, as the truth's
@@ -58,13 +66,13 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
                                                                              word_regions(truth, box)):
             if written[first:end] != true[true_first:true_end]:
                 continue
+            inside = np.outer((cell_y >= y0) & (cell_y <= y1), (cell_x >= x0) & (cell_x <= x1)).ravel()
+            one = np.zeros(6)
             for position in range(first, end):  # one token per word: the step writing the word
-                peak = int(np.argmax(weight[position]))
-                y, x = cell_y[peak // columns], cell_x[peak % columns]
-                chance = ((cell_y >= y0) & (cell_y <= y1)).mean() * ((cell_x >= x0) & (cell_x <= x1)).mean()
-                one = np.array([x0 <= x <= x1 and y0 <= y <= y1, 1, chance])
-                counts["all"] += one
-                counts[true[true_first]] += one
+                one += [inside[int(np.argmax(weight[position]))], 1, inside.mean(), 0, 0, 0]
+            one[3:] = [max(float(weight[position] @ inside) for position in range(first, end)), 1, inside.mean()]
+            counts["all"] += one
+            counts[true[true_first]] += one
     return {size: tuple(count) for size, count in counts.items()}
 
 
@@ -99,11 +107,13 @@ def evaluate(task, scenes, batch_size=250):
         if task.backbone.get_config()["attention"] != "none":
             by_size = grounding([weights[i] for i in rows], chosen, truths, [scenes.boxes[i] for i in rows],
                                 task.backbone.encoder.grid_shape, task.backbone.get_config()["image_size"])
-            for size, (hits, named, chance) in by_size.items():
+            for size, (hits, named, chance, mass, objects, area) in by_size.items():
                 key = "" if size == "all" else f"_{size}"
                 row.update({f"grounding{key}": round(100 * hits / max(named, 1), 1),
                             f"grounding_chance{key}": round(100 * chance / max(named, 1), 1),
-                            f"object_words{key}": int(named)})
+                            f"object_words{key}": int(named),
+                            f"correctness{key}": round(100 * mass / max(objects, 1), 1),
+                            f"correctness_chance{key}": round(100 * area / max(objects, 1), 1)})
         result[str(objects)] = row
     return result, captions, weights
 
@@ -205,16 +215,16 @@ def main():
     task = Captioner.from_preset(args.preset, preprocessor, attention=args.attention,
                                  **{key: value for key, value in chosen.items() if value is not None})
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
-    attention = None
+    boxes = None
     if args.supervision is not None:
-        from pipelines.captions import attention_targets
+        from pipelines.captions import word_boxes
 
         train_split = corpus["train"]
-        attention = attention_targets(
+        boxes = word_boxes(
             train_split.captions, [scenes.word_regions(c, b) for c, b in zip(train_split.captions, train_split.boxes)],
-            preprocessor, task.backbone.encoder.grid_shape)
+            preprocessor)
     train = caption_dataset(corpus["train"].images, corpus["train"].captions, preprocessor, args.batch_size,
-                            seed=args.seed, attention=attention)
+                            seed=args.seed, boxes=boxes)
     if args.probe:
         if args.attention != "hard" or args.hard_estimator != "reinforce":
             parser.error("--probe measures hard attention's REINFORCE estimator: add --attention hard "
@@ -235,7 +245,7 @@ def main():
                "val_loss": [round(v, 4) for v in history.history["val_loss"]]}
     if args.save:
         task.save(args.save)
-    for split in ("test", "held_out"):
+    for split in ("valid", "test", "held_out"):  # choose settings by the validation split's figures
         results[split], captions, weights = evaluate(task, corpus[split])
         print(split, json.dumps(results[split]), captions[:3], flush=True)
         if split == "test" and args.figure:

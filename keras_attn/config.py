@@ -423,6 +423,10 @@ class CaptionConfig(GenerationConfig):
     gate: bool = setting(True, "no gating scalar beta on the attention's context", CAPTION_MODEL, flag="--no-gate")
     attention_regularization: float = setting(None, "lambda of the doubly stochastic regularizer", CAPTION_MODEL,
                                               NON_NEGATIVE, metavar="LAMBDA")
+    attention_supervision: float = setting(None, "lambda of the attention's supervision by the regions the "
+                                           "captions' words name (Liu et al. 2017): the built-in scenes' objects, "
+                                           "or a captions file's regions column", CAPTION_MODEL, NON_NEGATIVE,
+                                           metavar="LAMBDA")
     stage_depth: int = setting(None, "3x3 convolutions per encoder stage", CAPTION_MODEL, AT_LEAST_1)
     dropout: float = setting(None, "dropout rate", CAPTION_MODEL, FRACTION)
     beam_width: int = setting(1, "beam search width for the test split and samples (1: greedy)", OUTPUT, AT_LEAST_1)
@@ -433,6 +437,8 @@ class CaptionConfig(GenerationConfig):
             raise UserError("--data and --captions must be given together: the images' folder and their captions")
         if (self.valid_captions or self.test_captions) and not self.captions:
             raise UserError("--valid-captions and --test-captions need --data and --captions")
+        if self.attention_supervision and self.attention == "none":
+            raise UserError("--attention-supervision needs attention to supervise: --attention soft or hard")
         if self.builtin_objects:
             from pipelines.scenes import MAX_OBJECTS
 

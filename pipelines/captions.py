@@ -7,7 +7,9 @@
 An image with several captions is several pairs, each pointing at the one
 copy of its pixels. A user's images are listed by a captions file
 (`read_captions`: `image<TAB>caption` lines, or the COCO captions JSON) and
-decoded once by `pipelines.images.read_images`.
+decoded once by `pipelines.images.read_images`. A caption may name the
+regions its words describe (`REGIONS_FIELD`); `word_boxes` turns them into
+each token's box, with which `caption_dataset` supervises the attention.
 """
 
 import dataclasses
@@ -19,7 +21,10 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines.prefetch import prefetched
-from pipelines.text import DataError, _decoded_lines, read_tsv
+from pipelines.text import DataError, _decoded_lines, tsv_rows
+
+NO_BOX = -1.0  # the box coordinates of a token that names no region
+REGIONS_FIELD = "[[first_word, end_word, x0, y0, x1, y1], ...]"  # a caption's regions, as its file writes them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +37,8 @@ class CaptionedImages:
         images: for each caption, its image's index in `paths`.
         skipped_empty: captions dropped because they were empty or blank.
         origin: the captions file.
+        regions: for each caption, the regions its words name, `[(first_word, end_word, (x0, y0, x1, y1))]` in
+            its image's pixels (`()` where the file gives none; no entries at all when no caption has any).
     """
 
     paths: list
@@ -39,6 +46,7 @@ class CaptionedImages:
     images: list
     skipped_empty: int = 0
     origin: str = ""
+    regions: list = dataclasses.field(default_factory=list)
 
     def __len__(self):
         return len(self.captions)
@@ -48,7 +56,8 @@ class CaptionedImages:
         kept = sorted({self.images[row] for row in rows})
         index = {image: i for i, image in enumerate(kept)}
         return CaptionedImages([self.paths[i] for i in kept], [self.captions[row] for row in rows],
-                               [index[self.images[row]] for row in rows], origin=origin)
+                               [index[self.images[row]] for row in rows], origin=origin,
+                               regions=[self.regions[row] for row in rows] if self.regions else [])
 
 
 def read_captions(path, image_folder=None):
@@ -60,6 +69,12 @@ def read_captions(path, image_folder=None):
     caption, tab-separated; an image may have several lines. Empty
     captions are skipped and counted; whether the images can be read is
     not checked here (`pipelines.images.read_images` does).
+
+    A caption may also say where its words look: a third column (or an
+    annotation's `"regions"`) holding the JSON list `REGIONS_FIELD`, the
+    words `first_word` to `end_word - 1` (0-based, split at spaces) naming
+    the box from `(x0, y0)` to `(x1, y1)` (inclusive) in the image file's
+    pixels. Captions without it are read as before.
 
     Args:
         path: the captions file (plain or gzip).
@@ -75,27 +90,78 @@ def read_captions(path, image_folder=None):
 
     Example:
 
-        >>> _ = Path("captions.tsv").write_text("a.png\ta red circle\na.png\ta circle\nb.png\t \n")
+        >>> _ = Path("captions.tsv").write_text("a.png\ta red circle\n"
+        ...                                     "a.png\ta circle\t[[1, 2, 0, 0, 9, 9]]\n"
+        ...                                     "b.png\t \n")
         >>> captions = read_captions("captions.tsv", image_folder="images")
-        >>> captions.paths, captions.images, captions.skipped_empty
-        (['images/a.png'], [0, 0], 1)
+        >>> captions.paths, captions.images, captions.skipped_empty, captions.regions
+        (['images/a.png'], [0, 0], 1, [(), ((1, 2, (0.0, 0.0, 9.0, 9.0)),)])
     """
     path = Path(path)
     folder = image_folder if image_folder is not None else str(path.parent)
     if _is_json(path):
-        names, captions = _coco_pairs(path)
-        skipped = 0
+        rows = _coco_rows(path)
     else:
-        corpus = read_tsv(path)
-        names, captions, skipped = corpus.sources, corpus.targets, corpus.skipped_empty
-    kept = [(name, caption) for name, caption in zip(names, captions) if caption.strip()]
+        rows = [(name, caption, json_list(field, f"{path}:{number}") if field else None, f"{path}:{number}")
+                for number, (name, caption, field) in enumerate(tsv_rows(path, 0, 1, optional_column=2), start=1)]
+    kept = [(name, caption.strip(), field, where) for name, caption, field, where in rows if name and caption.strip()]
     index = {}
-    for name, _ in kept:
+    for name, *_ in kept:
         index.setdefault(name, len(index))
+    regions = [read_regions(field, caption, where) for _, caption, field, where in kept]
     return CaptionedImages(
-        paths=[os.path.join(folder, name) for name in index], captions=[caption.strip() for _, caption in kept],
-        images=[index[name] for name, _ in kept], skipped_empty=skipped + len(captions) - len(kept), origin=str(path),
+        paths=[os.path.join(folder, name) for name in index], captions=[caption for _, caption, _, _ in kept],
+        images=[index[name] for name, *_ in kept], skipped_empty=len(rows) - len(kept), origin=str(path),
+        regions=regions if any(regions) else [],
     )
+
+
+def json_list(field, where):
+    """A captions file's regions field, parsed."""
+    try:
+        return json.loads(field)
+    except ValueError as error:
+        raise DataError(f"{where}: the regions are not valid JSON ({error}); expected {REGIONS_FIELD}") from None
+
+
+def read_regions(field, caption, where):
+    """A caption's regions field (parsed JSON, or None) → `((first_word, end_word, (x0, y0, x1, y1)), ...)`."""
+    if field is None:
+        return ()
+    words = len(caption.split())
+    regions = []
+    for region in field if isinstance(field, list) else [field]:
+        ok = isinstance(region, list) and len(region) == 6 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in region)
+        if not ok:
+            raise DataError(f"{where}: the regions must be {REGIONS_FIELD}, got {json.dumps(region)}")
+        first, end, x0, y0, x1, y1 = region
+        if not (first == int(first) and end == int(end) and 0 <= first < end <= words):
+            raise DataError(f"{where}: region {json.dumps(region)}: words {first} to {end} are not a span of "
+                            f"the caption's {words} words (end_word is exclusive)")
+        if not (0 <= x0 <= x1 and 0 <= y0 <= y1):
+            raise DataError(f"{where}: region {json.dumps(region)}: the box must have 0 <= x0 <= x1 and "
+                            "0 <= y0 <= y1 (pixels)")
+        regions.append((int(first), int(end), (float(x0), float(y0), float(x1), float(y1))))
+    return tuple(regions)
+
+
+def resized_regions(regions, sizes, image_size):
+    """Regions in pixels of images of `sizes` (each caption's `(height, width)`) → in pixels of the
+    `image_size` squares they are resized to.
+
+    Example:
+
+        >>> resized_regions([((0, 1, (0, 0, 9, 19)),), ()], [(20, 10), (5, 5)], 40)
+        [((0, 1, (0.0, 0.0, 39.0, 39.0)),), ()]
+    """
+    def scaled(box, height, width):
+        x0, y0, x1, y1 = box
+        across, down = image_size / width, image_size / height
+        return x0 * across, y0 * down, (x1 + 1) * across - 1, (y1 + 1) * down - 1  # pixels cover [x, x + 1)
+
+    return [tuple((first, end, scaled(box, *size)) for first, end, box in named)
+            for named, size in zip(regions, sizes)]
 
 
 def _is_json(path):
@@ -107,8 +173,8 @@ def _is_json(path):
     return False
 
 
-def _coco_pairs(path):
-    """`(image file names, captions)` of a COCO captions JSON file, one pair per annotation."""
+def _coco_rows(path):
+    """`(image file name, caption, regions or None, where)` of each annotation of a COCO captions JSON file."""
     try:
         document = json.loads("".join(_decoded_lines(path)))
         files = {image["id"]: image["file_name"] for image in document["images"]}
@@ -119,59 +185,40 @@ def _coco_pairs(path):
         raise DataError(f"{path}: not COCO's captions layout (an object with \"images\" of "
                         f"{{\"id\", \"file_name\"}} and \"annotations\" of {{\"image_id\", \"caption\"}}; "
                         f"missing {error})") from None
-    names, captions = [], []
+    rows = []
     for number, annotation in enumerate(annotations):
         try:
-            names.append(files[annotation["image_id"]])
-            captions.append(str(annotation["caption"]))
+            rows.append((files[annotation["image_id"]], str(annotation["caption"]), annotation.get("regions"),
+                         f"{path}: annotation {number}"))
         except KeyError as error:
             raise DataError(f"{path}: annotation {number}: no image with id {error}"
                             if annotation.get("image_id") is not None and "caption" in annotation
                             else f"{path}: annotation {number}: missing {error}") from None
-    return names, captions
+    return rows
 
 
-def cell_centres(grid_shape, image_size):
-    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an `image_size` square:
-    where a cell is, to say whether it lies inside a box.
-
-    Example:
-
-        >>> cell_centres((2, 4), 8)
-        (array([1.5, 5.5]), array([0.5, 2.5, 4.5, 6.5]))
-    """
-    rows, columns = grid_shape
-    return (np.arange(rows) + 0.5) * image_size / rows - 0.5, (np.arange(columns) + 0.5) * image_size / columns - 0.5
-
-
-def attention_targets(captions, regions, preprocessor, grid_shape):
-    """What each caption's words should look at: `(N, max_length, L)` float32, row j of caption n the mask of the
-    grid cells inside the region its j-th token names, normalised to sum 1, and zero for tokens that name none.
-
-    A cell is inside a region when its centre (`cell_centres`) is, as the captioning benchmark's grounding
-    counts; a region smaller than a cell takes the cell of its centre.
+def word_boxes(captions, regions, preprocessor):
+    """The box each token of each caption names: `(N, max_length, 4)` float32 `(x0, y0, x1, y1)` in pixels of the
+    preprocessor's `image_size` square, `NO_BOX` for tokens that name none (what `caption_dataset` supervises the
+    attention with; the model turns boxes into masks over its grid).
 
     Args:
         captions: `N` captions.
-        regions: for each caption, a list of `(first_word, end_word, (x0, y0, x1, y1))`: the words
-            `first_word` to `end_word - 1` (split at spaces) name the box, in pixels of the preprocessor's
-            `image_size` square (inclusive).
+        regions: for each caption, `[(first_word, end_word, (x0, y0, x1, y1))]`: the words `first_word` to
+            `end_word - 1` (split at spaces) name the box, in pixels of the preprocessor's `image_size` square
+            (`resized_regions` brings a file's to it).
         preprocessor: the `CaptionPreprocessor` whose tokens the rows follow.
-        grid_shape: `(rows, columns)` of the attention's cells.
 
     Example:
 
         >>> from pipelines.preprocessors import CaptionPreprocessor
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
         >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=4)
-        >>> targets = attention_targets(["a red circle"], [[(1, 3, (0, 0, 1, 1))]], preprocessor, (2, 2))
-        >>> targets.shape, targets[0, :3].tolist()
-        ((1, 32, 4), [[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+        >>> boxes = word_boxes(["a red circle"], [[(1, 3, (0, 0, 1, 1))]], preprocessor)
+        >>> boxes.shape, boxes[0, :4].tolist()
+        ((1, 32, 4), [[-1.0, -1.0, -1.0, -1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0]])
     """
-    rows, columns = grid_shape
-    size = preprocessor.image_size
-    centre_y, centre_x = cell_centres(grid_shape, size)
-    targets = np.zeros((len(captions), preprocessor.max_length, rows * columns), np.float32)
+    boxes = np.full((len(captions), preprocessor.max_length, 4), NO_BOX, np.float32)
     words = [caption.split() for caption in captions]
     every_word = [word for caption_words in words for word in caption_words]
     pieces = preprocessor.tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy()
@@ -180,18 +227,13 @@ def attention_targets(captions, regions, preprocessor, grid_shape):
         if not named:
             continue
         starts = np.concatenate([[0], np.cumsum(pieces[ends[n] - len(words[n]):ends[n]])])  # its tokens' offsets
-        for first, end, (x0, y0, x1, y1) in named:
-            inside = np.outer((centre_y >= y0) & (centre_y <= y1), (centre_x >= x0) & (centre_x <= x1))
-            if not inside.any():
-                inside[min(int((y0 + y1) / 2 * rows / size), rows - 1), min(int((x0 + x1) / 2 * columns / size),
-                                                                             columns - 1)] = True
-            mask = inside.ravel() / inside.sum()
-            targets[n, starts[first]:min(starts[end], preprocessor.max_length)] = mask
-    return targets
+        for first, end, box in named:
+            boxes[n, starts[first]:min(starts[end], preprocessor.max_length)] = box
+    return boxes
 
 
 def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False,
-                    image_rows=None, order=None, attention=None):
+                    image_rows=None, order=None, boxes=None):
     """Batches for teacher-forced training of a captioner.
 
     Args:
@@ -206,13 +248,13 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
             one caption per image row, in order).
         order: the pairs' order, a permutation of their indices (then
             `shuffle` is not used): `caption_epochs` gives each epoch its own.
-        attention: `attention_targets` of the captions, to supervise the
-            attention (the targets are then a dict).
+        boxes: `word_boxes` of the captions, to supervise the attention
+            (the targets are then a dict).
 
     Returns:
         A `tf.data.Dataset` of `({"image": (B, size, size, 3) float32,
         "target_in": (B, T) int32}, target_out (B, T) int32)`; with
-        `attention`, the targets are `{"target_out", "attention": (B, T, L)}`.
+        `boxes`, the targets are `{"target_out", "boxes": (B, T, 4)}`.
 
     Example:
 
@@ -234,22 +276,21 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
     pixels = tf.convert_to_tensor(images)  # a tensor already (`caption_epochs`) is not copied again
     rows = tf.convert_to_tensor(image_rows, tf.int32)
     texts = captions if tf.is_tensor(captions) else tf.constant(list(captions), tf.string)
-
-    supervision = None if attention is None else tf.convert_to_tensor(attention, tf.float32)
+    boxes = None if boxes is None else tf.convert_to_tensor(boxes, tf.float32)
 
     def pack(pair):
         packed = preprocessor(tf.gather(pixels, tf.gather(rows, pair)), tf.gather(texts, pair))
         inputs = {"image": packed["image"], "target_in": packed["target_in"]}
-        if supervision is None:
+        if boxes is None:
             return inputs, packed["target_out"]
         length = tf.shape(packed["target_out"])[1]
-        return inputs, {"target_out": packed["target_out"], "attention": tf.gather(supervision, pair)[:, :length]}
+        return inputs, {"target_out": packed["target_out"], "boxes": tf.gather(boxes, pair)[:, :length]}
 
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     return prefetched(dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE))
 
 
-def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_rows=None):
+def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_rows=None, boxes=None):
     """`caption_dataset` one epoch at a time: `epochs(e)` is epoch `e`'s batches, in an order of its own.
 
     The order is a function of `seed` and `e` only (NumPy's), the same in
@@ -271,9 +312,11 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
     # Made tensors once: every epoch's dataset reads the same pixels instead of copying them.
     images, captions = tf.convert_to_tensor(images), tf.constant(list(captions), tf.string)
     image_rows = tf.convert_to_tensor(image_rows, tf.int32)
+    boxes = None if boxes is None else tf.convert_to_tensor(boxes, tf.float32)
 
     def epoch_batches(epoch):
         order = np.random.default_rng([seed, epoch]).permutation(count)
-        return caption_dataset(images, captions, preprocessor, batch_size, image_rows=image_rows, order=order)
+        return caption_dataset(images, captions, preprocessor, batch_size, image_rows=image_rows, order=order,
+                               boxes=boxes)
 
     return epoch_batches

@@ -56,14 +56,24 @@ def header_pixels(encoded):
 
 def decode_image(encoded, image_size):
     """One encoded image → `(image_size, image_size, 3)` uint8; raises `InvalidArgumentError` if unreadable."""
+    return resized(decoded(encoded), image_size)
+
+
+def decoded(encoded):
+    """One encoded image → `(height, width, 3)` uint8 at its own size; raises `InvalidArgumentError` if unreadable."""
     pixels = header_pixels(encoded)
     known = tf.logical_and(pixels > 0, pixels <= MAX_PIXELS)
     with tf.control_dependencies([tf.debugging.Assert(known, ["not a PNG, JPEG, GIF or BMP image of at most",
                                                               MAX_PIXELS, "pixels"])]):
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
     image.set_shape([None, None, 3])
-    resized = tf.image.resize(image, [image_size, image_size], antialias=True)
-    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+    return image
+
+
+def resized(image, image_size):
+    """`(height, width, 3)` pixels → `(image_size, image_size, 3)` uint8."""
+    square = tf.image.resize(image, [image_size, image_size], antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(square), 0, 255), tf.uint8)
 
 
 def decode_images(encoded, image_size):
@@ -86,16 +96,24 @@ def read_images(paths, image_size):
     """The image files at `paths`, decoded and resized by `tf.data` in parallel.
 
     Returns:
-        `(pixels, readable)`: NumPy `(N, image_size, image_size, 3)` uint8
-        (black where unreadable) and `(N,)` bool, False for a file that is
-        missing, cannot be read or holds no readable image (`decode_image`).
+        `(pixels, readable, sizes)`: NumPy `(N, image_size, image_size, 3)`
+        uint8 (black where unreadable), `(N,)` bool, False for a file that
+        is missing, cannot be read or holds no readable image
+        (`decode_image`), and `(N, 2)` int, each image's own height and
+        width (0 where unreadable).
     """
     paths = list(paths)
     pixels = np.zeros((len(paths), image_size, image_size, 3), np.uint8)
     readable = np.zeros(len(paths), bool)
-    decoded = tf.data.Dataset.from_tensor_slices((tf.range(len(paths)), tf.constant(paths, tf.string))).map(
-        lambda row, path: (row, decode_image(tf.io.read_file(path), image_size)),
-        num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()  # a missing file fails in read_file: dropped too
-    for rows, images in decoded.batch(256).as_numpy_iterator():
-        pixels[rows], readable[rows] = images, True
-    return pixels, readable
+    sizes = np.zeros((len(paths), 2), np.int64)
+
+    def read(row, path):
+        image = decoded(tf.io.read_file(path))
+        return row, resized(image, image_size), tf.shape(image, tf.int64)[:2]
+
+    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths)), tf.constant(paths, tf.string)))
+    # A missing file fails in read_file: dropped too.
+    for rows, images, shapes in files.map(read, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().batch(
+            256).as_numpy_iterator():
+        pixels[rows], readable[rows], sizes[rows] = images, True, shapes
+    return pixels, readable, sizes

@@ -66,7 +66,7 @@ class Scenes:
 
 def word_regions(caption, boxes):
     """The words of `caption` that name each object, with its box: `[(first_word, end_word, box)]`, one per object
-    in caption order, spanning its size, colour and shape words (what `captions.attention_targets` reads).
+    in caption order, spanning its size, colour and shape words (what `captions.word_boxes` reads).
 
     Example:
 

@@ -157,8 +157,11 @@ def read_tsv(path, source_column=0, target_column=1):
     )
 
 
-def tsv_rows(path, source_column=0, target_column=1):
+def tsv_rows(path, source_column=0, target_column=1, optional_column=None):
     """Yields `(source, target)` of each line of a TSV file, stripped; `("", "")` for a blank line.
+
+    With `optional_column`, yields `(source, target, optional)`, the last
+    `""` on the lines that end before it.
 
     Raises:
         DataError: as `read_tsv`.
@@ -166,16 +169,16 @@ def tsv_rows(path, source_column=0, target_column=1):
     path = Path(path)
     needed = max(source_column, target_column) + 1
     for number, line in enumerate(_decoded_lines(path), start=1):
-        if not line.strip():
-            yield "", ""
-            continue
-        columns = line.rstrip("\r\n").split("\t")
+        columns = line.rstrip("\r\n").split("\t") if line.strip() else [""] * needed
         if len(columns) < needed:
             raise DataError(
                 f"{path}:{number}: expected at least {needed} tab-separated "
                 f"columns, found {len(columns)}"
             )
-        yield columns[source_column].strip(), columns[target_column].strip()
+        row = columns[source_column].strip(), columns[target_column].strip()
+        if optional_column is not None:
+            row += (columns[optional_column].strip() if optional_column < len(columns) else "",)
+        yield row
 
 
 def count_lines(path):

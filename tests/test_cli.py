@@ -37,9 +37,11 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner):
     blind = serving.export(serving.CaptionServer(Captioner.from_preset("tiny", task.preprocessor, attention="none")),
                            str(root / "exports"), "blind")
     Image.fromarray(scenes.images[0]).save(root / "scene.png")
+    Image.fromarray(scenes.images[1]).save(root / "other.png")
+    (root / "scenes.tsv").write_text(f"scene.png\t{scenes.captions[0]}\nother.png\t{scenes.captions[1]}\n")
     return types.SimpleNamespace(
         root=root, export=tiny_export, exports=os.path.dirname(tiny_export), captioner=tiny_captioner[2], blind=blind,
-        scene_png=str(root / "scene.png"),
+        scene_png=str(root / "scene.png"), scenes_tsv=str(root / "scenes.tsv"),
         **{name.replace(".", "_"): str(root / name) for name in (
             "two.txt", "one.txt", "empty.txt", "latin1.txt", "folder", "folder.png", "file",
             "garbage", "other", "missing",
@@ -83,6 +85,13 @@ MISTAKES = {
                               "train: argument FAMILY: invalid choice: 'transfomer'"),
     "train: another family's flags": (lambda p: ["train", "transformer", "--cell", "gru", "--captions", p.one_txt],
                                       "train transformer: --cell, --captions: for train seq2seq, captioner only (see "),
+    "train: supervising no attention": (lambda p: ["train", "captioner", "--attention", "none",
+                                                   "--attention-supervision", "1"],
+                                        "--attention-supervision needs attention to supervise: --attention soft or hard"),
+    "train: supervision without regions": (lambda p: ["train", "captioner", "--attention-supervision", "1", "--data",
+                                                      str(p.root), "--captions", p.scenes_tsv, "--run-dir",
+                                                      str(p.root / "run"), "--no-export"],
+                                           "scenes.tsv: --attention-supervision, but no caption names the regions"),
     "train: misspelt flag": (lambda p: ["train", "seq2seq", "--atention", "luong"],
                              "train seq2seq: unrecognized arguments: --atention luong; did you mean --attention?"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],

@@ -24,7 +24,7 @@ from keras_attn.models import Captioner
 from keras_attn.training.runner import prepare, train
 from pipelines import captions as caption_files
 from pipelines import scenes, text, tokenizers
-from pipelines.captions import caption_dataset, caption_epochs
+from pipelines.captions import caption_dataset, caption_epochs, resized_regions, word_boxes
 from pipelines.images import read_images
 from pipelines.preprocessors import CaptionPreprocessor
 
@@ -33,12 +33,18 @@ SHOWN_SKIPPED = 3  # unreadable images named in the log; the rest are counted
 
 @dataclasses.dataclass
 class CaptionSplit:
-    """Images and their captions: `captions[i]` describes `images[image_rows[i]]`, named `names[image_rows[i]]`."""
+    """Images and their captions: `captions[i]` describes `images[image_rows[i]]`, named `names[image_rows[i]]`;
+    `regions[i]` are the regions its words name, in pixels of the images as resized (empty: none)."""
 
     images: np.ndarray
     captions: list
     image_rows: np.ndarray
     names: list
+    regions: list = dataclasses.field(default_factory=list)
+
+    def boxes(self, preprocessor):
+        """Each caption's tokens' boxes (`pipelines.captions.word_boxes`)."""
+        return word_boxes(self.captions, self.regions or [()] * len(self.captions), preprocessor)
 
     def references(self):
         """Per image, its captions."""
@@ -79,7 +85,9 @@ def load_splits(config, listed, log=print):
                                       valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
                                       held_out_size=config.builtin_eval_size, **objects)
         return {split: CaptionSplit(data.images, data.captions, np.arange(len(data.captions)),
-                                    [f"built-in {split} scene {i}" for i in range(len(data.captions))])
+                                    [f"built-in {split} scene {i}" for i in range(len(data.captions))],
+                                    resized_regions([scenes.word_regions(c, b) for c, b in zip(data.captions, data.boxes)],
+                                                    [data.images.shape[1:3]] * len(data.captions), config.image_size))
                 for split, data in corpus.items()}
     splits = {split: _decoded(files, config, log) for split, files in listed.items()}
     if "valid" not in splits:
@@ -92,7 +100,7 @@ def _decoded(listed, config, log):
     """The `CaptionSplit` of a captions file's readable images; a file without any is refused."""
     if not len(listed):
         raise text.DataError(f"{listed.origin}: no captions ({listed.skipped_empty} empty ones skipped)")
-    pixels, readable = read_images(listed.paths, config.image_size)
+    pixels, readable, sizes = read_images(listed.paths, config.image_size)
     bad = [path for path, ok in zip(listed.paths, readable) if not ok]
     if bad:
         shown = ", ".join(bad[:SHOWN_SKIPPED]) + (f" and {len(bad) - SHOWN_SKIPPED} more" if len(bad) > SHOWN_SKIPPED
@@ -104,8 +112,11 @@ def _decoded(listed, config, log):
                              f"(the first: {listed.paths[0]})")
     new_row = np.cumsum(readable) - 1
     kept = [i for i, image in enumerate(listed.images) if readable[image]]
+    regions = resized_regions([listed.regions[i] for i in kept], [sizes[listed.images[i]] for i in kept],
+                              config.image_size) if listed.regions else []
     return CaptionSplit(pixels[readable], [listed.captions[i] for i in kept],
-                        new_row[np.asarray(listed.images)[kept]], [p for p, ok in zip(listed.paths, readable) if ok])
+                        new_row[np.asarray(listed.images)[kept]], [p for p, ok in zip(listed.paths, readable) if ok],
+                        regions)
 
 
 def _hold_out(split, config):
@@ -119,7 +130,8 @@ def _hold_out(split, config):
         new_row = np.cumsum(images) - 1
         rows = [i for i, row in enumerate(split.image_rows) if images[row]]
         return CaptionSplit(split.images[images], [split.captions[i] for i in rows],
-                            new_row[split.image_rows[rows]], [n for n, keep in zip(split.names, images) if keep])
+                            new_row[split.image_rows[rows]], [n for n, keep in zip(split.names, images) if keep],
+                            [split.regions[i] for i in rows] if split.regions else [])
 
     return subset(~held), subset(held)
 
@@ -144,6 +156,9 @@ def run(config, log=print):
     _check_xla_terms(config)
     splits = load_splits(config, listed, log)
     train_split, valid_split = splits["train"], splits["valid"]
+    if config.attention_supervision and not any(train_split.regions):
+        raise text.DataError(f"{config.captions}: --attention-supervision, but no caption names the regions its "
+                             f"words look at (a third column {caption_files.REGIONS_FIELD}; see the captioning guide)")
     log(f"data: {common.counted(len(train_split.captions), 'training caption')} of "
         f"{common.counted(len(train_split.names), 'image')}, "
         f"{common.counted(len(valid_split.captions), 'validation caption')} of "
@@ -155,16 +170,21 @@ def run(config, log=print):
     preprocessor = CaptionPreprocessor(tokenizer, config.image_size, config.max_sequence_length,
                                        lowercase=config.lowercase)
 
+    supervised = bool(config.attention_supervision)
+
     def make_datasets(global_batch_size):
         return (
             caption_epochs(train_split.images, train_split.captions, preprocessor, global_batch_size,
-                           seed=config.seed, image_rows=train_split.image_rows),
+                           seed=config.seed, image_rows=train_split.image_rows,
+                           boxes=train_split.boxes(preprocessor) if supervised else None),
             caption_dataset(valid_split.images, valid_split.captions, preprocessor, global_batch_size,
-                            shuffle=False, image_rows=valid_split.image_rows),
+                            shuffle=False, image_rows=valid_split.image_rows,
+                            boxes=valid_split.boxes(preprocessor) if supervised else None),
         )
 
     def build_model():
-        return Captioner.from_preset(config.preset, preprocessor, **config.backbone_arguments())
+        task = {"attention_supervision": config.attention_supervision} if supervised else {}
+        return Captioner.from_preset(config.preset, preprocessor, **config.backbone_arguments(), **task)
 
     train_started = time.time()
     result = train(config, build_model=build_model, make_datasets=make_datasets,

@@ -48,6 +48,7 @@ import keras
 from keras import ops
 
 from keras_attn.config import HARD_ESTIMATORS
+from keras_attn.layers.image_encoder import cell_centres
 from keras_attn.layers.rnn_decoder import AttentionDecoder
 from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import as_layer_loss, sum_over_replicas
@@ -251,6 +252,38 @@ def attention_supervision(weights, targets):
             (padding among them), which add nothing.
     """
     return -ops.sum(ops.cast(targets, "float32") * log_weights(weights))
+
+
+def region_masks(boxes, grid_shape, image_size):
+    """Each word's box → the normalised mask of the grid cells inside it, what `attention_supervision` compares α
+    with: `(B, T, L)`, rows summing to 1, zero for words whose box is negative (they name no region).
+
+    A cell is inside a box when its centre (`image_encoder.cell_centres`) is; a box that holds no cell's centre
+    takes the cell its own centre falls in.
+
+    Args:
+        boxes: `(B, T, 4)` `(x0, y0, x1, y1)` in pixels of the `image_size` square (inclusive), as
+            `pipelines.captions.word_boxes` writes them.
+        grid_shape: `(rows, columns)` of the attention's cells.
+        image_size: the side of the images, in pixels.
+
+    Example:
+
+        >>> boxes = np.array([[[0, 0, 1, 1], [5, 0, 7, 7], [-1, -1, -1, -1]]], "float32")
+        >>> region_masks(boxes, (2, 2), 8).numpy()[0].tolist()
+        [[1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0]]
+    """
+    rows, columns = grid_shape
+    centre_y, centre_x = (ops.convert_to_tensor(c, "float32") for c in cell_centres(grid_shape, image_size))
+    x0, y0, x1, y1 = (ops.cast(boxes[..., i:i + 1], "float32") for i in range(4))
+    inside = ops.logical_and(ops.logical_and(centre_y >= y0, centre_y <= y1)[..., :, None],
+                             ops.logical_and(centre_x >= x0, centre_x <= x1)[..., None, :])
+    inside = ops.cast(ops.reshape(inside, (*ops.shape(boxes)[:2], rows * columns)), "float32")
+    row = ops.clip(ops.floor((y0 + y1) / 2 * rows / image_size), 0, rows - 1)
+    column = ops.clip(ops.floor((x0 + x1) / 2 * columns / image_size), 0, columns - 1)
+    centre_cell = ops.one_hot(ops.cast(row * columns + column, "int32")[..., 0], rows * columns)
+    mask = ops.where(ops.sum(inside, -1, keepdims=True) > 0, inside, centre_cell) * ops.cast(x1 >= 0, "float32")
+    return mask / ops.maximum(ops.sum(mask, -1, keepdims=True), 1.0)
 
 
 def caption_log_likelihood(logits, target_in):

@@ -15,6 +15,7 @@ a small network needs to be told, or its decoder could not say "left of".)
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
@@ -92,3 +93,16 @@ class ImageGridEncoder(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         })
         return config
+
+
+def cell_centres(grid_shape, image_size):
+    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an `image_size` square:
+    where a cell is, to say whether it lies inside a box.
+
+    Example:
+
+        >>> cell_centres((2, 4), 8)
+        (array([1.5, 5.5]), array([0.5, 2.5, 4.5, 6.5]))
+    """
+    rows, columns = grid_shape
+    return (np.arange(rows) + 0.5) * image_size / rows - 0.5, (np.arange(columns) + 0.5) * image_size / columns - 0.5

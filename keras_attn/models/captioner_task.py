@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.layers.caption_decoder import attention_supervision
+from keras_attn.layers.caption_decoder import attention_supervision, region_masks
 from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.special_tokens import PAD_ID
@@ -20,9 +20,9 @@ class Captioner(Seq2SeqLM):
     Trains with plain `fit` on `({"image", "target_in"}, target_out)`
     batches; Keras adds the decoder's doubly stochastic regularizer (a
     layer loss) to the captions' cross-entropy. Batches whose targets are
-    `{"target_out", "attention"}` (`caption_dataset` with
-    `attention_targets`) also supervise the attention: λ times
-    `attention_supervision` per real word of the global batch. `generate`
+    `{"target_out", "boxes"}` (`caption_dataset` with `word_boxes`) also
+    supervise the attention: λ times `attention_supervision` with each
+    word's `region_masks`, per real word of the global batch. `generate`
     captions images (uint8 or float pixels, through the preprocessor) with
     greedy or beam search, each compiled once (the image batch's size is a
     `None` axis of its input signature).
@@ -52,10 +52,11 @@ class Captioner(Seq2SeqLM):
         if not isinstance(y, dict):
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         if not hasattr(self.backbone.decoder, "last_weights"):
-            raise ValueError("Attention targets need a captioner with attention, not `attention=\"none\"`.")
+            raise ValueError("Words' boxes need a captioner with attention, not `attention=\"none\"`.")
         loss = super().compute_loss(x, y["target_out"], y_pred, sample_weight, training)
         words = sum_over_replicas(tf.reduce_sum(tf.cast(y["target_out"] != PAD_ID, tf.float32)))
-        supervision = attention_supervision(self.backbone.decoder.last_weights(), y["attention"])
+        masks = region_masks(y["boxes"], self.backbone.encoder.grid_shape, self.backbone.get_config()["image_size"])
+        supervision = attention_supervision(self.backbone.decoder.last_weights(), masks)
         return loss + tf.cast(self.attention_supervision * supervision / tf.maximum(words, 1.0), loss.dtype)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):

@@ -2,6 +2,7 @@
 `keras-attn caption` and `plot-attention` on the export."""
 
 import io
+import json
 import os
 
 import numpy as np
@@ -11,7 +12,7 @@ from PIL import Image
 from keras_attn import cli
 from keras_attn.config import CaptionConfig
 from keras_attn.jobs import captioning
-from pipelines.scenes import scenes_corpus
+from pipelines.scenes import scenes_corpus, word_regions
 
 # The test configuration: one object per scene, the tiny preset, a few hundred steps.
 LEARNING = dict(preset="tiny", builtin_scenes=3000, builtin_objects=1, epochs=4, batch_size=32, learning_rate=3e-3)
@@ -63,22 +64,32 @@ def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained,
 
 
 @pytest.mark.slow
-def test_a_users_folder_trains_skipping_bad_images_and_empty_captions(tmp_path):
+def test_a_users_folder_trains_skipping_bad_images_and_empty_captions_supervised_by_the_regions_it_names(tmp_path):
+    """Half the images are stored at twice the size, their regions in their own pixels; every third caption names
+    no regions."""
     scenes = scenes_corpus(seed=2, train_size=40, valid_size=1, test_size=1, held_out_size=1)["train"]
     images = tmp_path / "images"
     images.mkdir()
     lines = []
-    for i, (image, caption) in enumerate(zip(scenes.images, scenes.captions)):
-        stream = io.BytesIO()
-        Image.fromarray(image).save(stream, "JPEG" if i % 2 else "PNG")
+    for i, (image, caption, boxes) in enumerate(zip(scenes.images, scenes.captions, scenes.boxes)):
+        stream, scale = io.BytesIO(), 1 + i % 2
+        Image.fromarray(image).resize((64 * scale, 64 * scale)).save(stream, "JPEG" if i % 2 else "PNG")
         (images / f"{i}.img").write_bytes(stream.getvalue())
-        lines.append(f"{i}.img\t{caption}")
+        regions = [[first, end, *(int(v) * scale for v in box[:2]), *(int(v) * scale + scale - 1 for v in box[2:])]
+                   for first, end, box in word_regions(caption, boxes)]
+        lines.append(f"{i}.img\t{caption}" + (f"\t{json.dumps(regions)}" if i % 3 else ""))
     (images / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n cut")
     lines += ["broken.png\ta small red circle", "missing.png\ta large blue square", "0.img\t  "]
     (tmp_path / "captions.tsv").write_text("\n".join(lines) + "\n")
     log = []
     config = CaptionConfig(data=str(images), captions=str(tmp_path / "captions.tsv"), preset="tiny", epochs=1,
-                           batch_size=8, run_dir=str(tmp_path / "run"), export=False, verbose=0)
+                           batch_size=8, run_dir=str(tmp_path / "run"), export=False, verbose=0,
+                           attention_supervision=1.0)
+    splits = captioning.load_splits(config, captioning.read_caption_files(config), log=lambda line: None)
+    every = {name: regions for split in ("train", "valid") for name, regions in zip(
+        [splits[split].names[row] for row in splits[split].image_rows], splits[split].regions)}
+    for i, (caption, boxes) in enumerate(zip(scenes.captions, scenes.boxes)):  # back in the 64-pixel square
+        assert every[str(images / f"{i}.img")] == (tuple(word_regions(caption, boxes)) if i % 3 else ()), i
     result = captioning.run(config, log=log.append)
     skipped = next(line for line in log if "skipped" in line)
     assert skipped == (f"{tmp_path / 'captions.tsv'}: skipped 2 of 42 images that are missing or no readable PNG, "

@@ -291,7 +291,8 @@ def test_the_attention_supervision_is_the_cross_entropy_with_the_regions_masks_o
 def test_supervised_batches_add_lambda_times_the_term_per_word_and_pull_the_attention_to_the_regions():
     """After 30 steps on 64 scenes, the attention's mass inside the named regions: 0.71 supervised, 0.04 not (a
     single run here)."""
-    from pipelines.captions import attention_targets, caption_dataset
+    from keras_attn.layers.caption_decoder import region_masks
+    from pipelines.captions import caption_dataset, word_boxes
     from pipelines.preprocessors import CaptionPreprocessor
     from pipelines.scenes import scenes_corpus, word_regions
     from pipelines.tokenizers import learn_wordpiece_vocabulary
@@ -307,21 +308,22 @@ def test_supervised_batches_add_lambda_times_the_term_per_word_and_pull_the_atte
         return model
 
     plain = task(2.0)
-    targets = attention_targets(scenes.captions, regions, preprocessor, plain.backbone.encoder.grid_shape)
-    assert np.allclose(targets.sum(-1)[targets.sum(-1) > 0], 1.0)  # each aligned token's mask sums to 1
-    supervised = caption_dataset(scenes.images, scenes.captions, preprocessor, 32, shuffle=False, attention=targets)
+    supervised = caption_dataset(scenes.images, scenes.captions, preprocessor, 32, shuffle=False,
+                                 boxes=word_boxes(scenes.captions, regions, preprocessor))
     inputs, y = next(iter(supervised))
-    assert set(y) == {"target_out", "attention"} and y["attention"].shape[:2] == y["target_out"].shape
+    assert set(y) == {"target_out", "boxes"} and y["boxes"].shape[:2] == y["target_out"].shape
+    masks = region_masks(y["boxes"], plain.backbone.encoder.grid_shape, preprocessor.image_size).numpy()
+    assert np.allclose(masks.sum(-1)[masks.sum(-1) > 0], 1.0)  # each aligned token's mask sums to 1
     prediction = plain(inputs)
     words = float(np.sum(y["target_out"] != PAD_ID))
     alpha = plain.backbone.attention_weights(inputs["image"], inputs["target_in"])
     expected = float(plain.compute_loss(inputs, y["target_out"], prediction)) + 2.0 * float(
-        attention_supervision(alpha, y["attention"])) / words
+        attention_supervision(alpha, masks)) / words
     np.testing.assert_allclose(float(plain.compute_loss(inputs, y, prediction)), expected, rtol=1e-4)
 
     def mass_in_regions(model):
         alpha = np.asarray(model.backbone.attention_weights(inputs["image"], inputs["target_in"]))
-        aligned = y["attention"].numpy() > 0
+        aligned = masks > 0
         return float(np.sum(alpha * aligned) / np.sum(aligned.any(-1)))
 
     unsupervised = caption_dataset(scenes.images, scenes.captions, preprocessor, 32, shuffle=False)
@@ -344,9 +346,10 @@ def test_mirrored_training_step_equals_one_device_with_attention_supervision():
                           [BOS_ID, 6, 6, 6]], "int32")
     target_out = np.array([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID], [9, 5, EOS_ID, PAD_ID], [6, 6, 6, EOS_ID]],
                           "int32")
-    attention = np.random.default_rng(2).dirichlet(np.ones(16), size=(4, 4)).astype("float32")
-    attention[target_out == PAD_ID] = 0  # padding and an unaligned word name no region
-    attention[0, 3] = 0
+    x, y = np.sort(np.random.default_rng(2).integers(0, 16, size=(2, 4, 4, 2)), axis=-1)  # each word's box
+    boxes = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], axis=-1).astype("float32")
+    boxes[target_out == PAD_ID] = -1  # padding and an unaligned word name no region
+    boxes[0, 3] = -1
     initial = _backbone().get_weights()
 
     def train(strategy):
@@ -354,7 +357,7 @@ def test_mirrored_training_step_equals_one_device_with_attention_supervision():
             task = Captioner(_backbone(), attention_supervision=0.7)
             task.backbone.set_weights(initial)
             task.compile(optimizer=keras.optimizers.SGD(0.5), loss=MaskedSparseCrossEntropy())
-        losses = task.fit({"image": images, "target_in": target_in}, {"target_out": target_out, "attention": attention},
+        losses = task.fit({"image": images, "target_in": target_in}, {"target_out": target_out, "boxes": boxes},
                           batch_size=4, epochs=1, verbose=0, shuffle=False).history["loss"]
         return task.backbone.get_weights(), losses
 

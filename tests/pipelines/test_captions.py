@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from pipelines.captions import caption_epochs, read_captions
+from pipelines.captions import caption_dataset, caption_epochs, read_captions, word_boxes
 from pipelines.preprocessors import CaptionPreprocessor
 from pipelines.text import DataError
 from pipelines.tokenizers import learn_wordpiece_vocabulary
@@ -43,6 +43,68 @@ def test_a_wrong_json_file_is_one_line_naming_it(tmp_path, content, message):
     with pytest.raises(DataError) as error:
         read_captions(tmp_path / "captions.json")
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_third_column_names_the_regions_of_a_captions_words_and_lines_without_it_read_as_before(tmp_path):
+    lines = ["a.png\ta small red circle left of a blue square", "b.png\ta blue square", "a.png\ta red circle"]
+    (tmp_path / "plain.tsv").write_text("\n".join(lines) + "\n")
+    lines[0] += "\t[[1, 4, 2, 3, 10, 12], [7, 9, 30.5, 0, 40, 9]]"
+    lines[2] += "\t[]"
+    (tmp_path / "regions.tsv").write_text("\n".join(lines) + "\n")
+    plain, regions = read_captions(tmp_path / "plain.tsv"), read_captions(tmp_path / "regions.tsv")
+    assert plain.regions == []
+    assert regions.regions == [((1, 4, (2.0, 3.0, 10.0, 12.0)), (7, 9, (30.5, 0.0, 40.0, 9.0))), (), ()]
+    assert (regions.paths, regions.captions, regions.images, regions.skipped_empty) == (
+        plain.paths, plain.captions, plain.images, plain.skipped_empty)
+    assert regions.subset([2, 0], "two").regions == [(), regions.regions[0]]
+    document = {"images": [{"id": 1, "file_name": "a.png"}],
+                "annotations": [{"image_id": 1, "caption": "a red circle", "regions": [[1, 3, 0, 0, 5, 5]]},
+                                {"image_id": 1, "caption": "a circle"}]}
+    (tmp_path / "captions.json").write_text(json.dumps(document))
+    assert read_captions(tmp_path / "captions.json").regions == [((1, 3, (0.0, 0.0, 5.0, 5.0)),), ()]
+
+
+@pytest.mark.parametrize("field, message", [
+    ("[[1, 3, 0, 0", "captions.tsv:2: the regions are not valid JSON"),
+    ("[[1, 3, 0, 0, 5]]", "captions.tsv:2: the regions must be [[first_word, end_word, x0, y0, x1, y1], ...], "
+                          "got [1, 3, 0, 0, 5]"),
+    ('[["a", 3, 0, 0, 5, 5]]', "captions.tsv:2: the regions must be"),
+    ("[[1, 4, 0, 0, 5, 5]]", "captions.tsv:2: region [1, 4, 0, 0, 5, 5]: words 1 to 4 are not a span of the "
+                             "caption's 3 words (end_word is exclusive)"),
+    ("[[2, 2, 0, 0, 5, 5]]", "words 2 to 2 are not a span"),
+    ("[[1, 3, 6, 0, 5, 5]]", "captions.tsv:2: region [1, 3, 6, 0, 5, 5]: the box must have 0 <= x0 <= x1"),
+])
+def test_a_wrong_regions_field_is_one_line_naming_its_line(tmp_path, field, message):
+    (tmp_path / "captions.tsv").write_text(f"a.png\ta circle\nb.png\ta red square\t{field}\n")
+    with pytest.raises(DataError) as error:
+        read_captions(tmp_path / "captions.tsv")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_word_boxes_follow_the_tokens_and_ride_with_their_pairs_in_every_epoch():
+    """Each token of the named words gets its region's box (a word of two WordPieces: both); the others and the
+    padding get none; the batches carry them with their own captions whatever the order."""
+    captions = ["a red circle", "a reddish square", "a circle"]
+    preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle", "a blue square", "a reddish circle"],
+                                                                  40),
+                                       image_size=8, max_length=12)
+    regions = [[(1, 3, (0, 0, 3, 3))], [(1, 2, (4, 4, 7, 7))], []]
+    boxes = word_boxes(captions, regions, preprocessor)
+    pieces = [preprocessor.tokenizer.tokenize(word).shape[0] for word in ("a", "reddish")]
+    assert pieces[0] == 1 and pieces[1] > 1  # "reddish" is split into WordPieces
+    named = (boxes >= 0).all(-1)
+    assert named[0].tolist() == [False, True, True] + [False] * 9
+    assert named[1].tolist() == [False] + [True] * pieces[1] + [False] * (11 - pieces[1])
+    assert not named[2].any() and (boxes[~named] == -1).all()
+    np.testing.assert_array_equal(boxes[1, 1], [4, 4, 7, 7])
+    images = np.zeros((3, 8, 8, 3), np.uint8)
+    for epoch in (0, 1):
+        for _, y in caption_epochs(images, captions, preprocessor, batch_size=2, seed=epoch, boxes=boxes)(epoch):
+            for row, target_out in enumerate(y["target_out"].numpy()):
+                caption = captions.index(preprocessor.detokenize(target_out[None]).numpy()[0].decode())
+                np.testing.assert_array_equal(y["boxes"][row], boxes[caption, :len(target_out)])
+    plain = next(iter(caption_dataset(images, captions, preprocessor, 3, shuffle=False)))
+    assert not isinstance(plain[1], dict)  # without boxes, the targets are target_out as before
 
 
 def test_a_line_without_a_tab_is_named(tmp_path):

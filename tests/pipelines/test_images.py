@@ -71,7 +71,9 @@ def test_files_missing_or_not_images_are_unreadable(tmp_path):
     (tmp_path / "a.png").write_bytes(LOSSLESS["png"])
     (tmp_path / "b.png").write_bytes(b"not an image")
     (tmp_path / "c.jpg").write_bytes(READABLE["jpeg"])
-    paths = [str(tmp_path / name) for name in ("a.png", "missing.png", "b.png", "c.jpg")]
-    pixels, readable = read_images(paths, 24)
-    assert readable.tolist() == [True, False, False, True]
+    (tmp_path / "d.png").write_bytes(encoded(PIXELS[:10], "PNG"))
+    paths = [str(tmp_path / name) for name in ("a.png", "missing.png", "b.png", "c.jpg", "d.png")]
+    pixels, readable, sizes = read_images(paths, 24)
+    assert readable.tolist() == [True, False, False, True, True]
+    assert sizes.tolist() == [[24, 24], [0, 0], [0, 0], [24, 24], [10, 24]]  # each image's own height and width
     np.testing.assert_array_equal(pixels[0], PIXELS)
