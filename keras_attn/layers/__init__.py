@@ -5,7 +5,8 @@ One concept per module: `attention` (Bahdanau and Luong alignment attention),
 `blockwise_attention` (the memory-efficient path of long sequences),
 `position` (sinusoidal and learned positions), `embedding` (token + position,
 BERT's input embedding), `masked_lm_head` and `next_sentence_head` (BERT's
-pretraining heads), `add_and_norm`, `feed_forward`, `transformer`
+pretraining heads), `add_and_norm`, `feed_forward` (and `activations`, its
+choices by name), `transformer`
 (encoder and decoder blocks), `rnn_encoder` and `rnn_decoder` (the RNN
 encoder and attentional decoder of Seq2Seq), `image_encoder` and
 `caption_decoder` (Show, Attend and Tell's grid of image features and its

@@ -15,6 +15,8 @@ import keras
 import tensorflow as tf
 
 from keras_attn import graph
+from keras_attn.checkpoints import huggingface
+from keras_attn.layers import activations
 from keras_attn.layers import (
     BertEmbedding,
     MaskedLMHead,
@@ -57,6 +59,10 @@ class BertBackbone(Backbone):
         intermediate_dim: the feed-forward width; 4 × `hidden_dim` by default.
         norm_first: pre-norm blocks (Xiong et al. 2020) and a final
             LayerNorm, instead of BERT's post-norm.
+        activation: the feed-forward's and the masked-LM head's, one of
+            `layers.activations.ACTIVATIONS` (`"gelu"`: exact, erf GELU;
+            `"gelu_tanh"`: its tanh approximation, BERT's original code).
+        layer_norm_epsilon: of every LayerNorm.
         dtype: the layers' dtype policy, e.g. `"mixed_bfloat16"`.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
@@ -79,31 +85,35 @@ class BertBackbone(Backbone):
         num_heads=None,
         intermediate_dim=None,
         norm_first=False,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
         dtype=None,
         **kwargs,
     ):
         settings = self.resolve(
             vocabulary_size, preset, max_sequence_length, num_segments, dropout, num_layers, hidden_dim,
-            num_heads, intermediate_dim, norm_first, dtype,
+            num_heads, intermediate_dim, norm_first, activation, layer_norm_epsilon, dtype,
         )
         hidden, intermediate_dim = settings["hidden_dim"], settings["intermediate_dim"]
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
         embedding = BertEmbedding(
             vocabulary_size, max_sequence_length, num_segments, hidden,
-            dropout=dropout, name="embedding", dtype=dtype,
+            dropout=dropout, layer_norm_epsilon=layer_norm_epsilon, name="embedding", dtype=dtype,
         )
         x = embedding(token_ids, segment_ids)  # its Keras mask: token_ids != [PAD]
         encoder_blocks = []
         for index in range(settings["num_layers"]):
             encoder_blocks.append(TransformerEncoderBlock(
                 settings["num_heads"], intermediate_dim, dropout=dropout,
-                activation="gelu", attention_dropout=dropout, layer_norm_epsilon=1e-12, norm_first=norm_first,
+                activation=activations.activation(activation), attention_dropout=dropout,
+                layer_norm_epsilon=layer_norm_epsilon, norm_first=norm_first,
                 kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
                 name=f"encoder_block_{index}", dtype=dtype,
             ))
             x = encoder_blocks[-1](x)
-        final_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="final_norm", dtype=dtype) if norm_first else None
+        final_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm", dtype=dtype)
+                      if norm_first else None)
         if final_norm is not None:
             x = final_norm(x)
         pooler = keras.layers.Dense(
@@ -119,6 +129,16 @@ class BertBackbone(Backbone):
         self.embedding, self.token_embedding = embedding, embedding.token_embedding
         self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
         self._arguments = settings
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
+        BERT folder with its weights (`keras_attn.checkpoints.bert`; `dropout`, `dtype`, `name` may be given)."""
+        if huggingface.is_folder(preset):
+            from keras_attn.checkpoints.bert import load_backbone
+
+            return load_backbone(preset, **kwargs)
+        return super().from_preset(preset, **kwargs)
 
     def call_with_attention(self, token_ids, segment_ids):
         """The encoder's `(B, T, d)` sequence output and its self-attention, `(B, layers, heads, T, T)`.
@@ -139,7 +159,8 @@ class BertBackbone(Backbone):
 
     @staticmethod
     def resolve(vocabulary_size, preset="tiny", max_sequence_length=512, num_segments=2, dropout=0.1,
-                num_layers=None, hidden_dim=None, num_heads=None, intermediate_dim=None, norm_first=False, dtype=None):
+                num_layers=None, hidden_dim=None, num_heads=None, intermediate_dim=None, norm_first=False,
+                activation="gelu", layer_norm_epsilon=1e-12, dtype=None):
         """The arguments written out (the preset's values, the defaults), without building a model: its config."""
         settings = architecture(
             "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
@@ -148,7 +169,8 @@ class BertBackbone(Backbone):
             vocabulary_size=vocabulary_size, max_sequence_length=max_sequence_length, num_segments=num_segments,
             dropout=dropout, num_layers=settings["num_layers"], hidden_dim=settings["hidden_dim"],
             num_heads=settings["num_heads"], intermediate_dim=intermediate_dim or 4 * settings["hidden_dim"],
-            norm_first=norm_first, dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
+            norm_first=norm_first, activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
         )
 
 
@@ -163,6 +185,16 @@ def backbone_arguments(settings):
 
 
 class _BertTask(Task):
+    @classmethod
+    def from_preset(cls, preset, preprocessor=None, **kwargs):
+        """A new task on a new backbone of `preset` (see `Task.from_preset`), or the task of a Hugging Face BERT
+        folder, with the heads its checkpoint has (`keras_attn.checkpoints.bert.load_task`)."""
+        if huggingface.is_folder(preset):
+            from keras_attn.checkpoints.bert import load_task
+
+            return load_task(cls, preset, preprocessor, **kwargs)
+        return super().from_preset(preset, preprocessor, **kwargs)
+
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
         """A new `BertBackbone` of `preset` for `preprocessor`'s vocabulary, with as many positions as its rows."""
@@ -246,7 +278,10 @@ class _MaskedLMTask(_BertTask):
         encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
         embedding = backbone.token_embedding
         # Each head is made where it is first called: that order draws the initial weights.
-        head = MaskedLMHead(embedding.input_dim, embedding, name="mlm_head", dtype=backbone.embedding.dtype_policy)
+        settings = backbone.get_config()
+        head = MaskedLMHead(embedding.input_dim, embedding, activation=activations.activation(settings["activation"]),
+                            layer_norm_epsilon=settings["layer_norm_epsilon"], name="mlm_head",
+                            dtype=backbone.embedding.dtype_policy)
         return encoded, head, head(encoded["sequence_output"], inputs["mask_positions"])
 
     def _make_fill_mask(self):

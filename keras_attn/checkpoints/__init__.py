@@ -1,0 +1,1 @@
+"""Pretrained weights made elsewhere, read into our models: Hugging Face folders (`huggingface`)."""

@@ -1,0 +1,130 @@
+"""Hugging Face BERT folders as our BERT models, with the reference's outputs.
+
+A folder `save_pretrained` wrote for `BertModel`, `BertForPreTraining`,
+`BertForMaskedLM` or `BertForSequenceClassification` (its `config.json`,
+model_type `bert`, and safetensors weights, with or without the `bert.`
+prefix) becomes a `BertBackbone` of the same architecture, and its heads
+ours: the masked-LM head (transform, LayerNorm, output bias; the output
+projection is the token table in both) and the next-sentence head.
+
+    torch Linear weight W (out, in)      → Dense kernel W.T
+    query/key/value W (d, d), b (d,)     → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
+    attention output W (d, d)            → output_kernel W.T as (heads, d/heads, d)
+    LayerNorm weight, bias (or gamma, beta) → gamma, beta
+"""
+
+import os
+
+from keras_attn.checkpoints import huggingface
+from keras_attn.errors import UserError
+
+# Hugging Face's `hidden_act` → ours (`layers.activations`): "gelu" is the exact, erf form in both.
+HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+              "relu": "relu", "silu": "silu", "swish": "silu"}
+
+
+def backbone_arguments(config, origin):
+    """`BertBackbone` arguments of a Hugging Face BERT `config.json`."""
+    if config.get("hidden_act") not in HIDDEN_ACT:
+        raise UserError(f"{origin}: hidden_act {config.get('hidden_act')!r} is not one of {', '.join(HIDDEN_ACT)}")
+    if config.get("pad_token_id", 0) != 0 or config.get("position_embedding_type", "absolute") != "absolute":
+        raise UserError(f"{origin}: pad_token_id {config.get('pad_token_id')} and position_embedding_type "
+                        f"{config.get('position_embedding_type')!r}: only 0 and 'absolute' (BERT's) are read")
+    return dict(
+        vocabulary_size=config["vocab_size"], preset=None, max_sequence_length=config["max_position_embeddings"],
+        num_segments=config["type_vocab_size"], dropout=config.get("hidden_dropout_prob", 0.1),
+        num_layers=config["num_hidden_layers"], hidden_dim=config["hidden_size"],
+        num_heads=config["num_attention_heads"], intermediate_dim=config["intermediate_size"],
+        activation=HIDDEN_ACT[config["hidden_act"]], layer_norm_epsilon=config["layer_norm_eps"],
+    )
+
+
+def read_weights(folder):
+    """The folder's weights by their names without the `bert.` prefix, LayerNorm's as `weight` and `bias`."""
+    weights = {}
+    for name, value in huggingface.read_weights(folder).items():
+        name = name.removeprefix("bert.")
+        if ".LayerNorm." in name or name.startswith("LayerNorm."):
+            name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+        weights[name] = value
+    return huggingface.Weights(weights, folder)
+
+
+def _dense(weights, name, into):
+    return {f"{into}/kernel": weights[f"{name}.weight"].T, f"{into}/bias": weights[f"{name}.bias"]}
+
+
+def _norm(weights, name, into):
+    return {f"{into}/gamma": weights[f"{name}.weight"], f"{into}/beta": weights[f"{name}.bias"]}
+
+
+def backbone_values(weights, heads):
+    """`{our weight path: value}` of a `BertBackbone` with `heads` attention heads."""
+    values = {
+        "embedding/token_embedding/embeddings": weights["embeddings.word_embeddings.weight"],
+        "embedding/segment_embedding/embeddings": weights["embeddings.token_type_embeddings.weight"],
+        "embedding/position_embedding/embeddings": weights["embeddings.position_embeddings.weight"],
+        **_norm(weights, "embeddings.LayerNorm", "embedding/layer_norm"),
+        **_dense(weights, "pooler.dense", "pooler"),
+    }
+    layer = 0
+    while f"encoder.layer.{layer}.attention.self.query.weight" in weights:
+        source, block = f"encoder.layer.{layer}", f"encoder_block_{layer}"
+        for part in ("query", "key", "value"):
+            kernel = weights[f"{source}.attention.self.{part}.weight"].T
+            values[f"{block}/self_attention/{part}_kernel"] = kernel.reshape(kernel.shape[0], heads, -1)
+            values[f"{block}/self_attention/{part}_bias"] = weights[f"{source}.attention.self.{part}.bias"].reshape(
+                heads, -1)
+        output = weights[f"{source}.attention.output.dense.weight"].T
+        values[f"{block}/self_attention/output_kernel"] = output.reshape(heads, -1, output.shape[1])
+        values[f"{block}/self_attention/output_bias"] = weights[f"{source}.attention.output.dense.bias"]
+        values.update(_norm(weights, f"{source}.attention.output.LayerNorm", f"{block}/self_attention_norm/layer_norm"))
+        values.update(_dense(weights, f"{source}.intermediate.dense", f"{block}/feed_forward/inner"))
+        values.update(_dense(weights, f"{source}.output.dense", f"{block}/feed_forward/outer"))
+        values.update(_norm(weights, f"{source}.output.LayerNorm", f"{block}/feed_forward_norm/layer_norm"))
+        layer += 1
+    return values
+
+
+def masked_lm_values(weights):
+    """Our `mlm_head`'s weights (its output projection is the token table, set with the backbone's)."""
+    return {**_dense(weights, "cls.predictions.transform.dense", "mlm_head/transform"),
+            **_norm(weights, "cls.predictions.transform.LayerNorm", "mlm_head/layer_norm"),
+            "mlm_head/output_bias": weights["cls.predictions.bias"]}
+
+
+def next_sentence_values(weights):
+    """Our `nsp_head`'s weights: label 0 is "B follows A" in both."""
+    return _dense(weights, "cls.seq_relationship", "nsp_head/projection")
+
+
+def load_backbone(folder, **kwargs):
+    """A `BertBackbone` with the weights of the Hugging Face BERT folder `folder` (`kwargs` win over its config:
+    `dropout`, `dtype`, `name`)."""
+    from keras_attn.models.bert import BertBackbone
+
+    config = huggingface.read_config(folder, "bert")
+    backbone = BertBackbone(**{**backbone_arguments(config, os.path.join(folder, huggingface.CONFIG)), **kwargs})
+    huggingface.assign(backbone.weights, backbone_values(read_weights(folder), config["num_attention_heads"]),
+                       folder)
+    return backbone
+
+
+def load_task(task_class, folder, preprocessor=None, **kwargs):
+    """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the folder's backbone, with the heads
+    the checkpoint has; a head the task needs and the checkpoint lacks is refused in one line (a classifier's
+    output layer is new)."""
+    import inspect
+
+    own = inspect.signature(task_class.__init__).parameters
+    task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+    backbone = load_backbone(folder, **kwargs)
+    task = task_class(backbone, preprocessor=preprocessor, **task_arguments)
+    weights = read_weights(folder)
+    for head, values in (("mlm_head", masked_lm_values), ("nsp_head", next_sentence_values)):
+        if hasattr(task, head):
+            layer = getattr(task, head)
+            owned = [w for w in layer.weights if w.path.startswith(f"{head}/")]  # not the shared token table
+            huggingface.assign(owned, values(weights), folder)
+    return task
+

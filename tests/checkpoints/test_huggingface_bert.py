@@ -1,0 +1,89 @@
+"""Hugging Face BERT folders load into our backbone and tasks and give the reference's outputs.
+
+The folders under tests/fixtures/huggingface/ and their `reference.npz` were written by transformers itself
+(tests/fixtures/make_huggingface.py): a `BertForPreTraining` (erf GELU, epsilon 1e-12) and a bare, sharded
+`BertModel` (tanh GELU, epsilon 1e-3, three segments, no `bert.` prefix). Their weights are wide enough that
+the erf GELU in place of the tanh one moves the encoder's output by 1e-3, and epsilon 1e-12 in place of 1e-3 by
+4e-3.
+"""
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from keras_attn.errors import UserError
+from keras_attn.models import BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
+
+FOLDERS = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface"
+PRETRAINING, SHARDED = FOLDERS / "bert", FOLDERS / "bert-model-sharded"
+TOLERANCE = dict(atol=3e-5, rtol=1e-5)  # float32 sums in another order: within 1.3e-5 measured
+
+
+def _reference(folder):
+    return dict(np.load(folder / "reference.npz"))
+
+
+def _assert_backbone_matches(backbone, reference):
+    out = backbone({"token_ids": reference["token_ids"], "segment_ids": reference["segment_ids"]})
+    real = reference["token_ids"] != 0  # ours also masks padded queries: their rows differ and are never read
+    np.testing.assert_allclose(np.asarray(out["sequence_output"])[real], reference["sequence_output"][real],
+                               **TOLERANCE)
+    np.testing.assert_allclose(out["pooled_output"], reference["pooled_output"], **TOLERANCE)
+
+
+def test_a_pretraining_checkpoint_gives_the_references_encoder_masked_lm_and_next_sentence_outputs():
+    reference = _reference(PRETRAINING)
+    task = BertPretrainer.from_preset(str(PRETRAINING))
+    _assert_backbone_matches(task.backbone, reference)
+    out = task({key: reference[key] for key in ("token_ids", "segment_ids", "mask_positions")})
+    np.testing.assert_allclose(out["mlm"], reference["mlm"], **TOLERANCE)
+    np.testing.assert_allclose(out["nsp"], reference["nsp"], **TOLERANCE)
+    masked_lm = BertMaskedLM.from_preset(str(PRETRAINING))
+    np.testing.assert_allclose(masked_lm({key: reference[key] for key in ("token_ids", "segment_ids",
+                                                                           "mask_positions")})["mlm"],
+                               reference["mlm"], **TOLERANCE)
+
+
+def test_a_sharded_bare_encoder_with_the_tanh_gelu_loads_its_architecture_and_its_outputs():
+    backbone = BertBackbone.from_preset(str(SHARDED))
+    settings = backbone.get_config()
+    assert (settings["activation"], settings["layer_norm_epsilon"], settings["num_segments"],
+            settings["intermediate_dim"]) == ("gelu_tanh", 1e-3, 3, 37)
+    _assert_backbone_matches(backbone, _reference(SHARDED))
+    rebuilt = BertBackbone.from_config(settings)
+    rebuilt.set_weights(backbone.get_weights())
+    _assert_backbone_matches(rebuilt, _reference(SHARDED))
+    classifier = BertClassifier.from_preset(str(SHARDED), num_classes=3, dropout=0.0)  # its output layer is new
+    assert classifier({"token_ids": np.array([[101, 110, 102]]), "segment_ids": np.zeros((1, 3))}).shape == (1, 3)
+
+
+def _copy(tmp_path, folder):
+    return pathlib.Path(shutil.copytree(folder, tmp_path / folder.name))
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda folder: (folder / "config.json").write_text(json.dumps({"model_type": "marian"})),
+     "config.json: model_type 'marian', not 'bert'"),
+    (lambda folder: (folder / "config.json").write_text("{not json"), "config.json: not a readable JSON file"),
+    (lambda folder: (folder / "model.safetensors").unlink(), "no model.safetensors or model.safetensors.index.json"),
+    (lambda folder: (folder / "model.safetensors").write_bytes(b"\x00" * 16), "model.safetensors: not a readable "
+                                                                              "safetensors file"),
+    (lambda folder: (folder / "config.json").write_text(
+        (folder / "config.json").read_text().replace('"gelu"', '"quick_gelu"')),
+     "config.json: hidden_act 'quick_gelu' is not one of gelu, gelu_new"),
+])
+def test_a_folder_that_is_not_a_readable_bert_checkpoint_is_one_line(tmp_path, breakage, message):
+    folder = _copy(tmp_path, PRETRAINING)
+    breakage(folder)
+    with pytest.raises(UserError) as error:
+        BertPretrainer.from_preset(str(folder))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_task_whose_head_the_checkpoint_lacks_is_refused_in_one_line():
+    with pytest.raises(UserError, match=r"bert-model-sharded: no weight cls.predictions.transform.dense.weight "
+                                        r"in its checkpoint"):
+        BertMaskedLM.from_preset(str(SHARDED))
