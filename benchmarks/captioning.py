@@ -107,13 +107,13 @@ def evaluate(task, scenes, batch_size=250):
         if task.backbone.get_config()["attention"] != "none":
             by_size = grounding([weights[i] for i in rows], chosen, truths, [scenes.boxes[i] for i in rows],
                                 task.backbone.encoder.grid_shape, task.backbone.get_config()["image_size"])
-            for size, (hits, named, chance, mass, objects, area) in by_size.items():
+            for size, (hits, named, chance, mass, named_objects, area) in by_size.items():
                 key = "" if size == "all" else f"_{size}"
                 row.update({f"grounding{key}": round(100 * hits / max(named, 1), 1),
                             f"grounding_chance{key}": round(100 * chance / max(named, 1), 1),
                             f"object_words{key}": int(named),
-                            f"correctness{key}": round(100 * mass / max(objects, 1), 1),
-                            f"correctness_chance{key}": round(100 * area / max(objects, 1), 1)})
+                            f"correctness{key}": round(100 * mass / max(named_objects, 1), 1),
+                            f"correctness_chance{key}": round(100 * area / max(named_objects, 1), 1)})
         result[str(objects)] = row
     return result, captions, weights
 
