@@ -230,6 +230,8 @@ class BertPreprocessor(keras.layers.Layer):
             tokens).
         max_length: the longest row, `[CLS]` and `[SEP]`s included.
         lowercase: with a vocabulary given as a list, whether text is lowercased.
+        strip_accents: with a vocabulary given as a list, whether accents
+            are dropped (`WordPieceTokenizer`).
         **kwargs: `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -248,11 +250,11 @@ class BertPreprocessor(keras.layers.Layer):
         array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], dtype=int32)
     """
 
-    def __init__(self, tokenizer, max_length=512, lowercase=False, **kwargs):
+    def __init__(self, tokenizer, max_length=512, lowercase=False, strip_accents=False, **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False  # strings stay strings
         self._allow_non_tensor_positional_args = True
-        self.tokenizer = _tokenizer(tokenizer, lowercase)
+        self.tokenizer = _tokenizer(tokenizer, lowercase, strip_accents)
         self.max_length = max_length
         self.built = True
 
@@ -293,13 +295,14 @@ class BertPreprocessor(keras.layers.Layer):
             "tokenizer": self.tokenizer.spec,
             "max_length": self.max_length,
             "lowercase": self.tokenizer.lowercase,
+            "strip_accents": getattr(self.tokenizer, "strip_accents", False),
         }
 
 
-def _tokenizer(tokenizer_or_spec, lowercase):
+def _tokenizer(tokenizer_or_spec, lowercase, strip_accents=False):
     """A tokenizer, or one rebuilt from its `spec`: a WordPiece vocabulary or a SentencePiece model."""
     if isinstance(tokenizer_or_spec, SubwordTokenizer):
         return tokenizer_or_spec
     if isinstance(tokenizer_or_spec, dict):
         return SentencePieceTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
-    return WordPieceTokenizer(list(tokenizer_or_spec), lowercase=lowercase)
+    return WordPieceTokenizer(list(tokenizer_or_spec), lowercase=lowercase, strip_accents=strip_accents)

@@ -189,6 +189,9 @@ class WordPieceTokenizer(SubwordTokenizer):
             path of a vocabulary file with one token per line.
         lowercase: lowercase text before tokenizing; must match the value
             the vocabulary was learned with.
+        strip_accents: drop accents (the combining marks of the text's
+            canonical decomposition, NFD), as BERT's uncased vocabularies
+            were made: "café" reads as "cafe".
         name: name of the `tf.Module`.
 
     Example:
@@ -200,7 +203,7 @@ class WordPieceTokenizer(SubwordTokenizer):
         <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A man, in a blue shirt.'], dtype=object)>
     """
 
-    def __init__(self, vocabulary, lowercase=False, name=None):
+    def __init__(self, vocabulary, lowercase=False, strip_accents=False, name=None):
         super().__init__(name=name)
         self.vocabulary_file = None
         if isinstance(vocabulary, (str, os.PathLike)):
@@ -209,7 +212,7 @@ class WordPieceTokenizer(SubwordTokenizer):
         vocabulary = [str(token) for token in vocabulary]
         _check_vocabulary(vocabulary)
         self._vocabulary = vocabulary
-        self.lowercase = lowercase
+        self.lowercase, self.strip_accents = lowercase, strip_accents
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=vocabulary,
             suffix_indicator=SUBWORD_PREFIX,
@@ -224,7 +227,8 @@ class WordPieceTokenizer(SubwordTokenizer):
         """Makes any string valid, visible text, as the vocabulary saw it.
 
         Invalid UTF-8 becomes U+FFFD, BERT's invisible characters are
-        removed, and with `lowercase` text is lowercased. (BERT's normalizer
+        removed, with `lowercase` text is lowercased and with
+        `strip_accents` its accents are dropped. (BERT's normalizer
         also deletes U+FFFD; here it stays, so that a word with broken bytes
         becomes `[UNK]` instead of silently fusing its pieces.)
         """
@@ -237,6 +241,8 @@ class WordPieceTokenizer(SubwordTokenizer):
             # TF lowercases a word-final Σ to ς, HF (like BERT) always to σ.
             strings = tf.strings.regex_replace(strings, "Σ", "σ")
             strings = tf.strings.lower(strings, encoding="utf-8")
+        if self.strip_accents:
+            strings = tf.strings.regex_replace(tf_text.normalize_utf8(strings, "NFD"), r"\p{Mn}", "")
         return strings
 
     def tokenize(self, strings):
@@ -304,9 +310,9 @@ class WordPieceTokenizer(SubwordTokenizer):
         self.vocabulary_file = tf.saved_model.Asset(str(path))
 
     @classmethod
-    def load(cls, path, lowercase=False):
+    def load(cls, path, lowercase=False, strip_accents=False):
         """A tokenizer from a vocabulary file written by `save`."""
-        return cls(Path(path), lowercase=lowercase)
+        return cls(Path(path), lowercase=lowercase, strip_accents=strip_accents)
 
     @property
     def spec(self):

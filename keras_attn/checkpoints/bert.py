@@ -7,16 +7,28 @@ prefix) becomes a `BertBackbone` of the same architecture, and its heads
 ours: the masked-LM head (transform, LayerNorm, output bias; the output
 projection is the token table in both) and the next-sentence head.
 
+Our special tokens have fixed ids (`special_tokens.SPECIAL_TOKENS`, 0-6); a
+Hugging Face vocabulary has its own (`[CLS]` is 101 in BERT's). With the
+folder's `vocab.txt`, the vocabulary is reordered to ours (`[BOS]` and `[EOS]`,
+which BERT does not use, take two `[unused]` slots) and the token table's rows
+and the masked LM's output bias with it; `tokenizer_config.json` says how text
+is normalised (`do_lower_case`; `strip_accents`, by default as lowercasing).
+
     torch Linear weight W (out, in)      → Dense kernel W.T
     query/key/value W (d, d), b (d,)     → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
     attention output W (d, d)            → output_kernel W.T as (heads, d/heads, d)
     LayerNorm weight, bias (or gamma, beta) → gamma, beta
 """
 
+import json
 import os
 
 from keras_attn.checkpoints import huggingface
 from keras_attn.errors import UserError
+from keras_attn.special_tokens import SPECIAL_TOKENS
+
+VOCABULARY = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # Hugging Face's `hidden_act` → ours (`layers.activations`): "gelu" is the exact, erf form in both.
 HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
@@ -39,6 +51,46 @@ def backbone_arguments(config, origin):
     )
 
 
+def read_vocabulary(folder):
+    """`(vocabulary, order)`: our order of the folder's `vocab.txt` (our special tokens first), and for each of
+    our ids the checkpoint's; `(None, None)` for a folder without `vocab.txt`."""
+    path = os.path.join(folder, VOCABULARY)
+    if not os.path.isfile(path):
+        return None, None
+    with open(path, encoding="utf-8") as file:
+        theirs = [line.rstrip("\n") for line in file]
+    index = {token: i for i, token in enumerate(theirs)}
+    spare = [i for i, token in enumerate(theirs) if token.startswith("[unused")][:2]
+    stand_ins = {"[BOS]": spare[0] if spare else None, "[EOS]": spare[1] if len(spare) > 1 else None}
+    specials = [index.get(token, stand_ins.get(token)) for token in SPECIAL_TOKENS]
+    if None in specials:
+        missing = [token for token, i in zip(SPECIAL_TOKENS, specials) if i is None]
+        raise UserError(f"{path}: no {', '.join(missing)} (BERT's special tokens, with two [unused] slots for "
+                        "[BOS] and [EOS])")
+    taken = set(specials)
+    order = specials + [i for i in range(len(theirs)) if i not in taken]
+    return list(SPECIAL_TOKENS) + [theirs[i] for i in order[len(SPECIAL_TOKENS):]], order
+
+
+def load_preprocessor(folder, max_length):
+    """The `BertPreprocessor` of the folder's `vocab.txt` and `tokenizer_config.json`, or None without them."""
+    from pipelines.preprocessors import BertPreprocessor
+    from pipelines.tokenizers import WordPieceTokenizer
+
+    vocabulary, _ = read_vocabulary(folder)
+    if vocabulary is None:
+        return None
+    settings = {}
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as file:
+            settings = json.load(file)
+    lowercase = settings.get("do_lower_case", True)
+    strip_accents = lowercase if settings.get("strip_accents") is None else bool(settings["strip_accents"])
+    return BertPreprocessor(WordPieceTokenizer(vocabulary, lowercase=lowercase, strip_accents=strip_accents),
+                            max_length)
+
+
 def read_weights(folder):
     """The folder's weights by their names without the `bert.` prefix, LayerNorm's as `weight` and `bias`."""
     weights = {}
@@ -58,10 +110,12 @@ def _norm(weights, name, into):
     return {f"{into}/gamma": weights[f"{name}.weight"], f"{into}/beta": weights[f"{name}.bias"]}
 
 
-def backbone_values(weights, heads):
-    """`{our weight path: value}` of a `BertBackbone` with `heads` attention heads."""
+def backbone_values(weights, heads, order=None):
+    """`{our weight path: value}` of a `BertBackbone` with `heads` attention heads (the token table's rows in
+    `order`, `read_vocabulary`'s)."""
+    tokens = weights["embeddings.word_embeddings.weight"]
     values = {
-        "embedding/token_embedding/embeddings": weights["embeddings.word_embeddings.weight"],
+        "embedding/token_embedding/embeddings": tokens if order is None else tokens[order],
         "embedding/segment_embedding/embeddings": weights["embeddings.token_type_embeddings.weight"],
         "embedding/position_embedding/embeddings": weights["embeddings.position_embeddings.weight"],
         **_norm(weights, "embeddings.LayerNorm", "embedding/layer_norm"),
@@ -86,14 +140,15 @@ def backbone_values(weights, heads):
     return values
 
 
-def masked_lm_values(weights):
+def masked_lm_values(weights, order=None):
     """Our `mlm_head`'s weights (its output projection is the token table, set with the backbone's)."""
+    bias = weights["cls.predictions.bias"]
     return {**_dense(weights, "cls.predictions.transform.dense", "mlm_head/transform"),
             **_norm(weights, "cls.predictions.transform.LayerNorm", "mlm_head/layer_norm"),
-            "mlm_head/output_bias": weights["cls.predictions.bias"]}
+            "mlm_head/output_bias": bias if order is None else bias[order]}
 
 
-def next_sentence_values(weights):
+def next_sentence_values(weights, order=None):
     """Our `nsp_head`'s weights: label 0 is "B follows A" in both."""
     return _dense(weights, "cls.seq_relationship", "nsp_head/projection")
 
@@ -105,26 +160,28 @@ def load_backbone(folder, **kwargs):
 
     config = huggingface.read_config(folder, "bert")
     backbone = BertBackbone(**{**backbone_arguments(config, os.path.join(folder, huggingface.CONFIG)), **kwargs})
-    huggingface.assign(backbone.weights, backbone_values(read_weights(folder), config["num_attention_heads"]),
-                       folder)
+    values = backbone_values(read_weights(folder), config["num_attention_heads"], read_vocabulary(folder)[1])
+    huggingface.assign(backbone.weights, values, folder)
     return backbone
 
 
 def load_task(task_class, folder, preprocessor=None, **kwargs):
     """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the folder's backbone, with the heads
-    the checkpoint has; a head the task needs and the checkpoint lacks is refused in one line (a classifier's
-    output layer is new)."""
+    the checkpoint has and, unless one is given, the preprocessor of its vocabulary (`load_preprocessor`); a head
+    the task needs and the checkpoint lacks is refused in one line (a classifier's output layer is new)."""
     import inspect
 
     own = inspect.signature(task_class.__init__).parameters
     task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
     backbone = load_backbone(folder, **kwargs)
+    if preprocessor is None:
+        preprocessor = load_preprocessor(folder, backbone.get_config()["max_sequence_length"])
     task = task_class(backbone, preprocessor=preprocessor, **task_arguments)
-    weights = read_weights(folder)
+    weights, order = read_weights(folder), read_vocabulary(folder)[1]
     for head, values in (("mlm_head", masked_lm_values), ("nsp_head", next_sentence_values)):
         if hasattr(task, head):
             layer = getattr(task, head)
             owned = [w for w in layer.weights if w.path.startswith(f"{head}/")]  # not the shared token table
-            huggingface.assign(owned, values(weights), folder)
+            huggingface.assign(owned, values(weights, order), folder)
     return task
 

@@ -43,8 +43,10 @@ def read_pretrained(model_dir):
         )
     with open(paths[0]) as file:
         saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
-    settings = {**_written_out(backbone_arguments(saved)), "lowercase": saved["lowercase"], "max_length": saved["max_length"]}
-    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"]), settings
+    settings = {**_written_out(backbone_arguments(saved)), "lowercase": saved["lowercase"],
+                "strip_accents": saved.get("strip_accents", False), "max_length": saved["max_length"]}
+    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"],
+                                   strip_accents=settings["strip_accents"]), settings
 
 
 def _read_run_folder(run_dir):

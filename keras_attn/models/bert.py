@@ -177,11 +177,11 @@ class BertBackbone(Backbone):
 def backbone_arguments(settings):
     """The `BertBackbone` arguments that fix its architecture, among a backbone's config or saved settings.
 
-    Left out: a preprocessor's `lowercase` and `max_length`, and what a
+    Left out: a preprocessor's `lowercase`, `strip_accents` and `max_length`, and what a
     fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
     """
     return {k: v for k, v in settings.items()
-            if k not in ("lowercase", "max_length", "dropout", "dtype", "name", "trainable")}
+            if k not in ("lowercase", "strip_accents", "max_length", "dropout", "dtype", "name", "trainable")}
 
 
 class _BertTask(Task):

@@ -145,7 +145,8 @@ class BertServer(tf.Module):
         for extra in (self.mlm_head, self.classifier):
             weights += [w for w in (extra.weights if extra is not None else []) if all(w is not b for b in weights)]
         return fingerprint([
-            json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.label_names]),
+            json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.tokenizer.strip_accents,
+                        self.label_names]),
             f"{self.preprocessor.max_length} {self.max_predictions} {self.max_top_k}",
         ], weights)
 
@@ -161,7 +162,7 @@ class BertServer(tf.Module):
     def write_assets_extra(self, folder):
         """Writes the backbone's settings, weights and vocabulary into `folder` (for fine-tuning)."""
         settings = {**backbone_arguments(self.backbone.get_config()), "lowercase": self.tokenizer.lowercase,
-                    "max_length": self.preprocessor.max_length}
+                    "strip_accents": self.tokenizer.strip_accents, "max_length": self.preprocessor.max_length}
         with open(os.path.join(folder, BACKBONE_SETTINGS), "w") as file:
             json.dump(settings, file, indent=1)
         self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))
