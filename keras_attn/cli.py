@@ -11,6 +11,7 @@
     keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
     keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export or a run folder)
     keras-attn classify MODEL_DIR [TEXT ...] [--top-k K]   (TEXT_A<TAB>TEXT_B for a pair)
+    keras-attn import FOLDER OUT                     (a Hugging Face BERT folder as our export, OUT/<version>)
 
 Options and arguments may come in any order; options are never abbreviated.
 
@@ -284,6 +285,13 @@ def build_parser():
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     _add_bert_commands(command)
 
+    imported = command("import", "export a Hugging Face BERT folder (config.json, safetensors weights, vocab.txt) "
+                                 "as a keras-attn BERT export, with the heads its checkpoint has")
+    imported.add_argument("folder", help="the Hugging Face model folder (what save_pretrained or huggingface-cli "
+                                         "download writes)")
+    imported.add_argument("out", help="the model folder under an export root (saved_models/<name>): the export is "
+                                      "its next version")
+
     serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
     _add_config_flags(serve, config.ServeConfig)
     return parser
@@ -502,6 +510,17 @@ def _export_ct2(args):
     export_to_ctranslate2(args.model_dir, args.out, args.quantization, args.force)
     print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.model_dir}'s weights "
           f"(keras-attn translate {args.out} ... translates with it)")
+    return 0
+
+
+def _import(args):
+    from keras_attn import serving
+    from keras_attn.checkpoints.bert import pretrained_task
+
+    task = pretrained_task(args.folder)
+    out = os.path.normpath(args.out)
+    path = serving.export(serving.BertServer(task), os.path.dirname(out) or ".", os.path.basename(out))
+    print(f"{path}: {type(task).__name__} of {args.folder} (keras-attn fill-mask {path} ... and finetune read it)")
     return 0
 
 
@@ -759,6 +778,7 @@ COMMANDS = {
     "train": _train,
     "translate": _translate,
     "export-ct2": _export_ct2,
+    "import": _import,
     "evaluate": _evaluate,
     "plot-attention": _plot_attention,
     "caption": _caption,

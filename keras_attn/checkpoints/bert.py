@@ -185,3 +185,17 @@ def load_task(task_class, folder, preprocessor=None, **kwargs):
             huggingface.assign(owned, values(weights, order), folder)
     return task
 
+
+def pretrained_task(folder):
+    """The folder's task with every head its checkpoint has: `BertPretrainer` (masked LM and next sentence) or
+    `BertMaskedLM`; a checkpoint without a masked-LM head (a bare `BertModel`) is refused in one line."""
+    from keras_attn.models.bert import BertMaskedLM, BertPretrainer
+
+    huggingface.read_config(folder, "bert")
+    weights = read_weights(folder)
+    if "cls.predictions.bias" not in weights:
+        raise UserError(f"{folder}: no masked-LM head (cls.predictions) in its weights; a bare encoder loads "
+                        "with BertBackbone.from_preset(folder)")
+    if read_vocabulary(folder)[0] is None:
+        raise UserError(f"{folder}: no {VOCABULARY}, which an export needs to read text")
+    return (BertPretrainer if "cls.seq_relationship.weight" in weights else BertMaskedLM).from_preset(folder)

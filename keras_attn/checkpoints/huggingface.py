@@ -24,6 +24,8 @@ def is_folder(path):
 
 def read_config(folder, model_type):
     """`config.json` of `folder`, refused in one line unless its `model_type` is `model_type`."""
+    if not os.path.isdir(folder):
+        raise UserError(f"{folder}: no such folder")
     path = os.path.join(folder, CONFIG)
     try:
         with open(path, encoding="utf-8") as file:

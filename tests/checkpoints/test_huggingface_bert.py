@@ -118,3 +118,23 @@ def test_a_task_whose_head_the_checkpoint_lacks_is_refused_in_one_line():
     with pytest.raises(UserError, match=r"bert-model-sharded: no weight cls.predictions.bias "
                                         r"in its checkpoint"):
         BertMaskedLM.from_preset(str(SHARDED))
+
+
+@pytest.mark.slow
+def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_refuses_what_it_cannot(
+        tmp_path, capsys):
+    from keras_attn import cli
+
+    assert cli.main(["import", str(PRETRAINING), str(tmp_path / "hf-bert")]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'hf-bert' / '1'}: BertPretrainer of ")
+    assert cli.main(["fill-mask", str(tmp_path / "hf-bert" / "1"), "The [MASK] runs."]) == 0
+    filled, candidates = capsys.readouterr().out.splitlines()  # read as the folder's tokenizer reads: lowercased
+    best = candidates.split(": ", 1)[1].split(" ")[0]
+    vocabulary = (PRETRAINING / "vocab.txt").read_text().split("\n")
+    assert filled == f"the {best} runs." and best in vocabulary and best not in ("[CLS]", "[SEP]", "[MASK]")
+    for folder, message in ((SHARDED, "bert-model-sharded: no masked-LM head (cls.predictions) in its weights"),
+                            (tmp_path / "missing", "missing: no such folder")):
+        assert cli.main(["import", str(folder), str(tmp_path / "other")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "other").exists()
