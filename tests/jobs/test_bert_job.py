@@ -341,7 +341,8 @@ def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_pat
     assert settings == dict(
         vocabulary_size=9, max_sequence_length=32, num_segments=2, num_layers=mini["num_layers"],
         hidden_dim=mini["hidden_dim"], num_heads=mini["num_heads"], intermediate_dim=4 * mini["hidden_dim"],
-        norm_first=False, lowercase=True, max_length=32,
+        norm_first=False, activation="gelu", layer_norm_epsilon=1e-12, lowercase=True, strip_accents=False,
+        max_length=32,
     )
 
 
