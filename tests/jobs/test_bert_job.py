@@ -19,6 +19,8 @@ from keras_attn.config import PretrainConfig
 from keras_attn.errors import UserError
 from pipelines import synthetic_documents, text
 
+pytest_plugins = ["tests.fixtures_cli"]
+
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
     "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
     "--epochs", "2", "--batch-size", "16", "--pairs-per-epoch", "160", "--vocab-size", "600",
@@ -128,7 +130,7 @@ def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
 
 
 @pytest.mark.slow
-def test_fill_mask_command(pretrained, capsys):
+def test_fill_mask_command(pretrained, cli_loads_saved_models_once, capsys):
     assert cli.main(["fill-mask", pretrained.export, "the [MASK] sees it .", "nothing to fill", "--top-k", "2"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
@@ -167,32 +169,55 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
         read_pretrained(str(unfinished))
 
 
+def _stream_above_0_mb(monkeypatch):
+    from keras_attn.jobs import bert
+
+    monkeypatch.setattr(bert, "STREAM_ABOVE_MB", 0)
+    monkeypatch.setattr(bert, "STREAMED_VALID_DOCUMENTS", 20)
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    """A pre-norm pretraining, exported, on a folder of two files of documents read as a stream: the
+    documents' folder, the run's config, what it logged, the job's result."""
+    from keras_attn.jobs import bert
+
+    root = tmp_path_factory.mktemp("streamed")
+    docs = synthetic_documents.document_corpus(200, seed=1)
+    (root / "docs").mkdir()
+    for number in range(2):
+        (root / "docs" / f"{number}.txt").write_text("\n\n".join(" ".join(d) for d in docs[number::2]) + "\n")
+    config = dict(CONFIG, data=[str(root / "docs")], run_dir=str(root / "run"), epochs=2, backup_every=0,
+                  norm_first=True, export=True, export_root=str(root / "saved_models"))
+    lines = []
+    with pytest.MonkeyPatch.context() as patch:
+        _stream_above_0_mb(patch)
+        result = bert.pretrain(PretrainConfig(**config), log=lines.append)
+    return types.SimpleNamespace(docs=root / "docs", config=config, lines=lines, result=result)
+
+
 @pytest.mark.slow
-def test_a_pre_norm_pretraining_reloads_as_pre_norm(pretrained, tmp_path):
+def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
     from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
     from keras_attn.jobs import bert
 
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "vocab.txt").write_text((pretrained.root / "run" / "vocab.txt").read_text())
-    config = dict(CONFIG, run_dir=str(run), epochs=1, pairs_per_epoch=32, backup_every=0, verbose=0,
-                  norm_first=True, export=True, export_root=str(tmp_path / "saved_models"))
-    result = bert.pretrain(PretrainConfig(**config), log=lambda line: None)
+    run, result = streamed.config["run_dir"], streamed.result
     trained = result.model.backbone
     ids = np.array([[4, 9, 12, 5, 30, 5]], "int32")
     inputs = {"token_ids": ids, "segment_ids": np.array([[0, 0, 0, 0, 1, 1]], "int32")}
-    for source in (str(run), result.export_path):
+    for source in (run, result.export_path):
         assert read_pretrained(source)[1]["norm_first"] is True
         backbone = load_backbone(source, dropout=0.0)
         assert backbone.final_norm is not None and backbone.encoder_blocks[0].norm_first
         np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
-    # The same run folder is bound to pre-norm: a post-norm rerun is refused.
+    # The same run folder is bound to pre-norm: a post-norm rerun (of the same data, read as a stream) is refused.
+    _stream_above_0_mb(monkeypatch)
     with pytest.raises(UserError, match="--norm-first True \\(now False\\)"):
-        bert.pretrain(PretrainConfig(**dict(config, norm_first=False)), log=lambda line: None)
+        bert.pretrain(PretrainConfig(**dict(streamed.config, norm_first=False)), log=lambda line: None)
 
 
 @pytest.mark.slow
-def test_finetune_and_classify(pretrained, tmp_path, capsys):
+def test_finetune_and_classify(pretrained, cli_loads_saved_models_once, tmp_path, capsys):
     from keras_attn.jobs.bert_loader import read_pretrained
     from keras_attn.jobs import bert
     from pipelines.classification import read_labelled_tsv
@@ -222,7 +247,7 @@ def test_finetune_and_classify(pretrained, tmp_path, capsys):
     # sentences all get about 0.07 / 0.93, so a wrong input or output shows on the others.
     names = sorted(set(read_labelled_tsv(train).labels))  # the job's label ids: sorted training labels
     tokenizer, settings = read_pretrained(pretrained.export)
-    served = tf.saved_model.load(str(export))
+    served = cli_loads_saved_models_once(str(export))  # as `classify` loads it
     firsts, seconds = [tf.constant([d[i] for _, d in test_documents]) for i in (0, 1)]
     for segments, outputs in (
         ([firsts], served.signatures["classify"](text=firsts)),
@@ -260,7 +285,7 @@ def test_finetune_and_classify(pretrained, tmp_path, capsys):
     ],
 )
 @pytest.mark.slow
-def test_mistakes_are_one_line(pretrained, tmp_path, capsys, argv, message):
+def test_mistakes_are_one_line(pretrained, cli_loads_saved_models_once, tmp_path, capsys, argv, message):
     assert cli.main(argv(pretrained, tmp_path)) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and message in error, error
@@ -360,28 +385,24 @@ def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loa
     assert settings["max_sequence_length"] == settings["max_length"] == 48 and settings["vocabulary_size"] == 9
 
 
-def test_pretraining_streams_a_folder_of_documents_and_reports_a_bad_line_met_by_training(tmp_path, monkeypatch):
+def test_pretraining_streams_a_folder_of_documents_and_reports_a_bad_line_met_by_training(
+        streamed, tmp_path, monkeypatch):
     """Over `STREAM_ABOVE_MB` of text (here: over 0) the documents are read as a stream: the first
     documents of the first file validate, the rest train; a bad line comes out as one line of ours."""
     from keras_attn.jobs import bert
 
-    monkeypatch.setattr(bert, "STREAM_ABOVE_MB", 0)
-    monkeypatch.setattr(bert, "STREAMED_VALID_DOCUMENTS", 20)
-    docs = synthetic_documents.document_corpus(200, seed=1)
-    (tmp_path / "docs").mkdir()
-    for number in range(2):
-        (tmp_path / "docs" / f"{number}.txt").write_text("\n\n".join(" ".join(d) for d in docs[number::2]) + "\n")
-    config = dict(CONFIG, data=[str(tmp_path / "docs")], run_dir=str(tmp_path / "run"), epochs=2, backup_every=0)
-    lines = []
-    result = bert.pretrain(PretrainConfig(**config), log=lines.append)
+    lines, result = streamed.lines, streamed.result
     assert any(re.match(rf"data: 2 files, 0 MB of text, read as a stream; the first 20 documents of "
-                        rf"{re.escape(str(tmp_path / 'docs' / '0.txt'))} validate", line) for line in lines), lines
+                        rf"{re.escape(str(streamed.docs / '0.txt'))} validate", line) for line in lines), lines
     assert result.steps == 2 * 160 // 16
     losses = result.history["loss"]
     assert losses[1] < losses[0], losses
+    shutil.copytree(streamed.docs, tmp_path / "docs")
     bad = tmp_path / "docs" / "1.txt"
     bad.write_bytes(bad.read_bytes() + b"A last \xff sentence.\n")
     (tmp_path / "again").mkdir()  # with the vocabulary learned, the bad line is met by training's stream
-    shutil.copy(tmp_path / "run" / "vocab.txt", tmp_path / "again" / "vocab.txt")
+    shutil.copy(os.path.join(streamed.config["run_dir"], "vocab.txt"), tmp_path / "again" / "vocab.txt")
+    config = dict(streamed.config, data=[str(tmp_path / "docs")], run_dir=str(tmp_path / "again"), export=False)
+    _stream_above_0_mb(monkeypatch)
     with pytest.raises(text.DataError, match=rf"^{re.escape(str(bad))}:\d+: invalid UTF-8 \(byte 0xff at column 8\)$"):
-        bert.pretrain(PretrainConfig(**dict(config, run_dir=str(tmp_path / "again"))), log=lambda line: None)
+        bert.pretrain(PretrainConfig(**config), log=lambda line: None)
