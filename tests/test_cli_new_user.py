@@ -13,7 +13,7 @@ import pytest
 from keras_attn import cli
 from pipelines import synthetic_documents
 
-pytest_plugins = ["tests.fixtures_export"]
+pytest_plugins = ["tests.fixtures_export", "tests.fixtures_cli"]
 
 # The tiniest pretraining that leaves a run folder with best weights, in mixed_bfloat16: where
 # the final validation drifted from the epoch's when it was computed another way.
@@ -72,7 +72,7 @@ def bert_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_options_may_come_before_the_texts(tiny_export, cli_loads_once, bert_runs):
+def test_options_may_come_before_the_texts(tiny_export, cli_loads_once, cli_loads_saved_models_once, bert_runs):
     last = _run(["translate", tiny_export, "ein hund", "--beam-width", "1"])
     first = _run(["translate", tiny_export, "--beam-width", "1", "ein hund"])
     assert first == last and last[0] == 0
@@ -181,7 +181,7 @@ def test_a_resumed_run_says_what_this_run_trained(bert_runs, tmp_path):
 
 
 @pytest.mark.slow
-def test_classify_shows_the_top_labels_with_probabilities(bert_runs):
+def test_classify_shows_the_top_labels_with_probabilities(bert_runs, cli_loads_saved_models_once):
     text = "Anna washes the sharp knife in the kitchen."
     code, top1, _ = _run(["classify", bert_runs.export, text])
     code_k, top8, _ = _run(["classify", bert_runs.export, text, "--top-k", "20"])
@@ -195,7 +195,8 @@ def test_classify_shows_the_top_labels_with_probabilities(bert_runs):
 
 
 @pytest.mark.slow
-def test_classify_refuses_a_pair_for_a_single_text_model_and_the_reverse(bert_runs, tmp_path):
+def test_classify_refuses_a_pair_for_a_single_text_model_and_the_reverse(
+        bert_runs, cli_loads_saved_models_once, tmp_path):
     code, out, err = _run(["classify", bert_runs.export, "Anna washes the sharp knife.", "A man.\tA person."])
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert f"input 2 is a TEXT_A<TAB>TEXT_B pair, but {bert_runs.export} was fine-tuned on single texts" in err
