@@ -163,7 +163,8 @@ def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, 
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
 
 
-def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(trained, tmp_path, capsys):
+def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(trained, cli_loads_once, tmp_path,
+                                                                              capsys):
     """`keras-attn export-ct2` of the run (and of its export), then `translate` and `evaluate` with the folder:
     CTranslate2 (float32, greedy) writes the export's translations, each sentence given our step budget."""
     import ctranslate2
@@ -173,7 +174,7 @@ def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(t
     assert cli.main(["export-ct2", run, out]) == 0
     assert capsys.readouterr().out.startswith(f"{out}: a CTranslate2 model (float32) of {run}'s weights")
     sentences = (trained.root / "run" / "test.src").read_text().splitlines()[:40]
-    ours = tf.saved_model.load(trained.result.export_path).signatures["translate"](
+    ours = cli._load(trained.result.export_path).signatures["translate"](
         text=tf.constant(["", " ", *sentences]), beam_width=tf.constant(1))["translation"].numpy()
     assert cli.main(["translate", out, "--beam-width", "1", "", " ", *sentences]) == 0
     assert capsys.readouterr().out.splitlines() == [t.decode() for t in ours]
@@ -235,7 +236,8 @@ def test_a_rerun_with_other_data_or_settings_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch):
+def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_exports(tmp_path, capfd, monkeypatch,
+                                                                                    cli_loads_once):
     """Through the CLI with the README's recipe flags (--subword, --shared-vocab, --batch-tokens), the
     training pairs read as a stream from a folder of TSV shards, tokenized once (--prepared)."""
     # Uneven batches on two replicas are the runner's test_two_replicas_give_the_losses_of_one_device.
@@ -268,14 +270,16 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
     losses = result.history["loss"]
     assert len(losses) == 2 and losses[1] < losses[0]
     assert sorted(p.name for p in (tmp_path / "run").glob("vocab.*")) == ["vocab.source.model", "vocab.target.model"]
-    attention = tf.saved_model.load(result.export_path).signatures["attention"]
+    capfd.readouterr()
+    attention = cli._load(result.export_path).signatures["attention"]  # as `translate` loads it
+    assert capfd.readouterr().err == ""  # SentencePiece's native log line on making a kernel is held back
     out = attention(text=tf.constant(["\u00a0\u3000 ", "  two  spaces "]))  # blank: no-break, ideographic spaces
     tokenizer = SentencePieceTokenizer.load(tmp_path / "run" / "vocab.target.model")
     ids = [tokenizer.vocabulary.index(piece.decode()) for piece in out["output_tokens"].numpy()[1]]
     assert out["translation"].numpy().tolist() == [b"", tokenizer.detokenize(ids).numpy()]
     capfd.readouterr()
     assert cli.main(["translate", result.export_path, "two dogs"]) == 0
-    assert capfd.readouterr().err == ""  # SentencePiece's native log line on making a kernel is held back
+    assert capfd.readouterr().err == ""
 
 
 @pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
