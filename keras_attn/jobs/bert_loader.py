@@ -62,7 +62,8 @@ def _read_run_folder(run_dir):
         vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"], max_sequence_length=bound["max_sequence_length"],
         norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
     ))
-    return tokenizer, {**architecture, "lowercase": True, "max_length": bound["max_sequence_length"]}
+    return tokenizer, {**architecture, "lowercase": True, "strip_accents": False,
+                       "max_length": bound["max_sequence_length"]}
 
 
 def _written_out(arguments):
