@@ -4,9 +4,13 @@ Every process runs `translation_worker.py` (the Transformer job on a small
 built-in corpus) with a timeout; ports are picked free at run time; every
 process is killed at the end of its test whatever happens. A process that
 is to die SIGKILLs itself at a chosen step, or inside an export, so the kill
-lands at the same place however loaded the machine is.
+lands at the same place however loaded the machine is. A run on one
+device that is not killed runs in this process instead (`_run_here`): a
+process start costs seconds.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_attn.training.strategy import local_cluster
 
@@ -114,20 +119,53 @@ def cluster(tmp_path):
     cluster.close()
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """One process, global batch 32, never stopped; it exports version 1."""
-    root = tmp_path_factory.mktemp("uninterrupted")
-    reference = Cluster(root)
-    try:
-        result = reference.wait(reference.start(
-            "uninterrupted", 32, root / "run", export=True, export_root=str(root / "saved_models"),
-        ))
-    finally:
-        reference.close()
-    result["root"] = root
+def _run_here(folder, name, batch_size, run_dir, **overrides):
+    """Runs the job on one device in this process, as `translation_worker.py` would.
+
+    What it prints goes to `<folder>/<name>.log`; it returns what `Cluster.result` would.
+    """
+    from keras_attn.config import TranslationConfig
+    from keras_attn.jobs import translation
+    from tests.training import translation_worker
+
+    config = dict(JOB, batch_size=batch_size, run_dir=str(run_dir), strategy="one_device")
+    config.update(overrides)
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        if not config.pop("translate_test_split", True):
+            patch.setattr(translation, "evaluate", translation_worker._score_empty_translations)  # noqa: SLF001
+        result = translation.run(TranslationConfig(**config))
+    (folder / f"{name}.log").write_text(printed.getvalue())
+    return {
+        "steps": result.steps, "history": result.history, "export_path": result.export_path,
+        "new_export": result.new_export, "already_finished": result.already_finished,
+        "weights": result.model.get_weights(),
+    }
+
+
+def _uninterrupted(root, **overrides):
+    result = _run_here(root, "uninterrupted", 32, root / "run", **overrides)
     result["vocabularies"] = sorted((root / "run").glob("vocab.*.txt"))
     return result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """One device, global batch 32, never stopped."""
+    return _uninterrupted(tmp_path_factory.mktemp("uninterrupted"))
+
+
+# The killed process's model: one layer a side, of width 32. What that test
+# checks (what a kill leaves in the run folder and among the exports, what
+# a rerun does) does not depend on the model; a run with its export takes
+# 8 s of CPU where the tiny preset takes 14 s (measured, single run here).
+ONE_LAYER = dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_one_layer(tmp_path_factory):
+    """`uninterrupted` with the `ONE_LAYER` model."""
+    return _uninterrupted(tmp_path_factory.mktemp("uninterrupted_one_layer"), **ONE_LAYER)
 
 
 def _run_dir(tmp_path, uninterrupted):
@@ -252,30 +290,41 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
         assert "eagerly has significant overhead" not in (tmp_path / f"{name}.log").read_text()
 
 
+class _AnotherModel(tf.Module):
+    """A served model, not the job's: the version before the job's exports."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def translate(self, texts):
+        return {"translations": texts}
+
+    def signatures(self):
+        return {"serving_default": self.translate}
+
+
 def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_last_version(
-    cluster, uninterrupted, tmp_path
+    cluster, uninterrupted_one_layer, tmp_path
 ):
     """One process killed twice, at a step and inside its export, then run a third time."""
+    from keras_attn.serving import versions
     from keras_attn.training.runner import read_history
 
-    run, root = _run_dir(tmp_path, uninterrupted), tmp_path / "saved_models"
-    shutil.copytree(uninterrupted["root"] / "saved_models", root)  # the reference's version 1
+    run, root = _run_dir(tmp_path, uninterrupted_one_layer), tmp_path / "saved_models"
+    versions.export(_AnotherModel(), str(root), "transformer")  # version 1
     models = root / "transformer"
     version_1 = _file_contents(models / "1")
-    # --force-export: the resumed model may equal version 1 to the bit, and would not be exported.
-    exported = dict(export=True, export_root=str(root), force_export=True)
+    exported = dict(ONE_LAYER, export=True, export_root=str(root))
 
     # Killed after step 6 of epoch 1: its last backup is step 4's, so the
     # rerun must replay steps 5 and 6 on the same batches.
-    cluster.killed(cluster.start("killed", 32, run, kill_after_step=6))
+    cluster.killed(cluster.start("killed", 32, run, kill_after_step=6, **ONE_LAYER))
     assert _latest_backup_step(run) == 4
     # The rerun resumes, trains to the end, and dies inside its export.
     cluster.killed(cluster.start("resumed", 32, run, kill_in_export=True, **exported))
     assert "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in (tmp_path / "resumed.log").read_text()
     # Both epochs' training loss, the interrupted one's over all its steps.
     history = read_history(run)
-    np.testing.assert_allclose(history["loss"], uninterrupted["history"]["loss"], rtol=1e-5)
-    np.testing.assert_allclose(history["val_loss"], uninterrupted["history"]["val_loss"], rtol=1e-5)
+    np.testing.assert_allclose(history["loss"], uninterrupted_one_layer["history"]["loss"], rtol=1e-5)
+    np.testing.assert_allclose(history["val_loss"], uninterrupted_one_layer["history"]["val_loss"], rtol=1e-5)
 
     # The kill left version 1 as it was, and its own temporary folder.
     assert sorted(p.name for p in models.iterdir() if not p.name.startswith(".")) == ["1"]
@@ -284,14 +333,14 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     assert _file_contents(models / "1") == version_1
 
     # Run a third time: nothing to train; it exports version 2 and cleans up.
-    third = cluster.wait(cluster.start("third", 32, run, **exported))
+    third = _run_here(tmp_path, "third", 32, run, **exported)
     assert "nothing trained: the run had already finished after 20 steps" in (tmp_path / "third.log").read_text()
     assert third["steps"] == STEPS and third["already_finished"]
     assert third["export_path"] == str(models / "2") and third["new_export"]
     assert sorted(p.name for p in models.iterdir()) == ["1", "2"]
     # Same process layout, same sums: the weights were identical in the runs
     # measured, but a CI run once drifted one weight by 1.2e-2 (see the helper).
-    _assert_equal_but_for_sign_flips(third["weights"], uninterrupted["weights"])
+    _assert_equal_but_for_sign_flips(third["weights"], uninterrupted_one_layer["weights"])
 
 
 @pytest.mark.long  # two workers, 30-60 s: `python -m pytest -m long`

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import numpy as np
 import keras
@@ -50,14 +51,79 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     )
 
 
+class _CopyAfterEpoch(keras.callbacks.Callback):
+    """Copies the run folder, after the given epochs, to `<folder>-epoch<N>` beside it.
+
+    A copy made here is what an interruption at that point leaves: the
+    runner calls the callbacks' epoch end after the epoch's backup, best
+    weights and history line are written.
+    """
+
+    def __init__(self, run_dir, *epochs):
+        super().__init__()
+        self.run_dir, self.epochs = run_dir, epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 in self.epochs:
+            shutil.copytree(self.run_dir, self.copy(epoch + 1))
+
+    def copy(self, epoch):
+        return self.run_dir.with_name(f"{self.run_dir.name}-epoch{epoch}")
+
+
+class _CopyAfterStep(keras.callbacks.Callback):
+    """Copies the run folder after step `step` of the first epoch to `<folder>-step<N>` beside it.
+
+    A copy made here is what an interruption at that point leaves: the
+    runner calls the callbacks' batch end before that step's backup and
+    update average are written.
+    """
+
+    def __init__(self, run_dir, step):
+        super().__init__()
+        self.run_dir, self.step = run_dir, step
+        self.copy = run_dir.with_name(f"{run_dir.name}-step{step}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.step and not self.copy.exists():
+            shutil.copytree(self.run_dir, self.copy)
+
+
+class _InterruptAtStart(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        raise KeyboardInterrupt
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """One device, never interrupted, 6 epochs: the run the others must equal.
 
-    The optimizer's rate is constant, so its first 4 epochs are also a 4-epoch run.
+    The optimizer's rate is constant, so its first 4 epochs are also a 4-epoch
+    run. `after_epoch[n]`: a copy of its folder as epoch n left it.
     """
-    run_dir = tmp_path_factory.mktemp("reference")
-    result = _job(run_dir, epochs=6)
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    copies = _CopyAfterEpoch(run_dir, 1, 2)
+    result = _job(run_dir, epochs=6, callbacks=[copies])
+    result.run_dir = run_dir
+    result.after_epoch = {epoch: copies.copy(epoch) for epoch in copies.epochs}
+    return result
+
+
+class _StopAfterEpoch(keras.callbacks.Callback):
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = epoch + 1 == self.epochs
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """At rate 0.1, stopped by a callback after epoch 5 of 6: a stopped run, and (its 5 epochs) a run without
+    checkpoint averaging for `test_epoch_averaging_validates_the_mean_of_the_last_epochs`."""
+    run_dir = tmp_path_factory.mktemp("stopped")
+    result = _job(run_dir, epochs=6, learning_rate=0.1, callbacks=[_StopAfterEpoch(5)])
     result.run_dir = run_dir
     return result
 
@@ -101,16 +167,10 @@ def test_xla_and_bfloat16_equal_the_plain_float32_run(tmp_path, reference):
     assert bf16.history["loss"][-1] < 0.8 * bf16.history["loss"][0]
 
 
-class _StopAfterSecondEpoch(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        self.model.stop_training = epoch == 1
-
-
-def test_a_stopped_run_stays_stopped(tmp_path):
-    stopped = _job(tmp_path, epochs=5, callbacks=[_StopAfterSecondEpoch()])
-    assert len(stopped.history["loss"]) == 2 and (tmp_path / "STOPPED").exists()
-    again = _job(tmp_path, epochs=5)
-    assert again.history == {} and again.steps == stopped.steps == 2
+def test_a_stopped_run_stays_stopped(stopped):
+    assert len(stopped.history["loss"]) == 5 and (stopped.run_dir / "STOPPED").exists()
+    again = _job(stopped.run_dir, epochs=6, learning_rate=0.1)
+    assert again.history == {} and again.steps == stopped.steps == 5
 
 
 @pytest.mark.slow
@@ -131,42 +191,34 @@ def test_a_backup_of_another_model_is_refused_in_one_line(reference):
         _job(reference.run_dir, epochs=6, wrap=Seq2SeqLM)
 
 
-class _Interrupt(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 1:
-            raise KeyboardInterrupt
-
-
 @pytest.mark.slow
 def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, reference):
-    """Interrupted after epoch 2 of 4, resumed, rerun when finished, then given 6 epochs."""
-    with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path, epochs=4, callbacks=[_Interrupt()])
-    resumed = _job(tmp_path, epochs=4)
-    assert resumed.initial_epoch == 2 and not resumed.already_finished
-    np.testing.assert_allclose(resumed.history["loss"], reference.history["loss"][2:4], rtol=1e-5)
+    """The folder as the reference's epoch 2 left it (an interruption there and the end of a 2-epoch run
+    leave the same): rerun for 2 epochs it trains no more; given 6, it trains on as if it had never stopped."""
+    shutil.copytree(reference.after_epoch[2], tmp_path, dirs_exist_ok=True)
     steps_per_epoch = reference.steps // 6
-    assert resumed.steps == int(resumed.model.optimizer.iterations) == 4 * steps_per_epoch
 
     # A finished run resumed again trains no more and keeps the best weights.
-    again = _job(tmp_path, epochs=4)
-    assert again.already_finished and again.history == {} and again.steps == resumed.steps
-    assert again.best_val_loss == pytest.approx(min(reference.history["val_loss"][:4]))
-    _assert_same_weights(again.model.get_weights(), resumed.model.get_weights(), atol=0)
+    again = _job(tmp_path, epochs=2)
+    assert again.already_finished and again.history == {} and again.steps == 2 * steps_per_epoch
+    assert again.best_val_loss == pytest.approx(min(reference.history["val_loss"][:2]))
     assert (tmp_path / "best.weights.h5").exists()
-    assert not list(tmp_path.glob("*.tmp*"))
 
-    # More epochs on a finished run train on, as if it had never stopped.
+    # Resumed with more epochs, it trains on as if it had never stopped.
     longer = _job(tmp_path, epochs=6)
-    assert longer.initial_epoch == 4 and longer.steps == reference.steps
-    np.testing.assert_allclose(longer.history["loss"], reference.history["loss"][4:], rtol=1e-5)
+    assert longer.initial_epoch == 2 and not longer.already_finished
+    assert longer.steps == int(longer.model.optimizer.iterations) == reference.steps
+    np.testing.assert_allclose(longer.history["loss"], reference.history["loss"][2:], rtol=1e-5)
     assert longer.best_val_loss == pytest.approx(reference.best_val_loss, rel=1e-5)
     _assert_same_weights(longer.model.get_weights(), reference.model.get_weights())
+    assert not list(tmp_path.glob("*.tmp*"))
+    longer.model.load_weights(reference.after_epoch[2] / "best.weights.h5")  # the 2-epoch run's best
+    _assert_same_weights(again.model.get_weights(), longer.model.get_weights(), atol=0)
 
     # history.json holds every epoch once, as the uninterrupted run's does.
     kept, straight = _history_json(tmp_path), _history_json(reference.run_dir)
     # read_history gives the whole run's epochs, where a result holds its process's only.
-    assert len(read_history(tmp_path)["loss"]) == 6 and len(longer.history["loss"]) == 2
+    assert len(read_history(tmp_path)["loss"]) == 6 and len(longer.history["loss"]) == 4
     assert read_history(tmp_path / "no-run") == {}
     assert kept["steps"] == straight["steps"] == reference.steps
     assert sorted(kept["history"]) == sorted(straight["history"])
@@ -175,45 +227,13 @@ def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, refer
         np.testing.assert_allclose(kept["history"][name], values, rtol=1e-5)
 
 
-class _InterruptAtStep(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == 3:  # the backup after step 3 of the first epoch exists
-            raise KeyboardInterrupt
-
-
 @pytest.mark.slow
-def test_a_run_resumed_mid_epoch_logs_the_whole_epoch(tmp_path):
-    from keras_attn.errors import UserError
-
-    # 8 steps an epoch, a backup after each; dropout: the backup holds where its masks' seeds are
-    steps = dict(batch_size=2, backup_every=1, dropout=0.1)
-    uninterrupted = _job(tmp_path / "straight", epochs=2, **steps)
-    with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path / "resumed", epochs=2, callbacks=[_InterruptAtStep()], **steps)
-    # Data that no longer reaches the backup's position in the epoch is refused.
-    with pytest.raises(UserError, match="3 steps into an epoch, but an epoch now has 2"):
-        _job(tmp_path / "resumed", epochs=2, rows=4, **steps)
-    resumed = _job(tmp_path / "resumed", epochs=2, **steps)
-    assert resumed.steps == uninterrupted.steps == 16
-    # The first epoch's metrics count its 3 steps before the backup too.
-    np.testing.assert_allclose(resumed.history["loss"], uninterrupted.history["loss"], rtol=1e-5)
-    np.testing.assert_allclose(
-        resumed.history["token_accuracy"], uninterrupted.history["token_accuracy"], rtol=1e-5
-    )
-    _assert_same_weights(resumed.model.get_weights(), uninterrupted.model.get_weights())
-
-
-@pytest.mark.slow
-def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path):
+def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path, reference):
     """The best weights file carries its epoch's optimizer; the run's step count must not."""
-    import shutil
-
-    _job(tmp_path, epochs=1)
-    shutil.copy(tmp_path / "best.weights.h5", tmp_path / "epoch1.weights.h5")
-    assert _job(tmp_path, epochs=3).steps == 3
-    shutil.copy(tmp_path / "epoch1.weights.h5", tmp_path / "best.weights.h5")  # as if epoch 1 were best
-    again = _job(tmp_path, epochs=3)
-    assert again.already_finished and again.steps == 3
+    shutil.copytree(reference.run_dir, tmp_path, dirs_exist_ok=True)
+    shutil.copy(reference.after_epoch[1] / "best.weights.h5", tmp_path)  # as if epoch 1 were best
+    again = _job(tmp_path, epochs=6)
+    assert again.already_finished and again.steps == reference.steps == 6
     assert int(again.model.optimizer.iterations) == 1  # what the best weights brought back
 
 
@@ -234,11 +254,12 @@ def _validation_loss(model):
 
 
 @pytest.mark.slow
-def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path):
+def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path, stopped):
     """Checkpoint averaging: each epoch also validates the mean of the last 3 epochs' weights."""
     # A rate high enough to make the weights jump about: then their mean validates best.
     options = dict(average_epochs=3, learning_rate=0.1)
-    straight = _job(tmp_path / "straight", epochs=5, **options)
+    copies = _CopyAfterEpoch(tmp_path / "straight", 2)
+    straight = _job(tmp_path / "straight", epochs=5, callbacks=[copies], **options)
     averaged = straight.history["val_loss_averaged"]
     assert len(averaged) == 4  # from epoch 2 on, when there are two epochs to average
     # The mean of the files of epochs 3-5 (older ones are deleted) gives the last logged loss.
@@ -257,24 +278,28 @@ def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path):
     model.load_weights(tmp_path / "straight" / "best.weights.h5")
     assert _validation_loss(model) == pytest.approx(best, rel=1e-4)
     # Training goes on from each epoch's own weights: the losses are those of a run without averaging.
-    plain = _job(tmp_path / "plain", epochs=5, learning_rate=0.1)
-    np.testing.assert_allclose(straight.history["loss"], plain.history["loss"], rtol=1e-6)
+    np.testing.assert_allclose(straight.history["loss"], stopped.history["loss"], rtol=1e-6)
 
-    # Interrupted after epoch 2 and resumed: the mean after the restart includes the epochs before it.
-    with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path / "resumed", epochs=5, callbacks=[_Interrupt()], **options)
-    resumed = _job(tmp_path / "resumed", epochs=5, **options)
+    # Interrupted after epoch 2 (its folder as epoch 2 left it) and resumed: the mean after the restart
+    # includes the epochs before it.
+    resumed = _job(copies.copy(2), epochs=5, **options)
     np.testing.assert_allclose(resumed.history["val_loss_averaged"], averaged[1:], rtol=1e-5)
     assert resumed.best_val_loss == pytest.approx(straight.best_val_loss, rel=1e-5)
 
 
 @pytest.mark.slow
-def test_max_updates_cuts_the_last_epoch_and_average_last_is_the_mean_of_the_last_backups(tmp_path):
+def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_backups_and_a_mid_epoch_resume_logs_the_whole_epoch(
+    tmp_path,
+):
     """fairseq's --max-update 11 and average_checkpoints --num-update-checkpoints 3, with a backup every 4
-    updates: the model is the mean of the weights at updates 4, 8 and 11 (the last), also after a kill and a
-    resume, and a rerun gives it again."""
-    options = dict(batch_size=2, backup_every=4, max_updates=11, average_last=3, learning_rate=0.1)  # 8 a epoch
-    straight = _job(tmp_path / "straight", epochs=1, **options)
+    updates: the model is the mean of the weights at updates 4, 8 and 11 (the last), also after a kill in the
+    first epoch and a resume from its backup, and a rerun gives it again."""
+    from keras_attn.errors import UserError
+
+    # 8 updates an epoch; dropout: the backup holds where its masks' seeds are
+    options = dict(batch_size=2, backup_every=4, max_updates=11, average_last=3, learning_rate=0.1, dropout=0.1)
+    copies = _CopyAfterStep(tmp_path / "straight", 6)
+    straight = _job(tmp_path / "straight", epochs=1, callbacks=[copies], **options)
     assert straight.steps == 11 and len(straight.history["loss"]) == 2  # 8 updates, then 3
     files = sorted((tmp_path / "straight" / "updates").glob("update-*.weights.h5"), key=lambda p: len(p.name))
     assert [f.name for f in files] == ["update-4.weights.h5", "update-8.weights.h5", "update-11.weights.h5"]
@@ -291,18 +316,31 @@ def test_max_updates_cuts_the_last_epoch_and_average_last_is_the_mean_of_the_las
     per_batch = [float(loss(TARGETS[i:i + 2], model({k: v[i:i + 2] for k, v in INPUTS.items()})))
                  for i in range(0, 16, 2)]  # the runner's validation: batches of 2
     assert straight.history["val_loss_average_last"] == [pytest.approx(np.mean(per_batch), rel=1e-4)]
-    # Killed at update 4 (after its backup), resumed: the same updates, the same mean.
+    # Killed after update 6 (the folder as update 6 left it), resumed from the backup of update 4: the same
+    # updates, the same mean. Interrupted again before it trains, it hands the interruption on.
+    resumed_dir = copies.copy
     with pytest.raises(KeyboardInterrupt):
-        _job(tmp_path / "resumed", epochs=1, callbacks=[_InterruptAtStep()], **options)
-    resumed = _job(tmp_path / "resumed", epochs=1, **options)
-    assert resumed.steps == 11
+        _job(resumed_dir, epochs=1, callbacks=[_InterruptAtStart()], **options)
+    # Data that no longer reaches the backup's position in the epoch is refused.
+    with pytest.raises(UserError, match="4 steps into an epoch, but an epoch now has 2"):
+        _job(resumed_dir, epochs=1, rows=4, **options)
+    resumed = _job(resumed_dir, epochs=1, **options)
+    assert resumed.initial_steps == 4 and resumed.steps == straight.steps == 11
+    # The first epoch's metrics count its 4 steps before the backup too.
+    np.testing.assert_allclose(resumed.history["loss"], straight.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(resumed.history["token_accuracy"], straight.history["token_accuracy"], rtol=1e-5)
+    for path in files:  # the weights at each update kept
+        model.load_weights(path)
+        kept = model.get_weights()
+        model.load_weights(resumed_dir / "updates" / path.name)
+        _assert_same_weights(model.get_weights(), kept)
     _assert_same_weights(resumed.model.get_weights(), averaged, atol=1e-5)
-    again = _job(tmp_path / "resumed", epochs=1, **options)
+    again = _job(resumed_dir, epochs=1, **options)
     assert again.already_finished
     _assert_same_weights(again.model.get_weights(), averaged, atol=1e-5)
     # A lower limit is already met; a higher one trains on to it, from update 11 (the finished run's last, kept).
-    assert _job(tmp_path / "resumed", epochs=1, **dict(options, max_updates=9)).already_finished
-    longer = _job(tmp_path / "resumed", epochs=1, **dict(options, max_updates=14))
+    assert _job(resumed_dir, epochs=1, **dict(options, max_updates=9)).already_finished
+    longer = _job(resumed_dir, epochs=1, **dict(options, max_updates=14))
     assert longer.steps == 14 and not longer.already_finished
-    assert sorted(int(f.name.split("-")[1].split(".")[0]) for f in (tmp_path / "resumed" / "updates").iterdir()) == [
+    assert sorted(int(f.name.split("-")[1].split(".")[0]) for f in (resumed_dir / "updates").iterdir()) == [
         11, 12, 14]
