@@ -74,26 +74,39 @@ def tiny_seq2seq_export(tiny_seq2seq_translator, tmp_path_factory):
     return _export_once(tiny_seq2seq_translator, tmp_path_factory.mktemp("exports"), "toy_seq2seq")
 
 
-_LOADED = {}
+_LOADED = {}  # (loader's name, folder) → what it loaded, for this test run
 
 
-@pytest.fixture
-def cli_loads_once(monkeypatch):
-    """Makes `keras_attn.cli` load each export once per test run (loading costs seconds).
-
-    Refusals are not cached: a folder that fails to load fails every time.
-    """
+def _load_each_folder_once(monkeypatch, loader):
+    """Replaces `keras_attn.cli`'s function `loader` (a folder → what it loads) with one that loads each folder
+    once per test run. Refusals are not cached: a folder that fails to load fails every time."""
     from keras_attn import cli
 
-    real = cli._load
+    real = getattr(cli, loader)
 
     def load(model_dir):
-        key = os.path.realpath(model_dir)
+        key = (loader, os.path.realpath(model_dir))
         if key not in _LOADED:
             _LOADED[key] = real(model_dir)
         return _LOADED[key]
 
-    monkeypatch.setattr(cli, "_load", load)
+    monkeypatch.setattr(cli, loader, load)
+    return load
+
+
+@pytest.fixture
+def cli_loads_once(monkeypatch):
+    """Makes `keras_attn.cli` load each translation export once per test run (loading and its first calls
+    cost seconds)."""
+    _load_each_folder_once(monkeypatch, "_load")
+
+
+@pytest.fixture
+def cli_loads_saved_models_once(monkeypatch):
+    """Makes `keras_attn.cli` load each SavedModel folder once per test run; returns the loader, so that a test
+    reads an export as the commands do. What a command checks after loading (its signatures, the files beside
+    the SavedModel) it checks every time."""
+    return _load_each_folder_once(monkeypatch, "_load_saved_model")
 
 
 @pytest.fixture(scope="session")

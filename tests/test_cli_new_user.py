@@ -13,7 +13,7 @@ import pytest
 from keras_attn import cli
 from pipelines import synthetic_documents
 
-pytest_plugins = ["tests.fixtures_export", "tests.fixtures_cli"]
+pytest_plugins = ["tests.fixtures_export"]
 
 # The tiniest pretraining that leaves a run folder with best weights, in mixed_bfloat16: where
 # the final validation drifted from the epoch's when it was computed another way.

@@ -19,7 +19,7 @@ from keras_attn.config import PretrainConfig
 from keras_attn.errors import UserError
 from pipelines import synthetic_documents, text
 
-pytest_plugins = ["tests.fixtures_cli"]
+pytest_plugins = ["tests.fixtures_export"]
 
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
     "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
