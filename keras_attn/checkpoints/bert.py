@@ -20,6 +20,7 @@ is normalised (`do_lower_case`; `strip_accents`, by default as lowercasing).
     LayerNorm weight, bias (or gamma, beta) → gamma, beta
 """
 
+import dataclasses
 import json
 import os
 
@@ -72,23 +73,23 @@ def read_vocabulary(folder):
     return list(SPECIAL_TOKENS) + [theirs[i] for i in order[len(SPECIAL_TOKENS):]], order
 
 
-def load_preprocessor(folder, max_length):
-    """The `BertPreprocessor` of the folder's `vocab.txt` and `tokenizer_config.json`, or None without them."""
+def load_preprocessor(checkpoint, max_length):
+    """The `BertPreprocessor` of a checkpoint's `vocab.txt` and `tokenizer_config.json`, or None without a
+    vocabulary."""
     from pipelines.preprocessors import BertPreprocessor
     from pipelines.tokenizers import WordPieceTokenizer
 
-    vocabulary, _ = read_vocabulary(folder)
-    if vocabulary is None:
+    if checkpoint.vocabulary is None:
         return None
     settings = {}
-    path = os.path.join(folder, TOKENIZER_CONFIG)
+    path = os.path.join(checkpoint.folder, TOKENIZER_CONFIG)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as file:
             settings = json.load(file)
     lowercase = settings.get("do_lower_case", True)
     strip_accents = lowercase if settings.get("strip_accents") is None else bool(settings["strip_accents"])
-    return BertPreprocessor(WordPieceTokenizer(vocabulary, lowercase=lowercase, strip_accents=strip_accents),
-                            max_length)
+    return BertPreprocessor(WordPieceTokenizer(checkpoint.vocabulary, lowercase=lowercase,
+                                               strip_accents=strip_accents), max_length)
 
 
 def read_weights(folder):
@@ -153,15 +154,38 @@ def next_sentence_values(weights, order=None):
     return _dense(weights, "cls.seq_relationship", "nsp_head/projection")
 
 
+@dataclasses.dataclass
+class Checkpoint:
+    """A Hugging Face BERT folder, read once: its `config.json`, weights (`read_weights`) and, with a `vocab.txt`,
+    our order of its vocabulary (`read_vocabulary`; else both None)."""
+
+    folder: str
+    config: dict
+    weights: huggingface.Weights
+    vocabulary: list
+    order: list
+
+
+def read_checkpoint(folder):
+    """The `Checkpoint` of `folder`, each file read once."""
+    config = huggingface.read_config(folder, "bert")
+    return Checkpoint(folder, config, read_weights(folder), *read_vocabulary(folder))
+
+
 def load_backbone(folder, **kwargs):
     """A `BertBackbone` with the weights of the Hugging Face BERT folder `folder` (`kwargs` win over its config:
     `dropout`, `dtype`, `name`)."""
+    return _backbone(read_checkpoint(folder), **kwargs)
+
+
+def _backbone(checkpoint, **kwargs):
     from keras_attn.models.bert import BertBackbone
 
-    config = huggingface.read_config(folder, "bert")
-    backbone = BertBackbone(**{**backbone_arguments(config, os.path.join(folder, huggingface.CONFIG)), **kwargs})
-    values = backbone_values(read_weights(folder), config["num_attention_heads"], read_vocabulary(folder)[1])
-    huggingface.assign(backbone.weights, values, folder)
+    config = checkpoint.config
+    arguments = backbone_arguments(config, os.path.join(checkpoint.folder, huggingface.CONFIG))
+    backbone = BertBackbone(**{**arguments, **kwargs})
+    values = backbone_values(checkpoint.weights, config["num_attention_heads"], checkpoint.order)
+    huggingface.assign(backbone.weights, values, checkpoint.folder)
     return backbone
 
 
@@ -169,20 +193,23 @@ def load_task(task_class, folder, preprocessor=None, **kwargs):
     """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the folder's backbone, with the heads
     the checkpoint has and, unless one is given, the preprocessor of its vocabulary (`load_preprocessor`); a head
     the task needs and the checkpoint lacks is refused in one line (a classifier's output layer is new)."""
+    return _task(task_class, read_checkpoint(folder), preprocessor, **kwargs)
+
+
+def _task(task_class, checkpoint, preprocessor=None, **kwargs):
     import inspect
 
     own = inspect.signature(task_class.__init__).parameters
     task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
-    backbone = load_backbone(folder, **kwargs)
+    backbone = _backbone(checkpoint, **kwargs)
     if preprocessor is None:
-        preprocessor = load_preprocessor(folder, backbone.get_config()["max_sequence_length"])
+        preprocessor = load_preprocessor(checkpoint, backbone.get_config()["max_sequence_length"])
     task = task_class(backbone, preprocessor=preprocessor, **task_arguments)
-    weights, order = read_weights(folder), read_vocabulary(folder)[1]
     for head, values in (("mlm_head", masked_lm_values), ("nsp_head", next_sentence_values)):
         if hasattr(task, head):
             layer = getattr(task, head)
             owned = [w for w in layer.weights if w.path.startswith(f"{head}/")]  # not the shared token table
-            huggingface.assign(owned, values(weights, order), folder)
+            huggingface.assign(owned, values(checkpoint.weights, checkpoint.order), checkpoint.folder)
     return task
 
 
@@ -191,11 +218,10 @@ def pretrained_task(folder):
     `BertMaskedLM`; a checkpoint without a masked-LM head (a bare `BertModel`) is refused in one line."""
     from keras_attn.models.bert import BertMaskedLM, BertPretrainer
 
-    huggingface.read_config(folder, "bert")
-    weights = read_weights(folder)
-    if "cls.predictions.bias" not in weights:
+    checkpoint = read_checkpoint(folder)
+    if "cls.predictions.bias" not in checkpoint.weights:
         raise UserError(f"{folder}: no masked-LM head (cls.predictions) in its weights; a bare encoder loads "
                         "with BertBackbone.from_preset(folder)")
-    if read_vocabulary(folder)[0] is None:
+    if checkpoint.vocabulary is None:
         raise UserError(f"{folder}: no {VOCABULARY}, which an export needs to read text")
-    return (BertPretrainer if "cls.seq_relationship.weight" in weights else BertMaskedLM).from_preset(folder)
+    return _task(BertPretrainer if "cls.seq_relationship.weight" in checkpoint.weights else BertMaskedLM, checkpoint)
