@@ -86,14 +86,19 @@ def load_splits(config, listed, log=print):
                                       held_out_size=config.builtin_eval_size, **objects)
         return {split: CaptionSplit(data.images, data.captions, np.arange(len(data.captions)),
                                     [f"built-in {split} scene {i}" for i in range(len(data.captions))],
-                                    resized_regions([scenes.word_regions(c, b) for c, b in zip(data.captions, data.boxes)],
-                                                    [data.images.shape[1:3]] * len(data.captions), config.image_size))
+                                    _object_regions(data, config.image_size))
                 for split, data in corpus.items()}
     splits = {split: _decoded(files, config, log) for split, files in listed.items()}
     if "valid" not in splits:
         splits["train"], splits["valid"] = _hold_out(splits["train"], config)
     splits.setdefault("test", splits["valid"])
     return splits
+
+
+def _object_regions(scenes_split, image_size):
+    """Each built-in caption's objects' words and boxes, in pixels of `image_size` squares."""
+    regions = [scenes.word_regions(caption, boxes) for caption, boxes in zip(scenes_split.captions, scenes_split.boxes)]
+    return resized_regions(regions, [scenes_split.images.shape[1:3]] * len(regions), image_size)
 
 
 def _decoded(listed, config, log):
