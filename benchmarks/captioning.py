@@ -12,7 +12,7 @@ and reports, per split and per object count: exact match, corpus BLEU-4 (sacrebl
 captions as written: lowercase words) and, with attention, grounding: for
 each word of each object the caption names right (its place in the
 left-to-right order, its size, colour and shape), whether the attention's
-peak cell when the word is written has its centre inside the object's box
+peak cell when the word's first token is written has its centre inside the object's box
 (chance: the share of cell centres inside the box), and attention
 correctness as Liu et al. measure it: per object, the attention's mass
 inside its box, the largest over its words (chance: the box's share of the
@@ -38,7 +38,7 @@ from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.models.captioner import ATTENTIONS
 
 
-def grounding(weights, captions, truths, boxes, grid, image_size):
+def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
     """Where the attention looks while writing the objects a caption names right: by object size (`SIZES`)
     and `"all"`, `(peak hits, words, chance's sum, mass, objects, area's sum)`.
 
@@ -48,10 +48,13 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
     inside the box, the largest over the object's words, against the box's share of the cells.
 
     Args:
-        weights: `(N, T, L)` attention while writing each caption's words.
+        weights: `(N, T, L)` attention while writing each caption's tokens.
         captions: `N` generated captions; `truths` the true ones.
         boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` in caption order.
         grid: `(rows, columns)` of the attention's cells.
+        tokenizer: the captions' tokenizer: `weights` has a row per token, and a word may be several
+            tokens (with the scenes' 100-piece vocabulary "red" is r ##e ##d), so a word's row is the one
+            writing its first piece (`first_token_rows`).
     """
     from keras_attn.layers.image_encoder import cell_centres
     from pipelines.scenes import SIZES, word_regions
@@ -61,6 +64,7 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
     counts = {size: np.zeros(6) for size in ["all", *SIZES]}
     for weight, caption, truth, box in zip(weights, captions, truths, boxes):
         written, true = caption.split(), truth.split()
+        rows_of = first_token_rows(written, tokenizer)
         # the objects the caption names right: its size, colour and shape words, as the truth's
         for (first, end, (x0, y0, x1, y1)), (true_first, true_end, _) in zip(word_regions(caption, box),
                                                                              word_regions(truth, box)):
@@ -68,12 +72,23 @@ def grounding(weights, captions, truths, boxes, grid, image_size):
                 continue
             inside = np.outer((cell_y >= y0) & (cell_y <= y1), (cell_x >= x0) & (cell_x <= x1)).ravel()
             one = np.zeros(6)
-            for position in range(first, end):  # one token per word: the step writing the word
-                one += [inside[int(np.argmax(weight[position]))], 1, inside.mean(), 0, 0, 0]
-            one[3:] = [max(float(weight[position] @ inside) for position in range(first, end)), 1, inside.mean()]
+            steps = [rows_of[position] for position in range(first, end)]  # the step writing each word
+            for step in steps:
+                one += [inside[int(np.argmax(weight[step]))], 1, inside.mean(), 0, 0, 0]
+            one[3:] = [max(float(weight[step] @ inside) for step in steps), 1, inside.mean()]
             counts["all"] += one
             counts[true[true_first]] += one
     return {size: tuple(count) for size, count in counts.items()}
+
+
+def first_token_rows(words, tokenizer):
+    """The token row where each of `words` starts: the attention row of the step that writes its first piece."""
+    import tensorflow as tf
+
+    if not words:
+        return np.zeros(0, int)
+    pieces = tokenizer.tokenize(tf.constant(words, tf.string)).row_lengths().numpy()
+    return np.concatenate([[0], np.cumsum(pieces)[:-1]])
 
 
 def evaluate(task, scenes, batch_size=250):
@@ -106,7 +121,8 @@ def evaluate(task, scenes, batch_size=250):
         }
         if task.backbone.get_config()["attention"] != "none":
             by_size = grounding([weights[i] for i in rows], chosen, truths, [scenes.boxes[i] for i in rows],
-                                task.backbone.encoder.grid_shape, task.backbone.get_config()["image_size"])
+                                task.backbone.encoder.grid_shape, task.backbone.get_config()["image_size"],
+                                task.preprocessor.tokenizer)
             for size, (hits, named, chance, mass, named_objects, area) in by_size.items():
                 key = "" if size == "all" else f"_{size}"
                 row.update({f"grounding{key}": round(100 * hits / max(named, 1), 1),
@@ -253,7 +269,8 @@ def main():
 
             shown = next(i for i, count in enumerate(corpus[split].counts) if count >= 3)
             words = captions[shown].split()
-            save_figure(caption_attention_figure(corpus[split].images[shown], words, weights[shown][:len(words)],
+            rows_of = first_token_rows(words, task.preprocessor.tokenizer)
+            save_figure(caption_attention_figure(corpus[split].images[shown], words, weights[shown][rows_of],
                                                  task.backbone.encoder.grid_shape, title=captions[shown]), args.figure)
     if args.attention == "hard":  # the same weights reading the expectation (the soft context), not the argmax cell
         results["test_expectation"] = evaluate(expectation_twin(task), corpus["test"])[0]

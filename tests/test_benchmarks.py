@@ -1,4 +1,5 @@
-"""benchmarks/ keeps the scripts that back a figure: each answers `--help`, and a benchmark page names it."""
+"""benchmarks/ keeps the scripts that back a figure: each answers `--help`, a benchmark page names it, and a measure
+that a figure reads is checked on a case built by hand."""
 
 import importlib.util
 import json
@@ -77,3 +78,21 @@ def test_every_script_answers_help():
     assert failed == {}
     if len(scripts) < len(SCRIPTS):
         pytest.skip(f"{len(SCRIPTS) - len(scripts)} scripts need the bench extra (torch): pip install -e '.[bench]'")
+
+
+def test_captioning_grounding_reads_each_word_at_its_first_token():
+    # "red" is three tokens (r ##e ##d), so "circle" is written at token 5, not at its word index 3
+    import numpy as np
+
+    from benchmarks.captioning import grounding
+    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from pipelines.tokenizers import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "small", "r", "##e", "##d", "circle"])
+    caption = "a small red circle"
+    weights = np.zeros((7, 4))  # (tokens and [EOS], a 2x2 grid's cells)
+    weights[:, 3] = 1  # every step looks at the bottom-right cell ...
+    weights[[1, 2, 5]] = [1, 0, 0, 0]  # ... but those writing "small", "r" and "circle": the top-left, the box
+    by_size = grounding([weights], [caption], [caption], [np.array([[0, 0, 1, 1]])], (2, 2), 4, tokenizer)
+    hits, words, _, mass, objects, _ = by_size["all"]
+    assert (hits, words, mass, objects) == (3, 3, 1, 1)
