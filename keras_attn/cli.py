@@ -285,8 +285,9 @@ def build_parser():
                       help="image to write (.png, .pdf, .svg, ...); missing folders are created")
     _add_bert_commands(command)
 
-    imported = command("import", "export a Hugging Face BERT folder (config.json, safetensors weights, vocab.txt) "
-                                 "as a keras-attn BERT export, with the heads its checkpoint has")
+    imported = command("import", "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
+                                 "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
+                                 "translator (OPUS-MT: also source.spm, target.spm, vocab.json)")
     imported.add_argument("folder", help="the Hugging Face model folder (what save_pretrained or huggingface-cli "
                                          "download writes)")
     imported.add_argument("out", help="the model folder under an export root (saved_models/<name>): the export is "
@@ -515,12 +516,21 @@ def _export_ct2(args):
 
 def _import(args):
     from keras_attn import serving
-    from keras_attn.checkpoints.bert import pretrained_task
+    from keras_attn.checkpoints import bert, huggingface, marian
 
-    task = pretrained_task(args.folder)
+    kind = huggingface.model_type(args.folder)
+    if kind == "bert":
+        task = bert.pretrained_task(args.folder)
+        module, reads = serving.BertServer(task), "keras-attn fill-mask {} ... and finetune read it"
+    elif kind == "marian":
+        task = marian.load_task(args.folder)
+        module, reads = serving.Translator(task), "keras-attn translate {} ... translates with it"
+    else:
+        raise UserError(f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "
+                        "'marian' (the folders import reads)")
     out = os.path.normpath(args.out)
-    path = serving.export(serving.BertServer(task), os.path.dirname(out) or ".", os.path.basename(out))
-    print(f"{path}: {type(task).__name__} of {args.folder} (keras-attn fill-mask {path} ... and finetune read it)")
+    path = serving.export(module, os.path.dirname(out) or ".", os.path.basename(out))
+    print(f"{path}: {type(task).__name__} of {args.folder} ({reads.format(path)})")
     return 0
 
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID
+from pipelines.marian_tokenizer import MarianTokenizer
 from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
 from pipelines.tokenizers import SubwordTokenizer, WordPieceTokenizer
 
@@ -300,9 +301,12 @@ class BertPreprocessor(keras.layers.Layer):
 
 
 def _tokenizer(tokenizer_or_spec, lowercase, strip_accents=False):
-    """A tokenizer, or one rebuilt from its `spec`: a WordPiece vocabulary or a SentencePiece model."""
+    """A tokenizer, or one rebuilt from its `spec`: a WordPiece vocabulary, a SentencePiece model or a Marian
+    tokenizer's."""
     if isinstance(tokenizer_or_spec, SubwordTokenizer):
         return tokenizer_or_spec
+    if isinstance(tokenizer_or_spec, dict) and "marian" in tokenizer_or_spec:
+        return MarianTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
     if isinstance(tokenizer_or_spec, dict):
         return SentencePieceTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
     return WordPieceTokenizer(list(tokenizer_or_spec), lowercase=lowercase, strip_accents=strip_accents)

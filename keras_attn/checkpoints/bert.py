@@ -13,11 +13,7 @@ folder's `vocab.txt`, the vocabulary is reordered to ours (`[BOS]` and `[EOS]`,
 which BERT does not use, take two `[unused]` slots) and the token table's rows
 and the masked LM's output bias with it; `tokenizer_config.json` says how text
 is normalised (`do_lower_case`; `strip_accents`, by default as lowercasing).
-
-    torch Linear weight W (out, in)      → Dense kernel W.T
-    query/key/value W (d, d), b (d,)     → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
-    attention output W (d, d)            → output_kernel W.T as (heads, d/heads, d)
-    LayerNorm weight, bias (or gamma, beta) → gamma, beta
+LayerNorms named `gamma` and `beta` (older checkpoints) read as `weight` and `bias`.
 """
 
 import dataclasses
@@ -103,14 +99,6 @@ def read_weights(folder):
     return huggingface.Weights(weights, folder)
 
 
-def _dense(weights, name, into):
-    return {f"{into}/kernel": weights[f"{name}.weight"].T, f"{into}/bias": weights[f"{name}.bias"]}
-
-
-def _norm(weights, name, into):
-    return {f"{into}/gamma": weights[f"{name}.weight"], f"{into}/beta": weights[f"{name}.bias"]}
-
-
 def backbone_values(weights, heads, order=None):
     """`{our weight path: value}` of a `BertBackbone` with `heads` attention heads (the token table's rows in
     `order`, `read_vocabulary`'s)."""
@@ -119,24 +107,21 @@ def backbone_values(weights, heads, order=None):
         "embedding/token_embedding/embeddings": tokens if order is None else tokens[order],
         "embedding/segment_embedding/embeddings": weights["embeddings.token_type_embeddings.weight"],
         "embedding/position_embedding/embeddings": weights["embeddings.position_embeddings.weight"],
-        **_norm(weights, "embeddings.LayerNorm", "embedding/layer_norm"),
-        **_dense(weights, "pooler.dense", "pooler"),
+        **huggingface.layer_norm(weights, "embeddings.LayerNorm", "embedding/layer_norm"),
+        **huggingface.dense(weights, "pooler.dense", "pooler"),
     }
     layer = 0
     while f"encoder.layer.{layer}.attention.self.query.weight" in weights:
         source, block = f"encoder.layer.{layer}", f"encoder_block_{layer}"
-        for part in ("query", "key", "value"):
-            kernel = weights[f"{source}.attention.self.{part}.weight"].T
-            values[f"{block}/self_attention/{part}_kernel"] = kernel.reshape(kernel.shape[0], heads, -1)
-            values[f"{block}/self_attention/{part}_bias"] = weights[f"{source}.attention.self.{part}.bias"].reshape(
-                heads, -1)
-        output = weights[f"{source}.attention.output.dense.weight"].T
-        values[f"{block}/self_attention/output_kernel"] = output.reshape(heads, -1, output.shape[1])
-        values[f"{block}/self_attention/output_bias"] = weights[f"{source}.attention.output.dense.bias"]
-        values.update(_norm(weights, f"{source}.attention.output.LayerNorm", f"{block}/self_attention_norm/layer_norm"))
-        values.update(_dense(weights, f"{source}.intermediate.dense", f"{block}/feed_forward/inner"))
-        values.update(_dense(weights, f"{source}.output.dense", f"{block}/feed_forward/outer"))
-        values.update(_norm(weights, f"{source}.output.LayerNorm", f"{block}/feed_forward_norm/layer_norm"))
+        names = {part: f"{source}.attention.self.{part}" for part in ("query", "key", "value")}
+        values.update(huggingface.attention(weights, {**names, "output": f"{source}.attention.output.dense"},
+                                            f"{block}/self_attention", heads))
+        values.update(huggingface.layer_norm(weights, f"{source}.attention.output.LayerNorm",
+                                             f"{block}/self_attention_norm/layer_norm"))
+        values.update(huggingface.dense(weights, f"{source}.intermediate.dense", f"{block}/feed_forward/inner"))
+        values.update(huggingface.dense(weights, f"{source}.output.dense", f"{block}/feed_forward/outer"))
+        values.update(huggingface.layer_norm(weights, f"{source}.output.LayerNorm",
+                                             f"{block}/feed_forward_norm/layer_norm"))
         layer += 1
     return values
 
@@ -144,14 +129,14 @@ def backbone_values(weights, heads, order=None):
 def masked_lm_values(weights, order=None):
     """Our `mlm_head`'s weights (its output projection is the token table, set with the backbone's)."""
     bias = weights["cls.predictions.bias"]
-    return {**_dense(weights, "cls.predictions.transform.dense", "mlm_head/transform"),
-            **_norm(weights, "cls.predictions.transform.LayerNorm", "mlm_head/layer_norm"),
+    return {**huggingface.dense(weights, "cls.predictions.transform.dense", "mlm_head/transform"),
+            **huggingface.layer_norm(weights, "cls.predictions.transform.LayerNorm", "mlm_head/layer_norm"),
             "mlm_head/output_bias": bias if order is None else bias[order]}
 
 
 def next_sentence_values(weights, order=None):
     """Our `nsp_head`'s weights: label 0 is "B follows A" in both."""
-    return _dense(weights, "cls.seq_relationship", "nsp_head/projection")
+    return huggingface.dense(weights, "cls.seq_relationship", "nsp_head/projection")
 
 
 @dataclasses.dataclass

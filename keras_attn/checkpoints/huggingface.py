@@ -2,7 +2,13 @@
 
 `save_pretrained` (and `huggingface-cli download`) write `config.json` and
 either `model.safetensors` or shards listed by `model.safetensors.index.json`.
-The weights are read with the `safetensors` package into float32 NumPy arrays.
+The weights are read with the `safetensors` package into float32 NumPy arrays,
+and become ours by the same rules in every model:
+
+    torch Linear weight W (out, in)      → Dense kernel W.T
+    query/key/value W (d, d), b (d,)     → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
+    attention output W (d, d)            → output_kernel W.T as (heads, d/heads, d)
+    LayerNorm weight, bias               → gamma, beta
 """
 
 import json
@@ -23,7 +29,7 @@ def is_folder(path):
 
 
 def read_config(folder, model_type):
-    """`config.json` of `folder`, refused in one line unless its `model_type` is `model_type`."""
+    """`config.json` of `folder`, refused in one line unless its `model_type` is `model_type` (any, with None)."""
     if not os.path.isdir(folder):
         raise UserError(f"{folder}: no such folder")
     path = os.path.join(folder, CONFIG)
@@ -32,7 +38,7 @@ def read_config(folder, model_type):
             config = json.load(file)
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: not a readable JSON file ({error})") from None
-    if not isinstance(config, dict) or config.get("model_type") != model_type:
+    if not isinstance(config, dict) or model_type not in (None, config.get("model_type")):
         found = config.get("model_type") if isinstance(config, dict) else None
         raise UserError(f"{path}: model_type {found!r}, not {model_type!r}")
     return config
@@ -61,6 +67,35 @@ def read_weights(folder):
         except (OSError, SafetensorError) as error:
             raise UserError(f"{path}: not a readable safetensors file ({error})") from None
     return weights
+
+
+def model_type(folder):
+    """The `model_type` of `folder`'s `config.json`."""
+    return read_config(folder, None).get("model_type")
+
+
+def dense(weights, name, into):
+    """`{into/kernel, into/bias}` of the torch Linear `name`."""
+    return {f"{into}/kernel": weights[f"{name}.weight"].T, f"{into}/bias": weights[f"{name}.bias"]}
+
+
+def layer_norm(weights, name, into):
+    """`{into/gamma, into/beta}` of the LayerNorm `name`."""
+    return {f"{into}/gamma": weights[f"{name}.weight"], f"{into}/beta": weights[f"{name}.bias"]}
+
+
+def attention(weights, names, into, heads):
+    """Our `MultiHeadAttention` `into`'s weights, of the Linear layers `names` gives for "query", "key", "value"
+    and "output"."""
+    values = {}
+    for part in ("query", "key", "value"):
+        kernel = weights[f"{names[part]}.weight"].T
+        values[f"{into}/{part}_kernel"] = kernel.reshape(kernel.shape[0], heads, -1)
+        values[f"{into}/{part}_bias"] = weights[f"{names[part]}.bias"].reshape(heads, -1)
+    output = weights[f"{names['output']}.weight"].T
+    values[f"{into}/output_kernel"] = output.reshape(heads, -1, output.shape[1])
+    values[f"{into}/output_bias"] = weights[f"{names['output']}.bias"]
+    return values
 
 
 def assign(weights, values, origin):

@@ -22,6 +22,7 @@ from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.image_encoder import ImageGridEncoder
 from keras_attn.layers.masked_lm_head import MaskedLMHead
 from keras_attn.layers.next_sentence_head import NextSentenceHead
+from keras_attn.layers.output_bias import OutputBias
 from keras_attn.layers.multi_head_attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
@@ -45,6 +46,7 @@ __all__ = [
     "ImageGridEncoder",
     "MaskedLMHead",
     "NextSentenceHead",
+    "OutputBias",
     "MultiHeadAttention",
     "scaled_dot_product_attention",
     "PositionEmbedding",

@@ -9,7 +9,9 @@ from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 from keras_attn.special_tokens import PAD_ID
 
-POSITION_KINDS = ("sinusoidal", "learned")
+# Position kinds: the sinusoids in either layout of `SinusoidalPositionEncoding`, or learned vectors.
+SINUSOIDS = {"sinusoidal": "interleaved", "sinusoidal_halves": "halves"}
+POSITION_KINDS = (*SINUSOIDS, "learned")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -28,7 +30,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             calls it `embedding_dim`; here every model width is `hidden_dim`).
         scale_by_sqrt_dim: multiply token embeddings by √d, as in the paper.
         mask_zero: token id 0 is padding; the output carries a Keras mask.
-        position: `"sinusoidal"` (the paper) or `"learned"`.
+        position: `"sinusoidal"` (the paper), `"sinusoidal_halves"` (the
+            sines, then the cosines: Marian's layout) or `"learned"`.
         dropout: dropout rate on the sum.
         embeddings_initializer: initializer of the token table (and of the
             learned positions); defaults to N(0, d^-0.5), so that
@@ -88,9 +91,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             name="token_embedding",
             dtype=self.dtype_policy,
         )
-        if position == "sinusoidal":
+        if position in SINUSOIDS:
             self.position_embedding = SinusoidalPositionEncoding(
-                max_sequence_length, name="position_embedding", dtype=self.dtype_policy
+                max_sequence_length, layout=SINUSOIDS[position], name="position_embedding",
+                dtype=self.dtype_policy,
             )
         else:
             self.position_embedding = PositionEmbedding(

@@ -5,6 +5,8 @@ from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
 
+SINUSOID_LAYOUTS = ("interleaved", "halves")
+
 
 def _check_rank3(layer, shape):
     if len(shape) != 3:
@@ -36,6 +38,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Args:
         max_sequence_length: the longest sequence the model accepts.
         max_wavelength: the base, 10000 in the paper.
+        layout: `"interleaved"` (the paper: sin and cos of one wavelength
+            side by side) or `"halves"` (the d/2 sines, then the d/2 cosines,
+            as tensor2tensor, fairseq and Marian lay them out).
 
     Call arguments:
         inputs: `(B, T, d)`; only its length and width are used.
@@ -51,10 +56,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         TensorShape([2, 10, 16])
     """
 
-    def __init__(self, max_sequence_length, max_wavelength=10000.0, **kwargs):
+    def __init__(self, max_sequence_length, max_wavelength=10000.0, layout="interleaved", **kwargs):
         super().__init__(**kwargs)
+        if layout not in SINUSOID_LAYOUTS:
+            raise ValueError(f"`layout` must be one of {SINUSOID_LAYOUTS}, got {layout!r}.")
         self.max_sequence_length = max_sequence_length
         self.max_wavelength = max_wavelength
+        self.layout = layout
 
     def build(self, inputs_shape):
         _check_rank3(self, inputs_shape)
@@ -64,12 +72,17 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         _check_length(self, length, start_index)
         positions = ops.cast(ops.arange(length) + start_index, "float32")
         channel = ops.arange(dim)
-        # 2i / d for both channel 2i (sin) and channel 2i + 1 (cos).
-        exponent = ops.cast(channel // 2 * 2, "float32") / float(dim)
+        # Channel c holds the wavelength i and is a sine or a cosine: 2i / d is the exponent.
+        if self.layout == "interleaved":
+            i, is_sine = channel // 2, ops.equal(channel % 2, 0)
+        else:
+            sines = (dim + 1) // 2
+            is_sine = channel < sines
+            i = ops.where(is_sine, channel, channel - sines)
+        exponent = ops.cast(2 * i, "float32") / float(dim)
         inverse_wavelength = ops.power(float(self.max_wavelength), -exponent)
         angles = positions[:, None] * inverse_wavelength[None, :]  # (T, d)
-        is_even = ops.equal(channel % 2, 0)[None, :]
-        encoding = ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        encoding = ops.where(is_sine[None, :], ops.sin(angles), ops.cos(angles))
         return ops.cast(encoding[None], self.compute_dtype)
 
     def compute_output_shape(self, inputs_shape):
@@ -81,6 +94,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             {
                 "max_sequence_length": self.max_sequence_length,
                 "max_wavelength": self.max_wavelength,
+                "layout": self.layout,
             }
         )
         return config

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_attn import decoding, graph
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
-from keras_attn.models.transformer import TransformerBackbone
+from keras_attn.models.transformer import TransformerBackbone, is_checkpoint
 from keras_attn.training.losses import MaskedSparseCrossEntropy
 from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
 from keras_attn.training.optimizers import transformer_adam
@@ -62,6 +62,19 @@ class Seq2SeqLM(Task):
     def source_spec(self):
         """What `generate`'s searches take as the source: `(B, S)` token ids."""
         return tf.TensorSpec([None, None], tf.int32, name="source")
+
+    @classmethod
+    def from_preset(cls, preset, preprocessor=None, **kwargs):
+        """A new task on a new backbone of `preset` (see `Task.from_preset` and `make_backbone`), or the
+        translator of a Hugging Face Marian folder with its tokenizers (`keras_attn.checkpoints.marian.load_task`).
+        """
+        if is_checkpoint(preset):
+            from keras_attn.checkpoints.marian import load_task
+
+            return load_task(preset, preprocessor, **kwargs)
+        if preprocessor is None:
+            raise ValueError(f"Seq2SeqLM.from_preset({preset!r}): a new model needs the preprocessor it reads with")
+        return super().from_preset(preset, preprocessor, **kwargs)
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, family="transformer", **kwargs):

@@ -4,16 +4,24 @@ import keras
 from keras import ops
 
 from keras_attn.layers import (
+    OutputBias,
     TokenAndPositionEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
+    activations,
 )
 from keras_attn.presets import PRESETS as _ALL_PRESETS
+from keras_attn.checkpoints import huggingface
 from keras_attn.models.backbone import Backbone
 from keras_attn.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["transformer"]
+
+
+def is_checkpoint(preset):
+    """Whether `preset` names a Hugging Face Marian folder: a folder, and not the name of one of `PRESETS`."""
+    return preset not in PRESETS and huggingface.is_folder(preset)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -28,7 +36,8 @@ class TransformerBackbone(Backbone):
     Its parts are attributes: `source_embedding`, `encoder_blocks`,
     `encoder_norm` (pre-norm only, else `None`), `target_embedding` (the
     source's with `share_embeddings`), `decoder_blocks`, `decoder_norm` and
-    `output_projection` (`None` when tied). Decoding one token at a time
+    `output_projection` (`None` when tied) and `output_bias` (`None` without
+    one). Decoding one token at a time
     uses `call_encoder` once per source, then `call_decoder_with_cache`
     (see `keras_attn.decoding.Stepper`).
 
@@ -51,6 +60,12 @@ class TransformerBackbone(Backbone):
             shared vocabulary).
         tie_output: the output projection is the transposed target embedding
             (section 3.4).
+        activation: the feed-forward's, one of
+            `layers.activations.ACTIVATIONS` (`"relu"` in the paper).
+        position: the embeddings' positions, a kind of
+            `TokenAndPositionEmbedding` (`"sinusoidal"` in the paper).
+        output_bias: a learned bias on the logits (`OutputBias`), which a tied
+            output projection otherwise lacks.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -79,6 +94,9 @@ class TransformerBackbone(Backbone):
         norm_first=False,
         share_embeddings=False,
         tie_output=True,
+        activation="relu",
+        position="sinusoidal",
+        output_bias=False,
         **kwargs,
     ):
         settings = architecture(
@@ -97,13 +115,13 @@ class TransformerBackbone(Backbone):
         def embedding(vocabulary_size, name):
             return TokenAndPositionEmbedding(
                 vocabulary_size, max_sequence_length, settings["hidden_dim"], mask_zero=False,
-                dropout=dropout, name=name,
+                position=position, dropout=dropout, name=name,
             )
 
         def block(kind, name):
             return kind(
                 num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"],
-                dropout=dropout, norm_first=norm_first, name=name,
+                dropout=dropout, activation=activations.activation(activation), norm_first=norm_first, name=name,
             )
 
         # Each layer is made where it is first called: that order draws the initial weights.
@@ -132,19 +150,33 @@ class TransformerBackbone(Backbone):
             y = decoder_norm(y)
         output_projection = None if tie_output else keras.layers.Dense(target_vocabulary_size, name="output_projection")
         logits = target_embedding(y, reverse=True) if output_projection is None else output_projection(y)
+        logits_bias = OutputBias(target_vocabulary_size, name="output_bias") if output_bias else None
+        if logits_bias is not None:
+            logits = logits_bias(logits)
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__({"source": source, "target_in": target_in}, logits, **{"name": "transformer", **kwargs})
 
         self.source_embedding, self.encoder_blocks, self.encoder_norm = source_embedding, encoder_blocks, encoder_norm
         self.target_embedding, self.decoder_blocks, self.decoder_norm = target_embedding, decoder_blocks, decoder_norm
-        self.output_projection = output_projection
+        self.output_projection, self.output_bias = output_projection, logits_bias
         self._arguments = dict(
             source_vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size,
             max_sequence_length=max_sequence_length, num_layers=settings["num_layers"],
             num_decoder_layers=num_decoder_layers, hidden_dim=settings["hidden_dim"],
             num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"], dropout=dropout,
             norm_first=norm_first, share_embeddings=share_embeddings, tie_output=tie_output,
+            activation=activation, position=position, output_bias=output_bias,
         )
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
+        Marian folder with its weights (`keras_attn.checkpoints.marian`; `dropout`, `dtype`, `name` may be given)."""
+        if is_checkpoint(preset):
+            from keras_attn.checkpoints.marian import load_backbone
+
+            return load_backbone(preset, **kwargs)
+        return super().from_preset(preset, **kwargs)
 
     def call_encoder(self, source, rows_per_source=1):
         """Encodes `source` `(B, S)` once; the per-source part of a decoding state.
@@ -200,4 +232,6 @@ class TransformerBackbone(Backbone):
         if self.decoder_norm is not None:
             y = self.decoder_norm(y)
         logits = self.target_embedding(y, reverse=True) if self.output_projection is None else self.output_projection(y)
+        if self.output_bias is not None:
+            logits = self.output_bias(logits)
         return ops.cast(logits[:, 0], "float32"), new_cache, attention

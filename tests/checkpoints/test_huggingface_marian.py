@@ -1,0 +1,125 @@
+"""Hugging Face Marian folders (OPUS-MT) load into our Transformer and translator, with the reference's outputs.
+
+The folder tests/fixtures/huggingface/marian and its `reference.npz` were written by transformers itself
+(tests/fixtures/make_huggingface.py): a `MarianMTModel` (swish, 2+2 layers, `final_logits_bias`, wide weights),
+its `MarianTokenizer` (an NFKC source SentencePiece model, an identity target one, one `vocab.json` with a
+language code), the teacher-forced logits, greedy decoding and the decoded texts.
+"""
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.checkpoints.marian import read_checkpoint
+from keras_attn.errors import UserError
+from keras_attn.models import BertBackbone, Seq2SeqLM, TransformerBackbone
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from pipelines.preprocessors import TranslationPreprocessor
+
+FOLDER = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface" / "marian"
+TOLERANCE = dict(atol=3e-5, rtol=1e-5)
+# The texts of reference.npz: a language code, full-width letters (NFKC), an accent, a character neither
+# SentencePiece model has, an empty text.
+TEXTS = ["the dog runs", ">>de<< a big cat", "ｔｈｅ ｄｏｇ", "café ☃ sits", ""]
+TARGETS = ["der Hund läuft auf der Matte", "eine Katze sitzt", "der große rote Hund", "ein Hund"]
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Seq2SeqLM.from_preset(str(FOLDER))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The reference's ids brought into our vocabulary's order (its `<pad>` is our [PAD], and [BOS] where decoding
+    starts), its logits' columns too."""
+    reference = dict(np.load(FOLDER / "reference.npz"))
+    order = read_checkpoint(str(FOLDER)).order
+    theirs_to_ours = {their: ours for ours, their in reversed(list(enumerate(order))) if their is not None}
+    ours = np.vectorize(theirs_to_ours.get)
+    for ids in ("source", "target_in", "greedy", "target_ids"):
+        reference[ids] = ours(reference[ids])
+    reference["target_in"][:, 0] = BOS_ID
+    columns = [ours_id for ours_id in range(len(order)) if order[ours_id] is not None]
+    reference["columns"] = columns  # our ids of the reference's logits, in its order
+    reference["logits_order"] = [order[i] for i in columns]
+    return reference
+
+
+def test_a_marian_folder_gives_the_references_logits(task, reference):
+    logits = np.asarray(task.backbone({"source": reference["source"], "target_in": reference["target_in"]}))
+    ours = np.empty_like(reference["logits"])
+    ours[..., reference["logits_order"]] = logits[..., reference["columns"]]
+    np.testing.assert_allclose(ours, reference["logits"], **TOLERANCE)
+    never = [i for i in range(logits.shape[-1]) if i not in reference["columns"]]
+    assert (logits[..., never] < -1e8).all()  # [CLS], [SEP], [MASK], which Marian lacks
+
+
+def test_its_tokenizers_read_text_as_the_references_and_greedy_search_writes_its_translations(task, reference):
+    source = task.preprocessor(tf.constant(TEXTS))["source"].numpy()
+    np.testing.assert_array_equal(source, reference["source"])
+    assert (source[np.arange(len(TEXTS)), (source != PAD_ID).sum(1) - 1] == EOS_ID).all()  # sources end with </s>
+    targets = task.preprocessor(tf.constant(TARGETS), tf.constant(TARGETS))["target_out"].numpy()
+    np.testing.assert_array_equal(targets, reference["target_ids"])  # the target ... </s>, as text_target gives
+    np.testing.assert_array_equal(task.generate(source, max_length=10), reference["greedy"])
+    assert task.generate(TEXTS, max_length=10) == list(reference["greedy_text"])
+
+
+def test_the_translator_round_trips_through_its_config(task, reference):
+    rebuilt = TranslationPreprocessor.from_config(task.preprocessor.get_config())  # as a .keras file keeps it
+    np.testing.assert_array_equal(rebuilt(tf.constant(TEXTS))["source"], reference["source"])
+    backbone = TransformerBackbone.from_config(task.backbone.get_config())
+    backbone.set_weights(task.backbone.get_weights())
+    inputs = {"source": reference["source"], "target_in": reference["target_in"]}
+    np.testing.assert_allclose(backbone(inputs), task.backbone(inputs), atol=1e-6)
+
+
+def _copy(tmp_path):
+    return pathlib.Path(shutil.copytree(FOLDER, tmp_path / "marian"))
+
+
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda folder: _edit_config(folder, decoder_attention_heads=4),
+     "config.json: encoder and decoder differ in attention_heads 2 and 4"),
+    (lambda folder: _edit_config(folder, activation_function="quick_gelu"),
+     "config.json: activation_function 'quick_gelu' is not one of swish"),
+    (lambda folder: _edit_config(folder, share_encoder_decoder_embeddings=False),
+     "config.json: separate source and target embeddings"),
+    (lambda folder: (folder / "vocab.json").write_text('{"</s>": 0}'), "vocab.json: 1 pieces, not the vocab_size"),
+    (lambda folder: (folder / "source.spm").unlink(), "source.spm: not readable"),
+    (lambda folder: (folder / "model.safetensors").unlink(), "no model.safetensors or model.safetensors.index.json"),
+])
+def test_a_folder_that_is_not_a_readable_marian_checkpoint_is_one_line(tmp_path, breakage, message):
+    folder = _copy(tmp_path)
+    breakage(folder)
+    with pytest.raises(UserError) as error:
+        Seq2SeqLM.from_preset(str(folder))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_folder_of_the_other_family_is_refused_in_one_line():
+    with pytest.raises(UserError, match=r"config.json: model_type 'marian', not 'bert'"):
+        BertBackbone.from_preset(str(FOLDER))
+    with pytest.raises(UserError, match=r"config.json: model_type 'bert', not 'marian'"):
+        TransformerBackbone.from_preset(str(FOLDER.parent / "bert"))
+
+
+@pytest.mark.slow
+def test_import_exports_a_translator_that_translates_as_the_task(tmp_path, capsys, task):
+    from keras_attn import cli
+
+    assert cli.main(["import", str(FOLDER), str(tmp_path / "opus")]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'opus' / '1'}: Seq2SeqLM of ")
+    translator = tf.saved_model.load(str(tmp_path / "opus" / "1"))
+    out = translator.signatures["translate"](text=tf.constant(TEXTS[:4]), beam_width=tf.constant(1))
+    expected = task.generate(TEXTS[:4])  # the export's greedy search, its default length budget
+    assert [text.decode() for text in out["translation"].numpy()] == expected
