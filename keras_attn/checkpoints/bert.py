@@ -1,4 +1,5 @@
-"""Hugging Face BERT folders as our BERT models, with the reference's outputs.
+"""Hugging Face BERT folders (and keras-hub's, `checkpoints.keras_hub`) as our BERT models, with the reference's
+outputs.
 
 A folder `save_pretrained` wrote for `BertModel`, `BertForPreTraining`,
 `BertForMaskedLM` or `BertForSequenceClassification` (its `config.json`,
@@ -48,10 +49,9 @@ def backbone_arguments(config, origin):
     )
 
 
-def read_vocabulary(folder):
-    """`(vocabulary, order)`: our order of the folder's `vocab.txt` (our special tokens first), and for each of
-    our ids the checkpoint's; `(None, None)` for a folder without `vocab.txt`."""
-    path = os.path.join(folder, VOCABULARY)
+def read_vocabulary(path):
+    """`(vocabulary, order)`: our order of the vocabulary file `path` (our special tokens first), and for each of
+    our ids the checkpoint's; `(None, None)` without the file."""
     if not os.path.isfile(path):
         return None, None
     with open(path, encoding="utf-8") as file:
@@ -70,22 +70,26 @@ def read_vocabulary(folder):
 
 
 def load_preprocessor(checkpoint, max_length):
-    """The `BertPreprocessor` of a checkpoint's `vocab.txt` and `tokenizer_config.json`, or None without a
-    vocabulary."""
+    """The `BertPreprocessor` of a checkpoint's vocabulary and text settings, or None without a vocabulary."""
     from pipelines.preprocessors import BertPreprocessor
     from pipelines.tokenizers import WordPieceTokenizer
 
     if checkpoint.vocabulary is None:
         return None
+    return BertPreprocessor(WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase,
+                                               strip_accents=checkpoint.strip_accents), max_length)
+
+
+def text_settings(folder):
+    """`(lowercase, strip_accents)` of the folder's `tokenizer_config.json`, with Hugging Face's defaults (accents
+    stripped when lowercasing, unless it says otherwise)."""
     settings = {}
-    path = os.path.join(checkpoint.folder, TOKENIZER_CONFIG)
+    path = os.path.join(folder, TOKENIZER_CONFIG)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as file:
             settings = json.load(file)
     lowercase = settings.get("do_lower_case", True)
-    strip_accents = lowercase if settings.get("strip_accents") is None else bool(settings["strip_accents"])
-    return BertPreprocessor(WordPieceTokenizer(checkpoint.vocabulary, lowercase=lowercase,
-                                               strip_accents=strip_accents), max_length)
+    return lowercase, lowercase if settings.get("strip_accents") is None else bool(settings["strip_accents"])
 
 
 def read_weights(folder):
@@ -134,27 +138,49 @@ def masked_lm_values(weights, order=None):
             "mlm_head/output_bias": bias if order is None else bias[order]}
 
 
-def next_sentence_values(weights, order=None):
+def next_sentence_values(weights):
     """Our `nsp_head`'s weights: label 0 is "B follows A" in both."""
     return huggingface.dense(weights, "cls.seq_relationship", "nsp_head/projection")
 
 
 @dataclasses.dataclass
 class Checkpoint:
-    """A Hugging Face BERT folder, read once: its `config.json`, weights (`read_weights`) and, with a `vocab.txt`,
-    our order of its vocabulary (`read_vocabulary`; else both None)."""
+    """A BERT checkpoint, read once: the `BertBackbone` arguments of its architecture, its weights as ours (by
+    weight path: the backbone's and those of the heads it has), its vocabulary in our order (None without one)
+    and how its text is normalised."""
 
     folder: str
-    config: dict
-    weights: huggingface.Weights
+    arguments: dict
+    values: dict
+    heads: tuple
     vocabulary: list
-    order: list
+    lowercase: bool
+    strip_accents: bool
+
+
+HEADS = {"mlm_head": "masked-LM head", "nsp_head": "next-sentence head"}
 
 
 def read_checkpoint(folder):
-    """The `Checkpoint` of `folder`, each file read once."""
+    """The `Checkpoint` of `folder`, a Hugging Face BERT folder or a keras-hub preset folder, each file read
+    once."""
+    from keras_attn.checkpoints import keras_hub
+
+    if keras_hub.is_preset(folder):
+        return keras_hub.read_bert(folder)
     config = huggingface.read_config(folder, "bert")
-    return Checkpoint(folder, config, read_weights(folder), *read_vocabulary(folder))
+    weights = read_weights(folder)
+    vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
+    values = backbone_values(weights, config["num_attention_heads"], order)
+    heads = []
+    if "cls.predictions.bias" in weights:
+        values.update(masked_lm_values(weights, order))
+        heads.append("mlm_head")
+    if "cls.seq_relationship.weight" in weights:
+        values.update(next_sentence_values(weights))
+        heads.append("nsp_head")
+    return Checkpoint(folder, backbone_arguments(config, os.path.join(folder, huggingface.CONFIG)), values,
+                      tuple(heads), vocabulary, *text_settings(folder))
 
 
 def load_backbone(folder, **kwargs):
@@ -166,11 +192,8 @@ def load_backbone(folder, **kwargs):
 def _backbone(checkpoint, **kwargs):
     from keras_attn.models.bert import BertBackbone
 
-    config = checkpoint.config
-    arguments = backbone_arguments(config, os.path.join(checkpoint.folder, huggingface.CONFIG))
-    backbone = BertBackbone(**{**arguments, **kwargs})
-    values = backbone_values(checkpoint.weights, config["num_attention_heads"], checkpoint.order)
-    huggingface.assign(backbone.weights, values, checkpoint.folder)
+    backbone = BertBackbone(**{**checkpoint.arguments, **kwargs})
+    huggingface.assign(backbone.weights, checkpoint.values, checkpoint.folder)
     return backbone
 
 
@@ -190,11 +213,13 @@ def _task(task_class, checkpoint, preprocessor=None, **kwargs):
     if preprocessor is None:
         preprocessor = load_preprocessor(checkpoint, backbone.get_config()["max_sequence_length"])
     task = task_class(backbone, preprocessor=preprocessor, **task_arguments)
-    for head, values in (("mlm_head", masked_lm_values), ("nsp_head", next_sentence_values)):
+    for head in HEADS:
         if hasattr(task, head):
-            layer = getattr(task, head)
-            owned = [w for w in layer.weights if w.path.startswith(f"{head}/")]  # not the shared token table
-            huggingface.assign(owned, values(checkpoint.weights, checkpoint.order), checkpoint.folder)
+            if head not in checkpoint.heads:
+                raise UserError(f"{checkpoint.folder}: no {HEADS[head]} in its checkpoint, which "
+                                f"{task_class.__name__} needs")
+            owned = [w for w in getattr(task, head).weights if w.path.startswith(f"{head}/")]  # not the token table
+            huggingface.assign(owned, checkpoint.values, checkpoint.folder)
     return task
 
 
@@ -204,9 +229,9 @@ def pretrained_task(folder):
     from keras_attn.models.bert import BertMaskedLM, BertPretrainer
 
     checkpoint = read_checkpoint(folder)
-    if "cls.predictions.bias" not in checkpoint.weights:
-        raise UserError(f"{folder}: no masked-LM head (cls.predictions) in its weights; a bare encoder loads "
-                        "with BertBackbone.from_preset(folder)")
+    if "mlm_head" not in checkpoint.heads:
+        raise UserError(f"{folder}: no masked-LM head in its weights; a bare encoder loads with "
+                        "BertBackbone.from_preset(folder)")
     if checkpoint.vocabulary is None:
         raise UserError(f"{folder}: no {VOCABULARY}, which an export needs to read text")
-    return _task(BertPretrainer if "cls.seq_relationship.weight" in checkpoint.weights else BertMaskedLM, checkpoint)
+    return _task(BertPretrainer if "nsp_head" in checkpoint.heads else BertMaskedLM, checkpoint)
