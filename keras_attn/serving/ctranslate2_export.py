@@ -27,7 +27,10 @@ sources cut and outputs capped at the backbone's `max_sequence_length` `L`
     translator.translate_batch(source_tokens, beam_size=1, max_input_length=L, max_decoding_length=n,
                                **SEARCH_OPTIONS)
 
-Greedy search then gives our tokens. Beam search differs in three ways
+Greedy search then gives our tokens, those of the float32 model: the
+weights and the position table are written at float32 even from a
+mixed_bfloat16 model, whose own search, in bfloat16, can take other turns
+where two tokens are nearly tied. Beam search differs in three ways
 CTranslate2 cannot be told: its length penalty is `length^α`, not GNMT's
 `((5 + length) / 6)^α` (α = 0 on both sides ranks alike); it renormalizes
 the probabilities after removing [PAD] and [BOS], where
@@ -222,8 +225,21 @@ def _numpy(weight):
 def _set_embedding(stack, spec, embedding):
     spec.weight = _numpy(embedding.token_embedding.embeddings)
     stack.scale_embeddings = bool(embedding.scale_by_sqrt_dim)
+    stack.position_encodings.encodings = _position_table(embedding)
+
+
+def _position_table(embedding):
+    """The `(max_sequence_length, d)` positions at float32, as CTranslate2 adds them.
+
+    Computed by a float32 twin of the position layer: a layer of a
+    mixed_bfloat16 model hands out its table rounded to bfloat16.
+    """
+    layer = embedding.position_embedding
+    twin = type(layer).from_config({**layer.get_config(), "dtype": "float32"})
     positions = np.zeros((1, embedding.max_sequence_length, embedding.hidden_dim), np.float32)
-    stack.position_encodings.encodings = _numpy(embedding.position_embedding(positions)[0])
+    twin.build(positions.shape)
+    twin.set_weights(layer.get_weights())
+    return _numpy(twin(positions)[0])
 
 
 def _set_dense(spec, kernel, bias, input_axes=1):

@@ -3,11 +3,16 @@
 `keras-attn export-ct2 RUN_OR_EXPORT OUT` writes the folder (with the
 preprocessor's Keras config); `load_ctranslate2(OUT)` or
 `keras-attn translate OUT` translate with it. Sources are tokenized and cut
-as the SavedModel does, and each sentence gets the SavedModel's step budget
-(`decoding.max_decode_length`), so greedy search writes the SavedModel's
-translations. Beam search ranks as CTranslate2 does (see
-`keras_attn.serving.ctranslate2_export`): its length penalty is
-`length^α`, with our α.
+as the SavedModel does (by its preprocessor, control characters and all), and
+each sentence gets the SavedModel's step budget
+(`decoding.max_decode_length`), whatever it is batched with, so greedy
+search writes the translations of a SavedModel that computes in float32.
+CTranslate2 computes in float32 on CPU (it has no bfloat16 there); the
+export of a run trained in mixed_bfloat16 computes in bfloat16, whose
+rounding turns some near-ties between the two likeliest tokens the other
+way: compare it with a float32 export of the same weights instead. Beam
+search ranks as CTranslate2 does (see `keras_attn.serving.ctranslate2_export`):
+its length penalty is `length^α`, with our α.
 """
 
 import json

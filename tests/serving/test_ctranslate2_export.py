@@ -13,7 +13,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from keras_attn import decoding  # noqa: E402
 from keras_attn.errors import UserError  # noqa: E402
 from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone  # noqa: E402
-from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS, export_ctranslate2  # noqa: E402
+from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS, ctranslate2_spec, export_ctranslate2  # noqa: E402
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: E402
 
 TINY = dict(preset="tiny", hidden_dim=32, num_heads=4, intermediate_dim=64, dropout=0.0, max_sequence_length=16)
@@ -216,10 +216,15 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     export = Translator(Seq2SeqLM(backbone, preprocessor=preprocessor))
     folder = export_ctranslate2(backbone, words, words, str(tmp_path / "ct2"))
     translator = CTranslate2Translator(folder, preprocessor, compute_type="float32")
-    texts = ["a b c", "", "   ", "\u200b", "as bs", "z q", " ".join("abcdefgh" * 3), "h g .", b"\xff\xfe a", "e"]
+    texts = ["a b c", "", "   ", "\u200b", "as bs", "z q", " ".join("abcdefgh" * 3), "h g .", b"\xff\xfe a", "e",
+             "\x00\x01 a b", "a\x00b c", "\x1b[31m d e", "\x85 f \x7f g", "\x00", "h\x01g\x02f"]  # control characters
     expected = export.translate(tf.constant(texts), tf.constant(1))
     translations, truncated = translator.translate(texts, beam_width=1)
     assert translations == [t.decode() for t in expected["translation"].numpy()]
+    alone = [translator.translate([text], beam_width=1)[0][0] for text in texts]  # one at a time: the same
+    served_alone = [export.translate(tf.constant([text]), tf.constant(1))["translation"].numpy()[0].decode()
+                    for text in texts]
+    assert alone == served_alone == translations
     assert truncated == list(expected["truncated"].numpy()) and truncated[6]
     assert translations[1] == translations[2] == "" and any(translations)
     assert translator.translate([], beam_width=4) == ([], [])
@@ -262,3 +267,25 @@ def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_module
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == [str(expected), str(backbone.count_params())]
+
+
+
+def test_a_mixed_bfloat16_backbone_converts_to_the_model_of_its_float32_twin():
+    """CTranslate2 computes in float32 on CPU (it refuses bfloat16 there): a backbone built under mixed_bfloat16
+    converts to what its float32 twin converts to, the position table included (a bfloat16 layer hands it out
+    rounded), so the folder translates as the twin's SavedModel does (the test of hostile strings above)."""
+    words = _vocabulary("w", 20)
+    keras.utils.set_random_seed(3)
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mixed = TransformerBackbone(len(words), len(words), tie_output=False, **TINY)
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    assert mixed.source_embedding.position_embedding.compute_dtype == "bfloat16"
+    twin = TransformerBackbone(len(words), len(words), tie_output=False, **TINY)
+    twin.set_weights(mixed.get_weights())
+    ours, theirs = (ctranslate2_spec(backbone, words, words).variables() for backbone in (mixed, twin))
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
