@@ -63,7 +63,9 @@ SEARCH_OPTIONS = dict(
 
 PREPROCESSOR = "keras_attn_preprocessor.json"  # in the folder: how to tokenize for it
 
-_ACTIVATIONS = {"relu": common_spec.Activation.RELU}
+# Our feed-forward activations (`layers.activations.ACTIVATIONS`) as CTranslate2's.
+_ACTIVATIONS = {"relu": common_spec.Activation.RELU, "silu": common_spec.Activation.SWISH,
+                "gelu": common_spec.Activation.GELU, "gelu_tanh": common_spec.Activation.GELUTanh}
 
 
 def ctranslate2_spec(backbone, source_tokens, target_tokens):
@@ -96,7 +98,7 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
     _check_vocabulary("source", source_tokens, backbone.source_embedding)
     _check_vocabulary("target", target_tokens, backbone.target_embedding)
     encoder_blocks, decoder_blocks = backbone.encoder_blocks, backbone.decoder_blocks
-    activation = _activation(encoder_blocks + decoder_blocks)
+    activation = _ACTIVATIONS[backbone.get_config()["activation"]]
     norm_first = encoder_blocks[0].norm_first
     encoder = transformer_spec.TransformerEncoderSpec(
         len(encoder_blocks), encoder_blocks[0].num_heads, pre_norm=norm_first,
@@ -122,6 +124,9 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
         decoder.projection.weight = decoder.embeddings.weight
     else:
         _set_dense(decoder.projection, backbone.output_projection.kernel, backbone.output_projection.bias)
+    if backbone.output_bias is not None:  # on the logits: the projection's bias, or added to it
+        bias = _numpy(backbone.output_bias.bias)
+        decoder.projection.bias = bias if backbone.output_projection is None else decoder.projection.bias + bias
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     config = spec.config
@@ -194,16 +199,6 @@ def _check_vocabulary(side, tokens, embedding):
         raise UserError(f"CTranslate2 export: the {side} vocabulary has duplicate tokens")
     if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
         raise UserError(f"CTranslate2 export: the {side} vocabulary must start with {' '.join(SPECIAL_TOKENS)}")
-
-
-def _activation(blocks):
-    names = {str(keras.activations.serialize(block.feed_forward.activation)) for block in blocks}
-    unsupported = names - set(_ACTIVATIONS)
-    if unsupported:
-        raise UserError(f"CTranslate2 export: feed-forward activation {sorted(unsupported)[0]!r} is not supported")
-    if len(names) > 1:
-        raise UserError(f"CTranslate2 export: one feed-forward activation for all blocks, got {sorted(names)}")
-    return _ACTIVATIONS[names.pop()]
 
 
 def _epsilon(backbone):

@@ -114,7 +114,8 @@ def test_a_folder_of_the_other_family_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_import_exports_a_translator_that_translates_as_the_task(tmp_path, capsys, task):
+def test_import_exports_a_translator_that_translates_as_the_task_and_converts_for_ctranslate2(tmp_path, capsys,
+                                                                                           task):
     from keras_attn import cli
 
     assert cli.main(["import", str(FOLDER), str(tmp_path / "opus")]) == 0
@@ -123,3 +124,7 @@ def test_import_exports_a_translator_that_translates_as_the_task(tmp_path, capsy
     out = translator.signatures["translate"](text=tf.constant(TEXTS[:4]), beam_width=tf.constant(1))
     expected = task.generate(TEXTS[:4])  # the export's greedy search, its default length budget
     assert [text.decode() for text in out["translation"].numpy()] == expected
+    assert cli.main(["export-ct2", str(tmp_path / "opus" / "1"), str(tmp_path / "ct2")]) == 0
+    capsys.readouterr()
+    assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *TEXTS[:4]]) == 0
+    assert capsys.readouterr().out.splitlines() == expected  # swish, halves, the logits' bias, the tokenizers
