@@ -9,9 +9,9 @@
     keras-attn caption MODEL_DIR IMAGE [IMAGE ...]
     keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
     keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
-    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export or a run folder)
+    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export, a run folder, a checkpoint)
     keras-attn classify MODEL_DIR [TEXT ...] [--top-k K]   (TEXT_A<TAB>TEXT_B for a pair)
-    keras-attn import FOLDER OUT                     (a Hugging Face BERT folder as our export, OUT/<version>)
+    keras-attn import FOLDER OUT                     (a Hugging Face BERT or Marian folder as our export)
 
 Options and arguments may come in any order; options are never abbreviated.
 
@@ -308,7 +308,8 @@ def _add_bert_commands(command):
     fill.add_argument("text", nargs="*", default=[], help="texts with [MASK] in them (default: one per line on standard input)")
     fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
 
-    finetune = command("finetune", "fine-tune a pretrained BERT (export or run folder) as a classifier and export it")
+    finetune = command("finetune", "fine-tune a pretrained BERT (export, run folder, or Hugging Face or keras-hub "
+                                   "folder) as a classifier and export it")
     _add_config_flags(finetune, config.FinetuneConfig)
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
@@ -649,8 +650,11 @@ def _pretrain(args):
 def _finetune(args):
     from keras_attn.jobs import bert
 
-    if not run_folder.is_run_folder(args.model_dir):
-        _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS})")
+    from keras_attn.checkpoints.huggingface import CONFIG
+
+    if not run_folder.is_run_folder(args.model_dir) and not os.path.isfile(os.path.join(args.model_dir, CONFIG)):
+        _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS}) nor a "
+                                             f"Hugging Face or keras-hub BERT folder (no {CONFIG})")
     result = bert.finetune(_config_from(args, config.FinetuneConfig))
     _say_exported(result)
     if result.export_path:

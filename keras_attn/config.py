@@ -511,8 +511,9 @@ class FinetuneConfig(RunConfig):
     """Everything `keras-attn finetune` can be told; its flags are these fields.
 
     Attributes:
-        model_dir: a pretraining export (`saved_models/bert/<version>`) or
-            pretraining run folder (`runs/bert`, its best weights).
+        model_dir: a pretraining export (`saved_models/bert/<version>`),
+            pretraining run folder (`runs/bert`, its best weights), or a
+            Hugging Face or keras-hub BERT folder.
         train, valid, test: TSV files (`label<TAB>text` or
             `label<TAB>text_a<TAB>text_b`); without `valid`, 10% of the
             training examples are held out.
@@ -521,8 +522,8 @@ class FinetuneConfig(RunConfig):
     name: str = setting("bert-classifier", "model name under the export root and runs/", OUTPUT)
     epochs: int = setting(3, "passes over the training data, those of a resumed run included", TRAINING, AT_LEAST_1)
     batch_size: int = setting(32, "examples per replica", TRAINING, AT_LEAST_1)
-    model_dir: str = setting(None, "a pretraining export (saved_models/bert/<version>) or run folder (runs/bert)",
-                             positional=True)
+    model_dir: str = setting(None, "a pretraining export (saved_models/bert/<version>), run folder (runs/bert), "
+                             "or Hugging Face or keras-hub BERT folder", positional=True)
     train: str = setting(None, "label<TAB>text or label<TAB>text_a<TAB>text_b lines", required=True)
     valid: str = setting(None, "validation examples, same format (default: 10% of --train)")
     test: str = setting(None, "test examples, scored once at the end")

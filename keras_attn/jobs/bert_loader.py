@@ -1,14 +1,18 @@
-"""A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export or a run folder.
+"""A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export, a run folder or a
+checkpoint folder.
 
-`keras-attn finetune MODEL_DIR` reads either a BERT export (what
-`keras_attn.serving.BertServer` keeps in `assets.extra/`) or the run
-folder of `keras-attn pretrain bert` (`keras_attn.run_folder`'s layout).
+`keras-attn finetune MODEL_DIR` reads a BERT export (what
+`keras_attn.serving.BertServer` keeps in `assets.extra/`), the run folder of
+`keras-attn pretrain bert` (`keras_attn.run_folder`'s layout), or a Hugging
+Face or keras-hub BERT folder (`keras_attn.checkpoints.bert`).
 """
 
+import functools
 import json
 import os
 
 from keras_attn import run_folder
+from keras_attn.checkpoints import bert as checkpoints
 from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
 from pipelines.tokenizers import WordPieceTokenizer
@@ -18,9 +22,10 @@ def read_pretrained(model_dir):
     """What a BERT export or pretraining run folder keeps for fine-tuning, without building a model.
 
     Args:
-        model_dir: an export (`saved_models/bert/<version>`) or the run
+        model_dir: an export (`saved_models/bert/<version>`), the run
             folder of `keras-attn pretrain bert` (`runs/bert`: its
-            `vocab.txt`, `settings.json` and best weights).
+            `vocab.txt`, `settings.json` and best weights), or a Hugging Face
+            or keras-hub BERT folder (its `config.json`, weights and vocabulary).
 
     Returns:
         `(tokenizer, settings)`: its `WordPieceTokenizer` and the
@@ -29,17 +34,21 @@ def read_pretrained(model_dir):
         with the preprocessor's `lowercase` and `max_length`.
 
     Raises:
-        ValueError: `model_dir` is neither, or a run folder without best
+        ValueError: `model_dir` is none of these, or a run folder without best
             weights yet.
+        UserError: a checkpoint folder that cannot be read, in one line.
     """
     if run_folder.is_run_folder(model_dir):
         return _read_run_folder(model_dir)
+    if _is_checkpoint(model_dir):
+        return _read_checkpoint_folder(model_dir)
     extra = os.path.join(model_dir, "assets.extra")
     paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
     if not all(os.path.isfile(path) for path in paths):
         raise ValueError(
-            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra) "
-            f"nor a pretraining run folder (no {run_folder.SETTINGS})"
+            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra), "
+            f"a pretraining run folder (no {run_folder.SETTINGS}) or a Hugging Face or keras-hub BERT folder "
+            f"(no {checkpoints.huggingface.CONFIG})"
         )
     with open(paths[0]) as file:
         saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
@@ -66,13 +75,33 @@ def _read_run_folder(run_dir):
                        "max_length": bound["max_sequence_length"]}
 
 
+def _is_checkpoint(model_dir):
+    return os.path.isfile(os.path.join(model_dir, checkpoints.huggingface.CONFIG))
+
+
+# A checkpoint folder is read once a process (`read_pretrained` and `load_backbone` both ask).
+_checkpoint = functools.lru_cache(maxsize=1)(checkpoints.read_checkpoint)
+
+
+def _read_checkpoint_folder(folder):
+    checkpoint = _checkpoint(folder)
+    if checkpoint.vocabulary is None:
+        raise ValueError(f"{folder}: no vocabulary, which fine-tuning needs to read text")
+    settings = {**_written_out(checkpoint.arguments), "lowercase": checkpoint.lowercase,
+                "strip_accents": checkpoint.strip_accents, "max_length": checkpoint.arguments["max_sequence_length"]}
+    tokenizer = WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase,
+                                   strip_accents=checkpoint.strip_accents)
+    return tokenizer, settings
+
+
 def _written_out(arguments):
     """`BertBackbone` arguments with its preset written out: what fixes the architecture, as its config says it."""
     return backbone_arguments(BertBackbone.resolve(**arguments))
 
 
 def load_backbone(model_dir, dropout=0.1):
-    """A new `BertBackbone` with the weights of a BERT export or pretraining run folder, to fine-tune.
+    """A new `BertBackbone` with the weights of a BERT export, pretraining run folder or checkpoint folder, to
+    fine-tune.
 
     Build it inside the strategy scope it trains under.
 
@@ -81,7 +110,9 @@ def load_backbone(model_dir, dropout=0.1):
     """
     _, settings = read_pretrained(model_dir)
     backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
-    if run_folder.is_run_folder(model_dir):
+    if _is_checkpoint(model_dir):
+        checkpoints.huggingface.assign(backbone.weights, _checkpoint(model_dir).values, model_dir)
+    elif run_folder.is_run_folder(model_dir):
         BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))  # heads dropped
     else:
         backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))

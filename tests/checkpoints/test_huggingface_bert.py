@@ -138,3 +138,38 @@ def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_re
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
     assert not (tmp_path / "other").exists()
+
+
+def test_finetune_reads_a_folder_as_its_backbone_and_tokenizer():
+    """What `keras-attn finetune FOLDER` starts from: the checkpoint's weights (not a new backbone) and its
+    vocabulary and text settings."""
+    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
+
+    tokenizer, settings = read_pretrained(str(PRETRAINING))
+    reference = BertMaskedLM.from_preset(str(PRETRAINING))
+    assert tokenizer.vocabulary == reference.preprocessor.tokenizer.vocabulary
+    assert (settings["lowercase"], settings["strip_accents"], settings["max_length"]) == (True, True, 24)
+    text = tf.constant(["Café über the mats!"])
+    np.testing.assert_array_equal(tokenizer.tokenize(text).to_list(),
+                                  reference.preprocessor.tokenizer.tokenize(text).to_list())
+    backbone = load_backbone(str(PRETRAINING), dropout=0.2)
+    assert backbone.get_config()["dropout"] == 0.2 and backbone.get_config()["activation"] == "gelu"
+    for ours, theirs in zip(backbone.weights, reference.backbone.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
+
+
+@pytest.mark.slow
+def test_finetune_trains_a_classifier_from_a_folder_that_classify_serves(tmp_path, capsys):
+    from keras_attn import cli
+
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(f"{label}\tthe {noun} {verb} on the mat .\n" for label, noun in (("dog", "dog"),
+                                                                                              ("cat", "cat"))
+                             for verb in ("runs", "sleeps", "runs", "sleeps") * 4))
+    argv = ["finetune", str(PRETRAINING), "--train", str(train), "--epochs", "1", "--batch-size", "8",
+            "--precision", "float32", "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "saved")]
+    assert cli.main(argv) == 0
+    export = tmp_path / "saved" / "bert-classifier" / "1"
+    assert f"exported to {export}" in capsys.readouterr().out
+    assert cli.main(["classify", str(export), "the dog runs"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in ("cat", "dog")
