@@ -128,3 +128,18 @@ def test_import_exports_a_translator_that_translates_as_the_task_and_converts_fo
     capsys.readouterr()
     assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *TEXTS[:4]]) == 0
     assert capsys.readouterr().out.splitlines() == expected  # swish, halves, the logits' bias, the tokenizers
+    # evaluate scores it, and serve answers with it, as with our own exports
+    (tmp_path / "src.txt").write_text("\n".join(TEXTS[:4]) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(expected) + "\n")
+    assert cli.main(["evaluate", str(tmp_path / "opus" / "1"), "--src", str(tmp_path / "src.txt"), "--ref",
+                     str(tmp_path / "ref.txt"), "--beam-width", "1"]) == 0
+    assert capsys.readouterr().out.startswith("exact match 100.0%, BLEU 100.00")
+    from starlette.testclient import TestClient
+
+    from keras_attn.config import ServeConfig
+    from keras_attn.serving.server import create_app
+
+    with TestClient(create_app(ServeConfig(str(tmp_path), poll_seconds=0.2))) as client:
+        answer = client.post("/v1/models/opus:predict", json={"signature_name": "translate", "inputs": {
+            "text": TEXTS[:2], "beam_width": 1}})
+    assert answer.status_code == 200 and answer.json()["outputs"]["translation"] == expected[:2]
