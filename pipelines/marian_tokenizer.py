@@ -4,7 +4,7 @@ A Marian model folder has two SentencePiece models (`source.spm`, `target.spm`)
 and one vocabulary (`vocab.json`) that gives the model's ids. Hugging Face's
 `MarianTokenizer` splits text into pieces with a side's SentencePiece model
 and looks each piece up in the vocabulary (a piece it lacks is `<unk>`); a
-source ends with `</s>`; a leading language code such as `>>fra<<` (the
+source ends with `</s>` (`TranslationPreprocessor(source_eos=True)` adds it); a leading language code such as `>>fra<<` (the
 target language of a multilingual model) is a token of its own. Here the same
 happens inside the TensorFlow graph: the pieces' ids in the SentencePiece model
 map to the vocabulary's through a table computed once, so an export needs
@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the kernels)
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as kernels
 
-from keras_attn.special_tokens import EOS_ID, SPECIAL_TOKENS, UNK_ID
+from keras_attn.special_tokens import SPECIAL_TOKENS, UNK_ID
 from pipelines.tokenizers import SubwordTokenizer, as_ids
 
 LANGUAGE_CODE = r"^>>.*?<<"  # what MarianTokenizer takes off the front of a text as one token
@@ -33,8 +33,6 @@ class MarianTokenizer(SubwordTokenizer):
         vocabulary: the tokens by id, `SPECIAL_TOKENS` first, then the
             pieces of the model's `vocab.json` (`keras_attn.checkpoints.marian`
             puts them in this order).
-        end_with_eos: end each text's ids with [EOS] (a Marian source ends
-            with `</s>`; a target gets its [EOS] from `pack_target`).
         name: name of the `tf.Module`.
 
     Example:
@@ -44,18 +42,16 @@ class MarianTokenizer(SubwordTokenizer):
         >>> sentencepiece.SentencePieceTrainer.train(
         ...     sentence_iterator=iter(["a dog runs", "a cat sits"] * 9), model_writer=model, model_type="word",
         ...     vocab_size=8, minloglevel=2)
-        >>> tokenizer = MarianTokenizer(model.getvalue(), [*SPECIAL_TOKENS, "▁a", "▁dog", "▁runs", ">>de<<"],
-        ...                             end_with_eos=True)
+        >>> tokenizer = MarianTokenizer(model.getvalue(), [*SPECIAL_TOKENS, "▁a", "▁dog", "▁runs", ">>de<<"])
         >>> tokenizer.tokenize(["a dog runs", ">>de<< a cat"]).to_list()  # "▁cat" is not in the vocabulary
-        [[7, 8, 9, 3], [10, 7, 1, 3]]
+        [[7, 8, 9], [10, 7, 1]]
         >>> tokenizer.detokenize([[7, 8, 9, 3]]).numpy()
         array([b'a dog runs'], dtype=object)
     """
 
-    def __init__(self, model, vocabulary, end_with_eos=False, name=None):
+    def __init__(self, model, vocabulary, name=None):
         super().__init__(name=name)
         self.model = bytes(model)
-        self.end_with_eos = end_with_eos
         self.lowercase = False  # Marian's models normalize text themselves (their SentencePiece rules)
         self._vocabulary = list(vocabulary)
         if tuple(self._vocabulary[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
@@ -78,16 +74,15 @@ class MarianTokenizer(SubwordTokenizer):
 
     @property
     def spec(self):
-        """What rebuilds the tokenizer in a config: the model (base64), the vocabulary and `end_with_eos`."""
-        return {"marian": base64.b64encode(self.model).decode("ascii"), "vocabulary": self._vocabulary,
-                "end_with_eos": self.end_with_eos}
+        """What rebuilds the tokenizer in a config: the model (base64) and the vocabulary."""
+        return {"marian": base64.b64encode(self.model).decode("ascii"), "vocabulary": self._vocabulary}
 
     @classmethod
     def from_spec(cls, spec, lowercase=False):
         """The tokenizer of a `spec` (`lowercase` must be False: the model's own rules normalize)."""
         if lowercase:
             raise ValueError("MarianTokenizer: lowercase=True; Marian's SentencePiece models normalize text themselves")
-        return cls(base64.b64decode(spec["marian"]), spec["vocabulary"], spec["end_with_eos"])
+        return cls(base64.b64decode(spec["marian"]), spec["vocabulary"])
 
     def tokenize(self, strings):
         """Ids: a `(B, None)` int32 `tf.RaggedTensor` for a batch, a 1-D tensor for a scalar string."""
@@ -101,14 +96,10 @@ class MarianTokenizer(SubwordTokenizer):
             self._model(), text, nbest_size=0, alpha=1.0, add_bos=False, add_eos=False, reverse=False,
             out_type=tf.int32)
         pieces = tf.RaggedTensor.from_row_splits(tf.gather(self._to_vocabulary, ids), splits, validate=False)
-        batch = tf.shape(strings, out_type=tf.int64)[0]
         has_code = tf.not_equal(code, "")
         code_ids = tf.RaggedTensor.from_row_lengths(
             tf.boolean_mask(self._token_ids.lookup(code), has_code), tf.cast(has_code, tf.int64), validate=False)
-        parts = [code_ids, pieces]
-        if self.end_with_eos:
-            parts.append(tf.RaggedTensor.from_row_lengths(tf.fill([batch], EOS_ID), tf.ones([batch], tf.int64)))
-        return tf.concat(parts, axis=1)
+        return tf.concat([code_ids, pieces], axis=1)
 
     def detokenize(self, ids):
         """The text of ids `(B, None)` ragged or `(B, T)` dense, or of a 1-D sequence; special tokens dropped.

@@ -32,6 +32,8 @@ class TranslationPreprocessor(keras.layers.Layer):
             (one shared vocabulary).
         max_length: the longest source and target, in ids.
         lowercase: with vocabularies given as lists, whether text is lowercased.
+        source_eos: each source ends with [EOS], kept when a long source is
+            cut (Marian's models read sources so).
         **kwargs: `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -54,7 +56,8 @@ class TranslationPreprocessor(keras.layers.Layer):
         array([b'a dog'], dtype=object)
     """
 
-    def __init__(self, source_tokenizer, target_tokenizer=None, max_length=64, lowercase=False, **kwargs):
+    def __init__(self, source_tokenizer, target_tokenizer=None, max_length=64, lowercase=False, source_eos=False,
+                 **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False  # strings stay strings
         self._allow_non_tensor_positional_args = True
@@ -62,12 +65,18 @@ class TranslationPreprocessor(keras.layers.Layer):
         self.target_tokenizer = self.source_tokenizer if target_tokenizer is None else _tokenizer(
             target_tokenizer, lowercase)
         self.max_length = max_length
+        self.source_eos = source_eos
         self.built = True
 
     def tokenize_source(self, source_text):
         """`(B,)` strings → `(source ids (B, S ≥ 1), truncated (B,))`: which sources were cut."""
         ids = self.source_tokenizer.tokenize(source_text)
-        return pack_source(ids, self.max_length), ids.row_lengths() > self.max_length
+        room = self.max_length - 1 if self.source_eos else self.max_length
+        truncated = ids.row_lengths() > room
+        if self.source_eos:
+            eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, ids.dtype))
+            ids = tf.concat([ids[:, :room], eos], axis=1)
+        return pack_source(ids, self.max_length), truncated
 
     def call(self, source_text, target_text=None):
         packed = {"source": self.tokenize_source(source_text)[0]}
@@ -87,6 +96,7 @@ class TranslationPreprocessor(keras.layers.Layer):
             "target_tokenizer": None if shared else self.target_tokenizer.spec,
             "max_length": self.max_length,
             "lowercase": self.source_tokenizer.lowercase,
+            "source_eos": self.source_eos,
         }
 
 

@@ -171,9 +171,9 @@ def load_preprocessor(checkpoint, max_length):
                 models[name] = file.read()
         except OSError as error:
             raise UserError(f"{path}: not readable ({error.strerror}); a Marian folder has its SentencePiece models")
-    return TranslationPreprocessor(
-        MarianTokenizer(models[SOURCE_MODEL], checkpoint.vocabulary, end_with_eos=True),
-        MarianTokenizer(models[TARGET_MODEL], checkpoint.vocabulary), max_length=max_length)
+    return TranslationPreprocessor(MarianTokenizer(models[SOURCE_MODEL], checkpoint.vocabulary),
+                                   MarianTokenizer(models[TARGET_MODEL], checkpoint.vocabulary), max_length=max_length,
+                                   source_eos=True)
 
 
 def load_task(folder, preprocessor=None, **kwargs):

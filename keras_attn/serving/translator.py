@@ -127,7 +127,8 @@ class Translator(tf.Module):
         """
         return fingerprint(
             [json.dumps([t.spec, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
-            + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"],
+            + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"]
+            + (["source_eos"] if self.preprocessor.source_eos else []),
             self.model.weights,
         )
 

@@ -17,13 +17,13 @@ import tensorflow as tf
 
 from keras_attn.checkpoints.bert import read_vocabulary
 from keras_attn.errors import UserError
+from tests.checkpoints.parity import assert_close
 from keras_attn.special_tokens import CLS_ID, MASK_ID, SEP_ID
 from pipelines.preprocessors import BertPreprocessor
 from keras_attn.models import BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
 
 FOLDERS = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface"
 PRETRAINING, SHARDED = FOLDERS / "bert", FOLDERS / "bert-model-sharded"
-TOLERANCE = dict(atol=3e-5, rtol=1e-5)  # float32 sums in another order: within 1.3e-5 measured
 
 
 def _reference(folder):
@@ -39,11 +39,17 @@ def _reference(folder):
 
 
 def _assert_backbone_matches(backbone, reference):
-    out = backbone({"token_ids": reference["token_ids"], "segment_ids": reference["segment_ids"]})
-    real = reference["token_ids"] != 0  # ours also masks padded queries: their rows differ and are never read
-    np.testing.assert_allclose(np.asarray(out["sequence_output"])[real], reference["sequence_output"][real],
-                               **TOLERANCE)
-    np.testing.assert_allclose(out["pooled_output"], reference["pooled_output"], **TOLERANCE)
+    """The embeddings' and every layer's outputs, then the model's, each named when it differs."""
+    token_ids, segment_ids = reference["token_ids"], reference["segment_ids"]
+    real = token_ids != 0  # ours also masks padded queries: their rows differ and are never read
+    x = backbone.embedding(token_ids, segment_ids)
+    assert_close(np.asarray(x)[real], reference["hidden_states"][0][real], "embeddings")
+    for i, block in enumerate(backbone.encoder_blocks):
+        x = block(x, padding_mask=tf.constant(real))
+        assert_close(np.asarray(x)[real], reference["hidden_states"][i + 1][real], f"encoder block {i}")
+    out = backbone({"token_ids": token_ids, "segment_ids": segment_ids})
+    assert_close(np.asarray(out["sequence_output"])[real], reference["sequence_output"][real], "sequence output")
+    assert_close(out["pooled_output"], reference["pooled_output"], "pooler")
 
 
 def test_a_pretraining_checkpoint_gives_the_references_encoder_masked_lm_and_next_sentence_outputs():
@@ -51,21 +57,20 @@ def test_a_pretraining_checkpoint_gives_the_references_encoder_masked_lm_and_nex
     task = BertPretrainer.from_preset(str(PRETRAINING))
     _assert_backbone_matches(task.backbone, reference)
     out = task({key: reference[key] for key in ("token_ids", "segment_ids", "mask_positions")})
-    np.testing.assert_allclose(out["mlm"], reference["mlm"], **TOLERANCE)
-    np.testing.assert_allclose(out["nsp"], reference["nsp"], **TOLERANCE)
+    assert_close(out["mlm"], reference["mlm"], "masked LM")
+    assert_close(out["nsp"], reference["nsp"], "next sentence")
     masked_lm = BertMaskedLM.from_preset(str(PRETRAINING))
-    np.testing.assert_allclose(masked_lm({key: reference[key] for key in ("token_ids", "segment_ids",
-                                                                           "mask_positions")})["mlm"],
-                               reference["mlm"], **TOLERANCE)
+    inputs = {key: reference[key] for key in ("token_ids", "segment_ids", "mask_positions")}
+    assert_close(masked_lm(inputs)["mlm"], reference["mlm"], "BertMaskedLM's masked LM")
 
 
 def test_the_folders_vocabulary_reads_text_as_the_references_tokenizer_and_fills_masks():
     """Lowercased, accents stripped ("Café" is "cafe", not the vocabulary's "café"), Chinese characters one word
-    each, pairs as `[CLS] A [SEP] B [SEP]`: the same ids, in our vocabulary's order."""
+    each, an emoji, control characters, a word of 300 characters, empty texts, pairs as `[CLS] A [SEP] B [SEP]`:
+    the same ids, in our vocabulary's order."""
     reference = _reference(PRETRAINING)
     task = BertMaskedLM.from_preset(str(PRETRAINING))
-    texts = ["The DOG runs.", "Café über the mats!", "日本 dog", "a big redd cat"]
-    paired = ["a cat sleeps on the mat .", "x", "ÉTÉ", "the dogs"]
+    texts, paired = reference["texts"].tolist(), reference["paired"].tolist()
     rows = task.preprocessor(tf.constant(texts), tf.constant(paired))
     np.testing.assert_array_equal(rows["token_ids"], reference["text_ids"])
     np.testing.assert_array_equal(rows["segment_ids"], reference["text_segments"])

@@ -3,7 +3,9 @@
 The folder tests/fixtures/huggingface/marian and its `reference.npz` were written by transformers itself
 (tests/fixtures/make_huggingface.py): a `MarianMTModel` (swish, 2+2 layers, `final_logits_bias`, wide weights),
 its `MarianTokenizer` (an NFKC source SentencePiece model, an identity target one, one `vocab.json` with a
-language code), the teacher-forced logits, greedy decoding and the decoded texts.
+language code), texts that try it (a language code, full-width letters, an accent, a character neither model
+has, an emoji, control characters, a word of 300 characters, nothing), every layer's teacher-forced outputs,
+greedy and beam search, and the decoded texts.
 """
 
 import json
@@ -16,16 +18,12 @@ import tensorflow as tf
 
 from keras_attn.checkpoints.marian import read_checkpoint
 from keras_attn.errors import UserError
+from tests.checkpoints.parity import assert_close
 from keras_attn.models import BertBackbone, Seq2SeqLM, TransformerBackbone
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from pipelines.preprocessors import TranslationPreprocessor
 
 FOLDER = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface" / "marian"
-TOLERANCE = dict(atol=3e-5, rtol=1e-5)
-# The texts of reference.npz: a language code, full-width letters (NFKC), an accent, a character neither
-# SentencePiece model has, an empty text.
-TEXTS = ["the dog runs", ">>de<< a big cat", "ｔｈｅ ｄｏｇ", "café ☃ sits", ""]
-TARGETS = ["der Hund läuft auf der Matte", "eine Katze sitzt", "der große rote Hund", "ein Hund"]
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +36,11 @@ def reference():
     """The reference's ids brought into our vocabulary's order (its `<pad>` is our [PAD], and [BOS] where decoding
     starts), its logits' columns too."""
     reference = dict(np.load(FOLDER / "reference.npz"))
+    reference["texts"], reference["targets"] = reference["texts"].tolist(), reference["targets"].tolist()
     order = read_checkpoint(str(FOLDER)).order
     theirs_to_ours = {their: ours for ours, their in reversed(list(enumerate(order))) if their is not None}
     ours = np.vectorize(theirs_to_ours.get)
-    for ids in ("source", "target_in", "greedy", "target_ids"):
+    for ids in ("source", "target_in", "greedy", "beam", "target_ids"):
         reference[ids] = ours(reference[ids])
     reference["target_in"][:, 0] = BOS_ID
     columns = [ours_id for ours_id in range(len(order)) if order[ours_id] is not None]
@@ -50,28 +49,47 @@ def reference():
     return reference
 
 
-def test_a_marian_folder_gives_the_references_logits(task, reference):
-    logits = np.asarray(task.backbone({"source": reference["source"], "target_in": reference["target_in"]}))
+def test_a_marian_folder_gives_the_references_outputs_layer_by_layer(task, reference):
+    backbone = task.backbone
+    source, target_in = reference["source"], reference["target_in"]
+    real = source != PAD_ID  # ours also masks padded queries: their rows differ and are never read
+    x = backbone.source_embedding(source)
+    assert_close(np.asarray(x)[real], reference["encoder_hidden_states"][0][real], "source embedding")
+    for i, block in enumerate(backbone.encoder_blocks):
+        x = block(x, padding_mask=tf.constant(real))
+        assert_close(np.asarray(x)[real], reference["encoder_hidden_states"][i + 1][real], f"encoder block {i}")
+    y = backbone.target_embedding(target_in)
+    assert_close(y, reference["decoder_hidden_states"][0], "target embedding")
+    for i, block in enumerate(backbone.decoder_blocks):
+        y = block(y, x, decoder_padding_mask=tf.constant(target_in != PAD_ID), encoder_padding_mask=tf.constant(real))
+        assert_close(y, reference["decoder_hidden_states"][i + 1], f"decoder block {i}")
+    logits = np.asarray(backbone({"source": source, "target_in": target_in}))
     ours = np.empty_like(reference["logits"])
     ours[..., reference["logits_order"]] = logits[..., reference["columns"]]
-    np.testing.assert_allclose(ours, reference["logits"], **TOLERANCE)
+    assert_close(ours, reference["logits"], "logits")
     never = [i for i in range(logits.shape[-1]) if i not in reference["columns"]]
     assert (logits[..., never] < -1e8).all()  # [CLS], [SEP], [MASK], which Marian lacks
 
 
-def test_its_tokenizers_read_text_as_the_references_and_greedy_search_writes_its_translations(task, reference):
-    source = task.preprocessor(tf.constant(TEXTS))["source"].numpy()
-    np.testing.assert_array_equal(source, reference["source"])
-    assert (source[np.arange(len(TEXTS)), (source != PAD_ID).sum(1) - 1] == EOS_ID).all()  # sources end with </s>
-    targets = task.preprocessor(tf.constant(TARGETS), tf.constant(TARGETS))["target_out"].numpy()
-    np.testing.assert_array_equal(targets, reference["target_ids"])  # the target ... </s>, as text_target gives
+def test_its_tokenizers_read_text_as_the_references_and_the_searches_write_its_translations(task, reference):
+    texts = reference["texts"]
+    source = task.preprocessor(tf.constant(texts))["source"].numpy()
+    np.testing.assert_array_equal(source, reference["source"])  # the 300-character word cut, </s> kept
+    assert (source[np.arange(len(texts)), (source != PAD_ID).sum(1) - 1] == EOS_ID).all()  # sources end with </s>
+    targets = reference["targets"]
+    target_out = task.preprocessor(tf.constant(targets), tf.constant(targets))["target_out"].numpy()
+    np.testing.assert_array_equal(target_out, reference["target_ids"])  # the target ... </s>, as text_target gives
     np.testing.assert_array_equal(task.generate(source, max_length=10), reference["greedy"])
-    assert task.generate(TEXTS, max_length=10) == list(reference["greedy_text"])
+    assert task.generate(texts, max_length=10) == reference["greedy_text"].tolist()
+    # Beam search ranked by the sum of log-probabilities: length penalty 0 ranks alike under GNMT's
+    # ((5 + length) / 6)^α and Hugging Face's length^α.
+    np.testing.assert_array_equal(task.generate(source, beam_width=4, max_length=10, length_penalty=0.0),
+                                  reference["beam"])
 
 
 def test_the_translator_round_trips_through_its_config(task, reference):
     rebuilt = TranslationPreprocessor.from_config(task.preprocessor.get_config())  # as a .keras file keeps it
-    np.testing.assert_array_equal(rebuilt(tf.constant(TEXTS))["source"], reference["source"])
+    np.testing.assert_array_equal(rebuilt(tf.constant(reference["texts"]))["source"], reference["source"])
     backbone = TransformerBackbone.from_config(task.backbone.get_config())
     backbone.set_weights(task.backbone.get_weights())
     inputs = {"source": reference["source"], "target_in": reference["target_in"]}
@@ -113,24 +131,42 @@ def test_a_folder_of_the_other_family_is_refused_in_one_line():
         TransformerBackbone.from_preset(str(FOLDER.parent / "bert"))
 
 
+# A fresh process with TensorFlow alone: the export's tokenizers and search need nothing of ours.
+TRANSLATE_ALONE = """
+import json, sys
+import tensorflow as tf, tensorflow_text
+translator = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.stdin.read())
+out = translator.signatures["translate"](text=tf.constant(texts), beam_width=tf.constant(1))
+print(json.dumps([text.decode() for text in out["translation"].numpy()]))
+assert not any(name.startswith(("keras_attn", "pipelines")) for name in sys.modules)
+"""
+
+
 @pytest.mark.slow
-def test_import_exports_a_translator_that_translates_as_the_task_and_converts_for_ctranslate2(tmp_path, capsys,
-                                                                                           task):
+def test_import_exports_a_translator_that_translates_as_the_task_and_converts_for_ctranslate2(
+        tmp_path, capsys, task, reference):
+    import json
+    import subprocess
+    import sys
+
     from keras_attn import cli
 
     assert cli.main(["import", str(FOLDER), str(tmp_path / "opus")]) == 0
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'opus' / '1'}: Seq2SeqLM of ")
-    translator = tf.saved_model.load(str(tmp_path / "opus" / "1"))
-    out = translator.signatures["translate"](text=tf.constant(TEXTS[:4]), beam_width=tf.constant(1))
-    expected = task.generate(TEXTS[:4])  # the export's greedy search, its default length budget
-    assert [text.decode() for text in out["translation"].numpy()] == expected
+    texts = [text for text in reference["texts"] if text]  # a blank text translates to "" (the export's rule)
+    expected = task.generate(texts)  # the export's greedy search, its default length budget
+    alone = subprocess.run([sys.executable, "-c", TRANSLATE_ALONE, str(tmp_path / "opus" / "1")],
+                           input=json.dumps(texts), capture_output=True, text=True, check=True)
+    assert json.loads(alone.stdout.splitlines()[-1]) == expected
+    plain = reference["texts"][:4]  # what a command line can pass (no NUL)
     assert cli.main(["export-ct2", str(tmp_path / "opus" / "1"), str(tmp_path / "ct2")]) == 0
     capsys.readouterr()
-    assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *TEXTS[:4]]) == 0
-    assert capsys.readouterr().out.splitlines() == expected  # swish, halves, the logits' bias, the tokenizers
+    assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *plain]) == 0
+    assert capsys.readouterr().out.splitlines() == expected[:4]  # swish, halves, the logits' bias, the tokenizers
     # evaluate scores it, and serve answers with it, as with our own exports
-    (tmp_path / "src.txt").write_text("\n".join(TEXTS[:4]) + "\n")
-    (tmp_path / "ref.txt").write_text("\n".join(expected) + "\n")
+    (tmp_path / "src.txt").write_text("\n".join(plain) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(expected[:4]) + "\n")
     assert cli.main(["evaluate", str(tmp_path / "opus" / "1"), "--src", str(tmp_path / "src.txt"), "--ref",
                      str(tmp_path / "ref.txt"), "--beam-width", "1"]) == 0
     assert capsys.readouterr().out.startswith("exact match 100.0%, BLEU 100.00")
@@ -141,5 +177,5 @@ def test_import_exports_a_translator_that_translates_as_the_task_and_converts_fo
 
     with TestClient(create_app(ServeConfig(str(tmp_path), poll_seconds=0.2))) as client:
         answer = client.post("/v1/models/opus:predict", json={"signature_name": "translate", "inputs": {
-            "text": TEXTS[:2], "beam_width": 1}})
+            "text": plain[:2], "beam_width": 1}})
     assert answer.status_code == 200 and answer.json()["outputs"]["translation"] == expected[:2]
