@@ -517,8 +517,11 @@ def _export_ct2(args):
 
 def _import(args):
     from keras_attn import serving
-    from keras_attn.checkpoints import bert, huggingface, marian
+    from keras_attn.checkpoints import bert, huggingface, keras_hub, marian
 
+    if huggingface.is_folder(args.folder) and keras_hub.is_preset(args.folder):
+        raise UserError(f"{args.folder}: a keras-hub preset folder, which holds no masked-LM head to export; "
+                        f"keras-attn finetune {args.folder} fine-tunes its encoder")
     kind = huggingface.model_type(args.folder)
     if kind == "bert":
         task = bert.pretrained_task(args.folder)

@@ -65,10 +65,15 @@ def test_its_tokenizer_reads_text_as_keras_hubs(preset):
     assert [[vocabulary[i] for i in row if i] for row in token_ids] == theirs  # lowercased, "café" kept
 
 
-def test_what_a_keras_hub_folder_lacks_or_is_not_is_refused_in_one_line(preset, tmp_path):
+def test_what_a_keras_hub_folder_lacks_or_is_not_is_refused_in_one_line(preset, tmp_path, capsys):
     folder, _ = preset
     with pytest.raises(UserError, match=r"bert: no masked-LM head in its checkpoint, which BertMaskedLM needs"):
         BertMaskedLM.from_preset(str(folder))
+    from keras_attn import cli
+
+    assert cli.main(["import", str(folder), str(tmp_path / "out")]) == 2  # no masked-LM head to export
+    err = capsys.readouterr().err
+    assert "a keras-hub preset folder, which holds no masked-LM head" in err and err.count("\n") == 1
     other = tmp_path / "gpt"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"registered_name": "keras_hub>GPT2Backbone", "config": {}}))
