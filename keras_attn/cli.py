@@ -470,7 +470,9 @@ def _translate_lines(translator, lines, beam_width, batch_size=64):
 
 def _load_translator(model_dir):
     """An export, or the `CTranslate2Translator` of a folder `export-ct2` wrote (it holds CTranslate2's model.bin)."""
-    if not os.path.isfile(os.path.join(model_dir, "model.bin")):
+    from keras_attn.serving.versions import is_ctranslate2_folder
+
+    if not is_ctranslate2_folder(model_dir):
         return _load(model_dir)
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 

@@ -111,11 +111,16 @@ def cli_loads_saved_models_once(monkeypatch):
 
 @pytest.fixture(scope="session")
 def model_root(tiny_export, tiny_seq2seq_export, tmp_path_factory):
-    """A model root as `keras-attn serve` finds one: toy/1 (a Transformer translator), rnn/1 (a
-    Bahdanau Seq2Seq translator), bert/1 (fill-mask), broken/1 (no SavedModel in it) and escape -> a
-    folder outside the root holding a good export. Tests may add versions but must remove them again."""
+    """A model root as `keras-attn serve` finds one: toy/1 (a Transformer translator), ct2/1 (toy/1 converted
+    for CTranslate2), rnn/1 (a Bahdanau Seq2Seq translator), bert/1 (fill-mask), broken/1 (no SavedModel in
+    it) and escape -> a folder outside the root holding a good export. Tests may add versions but must remove
+    them again."""
+    from keras_attn.jobs.translation import export_to_ctranslate2
+
     root = tmp_path_factory.mktemp("root")
     shutil.copytree(tiny_export, root / "toy" / "1")
+    (root / "ct2").mkdir()
+    export_to_ctranslate2(tiny_export, str(root / "ct2" / "1"))
     shutil.copytree(tiny_seq2seq_export, root / "rnn" / "1")
     keras.utils.set_random_seed(3)
     words = [*SPECIAL_TOKENS, "the", "cat", "sat", "on", "mat", ".", "no", "mask", "here"]

@@ -13,6 +13,10 @@ rounding turns some near-ties between the two likeliest tokens the other
 way: compare it with a float32 export of the same weights instead. Beam
 search ranks as CTranslate2 does (see `keras_attn.serving.ctranslate2_export`):
 its length penalty is `length^α`, with our α.
+
+`keras-attn serve` serves such a folder beside SavedModels, as a version of a
+model (`<root>/<name>/<version>/model.bin`), through `CTranslate2Servable`:
+the SavedModel's `translate` signature over this engine.
 """
 
 import json
@@ -97,19 +101,60 @@ class CTranslate2Translator:
             was longer than the model accepts and was cut. A text that is
             blank or has no tokens translates to `""`.
         """
+        translations, _, truncated = self.search(texts, beam_width)
+        return translations, truncated
+
+    def search(self, texts, beam_width=4):
+        """`(translations, scores, truncated)` of `texts`: `translate`'s, with each translation's score as
+        CTranslate2 gives it (its log-probability over `length^α`; 0.0 for a text with nothing to translate)."""
         if not len(texts):
-            return [], []
+            return [], [], []
         tokens, budgets, truncated, empty = self.search_inputs(texts)
         rows = np.flatnonzero(~empty)
         ids = np.full((len(texts), max(1, int(budgets.max()))), PAD_ID, np.int32)
+        scores = np.zeros(len(texts), np.float32)
         if len(rows):
             results = self.translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=min(max(beam_width, 1), self.max_beam_width),
                 max_decoding_length=int(budgets[rows].max()), length_penalty=decoding.LENGTH_PENALTY,
-                **SEARCH_OPTIONS,
+                return_scores=True, **SEARCH_OPTIONS,
             )
             for i, result in zip(rows, results):
                 output = [self._target_ids[token] for token in result.hypotheses[0][: budgets[i]]]
                 ids[i, : len(output)] = output
+                scores[i] = result.scores[0]
         translations = [t.decode("utf-8", "replace") for t in self._decode(tf.constant(ids)).numpy()]
-        return translations, [bool(t) for t in truncated]
+        return translations, scores.tolist(), [bool(t) for t in truncated]
+
+
+class CTranslate2Servable:
+    """A CTranslate2 folder as `keras-attn serve` serves a version: the SavedModel's `translate` signature.
+
+    `signatures["translate"]` (and `"serving_default"`) take `text: string[B]`
+    and `beam_width: int32[]` and answer `translation` string[B], `score`
+    float32[B] (CTranslate2's) and `truncated` bool[B], as the SavedModel's
+    do, so the REST API, dynamic batching and metadata treat both engines
+    alike. There is no `attention` signature: CTranslate2 gives none.
+
+    Args:
+        translator: the folder's `CTranslate2Translator`.
+    """
+
+    def __init__(self, translator):
+        self.translator = translator
+
+        def run(text, beam_width):
+            translations, scores, truncated = translator.search(list(text.numpy()), int(beam_width.numpy()))
+            return (tf.constant(translations, tf.string, [len(translations)]), tf.constant(scores, tf.float32),
+                    tf.constant(truncated, tf.bool))
+
+        @tf.function
+        def translate(*, text, beam_width):  # inputs by name, as a loaded SavedModel's signatures take them
+            outputs = tf.py_function(run, [text, beam_width], [tf.string, tf.float32, tf.bool])
+            for output in outputs:
+                output.set_shape([None])
+            return dict(zip(("translation", "score", "truncated"), outputs))
+
+        concrete = translate.get_concrete_function(text=tf.TensorSpec([None], tf.string, name="text"),
+                                                   beam_width=tf.TensorSpec([], tf.int32, name="beam_width"))
+        self.signatures = {"serving_default": concrete, "translate": concrete}

@@ -1,7 +1,10 @@
 """The exports under a model root, found and loaded as TensorFlow Serving finds them.
 
 A model root holds `<name>/<version>/saved_model.pb` (what
-`keras_attn.serving.export` writes). `ModelStore.refresh` finds the
+`keras_attn.serving.export` writes), or a CTranslate2 model
+(`<name>/<version>/model.bin`, what `keras-attn export-ct2` writes: served by
+`CTranslate2Servable`, the SavedModel's `translate` signature over that
+engine, so a user picks the engine per version). `ModelStore.refresh` finds the
 versions that appeared since it last looked and loads them; a server
 calls it every few seconds, as TensorFlow Serving polls its base path. A
 version that fails to load is kept with its error (its state `END`), and
@@ -21,7 +24,7 @@ import os
 import re
 import threading
 
-from keras_attn.serving.versions import versions_of
+from keras_attn.serving.versions import is_ctranslate2_folder, versions_of
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a folder name that is never `..` or a path
 # TensorFlow Serving's version states (ModelVersionStatus.State).
@@ -44,8 +47,13 @@ class Version:
     loaded: object = None
 
 
-def load_saved_model(path):
-    """`tf.saved_model.load`, with the tokenizer ops of tensorflow-text registered."""
+def load_version(path):
+    """A version's servable: `tf.saved_model.load` (with the tokenizer ops of tensorflow-text registered), or a
+    CTranslate2 folder's `CTranslate2Servable`; either has `signatures`."""
+    if is_ctranslate2_folder(path):
+        from keras_attn.serving.ctranslate2_translator import CTranslate2Servable, load_ctranslate2
+
+        return CTranslate2Servable(load_ctranslate2(path))
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the ops the exports' tokenizers use)
 
@@ -61,7 +69,7 @@ class ModelStore:
             version `END` with the exception's first line.
     """
 
-    def __init__(self, root, load=load_saved_model):
+    def __init__(self, root, load=load_version):
         self.root = os.path.realpath(root)
         self._load = load
         self._versions = {}  # name -> {number: Version}
@@ -135,7 +143,8 @@ class ModelStore:
                 continue
             for number in versions_of(model_root):
                 path = os.path.join(model_root, str(number))
-                if os.path.isfile(os.path.join(path, "saved_model.pb")) and self._inside_root(path):
+                servable = os.path.isfile(os.path.join(path, "saved_model.pb")) or is_ctranslate2_folder(path)
+                if servable and self._inside_root(path):
                     yield Version(name, number, path)
 
     def _inside_root(self, path):

@@ -53,6 +53,14 @@ def next_version(model_root):
 _TEMPORARY = ".tmp-export-"  # then host, process id and a random part
 
 
+CTRANSLATE2_MODEL = "model.bin"  # what makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
+
+
+def is_ctranslate2_folder(path):
+    """Whether `path` holds a CTranslate2 model rather than a SavedModel."""
+    return os.path.isfile(os.path.join(path, CTRANSLATE2_MODEL))
+
+
 def export(module, root="saved_models", name="transformer", metadata=None):
     """Saves `module` as `<root>/<name>/<next version>/`, atomically.
 

@@ -56,6 +56,16 @@ def test_a_translation_shows_the_apis_answer_and_its_attention(page, server):
     assert page.problems == []
 
 
+def test_a_ctranslate2_version_translates_and_says_it_gives_no_attention(page, server):
+    _translate(page, "ein hund läuft .", model="ct2")
+    _, answer = post(f"{server}/v1/models/ct2:predict", {"inputs": {"text": ["ein hund läuft ."], "beam_width": 1}})
+    assert page.text_content("#translation") == answer["outputs"]["translation"][0]
+    assert page.is_visible("#no-attention") and not page.is_visible("#attention")
+    _translate(page, "ein hund läuft .", model="toy")  # a SavedModel again: its attention, no note
+    assert page.is_visible("#attention") and not page.is_visible("#no-attention")
+    assert page.problems == []
+
+
 def test_a_seq2seq_translation_shows_its_one_map(page, server):
     _translate(page, "zwei katzen schlafen .", model="rnn")
     _, answer = post(f"{server}/v1/models/rnn:predict", {"inputs": {"text": ["zwei katzen schlafen ."], "beam_width": 1}})

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from keras_attn.config import ServeConfig
 from keras_attn.serving.server import create_app
-from keras_attn.serving.store import ModelStore, load_saved_model
+from keras_attn.serving.store import ModelStore, load_version
 
 pytest_plugins = ["tests.fixtures_export"]
 TEXTS = ["ein hund läuft .", "zwei katzen schlafen .", "", "der mann isst einen apfel . " * 3]
@@ -27,7 +27,7 @@ def client(model_root):
 
 
 def _direct(model_root, name, signature, **inputs):
-    loaded = load_saved_model(str(model_root / name / "1"))
+    loaded = load_version(str(model_root / name / "1"))
     outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
     return {k: v.numpy() for k, v in outputs.items()}
 
@@ -78,6 +78,40 @@ def test_predict_in_columns_and_in_rows_equals_the_signature_called_directly(cli
     predictions = answer.json()["predictions"]
     np.testing.assert_allclose([row["cross_attention"] for row in predictions], attention["cross_attention"], rtol=1e-6)
     assert [row["source_tokens"] for row in predictions] == _strings(attention["source_tokens"])
+
+
+def test_a_ctranslate2_version_answers_as_the_saved_model_it_was_converted_from(client):
+    """ct2/1 is toy/1's weights on the other engine: the same JSON, greedy translations, errors and codes."""
+    answers = {}
+    for name in ("toy", "ct2"):
+        columns = client.post(f"/v1/models/{name}:predict",
+                              json={"signature_name": "translate", "inputs": {"text": TEXTS, "beam_width": 1}})
+        rows = client.post(f"/v1/models/{name}/versions/1:predict",
+                           json={"instances": [{"text": text, "beam_width": 1} for text in TEXTS]})
+        assert columns.status_code == rows.status_code == 200, columns.text + rows.text
+        answers[name] = columns.json()["outputs"], rows.json()["predictions"]
+    (toy_columns, toy_rows), (ct2_columns, ct2_rows) = answers["toy"], answers["ct2"]
+    assert ct2_columns["translation"] == toy_columns["translation"]  # float32 on both: greedy agrees
+    assert ct2_columns["truncated"] == toy_columns["truncated"] == [False, False, False, True]
+    assert [len(ct2_columns[key]) for key in toy_columns] == [len(TEXTS)] * 3 and set(ct2_columns) == set(toy_columns)
+    assert [set(row) for row in ct2_rows] == [set(row) for row in toy_rows]
+    assert [row["translation"] for row in ct2_rows] == toy_columns["translation"]
+    toy_meta, ct2_meta = (client.get(f"/v1/models/{name}/metadata").json()["metadata"]["signature_def"][
+        "signature_def"] for name in ("toy", "ct2"))
+    assert set(ct2_meta) == {"serving_default", "translate"}  # no attention: CTranslate2 gives none
+    assert ct2_meta["translate"] == toy_meta["translate"]
+    assert client.get("/v1/models/ct2").json() == {"model_version_status": [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    for body, status, message in (
+            ({"inputs": {"text": [1, 2], "beam_width": 1}}, 400, "text: expected string"),
+            ({"inputs": {"text": ["a"]}}, 400, "missing input(s) beam_width"),
+            ({"signature_name": "attention", "instances": ["x"]}, 404,
+             'Serving signature name: "attention" not found'),
+            ({"inputs": {"text": [], "beam_width": 1}}, 200, None)):
+        answer = client.post("/v1/models/ct2:predict", json=body)
+        assert answer.status_code == status and (message is None or message in answer.json()["error"])
+    assert client.post("/v1/models/ct2:predict", json={"inputs": {"text": [], "beam_width": 1}}).json() == \
+        client.post("/v1/models/toy:predict", json={"inputs": {"text": [], "beam_width": 1}}).json()
 
 
 def test_bert_signatures_are_served(client, model_root):

@@ -123,6 +123,13 @@ async function translate(event) {
     $("source-shown").textContent = text;
     $("translation").textContent = result.translation[0];
     $("score").textContent = `(score ${result.score[0].toFixed(3)}${result.truncated[0] ? ", the input was cut" : ""})`;
+    const model = models.find((m) => m.name === $("model").value);
+    $("no-attention").hidden = model.signatures.includes("attention");
+    if (!$("no-attention").hidden) {  // a CTranslate2 version: its engine gives no attention
+      $("attention").hidden = true;
+      document.body.dataset.state = "translated";
+      return;
+    }
     const attention = await predict("attention", {text: [text]});
     const source = attention.source_tokens[0], target = attention.output_tokens[0];
     showAttention("Cross-attention of the greedy translation", "target", "source", {
