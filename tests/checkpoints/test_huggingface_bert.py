@@ -163,20 +163,27 @@ def test_finetune_reads_a_folder_as_its_backbone_and_tokenizer():
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
 
 
+def test_finetune_takes_the_folder_itself(tmp_path, capsys):
+    """The command accepts the folder (what it says next is about the training file, read before training)."""
+    from keras_attn import cli
+
+    assert cli.main(["finetune", str(PRETRAINING), "--train", str(tmp_path / "none.tsv")]) == 2
+    assert capsys.readouterr().err == f"keras-attn: error: {tmp_path / 'none.tsv'}: file not found\n"
+
+
 @pytest.mark.slow
-def test_finetune_trains_a_classifier_from_a_folder_and_from_its_import_that_classify_serves(tmp_path, capsys):
+def test_finetune_trains_a_classifier_from_an_imported_bert_that_classify_serves(tmp_path, capsys):
     from keras_attn import cli
 
     train = tmp_path / "train.tsv"
     train.write_text("".join(f"{noun}\tthe {noun} {verb} on the mat .\n" for noun in ("dog", "cat")
                              for verb in ("runs", "sleeps", "runs", "sleeps") * 4))
     assert cli.main(["import", str(PRETRAINING), str(tmp_path / "saved" / "hf-bert")]) == 0
-    for model_dir, name in ((PRETRAINING, "from-folder"), (tmp_path / "saved" / "hf-bert" / "1", "from-import")):
-        argv = ["finetune", str(model_dir), "--train", str(train), "--epochs", "1", "--batch-size", "8",
-                "--precision", "float32", "--name", name, "--run-dir", str(tmp_path / name),
-                "--export", str(tmp_path / "saved")]
-        assert cli.main(argv) == 0
-        export = tmp_path / "saved" / name / "1"
-        assert f"exported to {export}" in capsys.readouterr().out
-        assert cli.main(["classify", str(export), "the dog runs"]) == 0
-        assert capsys.readouterr().out.split("\t")[0] in ("cat", "dog")
+    argv = ["finetune", str(tmp_path / "saved" / "hf-bert" / "1"), "--train", str(train), "--epochs", "1",
+            "--batch-size", "8", "--precision", "float32", "--run-dir", str(tmp_path / "run"),
+            "--export", str(tmp_path / "saved")]
+    assert cli.main(argv) == 0
+    export = tmp_path / "saved" / "bert-classifier" / "1"
+    assert f"exported to {export}" in capsys.readouterr().out
+    assert cli.main(["classify", str(export), "the dog runs"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in ("cat", "dog")
