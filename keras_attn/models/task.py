@@ -3,6 +3,7 @@
 import inspect
 
 import keras
+import tensorflow as tf
 
 
 class Task(keras.Model):
@@ -77,9 +78,15 @@ class Task(keras.Model):
         if self.built and self.optimizer is not None and not self.optimizer.built:
             with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
+        # A dataset shuffles itself: Keras's default `shuffle=True` would only warn that it is ignored.
+        data = args[0] if args else kwargs.get("x")
+        if isinstance(data, (tf.data.Dataset, keras.utils.PyDataset)):
+            kwargs.setdefault("shuffle", False)
         return super().fit(*args, **kwargs)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.task_loss is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
-        return self.task_loss(y, y_pred)
+        # The task's loss, and as Keras adds them, the layers' own (`add_loss`, weight regularizers).
+        return keras.ops.sum([self.task_loss(y, y_pred), *(self._aggregate_additional_loss(loss)
+                                                             for loss in self.losses)])

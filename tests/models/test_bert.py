@@ -152,6 +152,35 @@ def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
     assert np.abs(np.asarray(model(one_sentence)) - logits).max(-1).min() > 1e-3
 
 
+def test_a_compiled_tasks_loss_adds_the_layers_own_losses():
+    """With its own loss (`compile()`'s "auto"), a weight regularizer a user sets still counts, as with Keras's."""
+    keras.utils.set_random_seed(3)
+    task = BertPretrainer(BertBackbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
+    task.compile()
+    batch, targets = _batch(seed=6), _targets(seed=6)
+    plain = float(task.compute_loss(batch, targets, task(batch)))
+    kernel = task.backbone.pooler.kernel
+    kernel.regularizer = keras.regularizers.L2(0.5)
+    penalty = 0.5 * float(np.sum(kernel.numpy() ** 2))
+    assert float(task.compute_loss(batch, targets, task(batch))) == pytest.approx(plain + penalty, rel=1e-5)
+
+
+def test_fitting_a_dataset_says_nothing_of_shuffling():
+    """Keras warns that `shuffle=True` (its default) is ignored for a dataset; a task does not pass it."""
+    import warnings
+
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    task = BertPretrainer(BertBackbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
+    task.compile()
+    dataset = tf.data.Dataset.from_tensors((_batch(seed=7), _targets(seed=7)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task.fit(dataset, epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+
+
 def _targets(seed=0, batch=4, predictions=3):
     rng = np.random.default_rng(seed)
     weights = np.ones((batch, predictions), "float32")
