@@ -198,6 +198,9 @@ class _BertTask(Task):
             from keras_attn.checkpoints.bert import load_task
 
             return load_task(cls, preset, preprocessor, **kwargs)
+        if preprocessor is None:
+            raise ValueError(f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it reads "
+                             "with (a folder that is not one of the presets gives its own)")
         return super().from_preset(preset, preprocessor, **kwargs)
 
     @classmethod

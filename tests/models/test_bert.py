@@ -165,6 +165,11 @@ def test_a_compiled_tasks_loss_adds_the_layers_own_losses():
     assert float(task.compute_loss(batch, targets, task(batch))) == pytest.approx(plain + penalty, rel=1e-5)
 
 
+def test_a_preset_without_a_preprocessor_is_refused_at_once():
+    with pytest.raises(ValueError, match=r"BertMaskedLM.from_preset\('tiny'\): a new model needs the preprocessor"):
+        BertMaskedLM.from_preset("tiny")
+
+
 def test_fitting_a_dataset_says_nothing_of_shuffling():
     """Keras warns that `shuffle=True` (its default) is ignored for a dataset; a task does not pass it."""
     import warnings
