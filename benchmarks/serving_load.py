@@ -2,6 +2,7 @@
 
     python -m benchmarks.serving_load --translation saved_models/transformer/1 --seconds 20
     python -m benchmarks.serving_load --translation EXPORT --bert EXPORT --clients 1,8,32,64
+    python -m benchmarks.serving_load --translation EXPORT --ctranslate2 --clients 32 --soak 0
 
 Loopback only, bounded in time (`--seconds` per cell) and in requests
 (`--max-requests` per cell). The exports are copied into a fresh model root;
@@ -14,6 +15,9 @@ invalid UTF-8 as base64 bytes, 10,000 characters, control characters,
 emoji), which must be answered like the rest. Workloads: translation greedy
 and beam 4, and BERT fill-mask (top 5; without `--bert`, an untrained BERT
 mini exported for the purpose: its speed, not its answers, is measured).
+With `--ctranslate2`, the translation export converted by `keras-attn
+export-ct2` (float32) is served beside it as a model of its own, and its
+translation workloads run too: the two engines under the same load.
 
 Per cell: requests, errors (any answer but 200, or none), answers/s, p50
 and p99 latency of the sentences, p50 and the longest of the hostile
@@ -174,12 +178,19 @@ def main():
     parser.add_argument("--soak", type=int, default=10000,
                         help="then this many greedy translations at 32 clients, with batching: errors and memory")
     parser.add_argument("--soak-only", action="store_true", help="only the soak (no cells, no run without batching)")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="also serve the export converted for CTranslate2 (float32) and load it alike")
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
 
     texts = sentences()
     root = tempfile.mkdtemp(prefix="serving-load-")
     shutil.copytree(args.translation, os.path.join(root, "translation", "1"))
+    if args.ctranslate2:
+        from keras_attn.jobs.translation import export_to_ctranslate2
+
+        os.makedirs(os.path.join(root, "translation-ct2"))
+        export_to_ctranslate2(args.translation, os.path.join(root, "translation-ct2", "1"))
     if args.bert:
         shutil.copytree(args.bert, os.path.join(root, "bert", "1"))
     else:
@@ -199,6 +210,11 @@ def main():
                                                                        "inputs": {"text": [texts[0]], "beam_width": 1}}),
         "translate, beam 4": ("translation", lambda i: {"signature_name": "translate",
                                                          "inputs": {"text": [text(i)], "beam_width": 4}}),
+        **({"CTranslate2 translate, greedy": ("translation-ct2", lambda i: {
+                "signature_name": "translate", "inputs": {"text": [text(i)], "beam_width": 1}}),
+            "CTranslate2 translate, beam 4": ("translation-ct2", lambda i: {
+                "signature_name": "translate", "inputs": {"text": [text(i)], "beam_width": 4}})}
+           if args.ctranslate2 else {}),
         "BERT fill-mask, top 5": ("bert", lambda i: {"signature_name": "fill_mask", "inputs": {
             "text": [text(i) if is_hostile(i) else f"{texts[i % len(texts)].lower()} [MASK] ."], "top_k": 5}}),
     }

@@ -142,19 +142,27 @@ class CTranslate2Servable:
 
     def __init__(self, translator):
         self.translator = translator
+        translate = _Signature(translator)
+        self.signatures = {"serving_default": translate, "translate": translate}
 
-        def run(text, beam_width):
-            translations, scores, truncated = translator.search(list(text.numpy()), int(beam_width.numpy()))
-            return (tf.constant(translations, tf.string, [len(translations)]), tf.constant(scores, tf.float32),
-                    tf.constant(truncated, tf.bool))
 
-        @tf.function
-        def translate(*, text, beam_width):  # inputs by name, as a loaded SavedModel's signatures take them
-            outputs = tf.py_function(run, [text, beam_width], [tf.string, tf.float32, tf.bool])
-            for output in outputs:
-                output.set_shape([None])
-            return dict(zip(("translation", "score", "truncated"), outputs))
+class _Signature:
+    """What the server reads of a SavedModel's signature (its input and output specs, a call by input names),
+    answered by CTranslate2 in Python. Not a `tf.function`: run inside a TensorFlow op, the search's own
+    TensorFlow calls (tokenizing) would wait for the op's thread pool, which concurrent requests fill."""
 
-        concrete = translate.get_concrete_function(text=tf.TensorSpec([None], tf.string, name="text"),
-                                                   beam_width=tf.TensorSpec([], tf.int32, name="beam_width"))
-        self.signatures = {"serving_default": concrete, "translate": concrete}
+    structured_input_signature = ((), {"text": tf.TensorSpec([None], tf.string, name="text"),
+                                       "beam_width": tf.TensorSpec([], tf.int32, name="beam_width")})
+    structured_outputs = {"translation": tf.TensorSpec([None], tf.string, name="translation"),
+                          "score": tf.TensorSpec([None], tf.float32, name="score"),
+                          "truncated": tf.TensorSpec([None], tf.bool, name="truncated")}
+
+    def __init__(self, translator):
+        self._translator = translator
+
+    def __call__(self, text, beam_width):
+        texts = list(np.asarray(text).reshape(-1))
+        translations, scores, truncated = self._translator.search(texts, int(beam_width))
+        return {"translation": tf.constant(translations, tf.string, [len(texts)]),
+                "score": tf.constant(scores, tf.float32, [len(texts)]),
+                "truncated": tf.constant(truncated, tf.bool, [len(texts)])}

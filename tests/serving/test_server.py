@@ -192,6 +192,27 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(model_root):
         assert row["translation"] == translation and row["score"] == pytest.approx(float(score), rel=1e-5)
 
 
+def test_a_ctranslate2_version_answers_concurrent_requests(model_root):
+    """Requests run side by side on the server's threads (no batching): every one is answered, none waits for
+    another's thread (a search run inside a TensorFlow op did, tokenizing on the pool the op held)."""
+    import concurrent.futures
+
+    store = ModelStore(str(model_root))
+    store.refresh()
+    app = create_app(ServeConfig(str(model_root), max_batch_size=1, threads=4), store=store)
+    texts = [f"{word} hund läuft ." for word in ("ein", "der", "zwei", "kein", "mein", "dein", "sein", "ihr")]
+
+    async def requests():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            return await asyncio.gather(*(
+                client.post("/v1/models/ct2:predict", json={"instances": [{"text": text, "beam_width": 2}]})
+                for text in texts))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as runner:  # a hang fails in a minute, not at the suite's timeout
+        answers = runner.submit(asyncio.run, requests()).result(timeout=60)
+    assert [answer.status_code for answer in answers] == [200] * len(texts)
+
+
 def test_requests_batch_only_with_others_of_about_their_length(model_root):
     store = ModelStore(str(model_root))
     store.refresh()
