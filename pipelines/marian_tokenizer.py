@@ -18,7 +18,7 @@ import tensorflow_text  # noqa: F401  (registers the kernels)
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as kernels
 
 from keras_attn.special_tokens import SPECIAL_TOKENS, UNK_ID
-from pipelines.tokenizers import SubwordTokenizer, as_ids
+from pipelines.tokenizers import SubwordTokenizer
 
 LANGUAGE_CODE = r"^>>.*?<<"  # what MarianTokenizer takes off the front of a text as one token
 SPACE = "\u2581"  # ▁, SentencePiece's space
@@ -107,11 +107,7 @@ class MarianTokenizer(SubwordTokenizer):
         As `MarianTokenizer.decode(ids, skip_special_tokens=True)`: the pieces joined, ▁ read as a space, the
         ends stripped.
         """
-        ids = tf.cast(as_ids(ids), tf.int32)
-        if ids.shape.rank == 1:
-            return self.detokenize(tf.expand_dims(ids, 0))[0]
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.RaggedTensor.from_tensor(ids)
-        ids = tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size))
+        ids, single = self._ordinary_ids(ids)
         text = tf.strings.reduce_join(tf.gather(self._tokens, ids), axis=1)
-        return tf.strings.strip(tf.strings.regex_replace(text, SPACE, " "))
+        text = tf.strings.strip(tf.strings.regex_replace(text, SPACE, " "))
+        return text[0] if single else text

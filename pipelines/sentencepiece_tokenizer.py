@@ -30,7 +30,7 @@ import tensorflow_text  # noqa: F401  (registers the kernels)
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as kernels
 
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
-from pipelines.tokenizers import SubwordTokenizer, as_ids
+from pipelines.tokenizers import SubwordTokenizer
 
 PREFIX = " "  # put before every text and taken off after: the first word gets its ▁ as the others do
 
@@ -158,15 +158,11 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
         Special tokens and ids outside the model are dropped.
         """
-        ids = tf.cast(as_ids(ids), tf.int32)
-        if ids.shape.rank == 1:
-            return self.detokenize(tf.expand_dims(ids, 0))[0]
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.RaggedTensor.from_tensor(ids)
-        ids = tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size))
+        ids, single = self._ordinary_ids(ids)
         text = kernels.sentencepiece_detokenize_op(self._model(), ids.flat_values, ids.row_splits, add_bos=False,
                                                    add_eos=False, reverse=False)
-        return tf.strings.regex_replace(text, "^" + PREFIX, "")
+        text = tf.strings.regex_replace(text, "^" + PREFIX, "")
+        return text[0] if single else text
 
     def save(self, path):
         """Writes the model to `path` (a `.model` file the `sentencepiece` library also reads), atomically."""

@@ -158,6 +158,18 @@ class SubwordTokenizer(tf.Module):
         ids = ids.with_flat_values(known(ids.flat_values)) if isinstance(ids, tf.RaggedTensor) else known(ids)
         return tf.gather(self._tokens, ids)
 
+    def _ordinary_ids(self, ids):
+        """What `detokenize` reads of `ids` (`(B, None)` ragged or `(B, T)` dense, or one 1-D sequence):
+        `((B, None)` ragged int32 ids without special tokens and ids outside the vocabulary, whether one
+        sequence was given)."""
+        ids = tf.cast(as_ids(ids), tf.int32)
+        single = ids.shape.rank == 1
+        if single:
+            ids = tf.expand_dims(ids, 0)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        return tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size)), single
+
     def tokens(self, ids):
         """Token strings of a 1-D sequence of ids, as a list of `str` (for plots)."""
         return [self._vocabulary[i] if 0 <= i < self.vocabulary_size else SPECIAL_TOKENS[UNK_ID]

@@ -28,16 +28,21 @@ def is_folder(path):
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path)
 
 
+def read_json(path):
+    """The JSON file `path`, refused in one line if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: not a readable JSON file ({error})") from None
+
+
 def read_config(folder, model_type):
     """`config.json` of `folder`, refused in one line unless its `model_type` is `model_type` (any, with None)."""
     if not os.path.isdir(folder):
         raise UserError(f"{folder}: no such folder")
     path = os.path.join(folder, CONFIG)
-    try:
-        with open(path, encoding="utf-8") as file:
-            config = json.load(file)
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: not a readable JSON file ({error})") from None
+    config = read_json(path)
     if not isinstance(config, dict) or model_type not in (None, config.get("model_type")):
         found = config.get("model_type") if isinstance(config, dict) else None
         raise UserError(f"{path}: model_type {found!r}, not {model_type!r}")

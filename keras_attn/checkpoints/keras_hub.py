@@ -10,22 +10,14 @@ shapes. The masked-LM head of a keras-hub task (`task.weights.h5`) is not read:
 its activation and epsilon differ from the backbone's, where ours share them.
 """
 
-import json
 import os
 
+from keras_attn.checkpoints.huggingface import CONFIG, read_json
 from keras_attn.errors import UserError
 
-CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.weights.h5", "tokenizer.json"
+WEIGHTS, TOKENIZER = "model.weights.h5", "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
 BACKBONE = "keras_hub>BertBackbone"
-
-
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: not a readable JSON file ({error})") from None
 
 
 def is_preset(folder):
@@ -33,7 +25,7 @@ def is_preset(folder):
     path = os.path.join(folder, CONFIG)
     if not os.path.isfile(path):
         return False
-    config = _read_json(path)
+    config = read_json(path)
     return isinstance(config, dict) and str(config.get("registered_name", "")).startswith("keras_hub>")
 
 
@@ -97,7 +89,7 @@ def read_bert(folder):
     from keras_attn.checkpoints.bert import Checkpoint, read_vocabulary
 
     config_path = os.path.join(folder, CONFIG)
-    config = _read_json(config_path)
+    config = read_json(config_path)
     if config.get("registered_name") != BACKBONE:
         raise UserError(f"{config_path}: a keras-hub {config.get('registered_name', '?').split('>')[-1]}, not a "
                         "BertBackbone")
@@ -111,7 +103,7 @@ def read_bert(folder):
     vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
     text = {}
     if os.path.isfile(os.path.join(folder, TOKENIZER)):
-        text = _read_json(os.path.join(folder, TOKENIZER)).get("config", {})
+        text = read_json(os.path.join(folder, TOKENIZER)).get("config", {})
     weights = os.path.join(folder, WEIGHTS)
     if not os.path.isfile(weights):
         raise UserError(f"{folder}: no {WEIGHTS}")

@@ -19,7 +19,6 @@ that order.
 """
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -69,11 +68,7 @@ def read_vocabulary(folder, config):
     """`(vocabulary, order)`: the tokens in our order (`SPECIAL_TOKENS`, then the folder's other pieces), and for
     each of our ids the checkpoint's (None for a token it lacks)."""
     path = os.path.join(folder, VOCABULARY)
-    try:
-        with open(path, encoding="utf-8") as file:
-            theirs = json.load(file)
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: not a readable JSON file ({error})") from None
+    theirs = huggingface.read_json(path)
     if len(theirs) != config["vocab_size"] or sorted(theirs.values()) != list(range(len(theirs))):
         raise UserError(f"{path}: {len(theirs)} pieces, not the vocab_size {config['vocab_size']} of its config with "
                         "ids 0 to vocab_size - 1")
