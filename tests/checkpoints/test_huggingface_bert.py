@@ -125,6 +125,17 @@ def test_a_task_whose_head_the_checkpoint_lacks_is_refused_in_one_line():
         BertMaskedLM.from_preset(str(SHARDED))
 
 
+# A fresh process with TensorFlow alone: the export's tokenizer and heads need nothing of ours.
+FILL_ALONE = """
+import sys
+import tensorflow as tf, tensorflow_text
+out = tf.saved_model.load(sys.argv[1]).signatures["fill_mask"](text=tf.constant(["The [MASK] runs."]),
+                                                               top_k=tf.constant(1))
+assert not any(name.startswith(("keras_attn", "pipelines")) for name in sys.modules)
+print(out["filled"].numpy()[0].decode())
+"""
+
+
 @pytest.mark.slow
 def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_refuses_what_it_cannot(
         tmp_path, capsys):
@@ -137,6 +148,13 @@ def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_re
     best = candidates.split(": ", 1)[1].split(" ")[0]
     vocabulary = (PRETRAINING / "vocab.txt").read_text().split("\n")
     assert filled == f"the {best} runs." and best in vocabulary and best not in ("[CLS]", "[SEP]", "[MASK]")
+    # In a fresh process with TensorFlow alone, the export fills the mask alike.
+    import subprocess
+    import sys
+
+    alone = subprocess.run([sys.executable, "-c", FILL_ALONE, str(tmp_path / "hf-bert" / "1")], capture_output=True,
+                           text=True, check=True)
+    assert alone.stdout.splitlines()[-1] == filled
     for folder, message in ((SHARDED, "bert-model-sharded: no masked-LM head in its weights"),
                             (tmp_path / "missing", "missing: no such folder")):
         assert cli.main(["import", str(folder), str(tmp_path / "other")]) == 2
