@@ -36,6 +36,7 @@ import numpy as np
 
 from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.models.captioner import ATTENTIONS
+from pipelines.captions import word_starts
 
 
 def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
@@ -54,7 +55,7 @@ def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
         grid: `(rows, columns)` of the attention's cells.
         tokenizer: the captions' tokenizer: `weights` has a row per token, and a word may be several
             tokens (with the scenes' 100-piece vocabulary "red" is r ##e ##d), so a word's row is the one
-            writing its first piece (`first_token_rows`).
+            writing its first piece (`pipelines.captions.word_starts`).
     """
     from keras_attn.layers.image_encoder import cell_centres
     from pipelines.scenes import SIZES, word_regions
@@ -64,7 +65,7 @@ def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
     counts = {size: np.zeros(6) for size in ["all", *SIZES]}
     for weight, caption, truth, box in zip(weights, captions, truths, boxes):
         written, true = caption.split(), truth.split()
-        rows_of = first_token_rows(written, tokenizer)
+        (rows_of,) = word_starts([caption], tokenizer)
         # the objects the caption names right: its size, colour and shape words, as the truth's
         for (first, end, (x0, y0, x1, y1)), (true_first, true_end, _) in zip(word_regions(caption, box),
                                                                              word_regions(truth, box)):
@@ -79,16 +80,6 @@ def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
             counts["all"] += one
             counts[true[true_first]] += one
     return {size: tuple(count) for size, count in counts.items()}
-
-
-def first_token_rows(words, tokenizer):
-    """The token row where each of `words` starts: the attention row of the step that writes its first piece."""
-    import tensorflow as tf
-
-    if not words:
-        return np.zeros(0, int)
-    pieces = tokenizer.tokenize(tf.constant(words, tf.string)).row_lengths().numpy()
-    return np.concatenate([[0], np.cumsum(pieces)[:-1]])
 
 
 def evaluate(task, scenes, batch_size=250):
@@ -269,7 +260,7 @@ def main():
 
             shown = next(i for i, count in enumerate(corpus[split].counts) if count >= 3)
             words = captions[shown].split()
-            rows_of = first_token_rows(words, task.preprocessor.tokenizer)
+            rows_of = word_starts([captions[shown]], task.preprocessor.tokenizer)[0][:len(words)]
             save_figure(caption_attention_figure(corpus[split].images[shown], words, weights[shown][rows_of],
                                                  task.backbone.encoder.grid_shape, title=captions[shown]), args.figure)
     if args.attention == "hard":  # the same weights reading the expectation (the soft context), not the argmax cell

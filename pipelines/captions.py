@@ -197,6 +197,28 @@ def _coco_rows(path):
     return rows
 
 
+def word_starts(captions, tokenizer):
+    """Where each word of each caption (split at spaces) starts among its tokens: for each caption, its words'
+    first token indices and then its token count (a word may be several tokens: "red" is r ##e ##d in a small
+    vocabulary). The step that writes a word's first token is that index.
+
+    Example:
+
+        >>> from pipelines.tokenizers import WordPieceTokenizer
+        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]", "[MASK]", "a", "r",
+        ...                                 "##e", "##d", "circle"])
+        >>> [starts.tolist() for starts in word_starts(["a red circle"], tokenizer)]
+        [[0, 1, 4, 5]]
+    """
+    words = [caption.split() for caption in captions]
+    every_word = [word for caption_words in words for word in caption_words]
+    pieces = (tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy() if every_word
+              else np.zeros(0, np.int64))
+    ends = np.cumsum([len(caption_words) for caption_words in words])  # each caption's words in `pieces`
+    return [np.concatenate([[0], np.cumsum(pieces[end - len(caption_words):end])]).astype(int)
+            for caption_words, end in zip(words, ends)]
+
+
 def word_boxes(captions, regions, preprocessor):
     """The box each token of each caption names: `(N, max_length, 4)` float32 `(x0, y0, x1, y1)` in pixels of the
     preprocessor's `image_size` square, `NO_BOX` for tokens that name none (what `caption_dataset` supervises the
@@ -219,15 +241,8 @@ def word_boxes(captions, regions, preprocessor):
         ((1, 32, 4), [[-1.0, -1.0, -1.0, -1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0]])
     """
     boxes = np.full((len(captions), preprocessor.max_length, 4), NO_BOX, np.float32)
-    words = [caption.split() for caption in captions]
-    every_word = [word for caption_words in words for word in caption_words]
-    pieces = preprocessor.tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy()
-    ends = np.cumsum([len(caption_words) for caption_words in words])  # each caption's words in `pieces`
-    for n, named in enumerate(regions):
-        if not named:
-            continue
-        starts = np.concatenate([[0], np.cumsum(pieces[ends[n] - len(words[n]):ends[n]])])  # its tokens' offsets
-        for first, end, box in named:
+    for n, (named, starts) in enumerate(zip(regions, word_starts(captions, preprocessor.tokenizer))):
+        for first, end, box in named or ():
             boxes[n, starts[first]:min(starts[end], preprocessor.max_length)] = box
     return boxes
 
