@@ -653,11 +653,11 @@ def _pretrain(args):
 
 
 def _finetune(args):
-    from keras_attn.jobs import bert
-
     from keras_attn.checkpoints.huggingface import CONFIG
+    from keras_attn.jobs import bert
+    from keras_attn.jobs.bert_loader import is_checkpoint_folder
 
-    if not run_folder.is_run_folder(args.model_dir) and not os.path.isfile(os.path.join(args.model_dir, CONFIG)):
+    if not run_folder.is_run_folder(args.model_dir) and not is_checkpoint_folder(args.model_dir):
         _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS}) nor a "
                                              f"Hugging Face or keras-hub BERT folder (no {CONFIG})")
     result = bert.finetune(_config_from(args, config.FinetuneConfig))

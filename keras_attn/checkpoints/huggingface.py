@@ -28,6 +28,12 @@ def is_folder(path):
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path)
 
 
+def names_checkpoint(preset, presets):
+    """Whether `from_preset(preset)` reads a checkpoint folder: `preset` is a folder and not one of `presets`
+    (a preset's name wins over a folder of that name)."""
+    return preset not in presets and is_folder(preset)
+
+
 def read_json(path):
     """The JSON file `path`, refused in one line if it cannot be read."""
     try:

@@ -40,7 +40,7 @@ def read_pretrained(model_dir):
     """
     if run_folder.is_run_folder(model_dir):
         return _read_run_folder(model_dir)
-    if _is_checkpoint(model_dir):
+    if is_checkpoint_folder(model_dir):
         return _read_checkpoint_folder(model_dir)
     extra = os.path.join(model_dir, "assets.extra")
     paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
@@ -75,7 +75,8 @@ def _read_run_folder(run_dir):
                        "max_length": bound["max_sequence_length"]}
 
 
-def _is_checkpoint(model_dir):
+def is_checkpoint_folder(model_dir):
+    """Whether `model_dir` is a Hugging Face or keras-hub BERT folder (it has their `config.json`)."""
     return os.path.isfile(os.path.join(model_dir, checkpoints.huggingface.CONFIG))
 
 
@@ -110,7 +111,7 @@ def load_backbone(model_dir, dropout=0.1):
     """
     _, settings = read_pretrained(model_dir)
     backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
-    if _is_checkpoint(model_dir):
+    if is_checkpoint_folder(model_dir):
         checkpoints.huggingface.assign(backbone.weights, _checkpoint(model_dir).values, model_dir)
     elif run_folder.is_run_folder(model_dir):
         BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))  # heads dropped

@@ -134,7 +134,7 @@ class BertBackbone(Backbone):
     def from_preset(cls, preset, **kwargs):
         """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
         BERT folder with its weights (`keras_attn.checkpoints.bert`; `dropout`, `dtype`, `name` may be given)."""
-        if _is_checkpoint(preset):
+        if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.bert import load_backbone
 
             return load_backbone(preset, **kwargs)
@@ -184,17 +184,12 @@ def backbone_arguments(settings):
             if k not in ("lowercase", "strip_accents", "max_length", "dropout", "dtype", "name", "trainable")}
 
 
-def _is_checkpoint(preset):
-    """Whether `preset` names a Hugging Face BERT folder: a folder, and not the name of one of `PRESETS`."""
-    return preset not in PRESETS and huggingface.is_folder(preset)
-
-
 class _BertTask(Task):
     @classmethod
     def from_preset(cls, preset, preprocessor=None, **kwargs):
         """A new task on a new backbone of `preset` (see `Task.from_preset`), or the task of a Hugging Face BERT
         folder, with the heads its checkpoint has (`keras_attn.checkpoints.bert.load_task`)."""
-        if _is_checkpoint(preset):
+        if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.bert import load_task
 
             return load_task(cls, preset, preprocessor, **kwargs)

@@ -5,9 +5,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding, graph
+from keras_attn.checkpoints import huggingface
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
-from keras_attn.models.transformer import TransformerBackbone, is_checkpoint
+from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS, TransformerBackbone
 from keras_attn.training.losses import MaskedSparseCrossEntropy
 from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
 from keras_attn.training.optimizers import transformer_adam
@@ -68,7 +69,7 @@ class Seq2SeqLM(Task):
         """A new task on a new backbone of `preset` (see `Task.from_preset` and `make_backbone`), or the
         translator of a Hugging Face Marian folder with its tokenizers (`keras_attn.checkpoints.marian.load_task`).
         """
-        if is_checkpoint(preset):
+        if huggingface.names_checkpoint(preset, TRANSFORMER_PRESETS):
             from keras_attn.checkpoints.marian import load_task
 
             return load_task(preset, preprocessor, **kwargs)

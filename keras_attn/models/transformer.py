@@ -19,11 +19,6 @@ from keras_attn.special_tokens import PAD_ID
 PRESETS = _ALL_PRESETS["transformer"]
 
 
-def is_checkpoint(preset):
-    """Whether `preset` names a Hugging Face Marian folder: a folder, and not the name of one of `PRESETS`."""
-    return preset not in PRESETS and huggingface.is_folder(preset)
-
-
 @keras.saving.register_keras_serializable(package="keras_attn")
 class TransformerBackbone(Backbone):
     """The Transformer as a functional `keras.Model`: source and shifted target in, logits out.
@@ -172,7 +167,7 @@ class TransformerBackbone(Backbone):
     def from_preset(cls, preset, **kwargs):
         """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
         Marian folder with its weights (`keras_attn.checkpoints.marian`; `dropout`, `dtype`, `name` may be given)."""
-        if is_checkpoint(preset):
+        if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.marian import load_backbone
 
             return load_backbone(preset, **kwargs)
