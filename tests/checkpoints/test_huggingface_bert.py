@@ -136,14 +136,28 @@ print(out["filled"].numpy()[0].decode())
 """
 
 
-@pytest.mark.slow
-def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_refuses_what_it_cannot(
-        tmp_path, capsys):
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """`keras-attn import` of the pretraining folder: what it printed, and the export's folder."""
+    import contextlib
+    import io
+
     from keras_attn import cli
 
-    assert cli.main(["import", str(PRETRAINING), str(tmp_path / "hf-bert")]) == 0
-    assert capsys.readouterr().out.startswith(f"{tmp_path / 'hf-bert' / '1'}: BertPretrainer of ")
-    assert cli.main(["fill-mask", str(tmp_path / "hf-bert" / "1"), "The [MASK] runs."]) == 0
+    root, printed = tmp_path_factory.mktemp("saved"), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["import", str(PRETRAINING), str(root / "hf-bert")]) == 0
+    return printed.getvalue(), root / "hf-bert" / "1"
+
+
+@pytest.mark.slow
+def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_refuses_what_it_cannot(
+        imported, tmp_path, capsys):
+    from keras_attn import cli
+
+    printed, export = imported
+    assert printed.startswith(f"{export}: BertPretrainer of ")
+    assert cli.main(["fill-mask", str(export), "The [MASK] runs."]) == 0
     filled, candidates = capsys.readouterr().out.splitlines()  # read as the folder's tokenizer reads: lowercased
     best = candidates.split(": ", 1)[1].split(" ")[0]
     vocabulary = (PRETRAINING / "vocab.txt").read_text().split("\n")
@@ -152,7 +166,7 @@ def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_re
     import subprocess
     import sys
 
-    alone = subprocess.run([sys.executable, "-c", FILL_ALONE, str(tmp_path / "hf-bert" / "1")], capture_output=True,
+    alone = subprocess.run([sys.executable, "-c", FILL_ALONE, str(export)], capture_output=True,
                            text=True, check=True)
     assert alone.stdout.splitlines()[-1] == filled
     for folder, message in ((SHARDED, "bert-model-sharded: no masked-LM head in its weights"),
@@ -190,14 +204,13 @@ def test_finetune_takes_the_folder_itself(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_finetune_trains_a_classifier_from_an_imported_bert_that_classify_serves(tmp_path, capsys):
+def test_finetune_trains_a_classifier_from_an_imported_bert_that_classify_serves(imported, tmp_path, capsys):
     from keras_attn import cli
 
     train = tmp_path / "train.tsv"
     train.write_text("".join(f"{noun}\tthe {noun} {verb} on the mat .\n" for noun in ("dog", "cat")
                              for verb in ("runs", "sleeps", "runs", "sleeps") * 4))
-    assert cli.main(["import", str(PRETRAINING), str(tmp_path / "saved" / "hf-bert")]) == 0
-    argv = ["finetune", str(tmp_path / "saved" / "hf-bert" / "1"), "--train", str(train), "--epochs", "1",
+    argv = ["finetune", str(imported[1]), "--train", str(train), "--epochs", "1",
             "--batch-size", "8", "--precision", "float32", "--run-dir", str(tmp_path / "run"),
             "--export", str(tmp_path / "saved")]
     assert cli.main(argv) == 0

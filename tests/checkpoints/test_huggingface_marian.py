@@ -164,12 +164,7 @@ def test_import_exports_a_translator_that_translates_as_the_task_and_converts_fo
     capsys.readouterr()
     assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *plain]) == 0
     assert capsys.readouterr().out.splitlines() == expected[:4]  # swish, halves, the logits' bias, the tokenizers
-    # evaluate scores it, and serve answers with it, as with our own exports
-    (tmp_path / "src.txt").write_text("\n".join(plain) + "\n")
-    (tmp_path / "ref.txt").write_text("\n".join(expected[:4]) + "\n")
-    assert cli.main(["evaluate", str(tmp_path / "opus" / "1"), "--src", str(tmp_path / "src.txt"), "--ref",
-                     str(tmp_path / "ref.txt"), "--beam-width", "1"]) == 0
-    assert capsys.readouterr().out.startswith("exact match 100.0%, BLEU 100.00")
+    # serve answers with it, as with our own exports
     from starlette.testclient import TestClient
 
     from keras_attn.config import ServeConfig
