@@ -35,6 +35,7 @@ SLOWEST_FIRST = (
     "tests/test_docs.py",
     "tests/training/test_fault_tolerance.py",
     "tests/jobs/test_translation_job.py",
+    "tests/models/test_captioner.py",
     "tests/jobs/test_captioning_job.py",
     "tests/training/test_runner.py",
     "tests/jobs/test_bert_job.py",
