@@ -20,6 +20,7 @@ import dataclasses
 
 from keras_attn.errors import UserError
 from keras_attn.presets import PRESETS, architecture
+from pipelines.scenes import SPLIT_SIZES as SCENE_SPLITS
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
@@ -396,11 +397,13 @@ class CaptionConfig(GenerationConfig):
                                   CAPTION_DATA, metavar="FILE")
     test_captions: str = setting(None, "test captions, scored at the end (default: the validation ones)",
                                  CAPTION_DATA, metavar="FILE")
-    builtin_scenes: int = setting(12000, "training scenes of the built-in corpus", CAPTION_DATA, AT_LEAST_10)
+    builtin_scenes: int = setting(SCENE_SPLITS["train"], "training scenes of the built-in corpus", CAPTION_DATA,
+                                  AT_LEAST_10)
     builtin_objects: int = setting(None, "the most objects in a built-in scene (default: the corpus's, 4)",
                                    CAPTION_DATA, AT_LEAST_1, metavar="N")
-    builtin_eval_size: int = setting(500, "scenes in each of the built-in corpus's validation, test and held-out test "
-                                     "splits", CAPTION_DATA, AT_LEAST_1, metavar="N")
+    builtin_eval_size: int = setting(None, "scenes in each of the built-in corpus's validation, test and held-out "
+                                     f"test splits (default: {SCENE_SPLITS['valid']:,}, {SCENE_SPLITS['test']:,} and "
+                                     f"{SCENE_SPLITS['held_out']:,})", CAPTION_DATA, AT_LEAST_1, metavar="N")
     valid_fraction: float = 0.05
     vocabulary_size: int = setting(5000, "WordPiece vocabulary size", CAPTION_DATA, AT_LEAST_10, flag="--vocab-size",
                                    metavar="N")

@@ -43,6 +43,7 @@ COLOURS = {
 SIZES = {"small": (4, 5), "large": (8, 10)}  # half-widths in pixels, from-to
 HELD_OUT = (("red", "circle"), ("green", "square"), ("blue", "triangle"), ("yellow", "diamond"))
 MAX_OBJECTS = 4
+SPLIT_SIZES = {"train": 12000, "valid": 500, "test": 1000, "held_out": 1000}  # scenes a split
 MIN_GAP = 4  # pixels between two objects' centres in x, and between their boxes
 
 
@@ -77,8 +78,8 @@ def word_regions(caption, boxes):
     return [(i - 2, i + 1, tuple(int(v) for v in box)) for i, box in zip(shapes, boxes)]
 
 
-def scenes_corpus(seed=0, train_size=12000, valid_size=500, test_size=1000, held_out_size=1000,
-                  max_objects=MAX_OBJECTS):
+def scenes_corpus(seed=0, train_size=SPLIT_SIZES["train"], valid_size=SPLIT_SIZES["valid"],
+                  test_size=SPLIT_SIZES["test"], held_out_size=SPLIT_SIZES["held_out"], max_objects=MAX_OBJECTS):
     """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects` objects each,
     drawn from `seed`."""
     rng = np.random.default_rng(seed)

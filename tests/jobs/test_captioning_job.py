@@ -119,3 +119,12 @@ def test_xla_over_terms_that_sum_across_replicas_is_refused(tmp_path, capsys, fl
                      "/cpu:1", "--builtin-scenes", "10", "--run-dir", str(tmp_path / "run"), "--no-export"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "on 2 replicas: their terms sum over the replicas inside the forward pass" in err
+
+
+def test_the_jobs_built_in_splits_are_the_corpus_own_so_the_benchmark_scores_the_same_held_out_scenes(tmp_path):
+    """Without --builtin-eval-size the job draws the corpus's split sizes, as benchmarks/captioning.py does."""
+    splits = captioning.load_splits(CaptionConfig(builtin_scenes=20, run_dir=str(tmp_path)), {})
+    corpus = scenes_corpus(seed=0, train_size=20)
+    for split in ("train", "valid", "test", "held_out"):
+        assert splits[split].captions == corpus[split].captions, split
+    np.testing.assert_array_equal(splits["held_out"].images, corpus["held_out"].images)
