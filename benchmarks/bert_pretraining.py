@@ -43,7 +43,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import random
 import re
 import sys
@@ -59,6 +58,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.measures import describe_cpu  # noqa: E402
 from keras_attn.serving.bert import BertServer  # noqa: E402
 from keras_attn.serving import export  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
@@ -398,17 +398,6 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
 
 # --- main --------------------------------------------------------------------------------
 
-def cpu_description():
-    flags = ""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        model = re.search(r"model name\s*:\s*(.*)", info).group(1)
-        flags = " ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f" {f}" in info)
-    except (OSError, AttributeError):
-        model = platform.processor()
-    return f"{model}, {os.cpu_count()} cores, {flags or 'no avx512/bf16 flags'}"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["speed", "pretrain", "sst2", "all"], default="all",
@@ -450,7 +439,7 @@ def main():
     if run_dir.exists():
         sys.exit(f"{run_dir} exists: give a new --run-dir (this benchmark trains from scratch)")
     run_dir.mkdir(parents=True)
-    results = {"cpu": cpu_description(), "args": vars(args)}
+    results = {"cpu": describe_cpu(), "args": vars(args)}
     print(f"CPU: {results['cpu']}; TensorFlow {tf.__version__}, Keras {keras.__version__}", flush=True)
     if args.only == "sst2":
         if not args.pretrained:

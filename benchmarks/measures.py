@@ -9,7 +9,11 @@
   and cuts.
 - `fit_steps_per_second`: a compiled model's training steps/s under `fit`,
   warmed up first and timed between steps.
+- `describe_cpu`: the CPU a figure was measured on, as the benchmark pages
+  name it (a figure holds for its CPU type).
 """
+
+import os
 
 import time
 
@@ -116,3 +120,25 @@ def fit_steps_per_second(model, batches, steps, warmup_steps):
     clock = _StepClock()
     model.fit(batches, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
     return steps / (clock.last - clock.first)
+
+
+CPU_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides bfloat16's and AMX's speed
+
+
+def describe_cpu(cpuinfo="/proc/cpuinfo"):
+    """The CPU type in one line: model name, family/model, cores and which of `CPU_FLAGS` it has.
+
+    Example:
+
+        >>> describe_cpu()  # doctest: +SKIP
+        'Intel(R) Xeon(R) Processor, family 6 model 167, 2 cores, flags: avx512f avx512_bf16 amx_bf16 amx_tile'
+    """
+    try:
+        with open(cpuinfo) as file:
+            text = file.read().split("\n\n")[0]  # the first processor
+    except OSError:
+        return f"unknown CPU ({cpuinfo} unreadable), {os.cpu_count()} cores"
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
+    flags = [flag for flag in CPU_FLAGS if flag in fields.get("flags", "").split()]
+    return (f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}, "
+            f"{os.cpu_count()} cores, flags: {' '.join(flags) or 'none of ' + ' '.join(CPU_FLAGS)}")

@@ -96,3 +96,16 @@ def test_captioning_grounding_reads_each_word_at_its_first_token():
     by_size = grounding([weights], [caption], [caption], [np.array([[0, 0, 1, 1]])], (2, 2), 4, tokenizer)
     hits, words, _, mass, objects, _ = by_size["all"]
     assert (hits, words, mass, objects) == (3, 3, 1, 1)
+
+
+def test_the_cpu_is_named_by_its_first_processors_family_model_and_speed_flags(tmp_path):
+    from benchmarks.measures import describe_cpu
+
+    processor = ("processor\t: {n}\nmodel name\t: Intel(R) Xeon(R) Processor\ncpu family\t: 6\nmodel\t\t: {model}\n"
+                 "flags\t\t: fpu avx2 avx512f {extra}\n")
+    (tmp_path / "cpuinfo").write_text(processor.format(n=0, model=207, extra="amx_tile amx_bf16") + "\n"
+                                      + processor.format(n=1, model=167, extra="avx512_bf16"))
+    described = describe_cpu(str(tmp_path / "cpuinfo"))
+    assert described.startswith("Intel(R) Xeon(R) Processor, family 6 model 207, ")
+    assert described.endswith(", flags: avx512f amx_bf16 amx_tile")  # avx512_bf16 is the second processor's
+    assert "unreadable" in describe_cpu(str(tmp_path / "missing"))

@@ -248,16 +248,14 @@ def table(results):
 
 
 def describe_machine(threads):
-    """The CPU, its bfloat16 flags, the load average and the frameworks' versions, in one line."""
+    """The CPU (`benchmarks.measures.describe_cpu`), the load average and the frameworks' versions, in one line."""
     from importlib.metadata import version
 
-    with open("/proc/cpuinfo") as cpuinfo:
-        fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in cpuinfo)}
-    flags = [flag for flag in fields.get("flags", "").split() if "bf16" in flag]
+    from benchmarks.measures import describe_cpu
+
     loads = " ".join(f"{load:.2f}" for load in os.getloadavg())
     versions = ", ".join(f"{name} {version(name)}" for name in ("tensorflow", "keras", "torch"))
-    return (f"{fields.get('model name', '?')}, {os.cpu_count()} cores ({', '.join(flags) or 'no bf16 flags'}), "
-            f"load average {loads}; {threads} intra-op threads each; {versions}")
+    return f"{describe_cpu()}; load average {loads}; {threads} intra-op threads each; {versions}"
 
 
 def ours_command(family, precision, args):
