@@ -37,6 +37,7 @@ import numpy as np
 from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.models.captioner import ATTENTIONS
 from pipelines.captions import word_starts
+from pipelines.scenes import SPLIT_SIZES
 
 
 def grounding(weights, captions, truths, boxes, grid, image_size, tokenizer):
@@ -189,7 +190,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--warmup-steps", type=int, default=200)
-    parser.add_argument("--train-size", type=int, default=12000)
+    parser.add_argument("--train-size", type=int, default=SPLIT_SIZES["train"])
     parser.add_argument("--regularization", type=float, help="lambda of the doubly stochastic term (default: the model's)")
     parser.add_argument("--stage-depth", type=int, help="3x3 convolutions per encoder stage (default: the preset's)")
     parser.add_argument("--filters", type=int, nargs="+", help="the encoder's stage widths (default: the preset's)")

@@ -80,12 +80,12 @@ def load_splits(config, listed, log=print):
         listed: `read_caption_files(config)`.
     """
     if not listed:
-        chosen = {"max_objects": config.builtin_objects}
+        chosen = {}  # what is not given is the corpus's own
         if config.builtin_eval_size:
-            chosen.update(valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
-                          held_out_size=config.builtin_eval_size)
-        corpus = scenes.scenes_corpus(seed=config.seed, train_size=config.builtin_scenes,
-                                      **{name: value for name, value in chosen.items() if value})
+            chosen = dict.fromkeys(("valid_size", "test_size", "held_out_size"), config.builtin_eval_size)
+        if config.builtin_objects:
+            chosen["max_objects"] = config.builtin_objects
+        corpus = scenes.scenes_corpus(seed=config.seed, train_size=config.builtin_scenes, **chosen)
         return {split: CaptionSplit(data.images, data.captions, np.arange(len(data.captions)),
                                     [f"built-in {split} scene {i}" for i in range(len(data.captions))],
                                     _object_regions(data, config.image_size))
