@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import masking
-from keras_attn.layers.backend import require_tensorflow
+from keras_attn.layers.backend import optimization_barrier_under_xla, require_tensorflow
 from keras_attn.layers.blockwise_attention import blockwise_attention
 from keras_attn.layers.initializers import clone_initializer
 
@@ -72,7 +72,10 @@ class MultiHeadAttention(keras.layers.Layer):
     its own; without it, the cache replaces `key` and `value` (precomputed
     cross-attention). Per step, nothing is recomputed; appending copies the
     steps so far (TensorFlow updates no tensor in place), which costs half
-    what writing into a preallocated cache of the final length does.
+    what writing into a preallocated cache of the final length does. A
+    preallocated cache (`empty_cache(..., length=)`, then
+    `preallocated=True`) keeps every shape fixed from step to step, which
+    a decoding loop compiled once by XLA needs.
 
     Args:
         num_heads: number of attention heads `h`.
@@ -113,6 +116,12 @@ class MultiHeadAttention(keras.layers.Layer):
             `key` and `value` (precomputed cross-attention).
         cache_index: int or scalar int tensor, the step index of
             `query[:, 0]`: the number of steps `L` the cache holds.
+        preallocated: the cache given with `cache_index` has its final
+            length `L` (`empty_cache(..., length=)`): the projections of the
+            new steps are written over its steps `cache_index ...
+            cache_index + Tq - 1` (which must lie within `L`), the steps
+            after them (not written yet) are masked, and the cache keeps
+            its shape.
         query_mask, value_mask, key_mask: optional `(B, T)` padding masks;
             Keras fills them from the inputs' masks (e.g. from
             `Embedding(mask_zero=True)`).
@@ -120,7 +129,7 @@ class MultiHeadAttention(keras.layers.Layer):
     Returns:
         `output` `(B, Tq, output_dim)`; then the attention weights
         `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L + Tq` with
-        a cache to append to, `L` with a precomputed one); then the updated
+        a cache to append to, `L` with a precomputed or preallocated one); then the updated
         cache if `cache` and `cache_index` were given. A query whose keys
         are all masked gets all-zero weights.
 
@@ -260,7 +269,8 @@ class MultiHeadAttention(keras.layers.Layer):
     def project(self, x, kernel, bias):
         """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → heads `(B, h, T, d)`."""
         dim, h, d = kernel.shape
-        y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, h * d)))
+        kernel = optimization_barrier_under_xla(ops.reshape(kernel, (dim, h * d)))
+        y = ops.matmul(ops.reshape(x, (-1, dim)), kernel)
         if bias is not None:
             y = y + ops.reshape(bias, (h * d,))
         return _split_heads(y, ops.shape(x)[0], ops.shape(x)[1], h)
@@ -308,19 +318,21 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": self.project(value, self.value_kernel, self.value_bias),
         }
 
-    def empty_cache(self, batch_size, dtype=None):
+    def empty_cache(self, batch_size, dtype=None, length=None):
         """A self-attention cache that holds no step yet.
 
         Args:
             batch_size: `B`, an int or scalar int tensor.
             dtype: the cache's dtype.
+            length: `None` (the cache grows by each step), or the steps it
+                will hold (zeros to be written with `preallocated=True`).
 
         Returns:
-            `{"key": (B, h, 0, d_k), "value": (B, h, 0, d_v)}` in `dtype`
-            (default: the layer's compute dtype).
+            `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}` in `dtype`
+            (default: the layer's compute dtype), `L` = `length` or 0.
         """
         dtype = dtype or self.compute_dtype
-        shape = (batch_size, self.num_heads, 0)
+        shape = (batch_size, self.num_heads, length or 0)
         return {
             "key": ops.zeros(shape + (self.key_dim,), dtype),
             "value": ops.zeros(shape + (self.value_dim,), dtype),
@@ -337,12 +349,15 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
         cache=None,
         cache_index=None,
+        preallocated=False,
         query_mask=None,
         value_mask=None,
         key_mask=None,
     ):
         precomputed = cache is not None and cache_index is None
         updates_cache = cache is not None and cache_index is not None
+        if preallocated and not updates_cache:
+            raise ValueError("preallocated=True writes into a `cache` at `cache_index`: give both")
         # Not with a cache: a decoding step is too small to amortize
         # concatenating the three kernels (measured slower).
         fuse = (
@@ -365,7 +380,13 @@ class MultiHeadAttention(keras.layers.Layer):
             else:
                 k = self.project(key, self.key_kernel, self.key_bias)
                 v = self.project(value, self.value_kernel, self.value_bias)
-        if updates_cache:
+        if preallocated:
+            start = (0, 0, cache_index, 0)
+            k = ops.slice_update(cache["key"], start, ops.cast(k, cache["key"].dtype))
+            v = ops.slice_update(cache["value"], start, ops.cast(v, cache["value"].dtype))
+            cache = {"key": k, "value": v}
+            use_causal_mask = True  # also masks the steps not written yet
+        elif updates_cache:
             k = ops.concatenate([cache["key"], k], axis=2)
             v = ops.concatenate([cache["value"], v], axis=2)
             cache = {"key": k, "value": v}

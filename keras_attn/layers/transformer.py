@@ -216,6 +216,8 @@ class TransformerDecoderBlock(_TransformerBlock):
             `empty_cache` then from the previous call.
         cache_index: int or scalar int tensor, the step index of `x[:, 0]`
             (the `L` steps the cache holds).
+        preallocated: the cache has its final length (`empty_cache(...,
+            length=)`) and the new steps are written into it.
         cross_attention_cache: optional projected encoder keys and values
             `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, from
             `cross_attention.project_key_value`; replaces `encoder_outputs`.
@@ -262,15 +264,16 @@ class TransformerDecoderBlock(_TransformerBlock):
         self.feed_forward_norm = self._add_and_norm("feed_forward_norm")
         self.feed_forward_norm.build(x_shape)
 
-    def empty_cache(self, batch_size, dtype=None):
+    def empty_cache(self, batch_size, dtype=None, length=None):
         """A self-attention `cache` that holds no step yet.
 
         Returns:
-            `{"key": (B, h, 0, d/h), "value": (B, h, 0, d/h)}` in `dtype`
-            (default: the block's compute dtype).
+            `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}` in `dtype`
+            (default: the block's compute dtype), `L` = `length` (to be
+            written with `preallocated=True`) or 0.
         """
         return self.self_attention.empty_cache(
-            batch_size, dtype or self.compute_dtype
+            batch_size, dtype or self.compute_dtype, length=length
         )
 
     def call(
@@ -282,6 +285,7 @@ class TransformerDecoderBlock(_TransformerBlock):
         training=None,
         cache=None,
         cache_index=None,
+        preallocated=False,
         cross_attention_cache=None,
         return_attention_scores=False,
         mask=None,
@@ -313,6 +317,7 @@ class TransformerDecoderBlock(_TransformerBlock):
             training=training,
             cache=cache,
             cache_index=cache_index,
+            preallocated=preallocated,
         )
         attended = attended if isinstance(attended, tuple) else (attended,)
         x, self_scores = attended[0], None

@@ -127,6 +127,55 @@ def test_cached_steps_equal_the_full_causal_pass(chunk):
         np.testing.assert_allclose(cache[name], projected[name], atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 6])  # steps fed per call
+def test_preallocated_cache_steps_equal_the_full_causal_pass(chunk):
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(2, 6, 8)).astype("float32")
+    full, full_scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    cache = layer.empty_cache(2, length=9)
+    assert cache["key"].shape == cache["value"].shape == (2, 2, 9, 4)  # (B, h, L, d)
+    # Not zeros: the steps not written yet must be masked, whatever they hold.
+    cache = {name: RNG.normal(size=(2, 2, 9, 4)).astype("float32") for name in cache}
+    steps, scores = [], []
+    for t in range(0, 6, chunk):
+        new = x[:, t : t + chunk]
+        out, step_scores, cache = layer(
+            new, new, cache=cache, cache_index=t, preallocated=True, return_attention_scores=True
+        )
+        assert cache["key"].shape == (2, 2, 9, 4) and step_scores.shape[-1] == 9
+        steps.append(np.asarray(out))
+        scores.append(np.asarray(step_scores))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    scores = np.concatenate(scores, axis=2)
+    np.testing.assert_allclose(scores[..., :6], full_scores, atol=1e-5)
+    assert np.all(scores[..., 6:] == 0)
+    projected = layer.project_key_value(x)
+    for name in ("key", "value"):
+        np.testing.assert_allclose(cache[name][:, :, :6], projected[name], atol=1e-6)
+
+
+def test_preallocated_needs_a_cache_and_its_index():
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(2, 1, 8)).astype("float32")
+    with pytest.raises(ValueError, match="cache_index"):
+        layer(x, x, cache=layer.empty_cache(2, length=3), preallocated=True)
+
+
+def test_optimization_barrier_on_the_kernels_only_when_compiled_by_xla():
+    layer = MultiHeadAttention(2, 4)
+    x = RNG.normal(size=(1, 1, 8)).astype("float32")
+    layer(x, x)
+
+    def ops_of(jit_compile):
+        project = tf.function(lambda x: layer.project(x, layer.query_kernel, layer.query_bias), jit_compile=jit_compile)
+        return project, {op.type for op in project.get_concrete_function(x).graph.get_operations()}
+
+    compiled, compiled_ops = ops_of(True)
+    plain, plain_ops = ops_of(False)
+    assert "XlaOptimizationBarrier" in compiled_ops and "XlaOptimizationBarrier" not in plain_ops
+    np.testing.assert_allclose(compiled(x), plain(x), atol=1e-6)
+
+
 def test_cached_steps_in_a_tf_function_with_other_value_dim():
     layer = MultiHeadAttention(2, 4, value_dim=3)
     x = RNG.normal(size=(2, 5, 8)).astype("float32")
