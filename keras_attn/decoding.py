@@ -27,16 +27,30 @@ Every search is one `tf.while_loop`: it runs eagerly and inside
 `max_length` may also be a `(B,)` budget per source (`max_decode_length`
 gives one), so a sentence decodes the same alone as beside longer ones.
 
+Fixed shapes, for XLA: with `cache_length` (a Python int), `greedy_search`
+and `beam_search` keep every row to the end and ask the stepper for caches
+preallocated to that many steps (`initial_state(..., cache_length=)` and
+`step(..., preallocated=True)`, which `Stepper` offers when its backbone
+does: `Stepper.preallocates`), so no loop variable changes its shape.
+`CompiledSearch` runs them as one XLA program per shape bucket: on CPU a
+step of one sentence then costs about its matrix products, as
+CTranslate2's does; from about 8 rows on, TensorFlow's own matrix products
+are the faster. Each program compiles (seconds) when a process first
+meets its shape.
+
 Conventions: [PAD] (id 0) is never emitted before [EOS]; outputs exclude
 [BOS], include [EOS] and are padded with [PAD] after it; a log-probability
 or length counts the tokens up to and including [EOS].
 """
 
+import functools
+import inspect
 import math
 
 import tensorflow as tf
 from keras import ops
 
+from keras_attn import graph
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 _INF = math.inf
@@ -72,12 +86,24 @@ class Stepper:
     def __init__(self, backbone):
         self.backbone = backbone
 
-    def initial_state(self, source, beam_width=1):
-        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source."""
-        encoded = self.backbone.call_encoder(source, rows_per_source=beam_width)
-        return {"encoded": encoded, "cache": self.backbone.initial_cache(encoded, rows_per_source=beam_width)}
+    @property
+    def preallocates(self):
+        """Whether the backbone's caches can be preallocated (`initial_cache(..., length=)`: the Transformer's),
+        which the searches with `cache_length` and `CompiledSearch` need."""
+        return "length" in inspect.signature(self.backbone.initial_cache).parameters
 
-    def step(self, token_ids, state, index, return_attention_scores=False):
+    def initial_state(self, source, beam_width=1, cache_length=None):
+        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source.
+
+        With `cache_length` (an int), the caches are allocated for that many
+        steps and `step(..., preallocated=True)` writes into them: the state
+        keeps its shapes from step to step.
+        """
+        encoded = self.backbone.call_encoder(source, rows_per_source=beam_width)
+        length = {} if cache_length is None else {"length": cache_length}
+        return {"encoded": encoded, "cache": self.backbone.initial_cache(encoded, rows_per_source=beam_width, **length)}
+
+    def step(self, token_ids, state, index, return_attention_scores=False, preallocated=False):
         """Feeds `token_ids` `(R,)` at position `index`.
 
         Returns:
@@ -85,22 +111,24 @@ class Stepper:
             weights `[(R, heads, S)]`, one per decoder layer, when
             `return_attention_scores`.
         """
+        kwargs = {"preallocated": True} if preallocated else {}  # (a backbone without it takes no such argument)
         logits, cache, attention = self.backbone.call_decoder_with_cache(
-            token_ids, state["encoded"], state["cache"], index
+            token_ids, state["encoded"], state["cache"], index, **kwargs
         )
         new_state = {"encoded": state["encoded"], "cache": cache}
         return (logits, new_state, attention) if return_attention_scores else (logits, new_state)
 
 
 def greedy_search(
-    stepper, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID, return_attention=False
+    stepper, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID, return_attention=False, cache_length=None
 ):
     """Decodes by taking the most likely token at every step.
 
     The loop stops as soon as every sequence has emitted [EOS], or after
     `max_length` steps; sequences that have finished emit [PAD] meanwhile,
     and once a quarter of the rows have finished they leave the decoder's
-    batch (the later steps compute only the rows still decoding).
+    batch (the later steps compute only the rows still decoding), unless
+    the shapes are fixed (`cache_length`).
 
     Args:
         stepper: a decoder with `initial_state(source)` and
@@ -112,6 +140,12 @@ def greedy_search(
         bos_id: the token fed at the first step.
         eos_id: the token that ends a sequence.
         return_attention: also return the cross-attention weights.
+        cache_length: `None`, or a Python int: the caches are allocated for
+            that many steps (budgets above it are cut to it), every row
+            stays to the end, and every shape is fixed from step to step
+            (for XLA: one program a `(B, S, cache_length)`); the tokens are
+            then `(B, cache_length)` and `steps` (the steps run) is
+            returned too. Not with `return_attention`.
 
     Returns:
         A dict with `tokens` `(B, L)` int32, `scores` `(B,)` float32 (sums
@@ -129,6 +163,10 @@ def greedy_search(
         >>> sorted(outputs), outputs["tokens"].shape[0]
         (['lengths', 'scores', 'tokens'], 2)
     """
+    if cache_length is not None:
+        if return_attention:
+            raise ValueError("greedy_search: return_attention needs the growing caches (cache_length=None)")
+        return _fixed_shape_greedy_search(stepper, source, max_length, cache_length, bos_id, eos_id)
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
 
@@ -185,6 +223,35 @@ def greedy_search(
     return outputs
 
 
+def _fixed_shape_greedy_search(stepper, source, max_length, cache_length, bos_id, eos_id):
+    """`greedy_search(..., cache_length=)`: no row leaves the batch and the caches are written in place."""
+    source = tf.convert_to_tensor(source)
+    batch = tf.shape(source)[0]
+    budget = tf.minimum(_row_budgets(max_length, batch), cache_length)
+
+    def body(index, state, last, done, tokens, scores, lengths):
+        logits, state = stepper.step(last, state, index, preallocated=True)[:2]
+        token, log_prob = _greedy_step(logits, done, bos_id)
+        tokens = tf.tensor_scatter_nd_update(tokens, [[index]], token[None])  # (L, B): step `index`
+        lengths += tf.cast(~done, tf.int32)
+        done = done | tf.equal(token, eos_id) | (index + 1 >= budget)
+        return index + 1, state, token, done, tokens, scores + log_prob, lengths
+
+    loop = (
+        tf.constant(0),
+        stepper.initial_state(source, cache_length=cache_length),
+        tf.fill([batch], tf.cast(bos_id, tf.int32)),
+        budget <= 0,
+        tf.fill([cache_length, batch], PAD_ID),
+        tf.zeros([batch], tf.float32),
+        tf.zeros([batch], tf.int32),
+    )
+    steps, _, _, _, tokens, scores, lengths = tf.while_loop(
+        lambda index, state, last, done, *_: ~tf.reduce_all(done), body, loop, maximum_iterations=cache_length
+    )
+    return {"tokens": tf.transpose(tokens), "scores": scores, "lengths": lengths, "steps": steps}
+
+
 def _drop_finished_rows(state, rows):
     """Greedy search's state and rows without the finished rows, once a quarter of them have finished.
 
@@ -213,6 +280,7 @@ def beam_search(
     bos_id=BOS_ID,
     eos_id=EOS_ID,
     return_all_beams=False,
+    cache_length=None,
 ):
     """Beam search with the GNMT length penalty (Wu et al. 2016, section 7).
 
@@ -247,6 +315,12 @@ def beam_search(
         bos_id: the token fed at the first step.
         eos_id: the token that ends a hypothesis.
         return_all_beams: also return every hypothesis, best first.
+        cache_length: `None`, or a Python int: the caches are allocated for
+            that many steps (budgets above it are cut to it), no source
+            leaves the batch, and every shape is fixed from step to step
+            (for XLA: one program a `(B, S, cache_length, beam_width)`);
+            the tokens are then `(B, cache_length)` and `steps` (the steps
+            run) is returned too.
 
     Returns:
         A dict with the best hypothesis of each source: `tokens` `(B, L)`
@@ -273,12 +347,18 @@ def beam_search(
     width = tf.convert_to_tensor(beam_width, tf.int32)
     alpha = tf.cast(length_penalty, tf.float32)
     budget = _row_budgets(max_length, batch)
-    longest = tf.maximum(tf.reduce_max(budget), 0)  # 0 for an empty batch
+    fixed = cache_length is not None
+    if fixed:
+        budget = tf.minimum(budget, cache_length)
+        longest = cache_length
+    else:
+        longest = tf.maximum(tf.reduce_max(budget), 0)  # 0 for an empty batch
+    preallocated = {"preallocated": True} if fixed else {}  # (steppers without caches to preallocate take none)
 
     def body(index, state, beams):
         sources = tf.shape(beams["done"])[0]  # those still searched (`_drop_stopped_sources`)
         tokens = tf.reshape(beams["last"], [-1])
-        logits, new_state = stepper.step(tokens, state, index)[:2]
+        logits, new_state = stepper.step(tokens, state, index, **preallocated)[:2]
         log_probs = _log_probs(logits, bos_id)
         vocab_size = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [sources, width, vocab_size])  # (B, W, V)
@@ -333,10 +413,11 @@ def beam_search(
         beams = dict(
             beams, last=token, scores=scores, finished=finished, lengths=lengths, history=history, done=done,
         )
-        new_state, beams = _drop_stopped_sources(new_state, beams, width)
+        if not fixed:
+            new_state, beams = _drop_stopped_sources(new_state, beams, width)
         return index + 1, new_state, beams
 
-    state = stepper.initial_state(source, beam_width=width)
+    state = stepper.initial_state(source, beam_width=width, **({"cache_length": cache_length} if fixed else {}))
     # Only beam 0 is alive at first, so the first extensions all differ.
     first_scores = tf.where(tf.range(width) == 0, 0.0, -_INF)
     beams = {
@@ -358,7 +439,7 @@ def beam_search(
     # The steps run: while a source has not stopped, its best hypotheses grow.
     steps = tf.reduce_max(tf.concat([tf.reshape(lengths, [-1]), [0]], 0))
     ranked = {
-        "tokens": beams["history"][:, :, :steps],
+        "tokens": beams["history"] if fixed else beams["history"][:, :, :steps],
         "scores": scores,
         "log_probs": log_probs,
         "lengths": lengths,
@@ -368,6 +449,8 @@ def beam_search(
     outputs = {name: x[:, 0] for name, x in ranked.items()}
     if return_all_beams:
         outputs.update({f"beam_{name}": x for name, x in ranked.items()})
+    if fixed:
+        outputs["steps"] = steps
     return outputs
 
 
@@ -581,3 +664,116 @@ def _best_first(scores, finished):
         stable=True,
     )
     return tf.gather(order, finished_first, batch_dims=1)
+
+
+# --------------------------------------------------------------------------
+# The search compiled by XLA.
+
+SOURCE_BUCKETS = (16, 32, 64, 128, 256, 512)  # source lengths a compiled search pads to (the longest: its cap)
+
+
+class CompiledSearch:
+    """Greedy and beam search compiled by XLA: one program per shape bucket.
+
+    A call pads the batch to a power of two rows and the source to the
+    first of `SOURCE_BUCKETS` that holds it (or to `max_length`), then runs
+    `greedy_search` (width 1) or `beam_search` with `cache_length` in that
+    bucket's `tf.function(jit_compile=True)`. Each row's budget is
+    `max_decode_length(source, cap=max_length)`; a bucket's caches hold the
+    budget of a source that fills it, so each (rows, source bucket, beam
+    width) has exactly one program, compiled (seconds) the first time a
+    process meets it. The outputs equal `search`'s. Callable eagerly and
+    inside a `tf.function` (a SavedModel signature: the bucket is chosen
+    with `tf.switch_case`, and XLA compiles after loading).
+
+    Worth it for one sentence or a few: on CPU a step then costs about its
+    matrix products; from about 8 rows on, TensorFlow's graph (`search`) is
+    the faster.
+
+    Args:
+        stepper: a stepper with preallocated caches (`Stepper` of a
+            `TransformerBackbone`).
+        max_length: a Python int: the longest source and output (e.g. the
+            preprocessor's `max_length`).
+        length_penalty: beam search's α; greedy scores are normalized alike.
+        eos_id: the token that ends a hypothesis.
+
+    Example:
+
+        >>> from keras_attn.models import TransformerBackbone
+        >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny", max_sequence_length=64))
+        >>> compiled = CompiledSearch(stepper, max_length=64)
+        >>> compiled.source_lengths, compiled.cache_lengths  # a source of 17 to 32 tokens: caches of 58 steps
+        ((16, 32, 64), (34, 58, 64))
+        >>> outputs = compiled(np.array([[5, 6, 7, 3]], "int32"), beam_width=4)  # doctest: +SKIP
+    """
+
+    def __init__(self, stepper, max_length, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
+        self.stepper, self.max_length, self.length_penalty, self.eos_id = stepper, max_length, length_penalty, eos_id
+        self.source_lengths = tuple(n for n in SOURCE_BUCKETS if n < max_length) + (max_length,)
+        with tf.init_scope():  # the budget of a full bucket, by the one rule (eagerly, even while tracing)
+            full = [max_decode_length(tf.ones([1, n], tf.int32), cap=max_length) for n in self.source_lengths]
+            self.cache_lengths = tuple(int(budget[0]) for budget in full)
+        self.greedy_programs = [self._program(self._greedy, n) for n in self.cache_lengths]
+        self.beam_programs = [self._program(self._beam, n) for n in self.cache_lengths]
+
+    @staticmethod
+    def _program(search, cache_length):
+        return graph.function(functools.partial(search, cache_length=cache_length), jit_compile=True)
+
+    def _greedy(self, source, budget, cache_length):
+        outputs = greedy_search(self.stepper, source, budget, eos_id=self.eos_id, cache_length=cache_length)
+        scores = outputs["scores"] / gnmt_length_penalty(outputs["lengths"], self.length_penalty)
+        return outputs["tokens"], scores, outputs["steps"]
+
+    def _beam(self, source, budget, beam_width, cache_length):
+        # `beam_width` is an argument of the program: XLA takes it as a constant, one program per value.
+        outputs = beam_search(self.stepper, source, budget, beam_width, length_penalty=self.length_penalty,
+                              eos_id=self.eos_id, cache_length=cache_length)
+        return outputs["tokens"], outputs["scores"], outputs["steps"]
+
+    def __call__(self, source, beam_width=1):
+        """The best output of each source and its score.
+
+        Args:
+            source: `(B, S)` int token ids, 0 as padding, `S <= max_length`.
+            beam_width: a Python int or a scalar int32 tensor; 1 is greedy
+                search.
+
+        Returns:
+            `{"tokens": (B, L) int32, "scores": (B,)}` as `search`'s.
+        """
+        source = tf.convert_to_tensor(source, tf.int32)
+        batch, length = tf.shape(source)[0], tf.shape(source)[1]
+        checked = tf.debugging.assert_less_equal(
+            length, self.max_length, message=f"CompiledSearch takes sources of at most {self.max_length} tokens"
+        )
+        with tf.control_dependencies([checked]):
+            bucket = tf.minimum(tf.searchsorted(self.source_lengths, length[None])[0], len(self.source_lengths) - 1)
+        budget = max_decode_length(source, cap=self.max_length)
+        rows = _next_power_of_two(batch)
+        budget = tf.pad(budget, [[0, rows - batch]])  # padding rows: done before the first step
+
+        def branches(programs, *arguments):
+            def run(program, bucket_length):  # padded in its branch: for the other buckets it would be negative
+                return program(tf.pad(source, [[0, rows - batch], [0, bucket_length - length]]), *arguments)
+
+            return [functools.partial(run, *pair) for pair in zip(programs, self.source_lengths)]
+
+        def greedy():
+            return tf.switch_case(bucket, branches(self.greedy_programs, budget))
+
+        def beam():
+            return tf.switch_case(bucket, branches(self.beam_programs, budget, tf.cast(beam_width, tf.int32)))
+
+        if isinstance(beam_width, int):
+            tokens, scores, steps = greedy() if beam_width == 1 else beam()
+        else:
+            tokens, scores, steps = tf.cond(tf.equal(beam_width, 1), greedy, beam)
+        return {"tokens": tokens[:batch, :steps], "scores": scores[:batch]}
+
+
+def _next_power_of_two(n):
+    """The smallest power of two `>= n`, for a scalar int32 tensor `n` (1 for 0)."""
+    powers = tf.constant([2**i for i in range(31)], tf.int32)
+    return tf.gather(powers, tf.searchsorted(powers, tf.reshape(n, [1]))[0])

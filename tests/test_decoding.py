@@ -16,7 +16,7 @@ from keras_attn.decoding import (
     search,
     max_decode_length,
 )
-from keras_attn.models import TransformerBackbone
+from keras_attn.models import Seq2SeqBackbone, TransformerBackbone
 from benchmarks.measures import uncached_greedy_search
 
 SIGNATURE = [tf.TensorSpec([None, None], tf.int32)]  # as in an exported model
@@ -602,16 +602,20 @@ CONFIGS = {
 }
 
 
-def _teacher_forced(model, stepper, steps=8):
+def _teacher_forced(model, stepper, steps=8, **preallocated):
+    """The full pass's logits and the cached steps'; `preallocated`: `initial_state`'s `beam_width` and
+    `cache_length` for caches of a fixed length."""
     rng = np.random.default_rng(1)
     target_in = np.concatenate(
         [np.full((4, 1), BOS_ID), rng.integers(4, 40, size=(4, steps - 1))], axis=1
     ).astype("int32")
     full = np.asarray(model({"source": SOURCE, "target_in": target_in}), "float32")
-    state = stepper.initial_state(SOURCE)
+    state = stepper.initial_state(SOURCE, **preallocated)
     cached = []
     for index in range(steps):
-        logits, state = stepper.step(tf.constant(target_in[:, index]), state, tf.constant(index))
+        logits, state = stepper.step(
+            tf.constant(target_in[:, index]), state, tf.constant(index), preallocated=bool(preallocated)
+        )
         cached.append(np.asarray(logits, "float32"))
     return full, np.stack(cached, axis=1)
 
@@ -626,6 +630,16 @@ def _small_transformer(**options):
 def test_cached_steps_equal_the_teacher_forced_pass(config):
     model = _small_transformer(**CONFIGS[config])
     full, cached = _teacher_forced(model, Stepper(model))
+    np.testing.assert_allclose(cached, full, atol=1e-4)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("beam_width", [1, tf.constant(1)])  # a tensor: as for a beam, the output table transposed
+def test_preallocated_cached_steps_equal_the_teacher_forced_pass(config, beam_width):
+    model = _small_transformer(**CONFIGS[config])
+    stepper = Stepper(model)
+    assert stepper.preallocates and not Stepper(Seq2SeqBackbone(40, 40, hidden_dim=8)).preallocates
+    full, cached = _teacher_forced(model, stepper, beam_width=beam_width, cache_length=11)
     np.testing.assert_allclose(cached, full, atol=1e-4)
 
 
