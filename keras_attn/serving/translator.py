@@ -26,6 +26,9 @@ from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
 
 TASK_CONFIG = "translator_task.json"  # in assets.extra/
+# The requests `translate` runs through the search compiled by XLA: up to this many texts, at beam widths up to
+# this (1 is greedy search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
+COMPILED_ROWS, COMPILED_WIDTH = 4, 8
 
 
 class Translator(tf.Module):
@@ -37,7 +40,12 @@ class Translator(tf.Module):
       log-probability), `truncated` bool[B] (the input was longer than the
       model accepts and was cut). Beam width 1 is greedy search; a width
       below 1 counts as 1, and one above `max_beam_width` (or the target
-      vocabulary size, if smaller) as that cap.
+      vocabulary size, if smaller) as that cap. With `compiled_search`, a
+      request of 1 to `COMPILED_ROWS` texts at a width up to
+      `COMPILED_WIDTH` runs `decoding.CompiledSearch` (greedy search at
+      width 1, which finds what beam search of width 1 finds, with the
+      same scores); its first call per shape bucket compiles (seconds).
+      Other requests run `decoding.beam_search` in TensorFlow's graph.
     - `attention(text: string[B])` → `translation`, `source_tokens`
       string[B, S], `output_tokens` string[B, L] and `cross_attention`
       float32[B, L, layers, heads, S] of greedy decoding, for plotting.
@@ -53,9 +61,12 @@ class Translator(tf.Module):
         length_penalty: GNMT length penalty α of beam search.
         max_beam_width: the widest beam a request gets (memory and time
             grow with it).
+        compiled_search: run small requests through the search compiled
+            by XLA, where the backbone can (`decoding.Stepper.preallocates`:
+            the Transformer's); the export's `METADATA` says whether it does.
     """
 
-    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32):
+    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32, compiled_search=True):
         super().__init__(name="translator")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
@@ -67,6 +78,11 @@ class Translator(tf.Module):
         self.target_tokenizer = preprocessor.target_tokenizer
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
+        self.compiled = None
+        if compiled_search and self.stepper.preallocates:
+            self.compiled = decoding.CompiledSearch(
+                self.stepper, preprocessor.max_length, length_penalty=length_penalty
+            )
         self._task_config = json.dumps(keras.saving.serialize_keras_object(task))  # a str: not tracked
 
     def encode(self, text):
@@ -86,16 +102,30 @@ class Translator(tf.Module):
         source, truncated = self.encode(text)
         empty = nothing_to_translate(text, source)
         cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
-        # Beam search at every width (width 1 is greedy search): a signature holding both searches
-        # exports and loads 1-3 s slower for 8% less time at width 1.
-        result = decoding.beam_search(
-            self.stepper, source, self._decode_length(source), tf.clip_by_value(beam_width, 1, cap),
-            length_penalty=self.length_penalty,
-        )
-        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
+        width = tf.clip_by_value(beam_width, 1, cap)
+
+        def in_graph():
+            # Beam search at every width (width 1 is greedy search): a signature holding both searches
+            # exports and loads 1-3 s slower for 8% less time at width 1.
+            result = decoding.beam_search(
+                self.stepper, source, self._decode_length(source), width, length_penalty=self.length_penalty
+            )
+            return result["tokens"], result["scores"]
+
+        def compiled():
+            result = self.compiled(source, width)
+            return result["tokens"], result["scores"]
+
+        if self.compiled is None:
+            tokens, scores = in_graph()
+        else:
+            rows = tf.shape(source)[0]
+            small = (rows >= 1) & (rows <= COMPILED_ROWS) & (width <= COMPILED_WIDTH)
+            tokens, scores = tf.cond(small, compiled, in_graph)
+        tokens = tf.where(empty[:, None], PAD_ID, tokens)
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
-            "score": tf.where(empty, 0.0, result["scores"]),
+            "score": tf.where(empty, 0.0, scores),
             "truncated": truncated,
         }
 
@@ -131,6 +161,10 @@ class Translator(tf.Module):
             + (["source_eos"] if self.preprocessor.source_eos else []),
             self.model.weights,
         )
+
+    def export_metadata(self):
+        """What the export's `METADATA` says of it: whether `translate` runs small requests compiled by XLA."""
+        return {"compiled_search": self.compiled is not None}
 
     def write_assets_extra(self, folder):
         """Writes the task's Keras config (backbone and preprocessor, vocabularies inline) into `folder`."""

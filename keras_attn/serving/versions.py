@@ -76,7 +76,8 @@ def export(module, root="saved_models", name="transformer", metadata=None):
         root: the export root.
         name: the model's folder under `root`.
         metadata: a JSON-able dict kept in the version's `METADATA` file,
-            with the module's `fingerprint()` when it has one.
+            with the module's `fingerprint()` and `export_metadata()` when
+            it has them.
 
     Returns:
         The path of the new version.
@@ -137,6 +138,8 @@ def _write_metadata(path, module, metadata):
     metadata = dict(metadata or {})
     if hasattr(module, "fingerprint"):
         metadata["fingerprint"] = module.fingerprint()
+    if hasattr(module, "export_metadata"):  # what the module says of itself (a Translator: its compiled search)
+        metadata.update(module.export_metadata())
     os.makedirs(os.path.dirname(os.path.join(path, METADATA)), exist_ok=True)
     if hasattr(module, "write_assets_extra"):  # e.g. BertServer: what fine-tuning rebuilds it from
         module.write_assets_extra(os.path.dirname(os.path.join(path, METADATA)))

@@ -1,0 +1,165 @@
+"""The search compiled by XLA (`decoding.CompiledSearch`) and the exports that run it: the same outputs as the
+searches in TensorFlow's graph, one program per bucket, and a SavedModel that reloads without keras_attn."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn import decoding, graph, serving
+from keras_attn.decoding import CompiledSearch, Stepper, max_decode_length
+from keras_attn.models import Seq2SeqLM, TransformerBackbone
+from keras_attn.serving.translator import COMPILED_ROWS
+from pipelines.preprocessors import TranslationPreprocessor
+from tests.fixtures_export import SOURCES, TARGETS
+
+MAX_LENGTH = 40  # source buckets 16, 32, 40; caches of 34, 40, 40 steps
+VOCABULARY = 30
+
+
+@pytest.fixture(scope="module")
+def stepper():
+    keras.utils.set_random_seed(11)
+    return Stepper(TransformerBackbone(  # tied output: beams multiply by the table transposed before the loop
+        VOCABULARY, VOCABULARY, max_sequence_length=MAX_LENGTH, num_layers=1, hidden_dim=16, num_heads=2,
+        intermediate_dim=32, dropout=0.0,
+    ))
+
+
+def _sources(lengths, seed=0):
+    """`(B, max(lengths))` random ids, row `b` with `lengths[b]` tokens, then [PAD]."""
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, VOCABULARY, size=(len(lengths), max(lengths))).astype("int32")
+    return np.where(np.arange(max(lengths)) < np.array(lengths)[:, None], source, 0).astype("int32")
+
+
+@pytest.fixture(scope="module")
+def eos_id(stepper):
+    """A token that ends some rows mid-way and not others."""
+    source = _sources([3, 17, 33, 9])
+    tokens = np.asarray(decoding.greedy_search(stepper, source, max_decode_length(source), eos_id=-1)["tokens"])
+    for token in np.unique(tokens[:, 1:-1]):
+        if 0 < sum(token in row[1:-1] for row in tokens) < len(tokens):
+            return int(token)
+    pytest.fail(f"no token ends some rows but not all: {tokens}")
+
+
+# Batches of 1 to 4 sources across the source buckets' bounds (16 | 17, 32 | 33, up to 40), in programs of
+# (rows, source bucket) (1, 16), (2, 32) and (4, 40); then batches that need no other program.
+BATCHES = [[16], [17, 3], [33, 1, 32, 40]]
+SAME_PROGRAMS = [[3], [32, 20], [40, 2, 35]]
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_compiled_search_equals_the_search_in_the_graph_with_one_program_per_bucket(stepper, eos_id, width):
+    in_graph = graph.function(
+        lambda source: decoding.search(stepper, source, max_decode_length(source, cap=MAX_LENGTH), width,
+                                       eos_id=eos_id),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    compiled = CompiledSearch(stepper, MAX_LENGTH, eos_id=eos_id)
+    ended = []
+    for seed, lengths in enumerate(BATCHES + SAME_PROGRAMS):
+        source = _sources(lengths, seed)
+        expected, found = in_graph(source), compiled(source, width)
+        np.testing.assert_array_equal(found["tokens"], expected["tokens"])
+        np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-5)
+        ended += [eos_id in row for row in np.asarray(found["tokens"])]
+    assert any(ended) and not all(ended)  # some outputs end at [EOS], others at their budgets
+    programs = compiled.greedy_programs if width == 1 else compiled.beam_programs
+    assert [program.experimental_get_tracing_count() for program in programs] == [1, 1, 1]
+    assert compiled.cache_lengths == (34, 40, 40)  # each source bucket's budget: one cache length a bucket
+
+
+@pytest.fixture(scope="module")
+def task():
+    """A seeded one-layer Transformer translator on a fixed vocabulary of the toy sentences' words and letters."""
+    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from pipelines.tokenizers import WordPieceTokenizer
+
+    text = SOURCES + TARGETS
+    words = sorted({word for line in text for word in line.split()})
+    letters = sorted(set("".join(text).replace(" ", "")) - set(words))
+    vocabulary = [*SPECIAL_TOKENS, *words, *letters, *("##" + letter for letter in sorted(set("".join(text)) - {" "}))]
+    tokenizer = WordPieceTokenizer(vocabulary)
+    keras.utils.set_random_seed(7)
+    model = TransformerBackbone(
+        len(vocabulary), len(vocabulary), max_sequence_length=12, num_layers=1, hidden_dim=16, num_heads=2,
+        intermediate_dim=32, dropout=0.0,
+    )
+    return Seq2SeqLM(model, TranslationPreprocessor(tokenizer, tokenizer, max_length=12))
+
+
+# Requests of 3 and 4 texts (COMPILED_ROWS: one program of 4 rows a width), blank ones and one with no tokens.
+REQUESTS = [["", SOURCES[2], "zwei hund läuft"], SOURCES + ["\u200b  "]]
+WIDTHS = (1, 4)
+
+
+def _translate_all(translate):
+    """`{(request, width): (translations, scores)}` of `translate(texts, width)`."""
+    results = {}
+    for index, texts in enumerate(REQUESTS):
+        for width in WIDTHS:
+            out = translate(tf.constant(texts), tf.constant(width))
+            results[index, width] = out["translation"].numpy().tolist(), out["score"].numpy()
+    return results
+
+
+_FRESH_PROCESS = """
+import json, sys
+import tensorflow as tf, tensorflow_text
+translate = tf.saved_model.load(sys.argv[1]).signatures["translate"]
+out = [[[t.decode() for t in translate(text=tf.constant(texts), beam_width=tf.constant(w))["translation"].numpy()]
+        for w in json.loads(sys.argv[3])] for texts in json.loads(sys.argv[2])]
+assert not [k for k in sys.modules if k.split(".")[0] in ("keras_attn", "keras_hub", "pipelines")]
+print(json.dumps(out))
+"""
+
+
+def test_export_runs_small_requests_compiled_as_in_the_graph_and_reloads_without_keras_attn(task, tmp_path):
+    assert max(len(texts) for texts in REQUESTS) == COMPILED_ROWS
+    compiled, in_graph = serving.Translator(task), serving.Translator(task, compiled_search=False)
+    assert compiled.compiled is not None and in_graph.compiled is None
+    path = serving.export(compiled, str(tmp_path), "toy")
+    expected, found = _translate_all(in_graph.translate), _translate_all(compiled.translate)
+    for key in expected:  # greedy at width 1 finds what beam search of width 1 does, and scores it alike
+        assert found[key][0] == expected[key][0], key
+        np.testing.assert_allclose(found[key][1], expected[key][1], rtol=1e-5)
+    assert found[0, 1][0][0] == b"" and found[0, 1][1][0] == 0.0 and found[1, 4][0][-1] == b""
+    assert len({text for key in found for text in found[key][0]}) >= 3  # outputs that differ
+    assert serving.read_metadata(path)["compiled_search"] is True
+
+    # Weights changed after the export object was made: both paths read them (no copy of the table is kept).
+    embeddings = task.backbone.target_embedding.token_embedding.embeddings
+    original = embeddings.numpy()
+    embeddings.assign(original[::-1] * 3.0)
+    try:
+        changed, expected_changed = _translate_all(compiled.translate), _translate_all(in_graph.translate)
+    finally:
+        embeddings.assign(original)
+    assert [changed[key][0] for key in changed] != [found[key][0] for key in found]
+    for key in expected_changed:
+        assert changed[key][0] == expected_changed[key][0], key
+        np.testing.assert_allclose(changed[key][1], expected_changed[key][1], rtol=1e-5)
+
+    reloaded = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, path, json.dumps(REQUESTS), json.dumps(WIDTHS)],
+        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert reloaded.returncode == 0, reloaded.stderr[-3000:]
+    strings = json.loads(reloaded.stdout.splitlines()[-1])
+    assert strings == [[[t.decode() for t in found[index, width][0]] for width in WIDTHS]
+                       for index in range(len(REQUESTS))]
+
+
+def test_a_backbone_without_preallocated_caches_exports_without_the_compiled_search(task):
+    from keras_attn.models import Seq2SeqBackbone
+
+    size = task.preprocessor.source_tokenizer.vocabulary_size
+    translator = serving.Translator(Seq2SeqLM(Seq2SeqBackbone(size, size, hidden_dim=8), task.preprocessor))
+    assert translator.compiled is None and translator.export_metadata() == {"compiled_search": False}
