@@ -546,7 +546,12 @@ def max_decode_length(source, ratio=1.5, extra=10, cap=None):
         <tf.Tensor: shape=(2,), dtype=int32, numpy=array([16, 15], dtype=int32)>
     """
     source_lengths = ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "int32"), axis=1)
-    length = ops.cast(ops.ceil(ratio * ops.cast(source_lengths, "float32")), "int32") + extra
+    return _budget(source_lengths, ratio, extra, cap)
+
+
+def _budget(source_length, ratio=1.5, extra=10, cap=None):
+    """`max_decode_length`'s budget of sources of `source_length` tokens (int32, any shape)."""
+    length = ops.cast(ops.ceil(ratio * ops.cast(source_length, "float32")), "int32") + extra
     if cap is not None:
         length = ops.minimum(length, ops.cast(cap, "int32"))
     return ops.convert_to_tensor(length, "int32")
@@ -669,7 +674,7 @@ def _best_first(scores, finished):
 # --------------------------------------------------------------------------
 # The search compiled by XLA.
 
-SOURCE_BUCKETS = (16, 32, 64, 128, 256, 512)  # source lengths a compiled search pads to (the longest: its cap)
+SOURCE_BUCKETS = (16, 32, 64, 128, 256, 512)  # the source lengths CompiledSearch pads to (and its max_length)
 
 
 class CompiledSearch:
@@ -677,14 +682,16 @@ class CompiledSearch:
 
     A call pads the batch to a power of two rows and the source to the
     first of `SOURCE_BUCKETS` that holds it (or to `max_length`), then runs
-    `greedy_search` (width 1) or `beam_search` with `cache_length` in that
-    bucket's `tf.function(jit_compile=True)`. Each row's budget is
-    `max_decode_length(source, cap=max_length)`; a bucket's caches hold the
-    budget of a source that fills it, so each (rows, source bucket, beam
-    width) has exactly one program, compiled (seconds) the first time a
-    process meets it. The outputs equal `search`'s. Callable eagerly and
-    inside a `tf.function` (a SavedModel signature: the bucket is chosen
-    with `tf.switch_case`, and XLA compiles after loading).
+    `greedy_search` (width 1) or `beam_search` with `cache_length` in a
+    `tf.function(jit_compile=True)`: `greedy_program` or `beam_program`,
+    each traced once (in a signature, for any shape), which XLA compiles
+    once per shape and beam width. Each row's budget is
+    `max_decode_length(source, cap=max_length)`, and the caches hold the
+    budget of a source that fills the bucket (`cache_lengths`), so each
+    (rows, source bucket, beam width) has exactly one program, compiled
+    (seconds) the first time a process meets it. The outputs equal
+    `search`'s. Callable eagerly and inside a `tf.function` (a SavedModel
+    signature, whose programs XLA compiles after loading).
 
     Worth it for one sentence or a few: on CPU a step then costs about its
     matrix products; from about 8 rows on, TensorFlow's graph (`search`) is
@@ -711,25 +718,25 @@ class CompiledSearch:
     def __init__(self, stepper, max_length, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
         self.stepper, self.max_length, self.length_penalty, self.eos_id = stepper, max_length, length_penalty, eos_id
         self.source_lengths = tuple(n for n in SOURCE_BUCKETS if n < max_length) + (max_length,)
-        with tf.init_scope():  # the budget of a full bucket, by the one rule (eagerly, even while tracing)
-            full = [max_decode_length(tf.ones([1, n], tf.int32), cap=max_length) for n in self.source_lengths]
-            self.cache_lengths = tuple(int(budget[0]) for budget in full)
-        self.greedy_programs = [self._program(self._greedy, n) for n in self.cache_lengths]
-        self.beam_programs = [self._program(self._beam, n) for n in self.cache_lengths]
+        with tf.init_scope():  # (eagerly, even while a signature is traced)
+            self.cache_lengths = tuple(int(_budget(n, cap=max_length)) for n in self.source_lengths)
+        self.greedy_program = graph.function(self._greedy, jit_compile=True)
+        self.beam_program = graph.function(self._beam, jit_compile=True)
 
-    @staticmethod
-    def _program(search, cache_length):
-        return graph.function(functools.partial(search, cache_length=cache_length), jit_compile=True)
+    def _cache_length(self, source):
+        # The budget of a source that fills the padded width: from the shape, which XLA compiles as a constant.
+        return _budget(tf.shape(source)[1], cap=self.max_length)
 
-    def _greedy(self, source, budget, cache_length):
-        outputs = greedy_search(self.stepper, source, budget, eos_id=self.eos_id, cache_length=cache_length)
+    def _greedy(self, source, budget):
+        outputs = greedy_search(self.stepper, source, budget, eos_id=self.eos_id,
+                                cache_length=self._cache_length(source))
         scores = outputs["scores"] / gnmt_length_penalty(outputs["lengths"], self.length_penalty)
         return outputs["tokens"], scores, outputs["steps"]
 
-    def _beam(self, source, budget, beam_width, cache_length):
+    def _beam(self, source, budget, beam_width):
         # `beam_width` is an argument of the program: XLA takes it as a constant, one program per value.
         outputs = beam_search(self.stepper, source, budget, beam_width, length_penalty=self.length_penalty,
-                              eos_id=self.eos_id, cache_length=cache_length)
+                              eos_id=self.eos_id, cache_length=self._cache_length(source))
         return outputs["tokens"], outputs["scores"], outputs["steps"]
 
     def __call__(self, source, beam_width=1):
@@ -749,27 +756,23 @@ class CompiledSearch:
             length, self.max_length, message=f"CompiledSearch takes sources of at most {self.max_length} tokens"
         )
         with tf.control_dependencies([checked]):
-            bucket = tf.minimum(tf.searchsorted(self.source_lengths, length[None])[0], len(self.source_lengths) - 1)
+            bucket = tf.gather(self.source_lengths, tf.searchsorted(self.source_lengths, length[None])[0])
         budget = max_decode_length(source, cap=self.max_length)
         rows = _next_power_of_two(batch)
         budget = tf.pad(budget, [[0, rows - batch]])  # padding rows: done before the first step
-
-        def branches(programs, *arguments):
-            def run(program, bucket_length):  # padded in its branch: for the other buckets it would be negative
-                return program(tf.pad(source, [[0, rows - batch], [0, bucket_length - length]]), *arguments)
-
-            return [functools.partial(run, *pair) for pair in zip(programs, self.source_lengths)]
+        padded = tf.pad(source, [[0, rows - batch], [0, bucket - length]])
+        width = tf.cast(beam_width, tf.int32)
 
         def greedy():
-            return tf.switch_case(bucket, branches(self.greedy_programs, budget))
+            return self.greedy_program(padded, budget)
 
         def beam():
-            return tf.switch_case(bucket, branches(self.beam_programs, budget, tf.cast(beam_width, tf.int32)))
+            return self.beam_program(padded, budget, width)
 
         if isinstance(beam_width, int):
             tokens, scores, steps = greedy() if beam_width == 1 else beam()
         else:
-            tokens, scores, steps = tf.cond(tf.equal(beam_width, 1), greedy, beam)
+            tokens, scores, steps = tf.cond(tf.equal(width, 1), greedy, beam)
         return {"tokens": tokens[:batch, :steps], "scores": scores[:batch]}
 
 

@@ -332,7 +332,7 @@ class MultiHeadAttention(keras.layers.Layer):
             (default: the layer's compute dtype), `L` = `length` or 0.
         """
         dtype = dtype or self.compute_dtype
-        shape = (batch_size, self.num_heads, length or 0)
+        shape = (batch_size, self.num_heads, 0 if length is None else length)
         return {
             "key": ops.zeros(shape + (self.key_dim,), dtype),
             "value": ops.zeros(shape + (self.value_dim,), dtype),
