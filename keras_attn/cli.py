@@ -292,6 +292,7 @@ def build_parser():
                                          "download writes)")
     imported.add_argument("out", help="the model folder under an export root (saved_models/<name>): the export is "
                                       "its next version")
+    _add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})  # (for a Marian translator)
 
     serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
     _add_config_flags(serve, config.ServeConfig)
@@ -414,8 +415,12 @@ def _load(model_dir):
         raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
     import tensorflow as tf
 
+    from keras_attn.serving.translator import COMPILED_ROWS
+
     with stderr_held():  # each signature's first call makes its tokenizers' kernels: SentencePiece's log a line
-        loaded.signatures["translate"](text=tf.constant([""]), beam_width=tf.constant(1))
+        # More texts than the search compiled by XLA takes: no program compiled for a request that may not come.
+        blanks = tf.constant([""] * (COMPILED_ROWS + 1))
+        loaded.signatures["translate"](text=blanks, beam_width=tf.constant(1))
         loaded.signatures["attention"](text=tf.constant([""]))
     return loaded
 
@@ -530,7 +535,8 @@ def _import(args):
         module, reads = serving.BertServer(task), "keras-attn fill-mask {} ... and finetune read it"
     elif kind == "marian":
         task = marian.load_task(args.folder)
-        module, reads = serving.Translator(task), "keras-attn translate {} ... translates with it"
+        translator = serving.Translator(task, compiled_search=getattr(args, "compiled_search", True))
+        module, reads = translator, "keras-attn translate {} ... translates with it"
     else:
         raise UserError(f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "
                         "'marian' (the folders import reads)")

@@ -259,6 +259,11 @@ class TranslationConfig(GenerationConfig):
     num_heads: int = setting(None, "attention heads (default: the preset's)", MODEL, AT_LEAST_1, metavar="N")
     intermediate_dim: int = setting(None, "width of the feed-forward blocks (default: the preset's)", MODEL,
                                     AT_LEAST_1, metavar="N")
+    compiled_search: bool = setting(
+        True, "export a Transformer without its search compiled by XLA: requests of a few texts then run in "
+        "TensorFlow's graph as larger ones do (slower steps, no compiling on a shape's first request)", OUTPUT,
+        flag="--no-compiled-search",
+    )
 
     ARCHITECTURE = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim")  # the fields that override the preset
 

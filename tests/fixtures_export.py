@@ -35,7 +35,10 @@ def tiny_translator():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    return serving.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
+    # Without the search compiled by XLA, whose first request per shape compiles for seconds: tested on its own
+    # (tests/test_compiled_search.py).
+    task = Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12))
+    return serving.Translator(task, compiled_search=False)
 
 
 @pytest.fixture(scope="session")

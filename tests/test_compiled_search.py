@@ -96,8 +96,9 @@ def task():
     return Seq2SeqLM(model, TranslationPreprocessor(tokenizer, tokenizer, max_length=12))
 
 
-# Requests of 3 and 4 texts (COMPILED_ROWS: one program of 4 rows a width), blank ones and one with no tokens.
-REQUESTS = [["", SOURCES[2], "zwei hund läuft"], SOURCES + ["\u200b  "]]
+# Requests of 3 and 4 texts (COMPILED_ROWS: one program of 4 rows a width): blank ones, one with no tokens, one cut
+# to max_length, unseen and control characters.
+REQUESTS = [["", "ein hund " * 20, "日本語 ☃ \x00\x01 zwei hund läuft"], SOURCES + ["\u200b  "]]
 WIDTHS = (1, 4)
 
 

@@ -326,7 +326,7 @@ def run(config, log=print):
             already_finished=result.already_finished,
         )
 
-    translator = serving.Translator(model)
+    translator = serving.Translator(model, compiled_search=config.compiled_search)
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")

@@ -21,6 +21,7 @@ pytest_plugins = ["tests.fixtures_export"]
 ARGV = [  # float32 pinned: --precision auto would differ from machine to machine
     "train", "transformer", "--builtin-size", "6000", "--epochs", "5",
     "--batch-size", "64", "--warmup-steps", "50", "--beam-width", "2", "--precision", "float32",
+    "--no-compiled-search",  # its first request per shape compiles for seconds (tests/test_compiled_search.py)
 ]
 
 
@@ -256,7 +257,7 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
         "--valid-tgt", data["valid_tgt"], "--epochs", "2", "--batch-size", "1000",
         "--batch-tokens", "700", "--warmup-steps", "5", "--beam-width", "1", "--subword", "unigram",
         "--shared-vocab", "--vocab-size", "500", "--run-dir", str(tmp_path / "run"),
-        "--export", str(tmp_path / "saved_models"), "--prepared", str(tmp_path / "prepared"),
+        "--export", str(tmp_path / "saved_models"), "--prepared", str(tmp_path / "prepared"), "--no-compiled-search",
     ]) == 0
     printed, result = capfd.readouterr().out.splitlines(), results[0]
     assert f"prepared: 600 pairs of 3 shards tokenized in {tmp_path / 'prepared'} (3 shards written now)" in printed

@@ -218,7 +218,7 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     _sharpen(backbone)
     backbone.output_projection.bias[EOS_ID].assign(-1.0)  # some outputs end, some run to their budgets
     preprocessor = TranslationPreprocessor(tokenizer, max_length=16)  # budgets of 11-16 steps
-    export = Translator(Seq2SeqLM(backbone, preprocessor=preprocessor))
+    export = Translator(Seq2SeqLM(backbone, preprocessor=preprocessor), compiled_search=False)  # (its own tests)
     folder = export_ctranslate2(backbone, words, words, str(tmp_path / "ct2"))
     translator = CTranslate2Translator(folder, preprocessor, compute_type="float32")
     texts = ["a b c", "", "   ", "\u200b", "as bs", "z q", " ".join("abcdefgh" * 3), "h g .", b"\xff\xfe a", "e",
@@ -257,7 +257,8 @@ def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_module
     backbone = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, **TINY)
     _sharpen(backbone)
     preprocessor = TranslationPreprocessor(tokenizer, max_length=16)
-    export = serving.export(serving.Translator(Seq2SeqLM(backbone, preprocessor=preprocessor)), str(tmp_path), "toy")
+    translator = serving.Translator(Seq2SeqLM(backbone, preprocessor=preprocessor), compiled_search=False)
+    export = serving.export(translator, str(tmp_path), "toy")
     folder = export_ctranslate2(backbone, tokenizer.vocabulary, tokenizer.vocabulary, str(tmp_path / "ct2"),
                                 preprocessor=preprocessor)
     expected = load_ctranslate2(folder, compute_type="float32").translate(["a b c"], beam_width=1)[0]
