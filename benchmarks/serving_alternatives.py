@@ -1,14 +1,19 @@
-"""Serving speed and quality of one Transformer run three ways: our SavedModel, CTranslate2 float32 and int8.
+"""Serving speed and quality of one Transformer run: our SavedModel with and without its compiled search,
+CTranslate2 float32 and int8.
 
     python -m benchmarks.serving_alternatives RUN_DIR --out /tmp/serving_alternatives [--rounds 3] [--threads 2]
 
 From a run folder of `keras-attn train transformer` (e.g. a `benchmarks.multi30k`
-run) it writes the SavedModel export and the `keras-attn export-ct2` folders
-(float32 and int8) under `--out`, then times each in its own fresh process,
-the three interleaved `--rounds` times (so a host's drift is spread over all):
+run) it writes two SavedModel exports, `savedmodel` (as the jobs export: small
+requests run the search compiled by XLA) and `savedmodel-uncompiled`
+(`Translator(compiled_search=False)`: every request in TensorFlow's graph),
+and the `keras-attn export-ct2` folders (float32 and int8) under `--out`,
+then times each in its own fresh process, all interleaved `--rounds` times
+(so a host's drift is spread over all):
 
-- one sentence at a time (`--sentence`, 10 words): p50 and p99 latency of
-  `--calls` calls, greedy and beam 4;
+- one sentence at a time (`--sentence`, 10 words): the first call (for the
+  SavedModel with its compiled search: XLA compiling that request's program)
+  and p50 and p99 latency of the next `--calls` calls, greedy and beam 4;
 - batches of 32 and 256 sentences of the run's test split: sentences/s,
   greedy and beam 4.
 
@@ -34,13 +39,13 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = ("savedmodel", "ct2-float32", "ct2-int8", "ct2-float32-core", "ct2-int8-core")
+SYSTEMS = ("savedmodel", "savedmodel-uncompiled", "ct2-float32", "ct2-int8", "ct2-float32-core", "ct2-int8-core")
 BEAMS, BATCHES = (1, 4), (32, 256)
 
 
 def measure(system, folder, sentence, lines, calls, threads):
     """In a fresh process: `{metric: value}` of one system (milliseconds, sentences/s)."""
-    if system == "savedmodel":
+    if system.startswith("savedmodel"):
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
@@ -70,7 +75,9 @@ def measure(system, folder, sentence, lines, calls, threads):
 
     result = {}
     for beam in BEAMS:
+        started = time.perf_counter()
         translate([sentence], beam)  # warm-up
+        result[f"beam{beam} batch1 first ms"] = 1000 * (time.perf_counter() - started)
         times = []
         for _ in range(calls):
             started = time.perf_counter()
@@ -90,7 +97,8 @@ def measure(system, folder, sentence, lines, calls, threads):
 
 def folders_of(out):
     """`{system: folder}` under `--out`."""
-    folders = {"savedmodel": os.path.join(out, "saved_models", "translator", "1")}
+    folders = {system: os.path.join(out, "saved_models", system, "1")
+               for system in ("savedmodel", "savedmodel-uncompiled")}
     for quantization in ("float32", "int8"):
         folders[f"ct2-{quantization}"] = folders[f"ct2-{quantization}-core"] = os.path.join(out, f"ct2-{quantization}")
     return folders
@@ -102,8 +110,10 @@ def export_all(run_dir, out):
     from keras_attn.jobs.translation import export_to_ctranslate2, load_run
 
     folders = folders_of(out)
-    if not os.path.isdir(folders["savedmodel"]):
-        serving.export(serving.Translator(load_run(run_dir)), os.path.join(out, "saved_models"), "translator")
+    for system, compiled in (("savedmodel", True), ("savedmodel-uncompiled", False)):
+        if not os.path.isdir(folders[system]):
+            translator = serving.Translator(load_run(run_dir), compiled_search=compiled)
+            serving.export(translator, os.path.join(out, "saved_models"), system)
     for quantization in ("float32", "int8"):
         if not os.path.isdir(folders[f"ct2-{quantization}"]):
             export_to_ctranslate2(run_dir, folders[f"ct2-{quantization}"],
@@ -115,7 +125,7 @@ def translations(system, folder, sources, beam):
     from keras_attn.cli import _translate_lines
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
-    if system == "savedmodel":
+    if system.startswith("savedmodel"):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401
 
