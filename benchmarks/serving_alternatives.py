@@ -1,22 +1,23 @@
-"""Serving speed and quality of one Transformer run: our SavedModel with and without its compiled search,
-CTranslate2 float32 and int8.
+"""Serving speed and quality of one Transformer run: our SavedModel as `keras-attn serve` runs it and in
+TensorFlow's graph alone, CTranslate2 float32 and int8.
 
     python -m benchmarks.serving_alternatives RUN_DIR --out /tmp/serving_alternatives [--rounds 3] [--threads 2]
 
 From a run folder of `keras-attn train transformer` (e.g. a `benchmarks.multi30k`
-run) it writes two SavedModel exports, `savedmodel` (as the jobs export: small
-requests run the search compiled by XLA) and `savedmodel-uncompiled`
-(`Translator(compiled_search=False)`: every request in TensorFlow's graph),
-and the `keras-attn export-ct2` folders (float32 and int8) under `--out`,
-then times each in its own fresh process, all interleaved `--rounds` times
-(so a host's drift is spread over all):
+run) it writes the SavedModel export (as the jobs export it) and the
+`keras-attn export-ct2` folders (float32 and int8) under `--out`, then times
+each in its own fresh process, all interleaved `--rounds` times (so a host's
+drift is spread over all):
 
-- one sentence at a time (`--sentence`, 10 words): the first call (for the
-  SavedModel with its compiled search: XLA compiling that request's program)
-  and p50 and p99 latency of the next `--calls` calls, greedy and beam 4;
+- one sentence at a time (`--sentence`, 10 words): the first call, and p50
+  and p99 latency of the next `--calls` calls, greedy and beam 4;
 - batches of 32 and 256 sentences of the run's test split: sentences/s,
   greedy and beam 4.
 
+`savedmodel` runs the export as `keras-attn serve` does: after loading, its
+`warm_up` compiles one text's programs at both widths (`warm-up s`), then
+one sentence runs `translate_compiled` and batches `translate`.
+`savedmodel-graph` runs every call through `translate`.
 Every call is strings in, strings out: the SavedModel in a process that
 imports only `tensorflow` and `tensorflow_text`; CTranslate2 through
 `CTranslate2Translator` (our tokenizers, as `tf.function`s, around its
@@ -26,7 +27,8 @@ CTranslate2's `intra_threads`; one batch at a time). Then the whole test
 split in this process: the BLEU of each (`--bleu-beam`, 4; as tokenized,
 `evaluation.tokenized_bleu`, the published Multi30k scoring for the `tok/`
 runs), to check int8 against float32, and the share of the SavedModel's
-translations each writes, greedy and at that beam (`--rounds 0`: only these).
+translations each writes, greedy and at that beam (`savedmodel`'s: one line at a
+time, compiled; `--rounds 0`: only these).
 `--probe-threads`: CTranslate2's latency at 1 and 2 threads alone (on a VM
 whose idle vCPU wakes slowly, OpenMP's 2 threads lose).
 """
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = ("savedmodel", "savedmodel-uncompiled", "ct2-float32", "ct2-int8", "ct2-float32-core", "ct2-int8-core")
+SYSTEMS = ("savedmodel", "savedmodel-graph", "ct2-float32", "ct2-int8", "ct2-float32-core", "ct2-int8-core")
 BEAMS, BATCHES = (1, 4), (32, 256)
 
 
@@ -50,15 +52,22 @@ def measure(system, folder, sentence, lines, calls, threads):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
 
-        signature = tf.saved_model.load(folder).signatures["translate"]
+        signatures = tf.saved_model.load(folder).signatures
+        result = {}
+        if system == "savedmodel":
+            started = time.perf_counter()
+            for beam in BEAMS:
+                signatures["warm_up"](beam_width=tf.constant(beam), rows=tf.constant(1))
+            result["warm-up s"] = time.perf_counter() - started
 
         def translate(texts, beam):
-            return signature(text=tf.constant(texts), beam_width=tf.constant(beam))["translation"].numpy()
+            name = "translate_compiled" if system == "savedmodel" and len(texts) == 1 else "translate"
+            return signatures[name](text=tf.constant(texts), beam_width=tf.constant(beam))["translation"].numpy()
     else:
         from keras_attn.serving.ctranslate2_translator import load_ctranslate2
         from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
 
-        translator = load_ctranslate2(folder, threads=threads)
+        translator, result = load_ctranslate2(folder, threads=threads), {}
         if system.endswith("-core"):
             cache = {}
 
@@ -73,7 +82,6 @@ def measure(system, folder, sentence, lines, calls, threads):
             def translate(texts, beam):
                 return translator.translate(texts, beam)[0]
 
-    result = {}
     for beam in BEAMS:
         started = time.perf_counter()
         translate([sentence], beam)  # warm-up
@@ -97,8 +105,8 @@ def measure(system, folder, sentence, lines, calls, threads):
 
 def folders_of(out):
     """`{system: folder}` under `--out`."""
-    folders = {system: os.path.join(out, "saved_models", system, "1")
-               for system in ("savedmodel", "savedmodel-uncompiled")}
+    folders = {"savedmodel": os.path.join(out, "saved_models", "translator", "1")}
+    folders["savedmodel-graph"] = folders["savedmodel"]
     for quantization in ("float32", "int8"):
         folders[f"ct2-{quantization}"] = folders[f"ct2-{quantization}-core"] = os.path.join(out, f"ct2-{quantization}")
     return folders
@@ -110,10 +118,8 @@ def export_all(run_dir, out):
     from keras_attn.jobs.translation import export_to_ctranslate2, load_run
 
     folders = folders_of(out)
-    for system, compiled in (("savedmodel", True), ("savedmodel-uncompiled", False)):
-        if not os.path.isdir(folders[system]):
-            translator = serving.Translator(load_run(run_dir), compiled_search=compiled)
-            serving.export(translator, os.path.join(out, "saved_models"), system)
+    if not os.path.isdir(folders["savedmodel"]):
+        serving.export(serving.Translator(load_run(run_dir)), os.path.join(out, "saved_models"), "translator")
     for quantization in ("float32", "int8"):
         if not os.path.isdir(folders[f"ct2-{quantization}"]):
             export_to_ctranslate2(run_dir, folders[f"ct2-{quantization}"],
@@ -130,6 +136,10 @@ def translations(system, folder, sources, beam):
         import tensorflow_text  # noqa: F401
 
         translator = tf.saved_model.load(folder)
+        if system == "savedmodel":  # as served: one text at a time, compiled
+            translate = translator.signatures["translate_compiled"]
+            return [translate(text=tf.constant([line]), beam_width=tf.constant(beam))["translation"].numpy()[0]
+                    .decode("utf-8", "replace") for line in sources]
     else:
         translator = load_ctranslate2(folder)
     return [t for t, _ in _translate_lines(translator, sources, beam)]

@@ -415,12 +415,8 @@ def _load(model_dir):
         raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
     import tensorflow as tf
 
-    from keras_attn.serving.translator import COMPILED_ROWS
-
     with stderr_held():  # each signature's first call makes its tokenizers' kernels: SentencePiece's log a line
-        # More texts than the search compiled by XLA takes: no program compiled for a request that may not come.
-        blanks = tf.constant([""] * (COMPILED_ROWS + 1))
-        loaded.signatures["translate"](text=blanks, beam_width=tf.constant(1))
+        loaded.signatures["translate"](text=tf.constant([""]), beam_width=tf.constant(1))
         loaded.signatures["attention"](text=tf.constant([""]))
     return loaded
 

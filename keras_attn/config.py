@@ -260,8 +260,8 @@ class TranslationConfig(GenerationConfig):
     intermediate_dim: int = setting(None, "width of the feed-forward blocks (default: the preset's)", MODEL,
                                     AT_LEAST_1, metavar="N")
     compiled_search: bool = setting(
-        True, "export a Transformer without its search compiled by XLA: requests of a few texts then run in "
-        "TensorFlow's graph as larger ones do (slower steps, no compiling on a shape's first request)", OUTPUT,
+        True, "export a Transformer without translate_compiled, the search compiled by XLA that keras-attn serve "
+        "runs one text through", OUTPUT,
         flag="--no-compiled-search",
     )
 
@@ -567,6 +567,10 @@ class ServeConfig:
     port: int = setting(8501, "port to listen on (TensorFlow Serving's REST port)", SERVER, AT_LEAST_0)
     poll_seconds: float = setting(2.0, "look for new exports under the root this often (0: only at start)",
                                   SERVER, NON_NEGATIVE, metavar="S")
+    compiled_widths: tuple = setting(
+        (1, TranslationConfig.beam_width), "beam widths at which a translation of one text runs compiled by XLA, "
+        "compiled after a model loads (given empty: none)", SERVER, AT_LEAST_1, nargs="*", metavar="W",
+    )
     max_batch_size: int = setting(32, "merge concurrent requests of a signature up to N rows (1: no batching)",
                                   BATCHING, AT_LEAST_1, metavar="N")
     batch_timeout_ms: float = setting(5.0, "how long a request waits for others to batch with", BATCHING,

@@ -51,7 +51,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn import graph
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 _INF = math.inf
 LENGTH_PENALTY = 0.6  # GNMT's α (Wu et al., 2016): beam search's default
@@ -738,6 +738,16 @@ class CompiledSearch:
         outputs = beam_search(self.stepper, source, budget, beam_width, length_penalty=self.length_penalty,
                               eos_id=self.eos_id, cache_length=self._cache_length(source))
         return outputs["tokens"], outputs["scores"], outputs["steps"]
+
+    def warm_up(self, beam_width=1, rows=1):
+        """Compiles the programs of `rows` sources at `beam_width` for every source bucket, so requests of that
+        shape compile nothing; returns the bucket lengths. (Runs each program once, on [UNK] sources.)"""
+        runs = []
+        for length in self.source_lengths:
+            with tf.control_dependencies(runs):  # one at a time
+                runs = [self(tf.fill([rows, length], UNK_ID), beam_width)["scores"]]
+        with tf.control_dependencies(runs):
+            return tf.constant(self.source_lengths)
 
     def __call__(self, source, beam_width=1):
         """The best output of each source and its score.

@@ -35,7 +35,7 @@ def tiny_translator():
         source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
         hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
-    # Without the search compiled by XLA, whose first request per shape compiles for seconds: tested on its own
+    # Without translate_compiled, whose tracing adds seconds to each export: tested on its own
     # (tests/test_compiled_search.py).
     task = Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12))
     return serving.Translator(task, compiled_search=False)

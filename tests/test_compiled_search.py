@@ -124,23 +124,40 @@ def _programs_in(path):
                   for f in library if "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b)
 
 
+# In a TensorFlow-only process: `warm_up` compiles the programs of each width at 4 rows; the requests' calls of
+# `translate_compiled` then compile nothing (XLA dumps each module it compiles).
 _FRESH_PROCESS = """
-import json, sys
+import glob, json, os, sys
 import tensorflow as tf, tensorflow_text
-translate = tf.saved_model.load(sys.argv[1]).signatures["translate"]
+signatures = tf.saved_model.load(sys.argv[1]).signatures
+widths = json.loads(sys.argv[3])
+compiled = lambda: len(glob.glob(os.path.join(os.environ["DUMP"], "*after_optimizations.txt")))
+for width in widths:
+    signatures["warm_up"](beam_width=tf.constant(width), rows=tf.constant(4))
+warmed = compiled()
+translate = signatures["translate_compiled"]
 out = [[[t.decode() for t in translate(text=tf.constant(texts), beam_width=tf.constant(w))["translation"].numpy()]
-        for w in json.loads(sys.argv[3])] for texts in json.loads(sys.argv[2])]
+        for w in widths] for texts in json.loads(sys.argv[2])]
 assert not [k for k in sys.modules if k.split(".")[0] in ("keras_attn", "keras_hub", "pipelines")]
-print(json.dumps(out))
+print(json.dumps([warmed, compiled(), out]))
 """
 
 
-def test_export_runs_small_requests_compiled_as_in_the_graph_and_reloads_without_keras_attn(task, tmp_path):
+@pytest.fixture(scope="module")
+def exported(task, tmp_path_factory):
+    """A compiled translator of `task` and its export (model root, path)."""
+    root = tmp_path_factory.mktemp("compiled_root")
+    translator = serving.Translator(task)
+    return translator, root, serving.export(translator, str(root), "toy")
+
+
+def test_export_translates_small_requests_compiled_as_in_the_graph_and_reloads_without_keras_attn(
+    task, exported, tmp_path
+):
     assert max(len(texts) for texts in REQUESTS) == COMPILED_ROWS
-    compiled, in_graph = serving.Translator(task), serving.Translator(task, compiled_search=False)
+    (compiled, _, path), in_graph = exported, serving.Translator(task, compiled_search=False)
     assert compiled.compiled is not None and in_graph.compiled is None
-    path = serving.export(compiled, str(tmp_path), "toy")
-    expected, found = _translate_all(in_graph.translate), _translate_all(compiled.translate)
+    expected, found = _translate_all(in_graph.translate), _translate_all(compiled.translate_compiled)
     for key in expected:  # greedy at width 1 finds what beam search of width 1 does, and scores it alike
         assert found[key][0] == expected[key][0], key
         np.testing.assert_allclose(found[key][1], expected[key][1], rtol=1e-5)
@@ -154,7 +171,7 @@ def test_export_runs_small_requests_compiled_as_in_the_graph_and_reloads_without
     original = embeddings.numpy()
     embeddings.assign(original[::-1] * 3.0)
     try:
-        changed, expected_changed = _translate_all(compiled.translate), _translate_all(in_graph.translate)
+        changed, expected_changed = _translate_all(compiled.translate_compiled), _translate_all(in_graph.translate)
     finally:
         embeddings.assign(original)
     assert [changed[key][0] for key in changed] != [found[key][0] for key in found]
@@ -164,12 +181,61 @@ def test_export_runs_small_requests_compiled_as_in_the_graph_and_reloads_without
 
     reloaded = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS, path, json.dumps(REQUESTS), json.dumps(WIDTHS)],
-        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", DUMP=str(tmp_path), XLA_FLAGS=f"--xla_dump_to={tmp_path}"),
     )
     assert reloaded.returncode == 0, reloaded.stderr[-3000:]
-    strings = json.loads(reloaded.stdout.splitlines()[-1])
+    warmed, after, strings = json.loads(reloaded.stdout.splitlines()[-1])
+    assert warmed > 0 and after == warmed  # the warmed-up programs are the ones the requests run
     assert strings == [[[t.decode() for t in found[index, width][0]] for width in WIDTHS]
                        for index in range(len(REQUESTS))]
+
+
+@pytest.mark.parametrize("texts, width", [(["ein hund"] * (COMPILED_ROWS + 1), 1), ([], 1), (["ein hund"], 9)])
+def test_translate_compiled_refuses_what_it_was_not_made_for_in_one_line(exported, texts, width):
+    translator = exported[0]
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        translator.translate_compiled(tf.constant(texts, tf.string), tf.constant(width))
+    assert (f"translate_compiled takes 1 to {COMPILED_ROWS} texts at beam widths up to 8, not {len(texts)} at "
+            f"{width} (translate takes any)") in refused.value.message
+
+
+def test_the_server_runs_one_text_compiled_once_its_width_is_compiled_and_the_rest_in_the_graph(exported):
+    import asyncio
+
+    import httpx
+
+    from keras_attn.config import ServeConfig
+    from keras_attn.serving.server import create_app
+
+    translator, root, _ = exported
+    app = create_app(ServeConfig(str(root), compiled_widths=(1,), max_batch_size=1, poll_seconds=0))
+    routed = []
+    signature = app.state.routes.signature
+    app.state.routes.signature = lambda *args: routed.append(signature(*args)) or routed[-1]
+    requests = [(["ein hund läuft"], 1), (["ein hund läuft"], 2), (SOURCES[:2], 1)]
+
+    async def serve():
+        async with app.router.lifespan_context(app):
+            found = app.state.store.find("toy")
+            for _ in range(600):
+                if app.state.routes.ready(found):
+                    break
+                await asyncio.sleep(0.1)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+                asked = [("translate", texts, width) for texts, width in requests]
+                asked.append(("translate_compiled", ["ein hund"] * (COMPILED_ROWS + 1), 1))
+                bodies = [{"signature_name": name, "inputs": {"text": texts, "beam_width": width}}
+                          for name, texts, width in asked]
+                return [await client.post("/v1/models/toy:predict", json=body) for body in bodies]
+
+    *answers, refused = asyncio.run(serve())
+    assert routed == ["translate_compiled", "translate", "translate", "translate_compiled"]  # (the last as asked)
+    for answer, (texts, width) in zip(answers, requests):
+        expected = translator.translate(tf.constant(texts), tf.constant(width))
+        assert answer.json()["outputs"]["translation"] == [t.decode() for t in expected["translation"].numpy()]
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith("assertion failed: [translate_compiled takes 1 to 4 texts")
 
 
 def test_a_backbone_without_preallocated_caches_exports_without_the_compiled_search(task):

@@ -10,8 +10,9 @@ Serving's (`keras_attn.serving.rest`), so a client of one works with the
 other. A Starlette application run by uvicorn; model calls run in a thread
 pool, off the event loop, merged by `DynamicBatcher` where a signature
 allows it (string rows in, outputs of fixed shape per row out), each with
-requests of about its length. New versions under the root are found every
-`poll_seconds`. Any other path or method gets a JSON error too.
+requests of about its length; a translation of one text runs compiled by XLA
+once its program is (`CompiledRoutes`). New versions under the root are found
+every `poll_seconds`. Any other path or method gets a JSON error too.
 """
 
 import asyncio
@@ -33,6 +34,7 @@ from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
 from keras_attn.serving import rest
 from keras_attn.serving.batching import DynamicBatcher
+from keras_attn.serving.compiled_routes import CompiledRoutes
 from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound
 
 EXPLORER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "explorer")  # the page at GET /
@@ -81,8 +83,9 @@ def create_app(settings=None, store=None, log=None):
     settings = settings or ServeConfig()
     store = store or ModelStore(settings.model_root)
     executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
-    batcher = DynamicBatcher(_run_signature(store), executor, settings.max_batch_size, settings.batch_timeout_ms,
-                             workers=settings.threads)
+    routes = CompiledRoutes(settings.compiled_widths, log=log)
+    batcher = DynamicBatcher(_run_signature(store, routes), executor, settings.max_batch_size,
+                             settings.batch_timeout_ms, workers=settings.threads)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -90,7 +93,9 @@ def create_app(settings=None, store=None, log=None):
         found = await loop.run_in_executor(executor, store.refresh)
         if log:
             log(_loaded_line(settings.model_root, found))
-        poller = loop.create_task(_poll(store, executor, settings.poll_seconds)) if settings.poll_seconds else None
+        routes.start(found)
+        poller = (loop.create_task(_poll(store, routes, executor, settings.poll_seconds)) if settings.poll_seconds
+                  else None)
         yield
         if poller:
             poller.cancel()
@@ -133,7 +138,7 @@ def create_app(settings=None, store=None, log=None):
         Mount("/explorer", StaticFiles(directory=EXPLORER)),
         Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_error})
-    app.state.store, app.state.batcher = store, batcher
+    app.state.store, app.state.batcher, app.state.routes = store, batcher, routes
     return app
 
 
@@ -146,9 +151,10 @@ def _model_error(error):
     """A model call's failure: 400 for TensorFlow's invalid-argument errors (as TensorFlow Serving), else 500."""
     import tensorflow as tf
 
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    lines = (getattr(error, "message", None) or str(error) or type(error).__name__).strip().splitlines()
     status = 400 if isinstance(error, tf.errors.InvalidArgumentError) else 500
-    return error_response(message.strip().splitlines()[0], status)
+    # A graph's failed assertion: its own line, not the "Graph execution error:" above it.
+    return error_response(next((line for line in lines if line.startswith("assertion failed:")), lines[0]), status)
 
 
 def _available(store):
@@ -170,11 +176,11 @@ def _loaded_line(root, versions):
             + (f"; failed to load: {'; '.join(failed)}" if failed else ""))
 
 
-async def _poll(store, executor, seconds):
+async def _poll(store, routes, executor, seconds):
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(seconds)
-        await loop.run_in_executor(executor, store.refresh)
+        routes.start(await loop.run_in_executor(executor, store.refresh))
 
 
 def _status(store, name, version):
@@ -248,12 +254,13 @@ def _batchable(function):
     return inputs_ok and outputs_ok
 
 
-def _run_signature(store):
+def _run_signature(store, routes):
     def run(key, inputs):
         import tensorflow as tf
 
         name, number, signature_name = key[:3]
-        function = store.find(name, number).loaded.signatures[signature_name]
+        found = store.find(name, number)
+        function = found.loaded.signatures[routes.signature(found, signature_name, inputs)]
         specs = rest.signature_inputs(function)
         outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})
         return {name: value.numpy() for name, value in outputs.items()}

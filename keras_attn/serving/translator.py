@@ -26,9 +26,10 @@ from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
 
 TASK_CONFIG = "translator_task.json"  # in assets.extra/
-# The requests `translate` runs through the search compiled by XLA: up to this many texts, at beam widths up to
-# this (1 is greedy search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
+# The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is greedy
+# search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
 COMPILED_ROWS, COMPILED_WIDTH = 4, 8
+TEXT, BEAM_WIDTH = tf.TensorSpec([None], tf.string, name="text"), tf.TensorSpec([], tf.int32, name="beam_width")
 
 
 class Translator(tf.Module):
@@ -40,12 +41,17 @@ class Translator(tf.Module):
       log-probability), `truncated` bool[B] (the input was longer than the
       model accepts and was cut). Beam width 1 is greedy search; a width
       below 1 counts as 1, and one above `max_beam_width` (or the target
-      vocabulary size, if smaller) as that cap. With `compiled_search`, a
-      request of 1 to `COMPILED_ROWS` texts at a width up to
-      `COMPILED_WIDTH` runs `decoding.CompiledSearch` (greedy search at
-      width 1, which finds what beam search of width 1 finds, with the
-      same scores); its first call per shape bucket compiles (seconds).
-      Other requests run `decoding.beam_search` in TensorFlow's graph.
+      vocabulary size, if smaller) as that cap. `decoding.beam_search` in
+      TensorFlow's graph.
+    - With `compiled_search`, `translate_compiled` (the same inputs and
+      outputs) for 1 to `COMPILED_ROWS` texts at widths up to
+      `COMPILED_WIDTH` (others are refused): `decoding.CompiledSearch`,
+      steps that cost about their matrix products (greedy search at width
+      1, which finds what beam search of width 1 finds, with the same
+      scores). Its first call per shape (rows, source bucket, width)
+      compiles that shape's program (seconds), unless
+      `warm_up(beam_width: int32[], rows: int32[])` compiled it first
+      (every source bucket of that width and rows; → `source_lengths`).
     - `attention(text: string[B])` → `translation`, `source_tokens`
       string[B, S], `output_tokens` string[B, L] and `cross_attention`
       float32[B, L, layers, heads, S] of greedy decoding, for plotting.
@@ -61,9 +67,9 @@ class Translator(tf.Module):
         length_penalty: GNMT length penalty α of beam search.
         max_beam_width: the widest beam a request gets (memory and time
             grow with it).
-        compiled_search: run small requests through the search compiled
-            by XLA, where the backbone can (`decoding.Stepper.preallocates`:
-            the Transformer's); the export's `METADATA` says whether it does.
+        compiled_search: export `translate_compiled` and `warm_up` where
+            the backbone can (`decoding.Stepper.preallocates`: the
+            Transformer's); the export's `METADATA` says whether it does.
     """
 
     def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32, compiled_search=True):
@@ -83,6 +89,10 @@ class Translator(tf.Module):
             self.compiled = decoding.CompiledSearch(
                 self.stepper, preprocessor.max_length, length_penalty=length_penalty
             )
+            self.translate_compiled = graph.function(self._translate_compiled, input_signature=[TEXT, BEAM_WIDTH])
+            self.warm_up = graph.function(
+                self._warm_up, input_signature=[BEAM_WIDTH, tf.TensorSpec([], tf.int32, name="rows")]
+            )
         self._task_config = json.dumps(keras.saving.serialize_keras_object(task))  # a str: not tracked
 
     def encode(self, text):
@@ -92,44 +102,44 @@ class Translator(tf.Module):
     def _decode_length(self, source):
         return decoding.max_decode_length(source, cap=self.preprocessor.max_length)
 
-    @graph.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.string, name="text"),
-            tf.TensorSpec([], tf.int32, name="beam_width"),
-        ]
-    )
+    @graph.function(input_signature=[TEXT, BEAM_WIDTH])
     def translate(self, text, beam_width):
         source, truncated = self.encode(text)
+        # Beam search at every width (width 1 is greedy search): a signature holding both searches
+        # exports and loads 1-3 s slower for 8% less time at width 1.
+        result = decoding.beam_search(
+            self.stepper, source, self._decode_length(source), self._width(beam_width),
+            length_penalty=self.length_penalty,
+        )
+        return self._translations(text, source, truncated, result)
+
+    def _translate_compiled(self, text, beam_width):
+        source, truncated = self.encode(text)
+        rows, width = tf.shape(source)[0], self._width(beam_width)
+        small = tf.debugging.Assert(
+            (rows >= 1) & (rows <= COMPILED_ROWS) & (width <= COMPILED_WIDTH),
+            [tf.strings.format(f"translate_compiled takes 1 to {COMPILED_ROWS} texts at beam widths up to "
+                               f"{COMPILED_WIDTH}, not {{}} at {{}} (translate takes any)", (rows, width))],
+        )
+        with tf.control_dependencies([small]):
+            return self._translations(text, source, truncated, self.compiled(source, width))
+
+    def _warm_up(self, beam_width, rows):
+        return {"source_lengths": self.compiled.warm_up(self._width(beam_width), rows)}
+
+    def _width(self, beam_width):
+        return tf.clip_by_value(beam_width, 1, min(self.max_beam_width, self.target_tokenizer.vocabulary_size))
+
+    def _translations(self, text, source, truncated, result):
         empty = nothing_to_translate(text, source)
-        cap = min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
-        width = tf.clip_by_value(beam_width, 1, cap)
-
-        def in_graph():
-            # Beam search at every width (width 1 is greedy search): a signature holding both searches
-            # exports and loads 1-3 s slower for 8% less time at width 1.
-            result = decoding.beam_search(
-                self.stepper, source, self._decode_length(source), width, length_penalty=self.length_penalty
-            )
-            return result["tokens"], result["scores"]
-
-        def compiled():
-            result = self.compiled(source, width)
-            return result["tokens"], result["scores"]
-
-        if self.compiled is None:
-            tokens, scores = in_graph()
-        else:
-            rows = tf.shape(source)[0]
-            small = (rows >= 1) & (rows <= COMPILED_ROWS) & (width <= COMPILED_WIDTH)
-            tokens, scores = tf.cond(small, compiled, in_graph)
-        tokens = tf.where(empty[:, None], PAD_ID, tokens)
+        tokens = tf.where(empty[:, None], PAD_ID, result["tokens"])
         return {
             "translation": self.target_tokenizer.detokenize(tokens),
-            "score": tf.where(empty, 0.0, scores),
+            "score": tf.where(empty, 0.0, result["scores"]),
             "truncated": truncated,
         }
 
-    @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @graph.function(input_signature=[TEXT])
     def attention(self, text):
         source, _ = self.encode(text)
         empty = nothing_to_translate(text, source)
@@ -163,7 +173,7 @@ class Translator(tf.Module):
         )
 
     def export_metadata(self):
-        """What the export's `METADATA` says of it: whether `translate` runs small requests compiled by XLA."""
+        """What the export's `METADATA` says of it: whether it has `translate_compiled`."""
         return {"compiled_search": self.compiled is not None}
 
     def write_assets_extra(self, folder):
@@ -172,11 +182,10 @@ class Translator(tf.Module):
             file.write(self._task_config)
 
     def signatures(self):
-        return {
-            "serving_default": self.translate,
-            "translate": self.translate,
-            "attention": self.attention,
-        }
+        signatures = {"serving_default": self.translate, "translate": self.translate, "attention": self.attention}
+        if self.compiled is not None:
+            signatures.update(translate_compiled=self.translate_compiled, warm_up=self.warm_up)
+        return signatures
 
 
 def load_task(model_dir):

@@ -21,7 +21,7 @@ pytest_plugins = ["tests.fixtures_export"]
 ARGV = [  # float32 pinned: --precision auto would differ from machine to machine
     "train", "transformer", "--builtin-size", "6000", "--epochs", "5",
     "--batch-size", "64", "--warmup-steps", "50", "--beam-width", "2", "--precision", "float32",
-    "--no-compiled-search",  # its first request per shape compiles for seconds (tests/test_compiled_search.py)
+    "--no-compiled-search",  # (tracing translate_compiled adds seconds to each export: tests/test_compiled_search.py)
 ]
 
 
