@@ -232,11 +232,13 @@ def main():
         print(f"\nsentence ({len(args.sentence.split())} tokens): {args.sentence}; {args.threads} threads; "
               f"medians of {args.rounds} rounds (min-max)")
         print(f"{'metric':28}" + "".join(f"{s:>24}" for s in args.systems))
-        for metric in runs[args.systems[0]][0]:
+        metrics = dict.fromkeys(metric for system in args.systems for metric in runs[system][0])
+        for metric in metrics:  # ("warm-up s": the SavedModel as served only)
             cells = []
             for system in args.systems:
-                values = [run[metric] for run in runs[system]]
-                cells.append(f"{statistics.median(values):9.1f} ({min(values):.1f}-{max(values):.1f})")
+                values = [run[metric] for run in runs[system] if metric in run]
+                cells.append(f"{statistics.median(values):9.1f} ({min(values):.1f}-{max(values):.1f})" if values
+                             else "")
             print(f"{metric:28}" + "".join(f"{c:>24}" for c in cells))
     scores = quality({s: folders[s] for s in args.systems}, sources, references, args.bleu_beam)
     print(json.dumps({"runs": runs, "quality": scores}))
