@@ -6,7 +6,7 @@
     python -m benchmarks.profile_step --case transformer-train --anchors   # PyTorch's batches, the job's step
     python -m benchmarks.profile_step --case transformer-beam4
     python -m benchmarks.profile_step --case seq2seq-beam4
-    python -m benchmarks.profile_step --case transformer-greedy1 --searches 20
+    python -m benchmarks.profile_step --case transformer-greedy1 --searches 20 [--compiled]
     python -m benchmarks.profile_step --case seq2seq-train --top 40 --by op   # raw ops
     python -m benchmarks.profile_step --case encoder-block --precision mixed_bfloat16 [--anchor]
 
@@ -208,7 +208,8 @@ def block_case(case_name, anchor, steps):
     return run, steps, "training step", f"{who}, batch {batch}, length {length}, width {width}"
 
 
-def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup, width=BEAM_WIDTH):
+def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup, width=BEAM_WIDTH,
+              compiled=False):
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.0)
     stepper = decoding.Stepper(model)
@@ -219,9 +220,13 @@ def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, w
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source):
+        if compiled:  # as the export's translate_compiled: one XLA program
+            return compiled_search(source, width)
         return decoding.search(
             stepper, source, decoding.max_decode_length(source, cap=MAX_LENGTH), width, eos_id=-1,
         )
+
+    compiled_search = decoding.CompiledSearch(stepper, MAX_LENGTH, eos_id=-1) if compiled else None
 
     for _ in range(warmup):
         search(source)["tokens"].numpy()
@@ -234,7 +239,7 @@ def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, w
     shape = (
         f"{sources} test2016 source(s) (S = {source.shape[1]} padded), beam {width} "
         f"= {sources * width} rows, {decode_steps} decode steps a search, "
-        f"{searches} searches profiled"
+        f"{searches} searches profiled{', compiled by XLA' if compiled else ''}"
     )
     return run, searches * decode_steps, "decode step", shape
 
@@ -456,6 +461,8 @@ def main():
                         help="training: the job's FusedAdam or keras.optimizers.Adam")
     parser.add_argument("--searches", type=int, default=2, help="beam searches profiled")
     parser.add_argument("--warmup", type=int, default=2, help="searches run first (beam cases)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="the search compiled by XLA (decoding.CompiledSearch), as translate_compiled runs it")
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--by", choices=["region", "op", "type"], default="region",
                         help="top table: op type × model region, every op by name, or op type")
@@ -487,7 +494,7 @@ def main():
         else:
             run, steps, unit, shape = beam_case(
                 kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup,
-                width=1 if what.startswith("greedy") else BEAM_WIDTH,
+                width=1 if what.startswith("greedy") else BEAM_WIDTH, compiled=args.compiled,
             )
     setup = time.perf_counter() - started
 
