@@ -25,6 +25,7 @@ def optimization_barrier_under_xla(kernel):
     operand, so XLA calls its matrix-vector code. It applies only inside a
     TensorFlow function compiled by XLA (`jit_compile=True`); TensorFlow's
     graphs and eager ops, and other Keras backends, get `kernel` as is.
+    Gradients pass through it unchanged (a training step under XLA).
     """
     if keras.backend.backend() != "tensorflow":
         return kernel
@@ -34,4 +35,9 @@ def optimization_barrier_under_xla(kernel):
 
     if not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
         return kernel
-    return xla.optimization_barrier(kernel)
+
+    @tf.custom_gradient
+    def barrier(kernel):
+        return xla.optimization_barrier(kernel), lambda upstream: upstream
+
+    return barrier(kernel)
