@@ -29,6 +29,13 @@ split in this process: the BLEU of each (`--bleu-beam`, 4; as tokenized,
 runs), to check int8 against float32, and the share of the SavedModel's
 translations each writes, greedy and at that beam (`savedmodel`'s: one line at a
 time, compiled; `--rounds 0`: only these).
+`--decode-loop SECONDS`: CTranslate2 float32 translating the sentence greedily
+over and over (one thread, tokenized once) for a native profiler to sample:
+
+    perf record -e cpu-clock -F 1000 -o ct2.perf -- python -m benchmarks.serving_alternatives RUN_DIR \
+        --out OUT --decode-loop 10
+    perf report -i ct2.perf --no-children --sort pid --stdio   # CTranslate2's worker: the busiest thread
+
 `--probe-threads`: CTranslate2's latency at 1 and 2 threads alone (on a VM
 whose idle vCPU wakes slowly, OpenMP's 2 threads lose).
 """
@@ -183,6 +190,21 @@ def probe_threads(folder, sentence, calls):
               flush=True)
 
 
+def decode_loop(folder, sentence, seconds):
+    """CTranslate2 float32, one thread, greedy on `sentence` (tokenized once) for `seconds`; prints what it did."""
+    from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
+
+    translator = load_ctranslate2(folder, compute_type="float32", threads=1)
+    (tokens,), budgets, _, _ = translator.search_inputs([sentence])
+    count, steps, end = 0, 0, time.time() + seconds
+    while time.time() < end:
+        result = translator.translator.translate_batch([tokens], beam_size=1, max_decoding_length=int(budgets[0]),
+                                                       **SEARCH_OPTIONS)
+        count, steps = count + 1, steps + len(result[0].hypotheses[0]) + 1  # + [EOS]
+    print(f"{count} translations, {steps / count:.1f} decode steps each, {seconds / count * 1000:.2f} ms each")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
@@ -195,6 +217,8 @@ def main():
     parser.add_argument("--bleu-beam", type=int, default=4)
     parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--decode-loop", type=float, metavar="SECONDS",
+                        help="only CTranslate2 float32 translating the sentence over and over for SECONDS (for perf)")
     parser.add_argument("--probe-threads", action="store_true",
                         help="only CTranslate2 float32's greedy p50 of the sentence at 1 and 2 threads (its folder "
                              "under --out), alternated twice")
@@ -208,6 +232,10 @@ def main():
         return export_all(args.run_dir, args.out)
     if args.probe_threads:
         return probe_threads(folders_of(args.out)["ct2-float32"], args.sentence, args.calls)
+    if args.decode_loop:
+        if not os.path.isdir(folders_of(args.out)["ct2-float32"]):
+            sys.exit(f"{args.out}: no CTranslate2 export yet (run the benchmark once with --rounds 0)")
+        return decode_loop(folders_of(args.out)["ct2-float32"], args.sentence, args.decode_loop)
     # In a process of its own: TensorFlow's threads, once started, would share the cores with the timed ones.
     subprocess.run([sys.executable, "-m", "benchmarks.serving_alternatives", args.run_dir, "--out", args.out,
                     "--export-only"], check=True)
