@@ -21,7 +21,7 @@ about 700 MB of RSS), with the same number of intra-op threads, and TensorFlow w
 (`--inter-op`; 0: its default, one a core, which the job keeps), as PyTorch issues its ops one at a time. The
 processes alternate A/B/A/B (every other round in reverse order), so only ratios of interleaved repeats count;
 each reports its target tokens/s (padding excluded), its process CPU time over wall time (the cores it kept
-busy) and its peak RSS.
+busy) and its RSS: once built (framework, model and optimizer), after the steps, and at its peak.
 """
 
 import argparse
@@ -157,6 +157,7 @@ def measure(train_step, batches, warmup, steps, warm_pass=False):
     """
     if warmup + steps > len(batches):
         raise SystemExit(f"--warmup {warmup} + --steps {steps}: only {len(batches)} batches are written")
+    built_rss_mb = resident_mb()  # the framework imported, the model and its optimizer built
     for i in [*range(warmup), *(range(warmup, warmup + steps) if warm_pass else [])]:
         float(train_step(i))
     started, started_cpu = time.perf_counter(), time.process_time()
@@ -166,7 +167,14 @@ def measure(train_step, batches, warmup, steps, warm_pass=False):
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
     tokens = sum(int(np.count_nonzero(batch["target_out"] != PAD_ID)) for batch in batches[warmup:warmup + steps])
     return dict(tokens_per_second=tokens / seconds, step_ms=seconds / steps * 1000, cores=cpu_seconds / seconds,
+                built_rss_mb=built_rss_mb, end_rss_mb=resident_mb(),
                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def resident_mb():
+    """This process's resident memory now (VmRSS), in MB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
 
 
 def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=1, warm_pass=False):
@@ -225,7 +233,7 @@ def ours_for(variant):
 
 def table(results):
     """A Markdown table of `alternate_processes`'s results: medians, spreads, and ours over each PyTorch variant."""
-    rows = ["| variant | tokens/s, median (min-max) | ms/step | cores busy | peak RSS "
+    rows = ["| variant | tokens/s, median (min-max) | ms/step | cores busy | RSS built / after the steps / peak "
             "| ours / it: median ratio (per round) |", "|---|---:|---:|---:|---:|---:|"]
     rates = {name: [r.get("tokens_per_second") for r in runs] for name, runs in results.items()}
     for name, runs in results.items():
@@ -236,14 +244,15 @@ def table(results):
         median = statistics.median(good)
         step = statistics.median(r["step_ms"] for r in runs if "step_ms" in r)
         cores = statistics.median(r["cores"] for r in runs if "cores" in r)
-        rss = max(r["peak_rss_mb"] for r in runs if "peak_rss_mb" in r)
+        rss = " / ".join(f"{max(r[key] for r in runs if key in r):,.0f}"
+                         for key in ("built_rss_mb", "end_rss_mb", "peak_rss_mb"))
         ratio = ""
         ours = [rate for rate in rates.get(ours_for(name), []) if rate is not None]
         if not name.startswith(OURS + ":") and ours:
             rounds = [a / b for a, b in zip(rates[ours_for(name)], rates[name]) if a is not None and b is not None]
             ratio = f"{statistics.median(ours) / median:.2f}x ({', '.join(f'{r:.2f}' for r in rounds)})"
         rows.append(f"| {name} | {median:.0f} ({min(good):.0f}-{max(good):.0f}) | {step:.0f} | {cores:.2f} | "
-                    f"{rss:.0f} MB | {ratio} |")
+                    f"{rss} MB | {ratio} |")
     return "\n".join(rows)
 
 
