@@ -109,3 +109,16 @@ def test_the_cpu_is_named_by_its_first_processors_family_model_and_speed_flags(t
     assert described.startswith("Intel(R) Xeon(R) Processor, family 6 model 207, ")
     assert described.endswith(", flags: avx512f amx_bf16 amx_tile")  # avx512_bf16 is the second processor's
     assert "unreadable" in describe_cpu(str(tmp_path / "missing"))
+
+
+def test_the_pytorch_anchors_processes_import_no_tensorflow():
+    """Each framework is timed in a process that imports only its own: TensorFlow's import alone holds about
+    700 MB, which would count in PyTorch's memory (and `import keras_attn` imports it)."""
+    modules = ["benchmarks.anchors.harness"]
+    if importlib.util.find_spec("torch") is not None:
+        modules += ["benchmarks.anchors.torch_transformer", "benchmarks.anchors.torch_seq2seq"]
+    imported = ("import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n"
+                "print('tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", imported, *modules], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"]

@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.anchors import torch_transformer
-from keras_attn.special_tokens import PAD_ID
+from benchmarks.anchors import harness, torch_transformer
 
 
 class Seq2Seq(nn.Module):
@@ -63,7 +62,7 @@ class Seq2Seq(nn.Module):
         )
 
     def forward(self, source, target_in):
-        source_mask = source != PAD_ID
+        source_mask = source != harness.PAD_ID
         packed = nn.utils.rnn.pack_padded_sequence(
             self.dropout(self.source_embedding(source)), source_mask.sum(1), batch_first=True, enforce_sorted=False)
         memory, (h, c) = self.encoder(packed)

@@ -39,7 +39,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.anchors import harness
-from keras_attn.special_tokens import PAD_ID
 
 VARIANTS = ("keras:float32", "torch:float32", "torch.compile:float32",
             "keras:mixed_bfloat16", "torch:bfloat16", "torch.compile:bfloat16")
@@ -89,7 +88,7 @@ class Transformer(nn.Module):
         return self.dropout(self.embedding(ids) * math.sqrt(self.hidden_dim) + self.positions[: ids.shape[1]])
 
     def forward(self, source, target_in):
-        source_padding, target_padding = source == PAD_ID, target_in == PAD_ID  # True: masked
+        source_padding, target_padding = source == harness.PAD_ID, target_in == harness.PAD_ID  # True: masked
         length = target_in.shape[1]
         future = torch.ones(length, length, dtype=torch.bool, device=target_in.device).triu(1)
         memory = self.encoder(self.embed(source), src_key_padding_mask=source_padding)
@@ -119,7 +118,7 @@ def residual_dropout_only(layer):
 def training_loss(model, batch, label_smoothing):
     """Mean label-smoothed cross-entropy over the batch's real target tokens (our `MaskedSparseCrossEntropy`)."""
     logits = model(batch["source"], batch["target_in"])
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch["target_out"].flatten(), ignore_index=PAD_ID,
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch["target_out"].flatten(), ignore_index=harness.PAD_ID,
                            label_smoothing=label_smoothing)
 
 
