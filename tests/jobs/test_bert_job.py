@@ -328,6 +328,10 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
     resumed = bert.pretrain(PretrainConfig(**config), log=lines.append)
     assert f"run folder: {run} (continues from its backup ckpt-4)" in lines
     assert resumed.steps == pretrained.result.steps == 20
+    # A resumed run says the steps in all and those of this run, with this run's time.
+    (trained,) = [line for line in lines if line.startswith("trained ")]
+    assert re.fullmatch(r"trained [\d,]+ parameters for 20 steps in all on 1 replica\(s\), global batch 16; "
+                        r"this run resumed after 4 and trained 16 steps in \d+ s", trained), trained
     for a, b in zip(resumed.model.get_weights(), pretrained.result.model.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
