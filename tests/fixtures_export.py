@@ -2,11 +2,15 @@
 
 Use with `pytest_plugins = ["tests.fixtures_export"]` in a test module: the
 session-scoped fixtures are then built once for all the modules that ask.
+The translators' exports and the model root are built once for the whole
+test run: under pytest-xdist the first process to ask builds them and every
+process works on its own copy.
 """
 
 import os
 import shutil
 
+import filelock
 import keras
 import pytest
 
@@ -20,10 +24,43 @@ SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen a
 TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]
 
 
+def toy_vocabulary(texts):
+    """The special tokens, the texts' words, their other letters, and every letter as a continuation piece.
+
+    The same ids in every process, where a learned WordPiece vocabulary breaks ties in hash-map order (HuggingFace
+    `tokenizers`), so that a process's translator is the model another process exported.
+    """
+    words = sorted({word for line in texts for word in line.split()})
+    letters = sorted(set("".join(texts).replace(" ", "")) - set(words))
+    pieces = ["##" + letter for letter in sorted(set("".join(texts)) - {" "})]
+    return [*SPECIAL_TOKENS, *words, *letters, *pieces]
+
+
 def _tokenizers():
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocabulary_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocabulary_size=100))
-    return source, target
+    return tuple(tokenizers.WordPieceTokenizer(toy_vocabulary(texts)) for texts in (SOURCES, TARGETS))
+
+
+def _built_once(tmp_path_factory, name, build):
+    """A folder `build(folder)` fills, built once for the test run; returns this process's copy of it.
+
+    Under pytest-xdist the processes share one build (pytest-xdist's recipe: a folder beside the processes' own
+    temporary folders, made under a file lock by the first to ask) and each copies it, so a test that adds a
+    version to its copy changes nothing for the other process.
+    """
+    own = tmp_path_factory.mktemp(name)
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        build(own)
+        return own
+    shared = tmp_path_factory.getbasetemp().parent / name
+    with filelock.FileLock(f"{shared}.lock"):
+        built = shared.with_name(f"{name}.built")
+        if not built.exists():
+            shutil.rmtree(shared, ignore_errors=True)  # what a failed build left
+            shared.mkdir()
+            build(shared)  # in place: an export's metadata names files beside it by their paths
+            built.touch()
+    shutil.copytree(shared, own, symlinks=True, dirs_exist_ok=True)
+    return own
 
 
 @pytest.fixture(scope="session")
@@ -63,18 +100,22 @@ def _export_once(translator, root, name):
 
 
 @pytest.fixture(scope="session")
-def tiny_export(tiny_translator, tmp_path_factory):
-    """`<root>/toy/1`, exported once, naming a test split of its "run" as the job's exports do.
+def tiny_export(request, tmp_path_factory):
+    """`<root>/toy/1`, `tiny_translator` exported once, naming a test split of its "run" as the job's exports do.
 
     Tests may add versions under `<root>/toy` but must remove them again.
     """
-    return _export_once(tiny_translator, tmp_path_factory.mktemp("exports"), "toy")
+    root = _built_once(tmp_path_factory, "exports", lambda root: _export_once(
+        request.getfixturevalue("tiny_translator"), root, "toy"))
+    return str(root / "toy" / "1")
 
 
 @pytest.fixture(scope="session")
-def tiny_seq2seq_export(tiny_seq2seq_translator, tmp_path_factory):
+def tiny_seq2seq_export(request, tmp_path_factory):
     """`<root>/toy_seq2seq/1`, as `tiny_export`."""
-    return _export_once(tiny_seq2seq_translator, tmp_path_factory.mktemp("exports"), "toy_seq2seq")
+    root = _built_once(tmp_path_factory, "seq2seq_exports", lambda root: _export_once(
+        request.getfixturevalue("tiny_seq2seq_translator"), root, "toy_seq2seq"))
+    return str(root / "toy_seq2seq" / "1")
 
 
 _LOADED = {}  # (loader's name, folder) → what it loaded, for this test run
@@ -118,9 +159,13 @@ def model_root(tiny_export, tiny_seq2seq_export, tmp_path_factory):
     for CTranslate2), rnn/1 (a Bahdanau Seq2Seq translator), bert/1 (fill-mask), broken/1 (no SavedModel in
     it) and escape -> a folder outside the root holding a good export. Tests may add versions but must remove
     them again."""
+    return _built_once(tmp_path_factory, "model_root", lambda folder: _fill_model_root(
+        folder / "root", folder / "outside", tiny_export, tiny_seq2seq_export)) / "root"
+
+
+def _fill_model_root(root, outside, tiny_export, tiny_seq2seq_export):
     from keras_attn.jobs.translation import export_to_ctranslate2
 
-    root = tmp_path_factory.mktemp("root")
     shutil.copytree(tiny_export, root / "toy" / "1")
     (root / "ct2").mkdir()
     export_to_ctranslate2(tiny_export, str(root / "ct2" / "1"))
@@ -133,10 +178,8 @@ def model_root(tiny_export, tiny_seq2seq_export, tmp_path_factory):
     serving.export(serving.BertServer(task), str(root), "bert")
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
-    outside = tmp_path_factory.mktemp("outside")
     shutil.copytree(tiny_export, outside / "1")
     os.symlink(outside, root / "escape")
-    return root
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from keras_attn.decoding import CompiledSearch, Stepper, max_decode_length
 from keras_attn.models import Seq2SeqLM, TransformerBackbone
 from keras_attn.serving.translator import COMPILED_ROWS
 from pipelines.preprocessors import TranslationPreprocessor
-from tests.fixtures_export import SOURCES, TARGETS
+from tests.fixtures_export import SOURCES, TARGETS, toy_vocabulary
 
 MAX_LENGTH = 40  # source buckets 16, 32, 40; caches of 34, 40, 40 steps
 VOCABULARY = 30
@@ -80,13 +80,9 @@ def test_compiled_search_equals_the_search_in_the_graph_with_one_program_per_buc
 @pytest.fixture(scope="module")
 def task():
     """A seeded one-layer Transformer translator on a fixed vocabulary of the toy sentences' words and letters."""
-    from keras_attn.special_tokens import SPECIAL_TOKENS
     from pipelines.tokenizers import WordPieceTokenizer
 
-    text = SOURCES + TARGETS
-    words = sorted({word for line in text for word in line.split()})
-    letters = sorted(set("".join(text).replace(" ", "")) - set(words))
-    vocabulary = [*SPECIAL_TOKENS, *words, *letters, *("##" + letter for letter in sorted(set("".join(text)) - {" "}))]
+    vocabulary = toy_vocabulary(SOURCES + TARGETS)
     tokenizer = WordPieceTokenizer(vocabulary)
     keras.utils.set_random_seed(7)
     model = TransformerBackbone(
