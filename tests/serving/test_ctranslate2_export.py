@@ -16,6 +16,8 @@ from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone  #
 from keras_attn.serving.ctranslate2_export import SEARCH_OPTIONS, ctranslate2_spec, export_ctranslate2  # noqa: E402
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: E402
 
+pytest_plugins = ["tests.fixtures_export"]
+
 TINY = dict(preset="tiny", hidden_dim=32, num_heads=4, intermediate_dim=64, dropout=0.0, max_sequence_length=16)
 # name: (source vocabulary size, target vocabulary size or None for one shared vocabulary, backbone arguments)
 CONFIGS = {
@@ -242,38 +244,30 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     assert list(budgets) == list(decoding.max_decode_length(ids, cap=16).numpy())
 
 
-def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tmp_path):
+def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tiny_export, tmp_path):
     """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
     import subprocess
     import sys
 
-    from keras_attn import serving
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
-    from pipelines.preprocessors import TranslationPreprocessor
-    from pipelines.tokenizers import WordPieceTokenizer
+    from keras_attn.serving.translator import load_task
 
-    tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, *"abcdefgh", "."])
-    keras.utils.set_random_seed(3)
-    backbone = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, **TINY)
-    _sharpen(backbone)
-    preprocessor = TranslationPreprocessor(tokenizer, max_length=16)
-    translator = serving.Translator(Seq2SeqLM(backbone, preprocessor=preprocessor), compiled_search=False)
-    export = serving.export(translator, str(tmp_path), "toy")
-    folder = export_ctranslate2(backbone, tokenizer.vocabulary, tokenizer.vocabulary, str(tmp_path / "ct2"),
-                                preprocessor=preprocessor)
-    expected = load_ctranslate2(folder, compute_type="float32").translate(["a b c"], beam_width=1)[0]
+    task = load_task(tiny_export)
+    source, target = task.preprocessor.source_tokenizer, task.preprocessor.target_tokenizer
+    folder = export_ctranslate2(task.backbone, source.vocabulary, target.vocabulary, str(tmp_path / "ct2"),
+                                preprocessor=task.preprocessor)
+    expected = load_ctranslate2(folder, compute_type="float32").translate(["ein hund"], beam_width=1)[0]
     script = (
         "import sys\n"
         "from keras_attn.serving.ctranslate2_translator import load_ctranslate2\n"
         "from keras_attn.serving.translator import load_task\n"
-        "print(load_ctranslate2(sys.argv[1], compute_type='float32').translate(['a b c'], beam_width=1)[0])\n"
+        "print(load_ctranslate2(sys.argv[1], compute_type='float32').translate(['ein hund'], beam_width=1)[0])\n"
         "print(load_task(sys.argv[2]).backbone.count_params())\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, folder, export], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script, folder, tiny_export], capture_output=True, text=True,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines() == [str(expected), str(backbone.count_params())]
-
+    assert out.stdout.splitlines() == [str(expected), str(task.backbone.count_params())]
 
 
 def test_a_mixed_bfloat16_backbone_converts_to_the_model_of_its_float32_twin():
