@@ -29,8 +29,22 @@ def _data(count=16, length=7, vocab=20):
 INPUTS, TARGETS = _data(count=17)
 
 
+def _small_model(dropout):
+    """A model of the Transformer's inputs and outputs with little to trace: the target's embedding, a dense layer
+    with dropout, the logits. What most tests here check is the runner's and shows with any model; a
+    Transformer's step takes seconds to trace (the reference run and the runs that resume it train one)."""
+    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in ("source", "target_in")}
+    hidden = keras.layers.Dense(16, activation="relu")(keras.layers.Embedding(20, 16)(inputs["target_in"]))
+    return keras.Model(inputs, keras.layers.Dense(20)(keras.layers.Dropout(dropout)(hidden)))
+
+
+def _transformer(dropout):
+    return TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16, num_heads=2,
+                               intermediate_dim=32, dropout=dropout)
+
+
 def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, learning_rate=1e-2,
-         wrap=lambda backbone: backbone, dropout=0.0, **options):
+         model=_small_model, wrap=lambda backbone: backbone, dropout=0.0, **options):
     def make_datasets(global_batch):
         data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).take(rows).batch(global_batch)
         return data, data
@@ -40,8 +54,7 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     return train(
         RunConfig(run_dir=str(run_dir), epochs=epochs,
                   strategy=strategy, devices=devices, verbose=0, **options),
-        build_model=lambda: wrap(TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16,
-                                             num_heads=2, intermediate_dim=32, dropout=dropout)),
+        build_model=lambda: wrap(model(dropout)),
         make_datasets=make_datasets,
         compile_model=lambda model, total_steps: model.compile(
             keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
@@ -96,14 +109,14 @@ class _InterruptAtStart(keras.callbacks.Callback):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One device, never interrupted, 6 epochs: the run the others must equal.
+    """One device, never interrupted, 6 epochs of the Transformer: the run the others must equal.
 
     The optimizer's rate is constant, so its first 4 epochs are also a 4-epoch
     run. `after_epoch[n]`: a copy of its folder as epoch n left it.
     """
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     copies = _CopyAfterEpoch(run_dir, 1, 2)
-    result = _job(run_dir, epochs=6, callbacks=[copies])
+    result = _job(run_dir, epochs=6, model=_transformer, callbacks=[copies])
     result.run_dir = run_dir
     result.after_epoch = {epoch: copies.copy(epoch) for epoch in copies.epochs}
     return result
@@ -118,12 +131,17 @@ class _StopAfterEpoch(keras.callbacks.Callback):
         self.model.stop_training = epoch + 1 == self.epochs
 
 
+# A rate high enough to make the weights jump about: the mean of the last epochs' weights then validates best
+# (single epochs at best 2.85 here, means 2.66).
+JUMPING_RATE = 0.5
+
+
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """At rate 0.1, stopped by a callback after epoch 5 of 6: a stopped run, and (its 5 epochs) a run without
-    checkpoint averaging for `test_epoch_averaging_validates_the_mean_of_the_last_epochs`."""
+    """At `JUMPING_RATE`, stopped by a callback after epoch 5 of 6: a stopped run, and (its 5 epochs) a run
+    without checkpoint averaging for `test_epoch_averaging_validates_the_mean_of_the_last_epochs`."""
     run_dir = tmp_path_factory.mktemp("stopped")
-    result = _job(run_dir, epochs=6, learning_rate=0.1, callbacks=[_StopAfterEpoch(5)])
+    result = _job(run_dir, epochs=6, learning_rate=JUMPING_RATE, callbacks=[_StopAfterEpoch(5)])
     result.run_dir = run_dir
     return result
 
@@ -156,10 +174,10 @@ def test_xla_and_bfloat16_equal_the_plain_float32_run(tmp_path, reference):
 
     (bfloat16 + XLA on two replicas here cost a second XLA compilation, 20-40 s of the suite.)
     """
-    xla = _job(tmp_path / "xla", epochs=6, jit_compile=True)  # a compiled step equals the plain one
+    xla = _job(tmp_path / "xla", epochs=6, model=_transformer, jit_compile=True)  # a compiled step equals the plain one
     np.testing.assert_allclose(xla.history["loss"], reference.history["loss"], rtol=1e-4)
     _assert_same_weights(xla.model.get_weights(), reference.model.get_weights(), atol=1e-4)
-    bf16 = _job(tmp_path / "bf16", epochs=6, mixed_precision=True, jit_compile=True)
+    bf16 = _job(tmp_path / "bf16", epochs=6, model=_transformer, mixed_precision=True, jit_compile=True)
     assert {layer.compute_dtype for layer in bf16.model.layers} >= {"bfloat16"}
     # bfloat16 rounds activations to 8 significant bits: the per-epoch losses
     # of this tiny model stay within 2% of float32 (measured on one device: under 1%).
@@ -169,7 +187,7 @@ def test_xla_and_bfloat16_equal_the_plain_float32_run(tmp_path, reference):
 
 def test_a_stopped_run_stays_stopped(stopped):
     assert len(stopped.history["loss"]) == 5 and (stopped.run_dir / "STOPPED").exists()
-    again = _job(stopped.run_dir, epochs=6, learning_rate=0.1)
+    again = _job(stopped.run_dir, epochs=6, learning_rate=JUMPING_RATE)
     assert again.history == {} and again.steps == stopped.steps == 5
 
 
@@ -178,7 +196,7 @@ def test_resuming_with_another_global_batch_is_refused(reference):
     from keras_attn.errors import UserError
 
     with pytest.raises(UserError, match="global batch of 16, this run has 8"):
-        _job(reference.run_dir, epochs=6, batch_size=8)
+        _job(reference.run_dir, epochs=6, model=_transformer, batch_size=8)
 
 
 @pytest.mark.slow
@@ -188,7 +206,7 @@ def test_a_backup_of_another_model_is_refused_in_one_line(reference):
     from keras_attn.models import Seq2SeqLM
 
     with pytest.raises(UserError, match="its saved weights are of another model than this run builds"):
-        _job(reference.run_dir, epochs=6, wrap=Seq2SeqLM)
+        _job(reference.run_dir, epochs=6, model=_transformer, wrap=Seq2SeqLM)
 
 
 @pytest.mark.slow
@@ -199,13 +217,13 @@ def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, refer
     steps_per_epoch = reference.steps // 6
 
     # A finished run resumed again trains no more and keeps the best weights.
-    again = _job(tmp_path, epochs=2)
+    again = _job(tmp_path, epochs=2, model=_transformer)
     assert again.already_finished and again.history == {} and again.steps == 2 * steps_per_epoch
     assert again.best_val_loss == pytest.approx(min(reference.history["val_loss"][:2]))
     assert (tmp_path / "best.weights.h5").exists()
 
     # Resumed with more epochs, it trains on as if it had never stopped.
-    longer = _job(tmp_path, epochs=6)
+    longer = _job(tmp_path, epochs=6, model=_transformer)
     assert longer.initial_epoch == 2 and not longer.already_finished
     assert longer.steps == int(longer.model.optimizer.iterations) == reference.steps
     np.testing.assert_allclose(longer.history["loss"], reference.history["loss"][2:], rtol=1e-5)
@@ -232,7 +250,7 @@ def test_steps_count_the_whole_run_not_the_best_epoch(tmp_path, reference):
     """The best weights file carries its epoch's optimizer; the run's step count must not."""
     shutil.copytree(reference.run_dir, tmp_path, dirs_exist_ok=True)
     shutil.copy(reference.after_epoch[1] / "best.weights.h5", tmp_path)  # as if epoch 1 were best
-    again = _job(tmp_path, epochs=6)
+    again = _job(tmp_path, epochs=6, model=_transformer)
     assert again.already_finished and again.steps == reference.steps == 6
     assert int(again.model.optimizer.iterations) == 1  # what the best weights brought back
 
@@ -256,8 +274,7 @@ def _validation_loss(model):
 @pytest.mark.slow
 def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path, stopped):
     """Checkpoint averaging: each epoch also validates the mean of the last 3 epochs' weights."""
-    # A rate high enough to make the weights jump about: then their mean validates best.
-    options = dict(average_epochs=3, learning_rate=0.1)
+    options = dict(average_epochs=3, learning_rate=JUMPING_RATE)
     copies = _CopyAfterEpoch(tmp_path / "straight", 2)
     straight = _job(tmp_path / "straight", epochs=5, callbacks=[copies], **options)
     averaged = straight.history["val_loss_averaged"]
