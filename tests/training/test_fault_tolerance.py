@@ -38,6 +38,7 @@ JOB = dict(
     builtin_size=320, builtin_eval_size=16, epochs=2, preset="tiny", warmup_steps=5,
     vocabulary_size=600, beam_width=1, verbose=2, backup_every=4, export=False,
     translate_test_split=False,  # no test here reads the scores
+    compiled_search=False,  # (tracing translate_compiled adds seconds to each export: tests/test_compiled_search.py)
 )
 STEPS_PER_EPOCH, STEPS = 10, 20
 
