@@ -1,6 +1,7 @@
 """`keras-attn serve`'s REST API, in process: TensorFlow Serving's routes, formats and errors."""
 
 import asyncio
+import functools
 import os
 import shutil
 import time
@@ -26,8 +27,14 @@ def client(model_root):
         yield client
 
 
+@functools.cache
+def _loaded(path):
+    """The version at `path` loaded once for the module's direct calls (a load takes about a second)."""
+    return load_version(path)
+
+
 def _direct(model_root, name, signature, **inputs):
-    loaded = load_version(str(model_root / name / "1"))
+    loaded = _loaded(str(model_root / name / "1"))
     outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
     return {k: v.numpy() for k, v in outputs.items()}
 
