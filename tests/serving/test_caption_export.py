@@ -18,9 +18,14 @@ def png(array):
     return stream.getvalue()
 
 
-def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(tiny_captioner):
-    task, scenes, path = tiny_captioner
-    loaded = tf.saved_model.load(path)
+@pytest.fixture(scope="module")
+def loaded(tiny_captioner):
+    """The captioner's export, loaded once for the module."""
+    return tf.saved_model.load(tiny_captioner[2])
+
+
+def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(tiny_captioner, loaded):
+    task, scenes, _ = tiny_captioner
     images = [png(image) for image in scenes.images]
     hostile = [b"", b"GIF89a and then nothing", images[0][:100]]
     out = loaded.signatures["caption"](image=tf.constant(images + hostile), beam_width=tf.constant(1))
@@ -38,12 +43,11 @@ def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_el
     assert not attention[~written].any() and not written[len(images):].any()
 
 
-def test_the_attention_is_the_one_the_search_used(tiny_captioner):
+def test_the_attention_is_the_one_the_search_used(tiny_captioner, loaded):
     """The export's attention (one teacher-forced pass over the chosen caption) equals greedy search's own."""
     from keras_attn.decoding import greedy_search
 
-    task, scenes, path = tiny_captioner
-    loaded = tf.saved_model.load(path)
+    task, scenes, _ = tiny_captioner
     out = loaded.signatures["caption"](image=tf.constant([png(scenes.images[1])]), beam_width=tf.constant(1))
     searched = greedy_search(task.stepper, task.preprocessor.images(scenes.images[1:2]), 10, return_attention=True)
     steps = int((out["output_tokens"].numpy()[0] != b"[PAD]").sum())
@@ -51,9 +55,8 @@ def test_the_attention_is_the_one_the_search_used(tiny_captioner):
                                searched["attention"].numpy()[0, :steps, 0, 0], atol=1e-5)
 
 
-def test_a_beam_and_an_empty_batch(tiny_captioner):
-    _, scenes, path = tiny_captioner
-    loaded = tf.saved_model.load(path)
+def test_a_beam_and_an_empty_batch(tiny_captioner, loaded):
+    _, scenes, _ = tiny_captioner
     beam = loaded.signatures["caption"](image=tf.constant([png(scenes.images[2])]), beam_width=tf.constant(4))
     assert beam["readable"].numpy().tolist() == [True] and beam["score"].numpy()[0] < 0
     empty = loaded.signatures["caption"](image=tf.constant([], tf.string), beam_width=tf.constant(4))
