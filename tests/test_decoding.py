@@ -685,14 +685,16 @@ def test_extra_padding_columns_leave_the_logits_unchanged(model):
     np.testing.assert_allclose(padded_logits[:, :4], logits, atol=1e-5)
 
 
-@pytest.mark.parametrize("width", [1, 3])
-def test_search_gives_beam_searchs_outputs_and_scores_the_greedy_way_for_width_one(stepper, eos_id, width):
-    """`search`: greedy search for width 1 (a Python int or a tensor), with beam search's length-normalized scores."""
-    beam = beam_search(stepper, SOURCE, MAX_LENGTH, beam_width=width, length_penalty=0.6, eos_id=eos_id)
+def test_search_gives_beam_searchs_outputs_and_scores_the_greedy_way_for_width_one(stepper, eos_id):
+    """`search`: greedy search for width 1 (a Python int or a tensor), with beam search's length-normalized scores;
+    one traced graph for every width."""
     in_graph = tf.function(lambda source, w: search(stepper, source, MAX_LENGTH, w, 0.6, eos_id))
-    for found in (search(stepper, SOURCE, MAX_LENGTH, width, 0.6, eos_id), in_graph(SOURCE, tf.constant(width))):
-        np.testing.assert_array_equal(found["tokens"], beam["tokens"])
-        np.testing.assert_allclose(found["scores"], beam["scores"], rtol=1e-6)
+    for width in (1, 3):
+        beam = beam_search(stepper, SOURCE, MAX_LENGTH, beam_width=width, length_penalty=0.6, eos_id=eos_id)
+        for found in (search(stepper, SOURCE, MAX_LENGTH, width, 0.6, eos_id), in_graph(SOURCE, tf.constant(width))):
+            np.testing.assert_array_equal(found["tokens"], beam["tokens"])
+            np.testing.assert_allclose(found["scores"], beam["scores"], rtol=1e-6)
+    assert in_graph.experimental_get_tracing_count() == 1
 
 
 NEVER = -1  # an end token never emitted: every row runs to its budget
