@@ -218,15 +218,15 @@ def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, w
     ids = ids[:, :MAX_LENGTH].to_tensor(default_value=0)
     source = tf.cast(ids, tf.int32)
 
+    compiled_search = decoding.CompiledSearch(stepper, MAX_LENGTH, eos_id=-1) if compiled else None
+
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source):
-        if compiled:  # as the export's translate_compiled: one XLA program
+        if compiled_search:  # as the export's translate_compiled: one XLA program
             return compiled_search(source, width)
         return decoding.search(
             stepper, source, decoding.max_decode_length(source, cap=MAX_LENGTH), width, eos_id=-1,
         )
-
-    compiled_search = decoding.CompiledSearch(stepper, MAX_LENGTH, eos_id=-1) if compiled else None
 
     for _ in range(warmup):
         search(source)["tokens"].numpy()

@@ -531,7 +531,9 @@ def _import(args):
         module, reads = serving.BertServer(task), "keras-attn fill-mask {} ... and finetune read it"
     elif kind == "marian":
         task = marian.load_task(args.folder)
-        translator = serving.Translator(task, compiled_search=getattr(args, "compiled_search", True))
+        translator = serving.Translator(
+            task, compiled_search=getattr(args, "compiled_search", config.TranslationConfig.compiled_search)
+        )
         module, reads = translator, "keras-attn translate {} ... translates with it"
     else:
         raise UserError(f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "

@@ -43,7 +43,6 @@ Conventions: [PAD] (id 0) is never emitted before [EOS]; outputs exclude
 or length counts the tokens up to and including [EOS].
 """
 
-import functools
 import inspect
 import math
 

@@ -234,6 +234,17 @@ def test_the_server_runs_one_text_compiled_once_its_width_is_compiled_and_the_re
     assert refused.json()["error"].startswith("assertion failed: [translate_compiled takes 1 to 4 texts")
 
 
+@pytest.mark.parametrize("given, widths", [([], (1, 4)), (["--compiled-widths"], []),
+                                           (["--compiled-widths", "1", "8"], [1, 8])])
+def test_serve_takes_the_compiled_widths_as_numbers_and_none_when_given_empty(given, widths):
+    from keras_attn import cli, config
+
+    args = cli.build_parser().parse_args(["serve", "saved_models", *given])
+    assert cli._config_from(args, config.ServeConfig).compiled_widths == widths
+    with pytest.raises(SystemExit):  # argparse's one-line refusal
+        cli.build_parser().parse_args(["serve", "--compiled-widths", "0"])
+
+
 def test_a_backbone_without_preallocated_caches_exports_without_the_compiled_search(task):
     from keras_attn.models import Seq2SeqBackbone
 

@@ -16,15 +16,13 @@ Example:
 
     >>> routes = CompiledRoutes(widths=(1, 4))
     >>> routes.start(store.refresh())  # doctest: +SKIP
-    >>> one_text = {"text": np.array([b"Hallo"]), "beam_width": np.array(4)}
+    >>> one_text = {"text": [b"Hallo"], "beam_width": 4}
     >>> routes.signature(store.find("transformer"), "translate", one_text)  # doctest: +SKIP
     'translate_compiled'
 """
 
 import threading
 import time
-
-import numpy as np  # noqa: F401  (the example's)
 
 COMPILED, WARM_UP = "translate_compiled", "warm_up"  # the export's signatures (`serving.Translator`)
 ROUTED = ("translate", "serving_default")  # the signatures whose one-text calls run `COMPILED`
