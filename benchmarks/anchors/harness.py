@@ -17,8 +17,9 @@ schedule. Our side trains as the job does: the runner's `TrainingSteps` (loss, m
 `jobs.translation.build_task`, compiled by `compile_task`.
 
 Each framework is timed in a process of its own, which imports only its own framework (TensorFlow alone takes
-about 700 MB of RSS), with the same number of intra-op threads, and TensorFlow with one inter-op thread
-(`--inter-op`; 0: its default, one a core, which the job keeps), as PyTorch issues its ops one at a time. The
+about 700 MB of RSS), with the same number of intra-op threads. TensorFlow keeps its default inter-op threads,
+one a core, as the jobs do (`--inter-op`): its graph executor runs independent ops side by side, which PyTorch's
+eager mode, issuing its ops one at a time, cannot; `--inter-op 1` runs ours one op at a time too. The
 processes alternate A/B/A/B (every other round in reverse order), so only ratios of interleaved repeats count;
 each reports its target tokens/s (padding excluded), its process CPU time over wall time (the cores it kept
 busy) and its RSS: once built (framework, model and optimizer), after the steps, and at its peak.
@@ -54,6 +55,7 @@ PAD_ID = _special_tokens().PAD_ID
 CACHE = os.path.join(tempfile.gettempdir(), "keras_attn_anchors")
 BATCHES = 48  # the first batches of the job's epoch 0: warm-up and timed steps
 THREADS = 2
+INTER_OP = 0  # TensorFlow's inter-op threads: 0, its default (one a core), which the jobs keep
 OURS = "keras"  # our variants are "keras:float32" and "keras:mixed_bfloat16"
 
 
@@ -190,11 +192,12 @@ def resident_mb():
         return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
 
 
-def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=1, warm_pass=False):
+def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=INTER_OP,
+              warm_pass=False):
     """Our training tokens/s on the written batches (`measure`), the job's step in `precision`.
 
-    `threads` intra-op threads and `inter_op` threads that run ops side by side (0: TensorFlow's default, one a
-    core): with 1, as PyTorch, which issues its ops one at a time from the Python thread.
+    `threads` intra-op threads and `inter_op` threads that run independent ops side by side (0: TensorFlow's
+    default, one a core; 1: one op at a time, as PyTorch's eager mode issues them).
     """
     import tensorflow as tf
 
@@ -298,8 +301,8 @@ def add_timing_flags(parser):
     parser.add_argument("--cache", default=CACHE, help="where the batches and the vocabulary are kept")
     parser.add_argument("--warm-pass", action="store_true",
                         help="train on the timed batches once, untimed, first (per-shape compilations out)")
-    parser.add_argument("--inter-op", type=int, default=1,
-                        help="our side: TensorFlow's inter-op threads (0: its default, one a core)")
+    parser.add_argument("--inter-op", type=int, default=INTER_OP,
+                        help="our side: TensorFlow's inter-op threads (0: its default, one a core, as the jobs run)")
 
 
 def main():
