@@ -7,7 +7,9 @@
 Loopback only, bounded in time (`--seconds` per cell) and in requests
 (`--max-requests` per cell). The exports are copied into a fresh model root;
 `keras-attn serve` runs in its own process, once with dynamic batching
-(`--max-batch-size 32`) and once without (`--max-batch-size 1`). Each client
+(`--max-batch-size 32`) and once without (`--max-batch-size 1`); with an
+export that carries the search compiled by XLA, the cells start once the
+server has compiled its one-text programs (its log says so). Each client
 sends one sentence per request, back to back, from Multi30k's test2016
 German side (../shared/data, read not copied; the built-in corpus's
 sentences without it); every tenth request is a hostile string (empty,
@@ -37,11 +39,13 @@ import base64
 import gzip
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
@@ -154,15 +158,34 @@ async def load(url, request_for, clients, seconds, max_requests):
     return latencies, errors, time.perf_counter() - started
 
 
-def start_server(root, port, max_batch_size):
+def has_compiled_search(export):
+    """Whether the translation export at `export` carries the search compiled by XLA (`warm_up`)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(export, "saved_model.pb"), "rb") as file:
+        saved.ParseFromString(file.read())
+    return "warm_up" in saved.meta_graphs[0].signature_def
+
+
+def start_server(root, port, max_batch_size, compiled_model=None):
+    """`keras-attn serve` on `root`, once it answers; with `compiled_model`, once that model's one-text programs
+    are compiled too (its log line), so that no cell shares the cores with XLA's compiler."""
     process = subprocess.Popen(
         [sys.executable, "-m", "keras_attn.cli", "serve", root, "--port", str(port), "--poll-seconds", "0",
          "--max-batch-size", str(max_batch_size), "--max-request-bytes", str(1 << 20)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
-    line = process.stdout.readline()
+    lines = queue.Queue()  # the server's log, read all along so that its pipe never fills
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    line = lines.get(timeout=600)
     if "serving on" not in line:
         sys.exit(f"the server did not start: {line}")
+    while compiled_model:
+        line = lines.get(timeout=600)
+        if line.startswith(f"{compiled_model}/") and "compiled" in line:
+            print("server:", line.strip(), flush=True)
+            break
     time.sleep(1)
     return process
 
@@ -220,7 +243,8 @@ def main():
     }
     rows, soak = [], None
     for batching in (32,) if args.soak_only else (32, 1):
-        server = start_server(root, args.port, batching)
+        server = start_server(root, args.port, batching,
+                              compiled_model="translation" if has_compiled_search(args.translation) else None)
         try:
             for workload, (model, request_for) in {} if args.soak_only else workloads.items():
                 url = f"http://127.0.0.1:{args.port}/v1/models/{model}:predict"

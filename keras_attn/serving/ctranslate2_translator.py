@@ -69,6 +69,7 @@ class CTranslate2Translator:
     def __init__(self, folder, preprocessor, compute_type="default", threads=0, max_beam_width=32):
         self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
                                                  intra_threads=threads)
+        self.threads = threads
         self.preprocessor = preprocessor
         self.max_beam_width = max_beam_width
         self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)

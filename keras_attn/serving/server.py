@@ -18,6 +18,7 @@ every `poll_seconds`. Any other path or method gets a JSON error too.
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import re
@@ -35,7 +36,7 @@ from keras_attn.errors import UserError
 from keras_attn.serving import rest
 from keras_attn.serving.batching import DynamicBatcher
 from keras_attn.serving.compiled_routes import CompiledRoutes
-from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound
+from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound, load_version
 
 EXPLORER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "explorer")  # the page at GET /
 # The page runs only its own script and style, and talks only to this server.
@@ -75,13 +76,20 @@ def serve(settings, log=print):
     return 0
 
 
+def threads_per_call(calls):
+    """The threads each of `calls` model calls that run at once gets from CTranslate2: the process's cores
+    shared between them (CTranslate2's own default, 4 a call, would put more threads than cores to work)."""
+    return max(1, len(os.sched_getaffinity(0)) // calls)
+
+
 def create_app(settings=None, store=None, log=None):
     """The ASGI application serving `settings.model_root` (a `ServeConfig`), or a given `ModelStore`.
 
     `log`, if given, is told which versions loaded once the first scan is done.
     """
     settings = settings or ServeConfig()
-    store = store or ModelStore(settings.model_root)
+    store = store or ModelStore(settings.model_root, load=functools.partial(
+        load_version, ctranslate2_threads=threads_per_call(settings.threads)))
     executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
     routes = CompiledRoutes(settings.compiled_widths, log=log)
     batcher = DynamicBatcher(_run_signature(store, routes), executor, settings.max_batch_size,
