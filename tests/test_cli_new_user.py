@@ -51,7 +51,10 @@ def _epochs(printed):
 
 @pytest.fixture(scope="module")
 def bert_runs(tmp_path_factory):
-    """A tiny pretraining run folder, and a fine-tuning from it with finetune's defaults, exported."""
+    """A tiny pretraining run folder, and a fine-tuning from it with finetune's defaults, exported; the
+    fine-tuning job's result."""
+    from keras_attn.jobs import bert
+
     root = tmp_path_factory.mktemp("new_user")
     code, pretrained, err = _run([*PRETRAIN, "--run-dir", str(root / "bert")])
     assert code == 0, err
@@ -60,10 +63,14 @@ def bert_runs(tmp_path_factory):
         "finetune", str(root / "bert"), "--train", train, "--precision", "float32",
         "--run-dir", str(root / "classifier"), "--export", str(root / "saved_models"),
     ]
-    code, finetuned, err = _run(finetune)
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        run = bert.finetune
+        patch.setattr(bert, "finetune", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
+        code, finetuned, err = _run(finetune)
     assert code == 0, err
     return types.SimpleNamespace(
-        root=root, pretrained=pretrained, finetuned=finetuned, train=train,
+        root=root, pretrained=pretrained, finetuned=finetuned, train=train, result=results[0],
         export=str(root / "saved_models" / "bert-classifier" / "1"),
     )
 
@@ -160,6 +167,55 @@ def test_the_final_validation_is_the_best_epochs(bert_runs):
 
 # 6. A resumed run says the steps in all and those of this run, with this run's time: checked where a killed
 # pretraining resumes (tests/jobs/test_bert_job.py), the same line as finetune's.
+
+
+# The export answers as the fine-tuning job's model, and scores the job's validation accuracy (the fine-tuning
+# the BERT job's tests would otherwise run again: tests/jobs/test_bert_job.py).
+
+
+@pytest.mark.slow
+def test_the_classifier_export_answers_as_the_jobs_model_and_scores_its_accuracy(
+        bert_runs, cli_loads_saved_models_once):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attn.jobs.bert_loader import read_pretrained
+    from pipelines.classification import read_labelled_tsv
+    from pipelines.preprocessors import pack
+    from pipelines.text import hold_out
+
+    accuracy = float(re.search(r"^valid: accuracy ([\d.]+) on 100 examples$", bert_runs.finetuned, re.M)[1])
+    # The export against the in-process classifier on the first sentence of 200 other documents, alone and
+    # paired with the second: a wrong input or output shows in the probabilities of all 8 labels.
+    train = read_labelled_tsv(bert_runs.train)
+    names = sorted(set(train.labels))  # the job's label ids: sorted training labels
+    tokenizer, settings = read_pretrained(str(bert_runs.root / "bert"))
+    served = cli_loads_saved_models_once(bert_runs.export)  # as `classify` loads it
+    documents = synthetic_documents.labelled_documents(200, seed=12)
+    firsts, seconds = [tf.constant([d[i] for _, d in documents]) for i in (0, 1)]
+    for segments, outputs in (
+        ([firsts], served.signatures["classify"](text=firsts)),
+        ([firsts, seconds], served.signatures["classify_pair"](text_a=firsts, text_b=seconds)),
+    ):
+        token_ids, segment_ids, _ = pack([tokenizer.tokenize(texts) for texts in segments], settings["max_length"])
+        logits = bert_runs.result.model({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        probabilities = outputs["probabilities"].numpy()
+        np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-5)
+        best = probabilities.argmax(-1)
+        np.testing.assert_array_equal(outputs["label_id"].numpy(), best)
+        assert outputs["label"].numpy().astype(str).tolist() == [names[i] for i in best]
+    # The job's accuracy (its best epoch's, on the 10% of the training file it held out) is the export's.
+    _, held = hold_out(len(train.labels), 0.1, 0)  # finetune's split, seed 0
+    texts, truth = [train.texts_a[i] for i in held], [train.labels[i] for i in held]
+    labels = served.signatures["classify"](text=tf.constant(texts))["label"].numpy().astype(str)
+    assert len(held) == 100 and np.mean(labels == np.array(truth)) == pytest.approx(accuracy, abs=1e-4)
+
+    texts = ["Anna cuts the sharp knife.", "Leo follows the quick fox."]
+    code, out, _ = _run(["classify", bert_runs.export, *texts])
+    outputs = {k: v.numpy() for k, v in served.signatures["classify"](text=tf.constant(texts)).items()}
+    shown = [f"{label.decode()}\t{p.max():.3f}" for label, p in zip(outputs["label"], outputs["probabilities"])]
+    assert code == 0 and out.splitlines() == shown
+    assert [line.split("\t")[0] for line in shown] == ["kitchen", "forest"]
 
 
 # 8. classify: --top-k labels with probabilities; a pair refused by a single-text model (and vice versa).

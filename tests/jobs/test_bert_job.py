@@ -139,13 +139,6 @@ def test_fill_mask_command(pretrained, cli_loads_saved_models_once, capsys):
     assert captured.err.strip() == "keras-attn: input 2 has no [MASK]"
 
 
-def _topic_tsv(path, labelled_documents):
-    """label<TAB>sentence lines: the first sentence of each kitchen or forest document."""
-    lines = [f"{topic}\t{document[0]}\n" for topic, document in labelled_documents if topic in ("kitchen", "forest")]
-    path.write_text("".join(lines))
-    return path
-
-
 @pytest.mark.slow
 def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
     from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
@@ -216,62 +209,8 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
         bert.pretrain(PretrainConfig(**dict(streamed.config, norm_first=False)), log=lambda line: None)
 
 
-@pytest.mark.slow
-def test_finetune_and_classify(pretrained, cli_loads_saved_models_once, tmp_path, capsys):
-    from keras_attn.jobs.bert_loader import read_pretrained
-    from keras_attn.jobs import bert
-    from pipelines.classification import read_labelled_tsv
-    from pipelines.preprocessors import pack
-
-    train = _topic_tsv(tmp_path / "train.tsv", synthetic_documents.labelled_documents(500, seed=11))
-    test_documents = synthetic_documents.labelled_documents(200, seed=12)
-    test = _topic_tsv(tmp_path / "test.tsv", test_documents)
-    argv = [
-        "finetune", pretrained.export, "--train", str(train), "--test", str(test), "--epochs", "4",
-        "--batch-size", "8", "--learning-rate", "1e-3", "--precision", "float32",
-        "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "saved_models"),
-    ]
-    results = []
-    with pytest.MonkeyPatch.context() as patch:
-        run = bert.finetune
-        patch.setattr(bert, "finetune", lambda *a, **k: results.append(run(*a, **k)) or results[-1])
-        code, printed = _run(argv)
-    assert code == 0, printed
-    accuracy = float(next(line for line in printed.splitlines() if line.startswith("test: accuracy")).split()[2])
-    assert accuracy >= 0.8, printed  # two topics: the sentence's nouns say which
-    export = tmp_path / "saved_models" / "bert-classifier" / "1"
-    assert f"exported to {export}" in printed
-
-    # The export against the in-process classifier on the first sentence of every test document,
-    # alone and paired with the second. Documents of every topic: the two trained topics'
-    # sentences all get about 0.07 / 0.93, so a wrong input or output shows on the others.
-    names = sorted(set(read_labelled_tsv(train).labels))  # the job's label ids: sorted training labels
-    tokenizer, settings = read_pretrained(pretrained.export)
-    served = cli_loads_saved_models_once(str(export))  # as `classify` loads it
-    firsts, seconds = [tf.constant([d[i] for _, d in test_documents]) for i in (0, 1)]
-    for segments, outputs in (
-        ([firsts], served.signatures["classify"](text=firsts)),
-        ([firsts, seconds], served.signatures["classify_pair"](text_a=firsts, text_b=seconds)),
-    ):
-        token_ids, segment_ids, _ = pack([tokenizer.tokenize(texts) for texts in segments], settings["max_length"])
-        logits = results[0].model({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
-        probabilities = outputs["probabilities"].numpy()
-        np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-5)
-        best = probabilities.argmax(-1)
-        np.testing.assert_array_equal(outputs["label_id"].numpy(), best)
-        assert outputs["label"].numpy().astype(str).tolist() == [names[i] for i in best]
-    # The job's test accuracy is the export's, scored against the file's labels.
-    single = read_labelled_tsv(test)
-    labels = served.signatures["classify"](text=tf.constant(single.texts_a))["label"].numpy().astype(str)
-    assert np.mean(labels == np.array(single.labels)) == pytest.approx(accuracy, abs=1e-4)
-
-    capsys.readouterr()
-    texts = ["Anna cuts the sharp knife.", "Leo follows the quick fox."]
-    assert cli.main(["classify", str(export), *texts]) == 0
-    outputs = {k: v.numpy() for k, v in served.signatures["classify"](text=tf.constant(texts)).items()}
-    shown = [f"{label.decode()}\t{p.max():.3f}" for label, p in zip(outputs["label"], outputs["probabilities"])]
-    assert capsys.readouterr().out.splitlines() == shown
-    assert [line.split("\t")[0] for line in shown] == ["kitchen", "forest"]
+# Fine-tuning, its export against the job's model, and `classify`: tests/test_cli_new_user.py, on the fine-tuning
+# its tests run (finetune from an export: tests/checkpoints/test_huggingface_bert.py).
 
 
 @pytest.mark.parametrize(
