@@ -109,6 +109,16 @@ def pytest_xdist_make_scheduler(config, log):
     return PagesApart(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _forking_process_stopped():
+    """The process that `tests.fresh_process` forks scripts from ends with the session (and is waited for, so that
+    the CPU time of its processes counts as the test process's children's)."""
+    yield
+    from tests import fresh_process
+
+    fresh_process.stop()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Every test starts from float32 and a fixed seed."""

@@ -3,8 +3,6 @@ searches in TensorFlow's graph, one program per bucket, and a SavedModel that re
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -16,6 +14,7 @@ from keras_attn.decoding import CompiledSearch, Stepper, max_decode_length
 from keras_attn.models import Seq2SeqLM, TransformerBackbone
 from keras_attn.serving.translator import COMPILED_ROWS
 from pipelines.preprocessors import TranslationPreprocessor
+from tests import fresh_process
 from tests.fixtures_export import SOURCES, TARGETS, toy_vocabulary
 
 MAX_LENGTH = 40  # source buckets 16, 32, 40; caches of 34, 40, 40 steps
@@ -175,11 +174,8 @@ def test_export_translates_small_requests_compiled_as_in_the_graph_and_reloads_w
         assert changed[key][0] == expected_changed[key][0], key
         np.testing.assert_allclose(changed[key][1], expected_changed[key][1], rtol=1e-5)
 
-    reloaded = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, path, json.dumps(REQUESTS), json.dumps(WIDTHS)],
-        capture_output=True, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", DUMP=str(tmp_path), XLA_FLAGS=f"--xla_dump_to={tmp_path}"),
-    )
+    reloaded = fresh_process.run(_FRESH_PROCESS, path, json.dumps(REQUESTS), json.dumps(WIDTHS),
+                                 env=dict(DUMP=str(tmp_path), XLA_FLAGS=f"--xla_dump_to={tmp_path}"))
     assert reloaded.returncode == 0, reloaded.stderr[-3000:]
     warmed, after, strings = json.loads(reloaded.stdout.splitlines()[-1])
     assert warmed > 0 and after == warmed  # the warmed-up programs are the ones the requests run

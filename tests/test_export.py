@@ -3,13 +3,12 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from keras_attn import serving
+from tests import fresh_process
 
 pytest_plugins = ["tests.fixtures_export"]
 
@@ -138,12 +137,8 @@ def test_exports_reload_in_a_fresh_tensorflow_only_process(request, tmp_path):
         assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
         assert os.path.exists(os.path.join(path, "assets"))
 
-    result = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, *exports],
-        input=json.dumps([base64.b64encode(t).decode() for t in _as_bytes(texts)]),  # raw bytes, invalid UTF-8 too
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    )
+    result = fresh_process.run(  # raw bytes, invalid UTF-8 too
+        _FRESH_PROCESS, *exports, input=json.dumps([base64.b64encode(t).decode() for t in _as_bytes(texts)]))
     assert result.returncode == 0, result.stderr[-2000:]
     for translator, reloaded in zip(translators, json.loads(result.stdout.strip().splitlines()[-1])):
         for beam in ("1", "3"):

@@ -163,11 +163,10 @@ def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_re
     vocabulary = (PRETRAINING / "vocab.txt").read_text().split("\n")
     assert filled == f"the {best} runs." and best in vocabulary and best not in ("[CLS]", "[SEP]", "[MASK]")
     # In a fresh process with TensorFlow alone, the export fills the mask alike.
-    import subprocess
-    import sys
+    from tests import fresh_process
 
-    alone = subprocess.run([sys.executable, "-c", FILL_ALONE, str(export)], capture_output=True,
-                           text=True, check=True)
+    alone = fresh_process.run(FILL_ALONE, export)
+    assert alone.returncode == 0, alone.stderr[-2000:]
     assert alone.stdout.splitlines()[-1] == filled
     for folder, message in ((SHARDED, "bert-model-sharded: no masked-LM head in its weights"),
                             (tmp_path / "missing", "missing: no such folder")):

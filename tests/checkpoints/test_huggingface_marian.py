@@ -147,17 +147,16 @@ assert not any(name.startswith(("keras_attn", "pipelines")) for name in sys.modu
 def test_import_exports_a_translator_that_translates_as_the_task_and_converts_for_ctranslate2(
         tmp_path, capsys, task, reference):
     import json
-    import subprocess
-    import sys
 
     from keras_attn import cli
+    from tests import fresh_process
 
     assert cli.main(["import", str(FOLDER), str(tmp_path / "opus"), "--no-compiled-search"]) == 0  # (its own tests)
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'opus' / '1'}: Seq2SeqLM of ")
     texts = [text for text in reference["texts"] if text]  # a blank text translates to "" (the export's rule)
     expected = task.generate(texts)  # the export's greedy search, its default length budget
-    alone = subprocess.run([sys.executable, "-c", TRANSLATE_ALONE, str(tmp_path / "opus" / "1")],
-                           input=json.dumps(texts), capture_output=True, text=True, check=True)
+    alone = fresh_process.run(TRANSLATE_ALONE, tmp_path / "opus" / "1", input=json.dumps(texts))
+    assert alone.returncode == 0, alone.stderr[-2000:]
     assert json.loads(alone.stdout.splitlines()[-1]) == expected
     plain = reference["texts"][:4]  # what a command line can pass (no NUL)
     assert cli.main(["export-ct2", str(tmp_path / "opus" / "1"), str(tmp_path / "ct2")]) == 0

@@ -6,8 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -18,6 +16,7 @@ from keras_attn import cli
 from keras_attn.config import PretrainConfig
 from keras_attn.errors import UserError
 from pipelines import synthetic_documents, text
+from tests import fresh_process
 
 pytest_plugins = ["tests.fixtures_export"]
 
@@ -106,10 +105,7 @@ print(json.dumps({
 @pytest.mark.slow
 def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
     encoded = [t if isinstance(t, bytes) else t.encode() for t in HOSTILE]
-    done = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, pretrained.export, json.dumps([t.hex() for t in encoded])],
-        capture_output=True, text=True, timeout=180,
-    )
+    done = fresh_process.run(_FRESH_PROCESS, pretrained.export, json.dumps([t.hex() for t in encoded]), timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     served = json.loads(done.stdout.splitlines()[-1])
     assert served["imported"] == []  # TensorFlow and tensorflow-text only
@@ -258,9 +254,7 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
     # The fixture's vocabulary: learning one is not deterministic across processes.
     (run / "vocab.txt").write_text((pretrained.root / "run" / "vocab.txt").read_text())
     config = dict(CONFIG, run_dir=str(run))
-    killed = subprocess.run(
-        [sys.executable, "-c", _KILLED_PROCESS, json.dumps(config)], capture_output=True, text=True, timeout=240,
-    )
+    killed = fresh_process.run(_KILLED_PROCESS, json.dumps(config), timeout=240)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "ckpt-4.index" in os.listdir(run / "checkpoints")  # backed up at step 4, killed after step 7
     lines = []

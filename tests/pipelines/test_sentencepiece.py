@@ -1,5 +1,3 @@
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -12,6 +10,7 @@ from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.sentencepiece_tokenizer import PREFIX, SentencePieceTokenizer, learn_sentencepiece_model
 from pipelines.synthetic import translation_corpus
 from pipelines.tokenizers import SPECIAL_TOKENS, UNK_ID
+from tests import fresh_process
 from tests.pipelines.test_tokenizers import HOSTILE, TRICKY
 
 
@@ -147,7 +146,7 @@ def test_saved_model_tokenizes_in_a_process_with_only_tensorflow_text(training_t
         tf.io.write_file({str(tmp_path / "ids.pb")!r}, tf.io.serialize_tensor(out["ids"]))
         tf.io.write_file({str(tmp_path / "text.pb")!r}, tf.io.serialize_tensor(out["text"]))
     """)
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    process = fresh_process.run(script)
     assert process.returncode == 0, process.stderr[-3000:]
     read = lambda name, dtype: tf.io.parse_tensor(tf.io.read_file(str(tmp_path / name)), dtype).numpy()  # noqa: E731
     expected = round_trip(inputs)

@@ -1,5 +1,3 @@
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -12,6 +10,7 @@ from hypothesis import strategies as st
 from pipelines import tokenizers
 from pipelines.synthetic import translation_corpus
 from pipelines.text import read_parallel
+from tests import fresh_process
 from pipelines.tokenizers import (
     BOS_ID,
     EOS_ID,
@@ -264,7 +263,7 @@ def test_saved_model_reloads_in_a_process_with_only_tensorflow_text(tokenizer, t
         tf.io.write_file({str(tmp_path / "text.pb")!r}, tf.io.serialize_tensor(text))
         """
     )
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    process = fresh_process.run(script)
     assert process.returncode == 0, process.stderr[-3000:]
 
     def read(name, dtype):

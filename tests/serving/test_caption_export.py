@@ -1,13 +1,13 @@
 """The captioning export: encoded bytes in, caption and attention out, in a process with TensorFlow alone."""
 
 import io
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
+
+from tests import fresh_process
 
 pytest_plugins = ["tests.fixtures_export"]
 
@@ -74,7 +74,8 @@ def test_it_loads_and_captions_with_tensorflow_alone(tiny_captioner):
     image = f"{path}/../scene.png"
     with open(image, "wb") as file:
         file.write(png(scenes.images[0]))
-    printed = subprocess.run([sys.executable, "-c", code, path, image], capture_output=True, text=True, check=True)
+    printed = fresh_process.run(code, path, image)
+    assert printed.returncode == 0, printed.stderr[-2000:]
     assert printed.stdout.strip() == tiny_captioner[0].generate(scenes.images[:1], max_length=10)[0]
 
 

@@ -246,10 +246,8 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
 
 def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tiny_export, tmp_path):
     """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
-    import subprocess
-    import sys
-
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
+    from tests import fresh_process
     from keras_attn.serving.translator import load_task
 
     task = load_task(tiny_export)
@@ -264,8 +262,7 @@ def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_module
         "print(load_ctranslate2(sys.argv[1], compute_type='float32').translate(['ein hund'], beam_width=1)[0])\n"
         "print(load_task(sys.argv[2]).backbone.count_params())\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, folder, tiny_export], capture_output=True, text=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    out = fresh_process.run(script, folder, tiny_export)  # keras_attn not imported yet
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == [str(expected), str(task.backbone.count_params())]
 

@@ -5,8 +5,9 @@ built-in corpus) with a timeout; ports are picked free at run time; every
 process is killed at the end of its test whatever happens. A process that
 is to die SIGKILLs itself at a chosen step, or inside an export, so the kill
 lands at the same place however loaded the machine is. A run on one
-device that is not killed runs in this process instead (`_run_here`): a
-process start costs seconds.
+device that is not killed runs in this process instead (`_run_here`), and
+one on one device that kills itself in a process forked from one that has
+imported TensorFlow (`Cluster.killed_here`): a process start costs seconds.
 """
 
 import contextlib
@@ -75,6 +76,23 @@ class Cluster:
         process.name, process.started = name, time.time()
         self.processes.append(process)
         return process
+
+    def killed_here(self, name, batch_size, run_dir, **overrides):
+        """`killed(start(...))` for one process on one device, forked from a process that has imported TensorFlow
+        (tests/fresh_process.py) instead of started anew: a process start costs seconds."""
+        from tests import fresh_process
+
+        assert "TF_CONFIG" not in os.environ
+        config = dict(JOB, batch_size=batch_size, run_dir=str(run_dir), strategy="one_device", **overrides)
+        script = f"import runpy\nrunpy.run_path({str(WORKER)!r}, run_name='__main__')\n"
+        try:
+            done = fresh_process.run(script, json.dumps(config), self.tmp_path / name, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired as expired:
+            raise AssertionError(f"{name} did not end within {TIMEOUT} s:\n{expired.stdout[-3000:]}") from None
+        log = done.stdout + done.stderr
+        (self.tmp_path / f"{name}.log").write_text(log)
+        assert done.returncode == -signal.SIGKILL, f"{name} exited with {done.returncode}, not SIGKILL:\n{log[-3000:]}"
+        assert "SIGKILL" in log
 
     def exit_code(self, process, timeout=TIMEOUT):
         """Waits (at most `timeout` s from its start) for `process` to end; kills it otherwise."""
@@ -317,10 +335,10 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
 
     # Killed after step 6 of epoch 1: its last backup is step 4's, so the
     # rerun must replay steps 5 and 6 on the same batches.
-    cluster.killed(cluster.start("killed", 32, run, kill_after_step=6, **ONE_LAYER))
+    cluster.killed_here("killed", 32, run, kill_after_step=6, **ONE_LAYER)
     assert _latest_backup_step(run) == 4
     # The rerun resumes, trains to the end, and dies inside its export.
-    cluster.killed(cluster.start("resumed", 32, run, kill_in_export=True, **exported))
+    cluster.killed_here("resumed", 32, run, kill_in_export=True, **exported)
     assert "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in (tmp_path / "resumed.log").read_text()
     # Both epochs' training loss, the interrupted one's over all its steps.
     history = read_history(run)
