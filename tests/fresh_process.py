@@ -8,7 +8,8 @@ TensorFlow, as the script's first lines would, and nothing of keras_attn, pipeli
 that TensorFlow reads only when imported, such as `TF_CPP_MIN_LOG_LEVEL`, keep the forking process's values: 3.)
 
 Run as a script, this file is the forking process: it reads one request a line on standard input (JSON: the script,
-its arguments, a timeout) and answers each on standard output (JSON: exit code, standard output and error).
+its arguments, standard input, environment variables, folder and timeout) and answers each on standard output (JSON:
+exit code, whether it timed out, standard output and error).
 """
 
 import json
@@ -22,10 +23,10 @@ _SERVER = None  # this test process's forking process
 _LOCK = threading.Lock()
 
 
-def run(script, *args, input="", env=None, timeout=300):
+def run(script, *args, input="", env=None, cwd=None, timeout=300):
     """`subprocess.CompletedProcess` of `python -c script *args` (text in and out, `input` on its standard input, the
-    variables of `env` added to its environment) run in a process forked from one that has imported TensorFlow
-    only."""
+    variables of `env` added to its environment, in the folder `cwd`) run in a process forked from one that has
+    imported TensorFlow only."""
     global _SERVER
     with _LOCK:
         if _SERVER is None or _SERVER.poll() is not None:
@@ -34,8 +35,9 @@ def run(script, *args, input="", env=None, timeout=300):
                 stderr=subprocess.DEVNULL,  # TensorFlow's start-up lines; each script's own are its answer's
                 text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
             )
-        _SERVER.stdin.write(json.dumps({"script": script, "args": [str(a) for a in args], "input": input, "env": env or {},
-                                        "timeout": timeout}) + "\n")
+        request = {"script": script, "args": [str(a) for a in args], "input": input, "env": env or {},
+                   "cwd": cwd and str(cwd), "timeout": timeout}
+        _SERVER.stdin.write(json.dumps(request) + "\n")
         _SERVER.stdin.flush()
         answer = _SERVER.stdout.readline()
     if not answer:
@@ -58,7 +60,7 @@ def stop():
             _SERVER = None
 
 
-def _child(script, args, env, standard):
+def _child(script, args, env, cwd, standard):
     """In the forked process: runs `script` as `python -c` would, with standard input, output and error in files."""
     import traceback
 
@@ -68,6 +70,8 @@ def _child(script, args, env, standard):
     sys.argv = ["-c", *args]
     sys.path[0] = ""  # as for `python -c`: the working folder first (this file's folder is the forking process's)
     os.environ.update(env)
+    if cwd:
+        os.chdir(cwd)
     code = 0
     try:
         exec(compile(script, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
@@ -98,7 +102,8 @@ def _serve():
             answers.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request["script"], request["args"], request["env"], (given.fileno(), out.fileno(), err.fileno()))
+                standard = (given.fileno(), out.fileno(), err.fileno())
+                _child(request["script"], request["args"], request["env"], request["cwd"], standard)
             deadline, timed_out = time.monotonic() + request["timeout"], False
             while True:
                 done, status = os.waitpid(pid, os.WNOHANG)

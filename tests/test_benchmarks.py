@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import fresh_process
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
 # Run by the PyTorch anchors in processes of their own, never by a user.
@@ -70,8 +72,7 @@ print(json.dumps(answers))
 @pytest.mark.slow
 def test_every_script_answers_help():
     scripts = [script for script in SCRIPTS if _runnable(script)]
-    done = subprocess.run([sys.executable, "-c", _HELP_ALL, *scripts], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = fresh_process.run(_HELP_ALL, *scripts, cwd=ROOT)  # TensorFlow imported already, as most scripts import it
     assert done.returncode == 0, done.stderr[-4000:]
     answers = json.loads(done.stdout.splitlines()[-1])
     failed = {script: code for script, (code, text) in answers.items() if code not in (0, None) or "usage:" not in text}
