@@ -35,14 +35,21 @@ from keras_attn.special_tokens import PAD_ID
 from pipelines import preprocessors  # noqa: F401  (registers the preprocessor `load_ctranslate2` deserializes)
 
 
-def load_ctranslate2(folder, compute_type="default", threads=0):
+def threads_per_call(calls=1):
+    """CTranslate2's threads for each of `calls` translations that run at once: the process's cores shared
+    between them, at least one (CTranslate2's own default, 4 a translation, puts more threads than cores to work
+    on a small machine)."""
+    return max(1, len(os.sched_getaffinity(0)) // calls)
+
+
+def load_ctranslate2(folder, compute_type="default", threads=None):
     """The `CTranslate2Translator` of a folder `keras-attn export-ct2` wrote.
 
     Args:
         folder: the CTranslate2 model folder (`export-ct2`'s OUT).
         compute_type: CTranslate2's compute type (`"default"`: the type the
             weights were saved in).
-        threads: CTranslate2's threads per translation (0: its default).
+        threads: CTranslate2's threads per translation (default: `threads_per_call()`, the process's cores).
     """
     try:
         with open(os.path.join(folder, PREPROCESSOR), encoding="utf-8") as file:
@@ -62,14 +69,14 @@ class CTranslate2Translator:
             tokenizers and `max_length`).
         compute_type: CTranslate2's compute type, e.g. `"int8"` or
             `"float32"` (`"default"`: the type the weights were saved in).
-        threads: CTranslate2's threads per translation (0: its default).
+        threads: CTranslate2's threads per translation (default: `threads_per_call()`, the process's cores).
         max_beam_width: the widest beam a call gets, as the SavedModel's.
     """
 
-    def __init__(self, folder, preprocessor, compute_type="default", threads=0, max_beam_width=32):
+    def __init__(self, folder, preprocessor, compute_type="default", threads=None, max_beam_width=32):
+        self.threads = threads or threads_per_call()
         self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                                 intra_threads=threads)
-        self.threads = threads
+                                                 intra_threads=self.threads)
         self.preprocessor = preprocessor
         self.max_beam_width = max_beam_width
         self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)

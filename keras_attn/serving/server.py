@@ -76,12 +76,6 @@ def serve(settings, log=print):
     return 0
 
 
-def threads_per_call(calls):
-    """The threads each of `calls` model calls that run at once gets from CTranslate2: the process's cores
-    shared between them (CTranslate2's own default, 4 a call, would put more threads than cores to work)."""
-    return max(1, len(os.sched_getaffinity(0)) // calls)
-
-
 def create_app(settings=None, store=None, log=None):
     """The ASGI application serving `settings.model_root` (a `ServeConfig`), or a given `ModelStore`.
 
@@ -89,7 +83,7 @@ def create_app(settings=None, store=None, log=None):
     """
     settings = settings or ServeConfig()
     store = store or ModelStore(settings.model_root, load=functools.partial(
-        load_version, ctranslate2_threads=threads_per_call(settings.threads)))
+        load_version, concurrent_calls=settings.threads))
     executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
     routes = CompiledRoutes(settings.compiled_widths, log=log)
     batcher = DynamicBatcher(_run_signature(store, routes), executor, settings.max_batch_size,

@@ -47,14 +47,14 @@ class Version:
     loaded: object = None
 
 
-def load_version(path, ctranslate2_threads=0):
+def load_version(path, concurrent_calls=1):
     """A version's servable: `tf.saved_model.load` (with the tokenizer ops of tensorflow-text registered), or a
-    CTranslate2 folder's `CTranslate2Servable` whose calls each get `ctranslate2_threads` threads (0:
-    CTranslate2's default); either has `signatures`."""
+    CTranslate2 folder's `CTranslate2Servable`, whose `concurrent_calls` calls at once share the process's cores;
+    either has `signatures`."""
     if is_ctranslate2_folder(path):
-        from keras_attn.serving.ctranslate2_translator import CTranslate2Servable, load_ctranslate2
+        from keras_attn.serving.ctranslate2_translator import CTranslate2Servable, load_ctranslate2, threads_per_call
 
-        return CTranslate2Servable(load_ctranslate2(path, threads=ctranslate2_threads))
+        return CTranslate2Servable(load_ctranslate2(path, threads=threads_per_call(concurrent_calls)))
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the ops the exports' tokenizers use)
 

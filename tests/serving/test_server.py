@@ -223,12 +223,16 @@ def test_a_ctranslate2_version_answers_concurrent_requests(model_root):
 @pytest.mark.parametrize("calls, threads", [(2, 4), (8, 1)])
 def test_a_ctranslate2_versions_calls_share_the_cores(model_root, tmp_path, monkeypatch, calls, threads):
     """8 cores and `calls` model calls at once: each CTranslate2 call gets 8 // calls threads (at least one), not
-    CTranslate2's default of 4 a call, which puts more threads than cores to work."""
+    CTranslate2's default of 4 a call, which puts more threads than cores to work; loaded alone (as `keras-attn
+    translate` loads a folder), all 8."""
+    from keras_attn.serving.ctranslate2_translator import load_ctranslate2
+
     shutil.copytree(model_root / "ct2", tmp_path / "ct2")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     store = create_app(ServeConfig(str(tmp_path), threads=calls)).state.store
     store.refresh()
     assert store.find("ct2").loaded.translator.threads == threads
+    assert load_ctranslate2(str(tmp_path / "ct2" / "1")).threads == 8
 
 
 def test_requests_batch_only_with_others_of_about_their_length(model_root):
