@@ -48,6 +48,8 @@ import tempfile
 import threading
 import time
 
+from keras_attn.serving.versions import read_metadata
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
 SOAK_CHUNK = 2500  # the soak reads the server's memory after every this many requests
 HOSTILE = ["", {"b64": base64.b64encode(b"\xff\xfe ein \xc3(").decode()}, "ein hund " * 1250,
@@ -158,16 +160,6 @@ async def load(url, request_for, clients, seconds, max_requests):
     return latencies, errors, time.perf_counter() - started
 
 
-def has_compiled_search(export):
-    """Whether the translation export at `export` carries the search compiled by XLA (`warm_up`)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(export, "saved_model.pb"), "rb") as file:
-        saved.ParseFromString(file.read())
-    return "warm_up" in saved.meta_graphs[0].signature_def
-
-
 def start_server(root, port, max_batch_size, compiled_model=None):
     """`keras-attn serve` on `root`, once it answers; with `compiled_model`, once that model's one-text programs
     are compiled too (its log line), so that no cell shares the cores with XLA's compiler."""
@@ -242,9 +234,9 @@ def main():
             "text": [text(i) if is_hostile(i) else f"{texts[i % len(texts)].lower()} [MASK] ."], "top_k": 5}}),
     }
     rows, soak = [], None
+    compiled_model = "translation" if read_metadata(args.translation).get("compiled_search") else None
     for batching in (32,) if args.soak_only else (32, 1):
-        server = start_server(root, args.port, batching,
-                              compiled_model="translation" if has_compiled_search(args.translation) else None)
+        server = start_server(root, args.port, batching, compiled_model)
         try:
             for workload, (model, request_for) in {} if args.soak_only else workloads.items():
                 url = f"http://127.0.0.1:{args.port}/v1/models/{model}:predict"

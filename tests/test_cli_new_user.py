@@ -179,10 +179,11 @@ def test_the_classifier_export_answers_as_the_jobs_model_and_scores_its_accuracy
     import numpy as np
     import tensorflow as tf
 
+    from keras_attn.config import FinetuneConfig
+    from keras_attn.jobs import bert
     from keras_attn.jobs.bert_loader import read_pretrained
     from pipelines.classification import read_labelled_tsv
     from pipelines.preprocessors import pack
-    from pipelines.text import hold_out
 
     accuracy = float(re.search(r"^valid: accuracy ([\d.]+) on 100 examples$", bert_runs.finetuned, re.M)[1])
     # The export against the in-process classifier on the first sentence of 200 other documents, alone and
@@ -205,10 +206,9 @@ def test_the_classifier_export_answers_as_the_jobs_model_and_scores_its_accuracy
         np.testing.assert_array_equal(outputs["label_id"].numpy(), best)
         assert outputs["label"].numpy().astype(str).tolist() == [names[i] for i in best]
     # The job's accuracy (its best epoch's, on the 10% of the training file it held out) is the export's.
-    _, held = hold_out(len(train.labels), 0.1, 0)  # finetune's split, seed 0
-    texts, truth = [train.texts_a[i] for i in held], [train.labels[i] for i in held]
-    labels = served.signatures["classify"](text=tf.constant(texts))["label"].numpy().astype(str)
-    assert len(held) == 100 and np.mean(labels == np.array(truth)) == pytest.approx(accuracy, abs=1e-4)
+    _, held = bert._hold_out_examples(train, FinetuneConfig.seed)  # finetune's own split, at its default seed
+    labels = served.signatures["classify"](text=tf.constant(held.texts_a))["label"].numpy().astype(str)
+    assert len(held.labels) == 100 and np.mean(labels == np.array(held.labels)) == pytest.approx(accuracy, abs=1e-4)
 
     texts = ["Anna cuts the sharp knife.", "Leo follows the quick fox."]
     code, out, _ = _run(["classify", bert_runs.export, *texts])

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from pipelines import tokenizers
 from pipelines.synthetic import translation_corpus
 from pipelines.text import read_parallel
-from tests import fresh_process
 from pipelines.tokenizers import (
     BOS_ID,
     EOS_ID,
@@ -21,6 +20,7 @@ from pipelines.tokenizers import (
     huggingface_tokenizer,
     learn_wordpiece_vocabulary,
 )
+from tests import fresh_process
 
 MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
 

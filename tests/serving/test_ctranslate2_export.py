@@ -247,8 +247,8 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
 def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tiny_export, tmp_path):
     """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
-    from tests import fresh_process
     from keras_attn.serving.translator import load_task
+    from tests import fresh_process
 
     task = load_task(tiny_export)
     source, target = task.preprocessor.source_tokenizer, task.preprocessor.target_tokenizer

@@ -52,6 +52,11 @@ STEPS_PER_EPOCH, STEPS = 10, 20
 SURVIVOR_TIMEOUT = 10 + 80
 
 
+def _job(batch_size, run_dir, strategy, **overrides):
+    """The worker's config: `JOB` with these settings."""
+    return dict(JOB, batch_size=batch_size, run_dir=str(run_dir), strategy=strategy, **overrides)
+
+
 class Cluster:
     """Starts job processes and guarantees they are gone afterwards."""
 
@@ -64,9 +69,7 @@ class Cluster:
         env.pop("TF_CONFIG", None)
         if tf_config:
             env["TF_CONFIG"] = tf_config
-        config = dict(JOB, batch_size=batch_size, run_dir=str(run_dir),
-                      strategy="multi_worker" if tf_config else "one_device")
-        config.update(overrides)
+        config = _job(batch_size, run_dir, "multi_worker" if tf_config else "one_device", **overrides)
         log = open(self.tmp_path / f"{name}.log", "w")
         process = subprocess.Popen(
             [sys.executable, str(WORKER), json.dumps(config), str(self.tmp_path / name)],
@@ -83,7 +86,7 @@ class Cluster:
         from tests import fresh_process
 
         assert "TF_CONFIG" not in os.environ
-        config = dict(JOB, batch_size=batch_size, run_dir=str(run_dir), strategy="one_device", **overrides)
+        config = _job(batch_size, run_dir, "one_device", **overrides)
         script = f"import runpy\nrunpy.run_path({str(WORKER)!r}, run_name='__main__')\n"
         try:
             done = fresh_process.run(script, json.dumps(config), self.tmp_path / name, timeout=TIMEOUT)
@@ -147,8 +150,7 @@ def _run_here(folder, name, batch_size, run_dir, **overrides):
     from keras_attn.jobs import translation
     from tests.training import translation_worker
 
-    config = dict(JOB, batch_size=batch_size, run_dir=str(run_dir), strategy="one_device")
-    config.update(overrides)
+    config = _job(batch_size, run_dir, "one_device", **overrides)
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
         if not config.pop("translate_test_split", True):
