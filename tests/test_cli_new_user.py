@@ -206,7 +206,7 @@ def test_the_classifier_export_answers_as_the_jobs_model_and_scores_its_accuracy
         np.testing.assert_array_equal(outputs["label_id"].numpy(), best)
         assert outputs["label"].numpy().astype(str).tolist() == [names[i] for i in best]
     # The job's accuracy (its best epoch's, on the 10% of the training file it held out) is the export's.
-    _, held = bert._hold_out_examples(train, FinetuneConfig.seed)  # finetune's own split, at its default seed
+    _, held = bert.hold_out_examples(train, FinetuneConfig.seed)  # finetune's own split, at its default seed
     labels = served.signatures["classify"](text=tf.constant(held.texts_a))["label"].numpy().astype(str)
     assert len(held.labels) == 100 and np.mean(labels == np.array(held.labels)) == pytest.approx(accuracy, abs=1e-4)
 

@@ -267,7 +267,7 @@ def finetune(config, log=print):
     if config.valid:
         valid_data = classification.read_labelled_tsv(config.valid)
     else:
-        train_data, valid_data = _hold_out_examples(train_data, config.seed)
+        train_data, valid_data = hold_out_examples(train_data, config.seed)
     test_data = classification.read_labelled_tsv(config.test) if config.test else None
     label_names = sorted(set(train_data.labels))
     if len(label_names) < 2:
@@ -319,7 +319,16 @@ def finetune(config, log=print):
     return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
 
 
-def _hold_out_examples(data, seed, fraction=0.1):
+def hold_out_examples(data, seed, fraction=0.1):
+    """Splits a seeded random `fraction` of labelled examples off as validation (`text.hold_out`): what
+    `finetune` validates on without `--valid`.
+
+    Returns:
+        `(kept, held_out)`: two `classification.LabelledTexts`.
+
+    Raises:
+        DataError: fewer than 10 examples.
+    """
     if len(data) < 10:
         raise text.DataError(f"{data.origin}: {len(data)} examples; give --valid or 10 examples or more")
     kept, held = text.hold_out(len(data), fraction, seed)
