@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_attn.training.precision import NATIVE_BFLOAT16_FLAGS, cpu_info
 
 
 def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID):
@@ -121,7 +122,7 @@ def fit_steps_per_second(model, batches, steps, warmup_steps):
     return steps / (clock.last - clock.first)
 
 
-CPU_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides bfloat16's and AMX's speed
+CPU_FLAGS = ("avx512f", *NATIVE_BFLOAT16_FLAGS, "amx_tile")  # what decides bfloat16's and AMX's speed
 
 
 def describe_cpu(cpuinfo="/proc/cpuinfo"):
@@ -132,12 +133,9 @@ def describe_cpu(cpuinfo="/proc/cpuinfo"):
         >>> describe_cpu()  # doctest: +SKIP
         'Intel(R) Xeon(R) Processor, family 6 model 167, 2 cores, flags: avx512f avx512_bf16 amx_bf16 amx_tile'
     """
-    try:
-        with open(cpuinfo) as file:
-            text = file.read().split("\n\n")[0]  # the first processor
-    except OSError:
+    fields = cpu_info(cpuinfo)
+    if not fields:
         return f"unknown CPU ({cpuinfo} unreadable), {os.cpu_count()} cores"
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
     flags = [flag for flag in CPU_FLAGS if flag in fields.get("flags", "").split()]
     return (f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}, "
             f"{os.cpu_count()} cores, flags: {' '.join(flags) or 'none of ' + ' '.join(CPU_FLAGS)}")

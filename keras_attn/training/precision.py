@@ -4,6 +4,9 @@ import tensorflow as tf
 
 from keras_attn.config import PRECISIONS
 
+# The CPU instructions that run bfloat16 matrix products natively.
+NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+
 
 def bfloat16_support():
     """Whether this machine runs bfloat16 matrix products natively, and on what.
@@ -25,8 +28,8 @@ def bfloat16_support():
             return False, f"this GPU ({name})"
         hardware = f"this GPU ({name}, compute capability {capability[0]}.{capability[1]})"
         return tuple(capability) >= (8, 0), hardware
-    flags = _cpu_flags()
-    return "avx512_bf16" in flags or "amx_bf16" in flags, "this CPU"
+    flags = cpu_info().get("flags", "").split()
+    return any(flag in flags for flag in NATIVE_BFLOAT16_FLAGS), "this CPU"
 
 
 def native_bfloat16():
@@ -34,12 +37,20 @@ def native_bfloat16():
     return bfloat16_support()[0]
 
 
-def _cpu_flags():
+def cpu_info(path="/proc/cpuinfo"):
+    """The first processor's fields in `path` (`"model name"`, `"cpu family"`, `"flags"`, ...); `{}` if unreadable.
+
+    Example:
+
+        >>> cpu_info("/no/such/file")
+        {}
+    """
     try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return cpuinfo.read()
+        with open(path) as file:
+            first = file.read().split("\n\n")[0]
     except OSError:
-        return ""
+        return {}
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
 
 
 def resolve_mixed_precision(choice):

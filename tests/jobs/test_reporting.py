@@ -21,7 +21,7 @@ from keras_attn.config import TranslationConfig
     ],
 )
 def test_the_precision_is_said_with_its_reason(flags, mixed, said, monkeypatch):
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(precision, "cpu_info", lambda: {"flags": flags})
     monkeypatch.setattr(precision.tf.config, "list_physical_devices", lambda kind: [])
     assert precision.describe_precision(mixed).startswith(said)
     assert precision.resolve_mixed_precision("auto") == ("bf16" in flags)

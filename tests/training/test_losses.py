@@ -154,7 +154,7 @@ def test_transformer_schedule_warms_up_then_decays():
 def test_precision_auto_follows_the_cpu_flags(flags, native, monkeypatch):
     from keras_attn.training import precision
 
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: f"flags\t\t: {flags}\n")
+    monkeypatch.setattr(precision, "cpu_info", lambda: {"flags": flags})
     monkeypatch.setattr(precision.tf.config, "list_physical_devices", lambda kind=None: [])
     assert precision.resolve_mixed_precision("auto") is native
     assert precision.resolve_mixed_precision("float32") is False
