@@ -159,6 +159,13 @@ def test_import_exports_a_translator_that_translates_as_the_task_and_converts_fo
     assert alone.returncode == 0, alone.stderr[-2000:]
     assert json.loads(alone.stdout.splitlines()[-1]) == expected
     plain = reference["texts"][:4]  # what a command line can pass (no NUL)
+    # evaluate scores it on a user's split: its own greedy translations as references match exactly
+    (tmp_path / "test.src").write_text("".join(text + "\n" for text in plain), encoding="utf-8")
+    (tmp_path / "test.ref").write_text("".join(text + "\n" for text in expected[:4]), encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(tmp_path / "opus" / "1"), "--src", str(tmp_path / "test.src"),
+                     "--ref", str(tmp_path / "test.ref"), "--beam-width", "1"]) == 0
+    assert capsys.readouterr().out.startswith("exact match 100.0%, BLEU 100.00")
     assert cli.main(["export-ct2", str(tmp_path / "opus" / "1"), str(tmp_path / "ct2")]) == 0
     capsys.readouterr()
     assert cli.main(["translate", str(tmp_path / "ct2"), "--beam-width", "1", *plain]) == 0
