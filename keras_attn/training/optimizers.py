@@ -46,25 +46,46 @@ class FusedAdam(keras.optimizers.Adam):
     """
 
     def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            # No AMSGrad in the kernel; slices: see the module docstring.
+        if self._keras_updates(gradient):
             return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        dtype = variable.dtype
+        self._fused_update(gradient, variable, self._step_scalars(variable.dtype, learning_rate))
+
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        # Keras's TensorFlow loop over the weights, each weight's `update_step` replaced by the fused kernel on
+        # scalars made once a step: β1ᵗ, β2ᵗ and the rate are the same for every weight, and made per weight they
+        # were about a thousand more ops for a Transformer's step to trace and its first call to optimize.
+        shared = {}
+
+        def update(variable, gradient, learning_rate):
+            if self._keras_updates(gradient):
+                return keras.optimizers.Adam.update_step(self, gradient, variable, learning_rate)
+            key = (variable.dtype, id(learning_rate))  # a replica's own rate under a strategy
+            if key not in shared:
+                shared[key] = self._step_scalars(variable.dtype, learning_rate)
+            self._fused_update(gradient, variable, shared[key])
+
+        for gradient, variable in grads_and_vars:
+            distribution.extended.update(variable, update, args=(gradient, learning_rate), group=False)
+
+    def _keras_updates(self, gradient):
+        """Whether Keras's own update applies: AMSGrad (not in the kernel), or slices (module docstring)."""
+        return self.amsgrad or isinstance(gradient, tf.IndexedSlices)
+
+    def _step_scalars(self, dtype, learning_rate):
+        """The kernel's scalar arguments at this step, in `dtype`."""
         step = tf.cast(self.iterations + 1, dtype)
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        return dict(beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
+                    beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype))
+
+    def _fused_update(self, gradient, variable, scalars):
+        index = self._get_variable_index(variable)
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable),
             m=_handle(self._momentums[index]),
             v=_handle(self._velocities[index]),
-            beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype),
+            grad=tf.cast(gradient, variable.dtype),
+            **scalars,
         )
 
 

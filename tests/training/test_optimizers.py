@@ -107,3 +107,18 @@ def test_embedding_slices_keep_keras_update():
         velocities.append(optimizer._velocities[0].numpy())  # noqa: SLF001
     np.testing.assert_allclose(velocities[0][0], [0.002, 0.002], rtol=1e-5)  # (1 - β2)(1² + 1²)
     np.testing.assert_array_equal(velocities[1], velocities[0])
+
+
+def test_a_step_makes_the_scalars_every_weight_shares_once():
+    """β1ᵗ and β2ᵗ are two `Pow` ops in a step's graph, not two per weight (fewer ops to trace and optimize)."""
+    model, optimizer = _model(), FusedAdam(_schedule())
+    optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def step():
+        optimizer.apply([tf.ones_like(weight) for weight in model.trainable_variables])  # dense gradients
+
+    operations = step.get_concrete_function().graph.get_operations()
+    assert len(model.trainable_variables) == 5
+    assert [op.type for op in operations].count("Pow") == 2
+    assert [op.type for op in operations].count("ResourceApplyAdam") == 5
