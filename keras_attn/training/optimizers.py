@@ -12,11 +12,8 @@ multithreaded kernel, `ResourceApplyAdam`, computing the same formula:
 
 `FusedAdam` is Keras's `Adam` with that kernel as its update of dense
 gradients: same arguments, same optimizer variables (so checkpoints of
-either load into the other), same results to float32 rounding. What every
-weight's update shares (β1ᵗ, β2ᵗ, the rate) is made once a step, and
-`clipnorm` clips as Keras does with one norm op per weight where Keras
-spends a dozen: a step has a few thousand fewer ops to trace and optimize.
-Learning-rate schedules, loss scaling and `tf.distribute` stay Keras's
+either load into the other), same results to float32 rounding. Clipping,
+learning-rate schedules, loss scaling and `tf.distribute` stay Keras's
 own. TensorFlow backend only. BERT keeps Keras's `AdamW`: its learning test sits close to its bars, and
 a run that differs only by rounding crossed one.
 
@@ -69,20 +66,6 @@ class FusedAdam(keras.optimizers.Adam):
 
         for gradient, variable in grads_and_vars:
             distribution.extended.update(variable, update, args=(gradient, learning_rate), group=False)
-
-    def _clip_gradients(self, grads):
-        # `clipnorm` as Keras's TensorFlow backend clips (`tf.clip_by_norm`, a dozen ops a weight), each dense
-        # gradient's norm taken by one op and every scale computed together: g · c / max(‖g‖, c), fewer ops to trace.
-        if not (self.clipnorm and self.clipnorm > 0):
-            return super()._clip_gradients(grads)
-        dense = [index for index, gradient in enumerate(grads) if isinstance(gradient, tf.Tensor)]
-        clipped = [tf.clip_by_norm(g, self.clipnorm) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        if dense:
-            squares = tf.stack([tf.cast(tf.raw_ops.L2Loss(t=grads[index]), tf.float32) for index in dense])  # ‖g‖² / 2
-            scales = tf.unstack(self.clipnorm / tf.maximum(tf.sqrt(2.0 * squares), self.clipnorm))
-            for index, scale in zip(dense, scales):
-                clipped[index] = grads[index] * tf.cast(scale, grads[index].dtype)
-        return clipped
 
     def _keras_updates(self, gradient):
         """Whether Keras's own update applies: AMSGrad (not in the kernel), or slices (module docstring)."""
