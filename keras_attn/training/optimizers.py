@@ -12,7 +12,8 @@ multithreaded kernel, `ResourceApplyAdam`, computing the same formula:
 
 `FusedAdam` is Keras's `Adam` with that kernel as its update of dense
 gradients: same arguments, same optimizer variables (so checkpoints of
-either load into the other), same results to float32 rounding. Clipping,
+either load into the other), same results to float32 rounding; what every
+weight's update shares (β1ᵗ, β2ᵗ, the rate) is made once a step. Clipping,
 learning-rate schedules, loss scaling and `tf.distribute` stay Keras's
 own. TensorFlow backend only. BERT keeps Keras's `AdamW`: its learning test sits close to its bars, and
 a run that differs only by rounding crossed one.
