@@ -59,7 +59,7 @@ class FusedAdam(keras.optimizers.Adam):
 
         def update(variable, gradient, learning_rate):
             if self._keras_updates(gradient):
-                return keras.optimizers.Adam.update_step(self, gradient, variable, learning_rate)
+                return self.update_step(gradient, variable, learning_rate)  # Keras's own
             key = (variable.dtype, id(learning_rate))  # a replica's own rate under a strategy
             if key not in shared:
                 shared[key] = self._step_scalars(variable.dtype, learning_rate)
