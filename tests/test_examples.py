@@ -1,4 +1,10 @@
-"""The scripts in examples/ run on tiny settings, in this process, and learn their tasks."""
+"""The scripts in examples/ run on tiny settings, in this process, and learn their tasks.
+
+Their runs are in the `long` tier, as the documentation's code is (`python -m pytest -m long tests/test_examples.py`):
+together about 70 s of one core, and each part they use is tested on its own in the suite (the tasks' learning,
+their Keras files, exports and searches, two replicas against one device). The suite checks that each is a
+documented script.
+"""
 
 import importlib.util
 import os
@@ -19,6 +25,7 @@ def example(name):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monkeypatch):
     # One MirroredStrategy per device set and process (see keras_attn.training.strategy):
     # a second one would reuse the collective keys of the other tests' strategy.
@@ -32,6 +39,7 @@ def test_bahdanau_seq2seq_learns_to_reverse_under_mirrored_strategy(capsys, monk
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_transformer_classifier_learns_the_order_of_two_tokens(capsys):
     result = example("transformer_classifier").main(["--tiny"])
     assert result["accuracy"] >= 0.9, result
@@ -39,6 +47,7 @@ def test_transformer_classifier_learns_the_order_of_two_tokens(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_bert_mlm_pretraining_learns_the_builtin_documents(capsys):
     result = example("bert_mlm_pretraining").main(["--tiny"])
     # 318 steps; predicting the most frequent token ("the") scores 0.196 on these masks.
@@ -47,6 +56,7 @@ def test_bert_mlm_pretraining_learns_the_builtin_documents(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(capsys, monkeypatch, tmp_path):
     shared = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])  # see the Bahdanau example's test
     monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda devices=None: shared)

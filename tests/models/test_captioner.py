@@ -271,7 +271,10 @@ def test_hard_attention_learns_one_object_scenes_where_reinforce_does_not_in_as_
     assert _exact_match_on_one_object_scenes("tiny", 3e-3, attention="hard") >= 0.6
 
 
+# `long` (45 s): the captioning benchmark scores this baseline at full length; the decoder reading only the pooled
+# grid is test_without_attention_the_decoder_reads_only_the_pooled_grid.
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_baseline_without_attention_learns_one_object_scenes_from_the_grids_maximum():
     """The starting state alone carries the image: from the grid's maximum 50% exact match in a single run here,
     from its mean 1.5% (one caption for most images: a small object's features are diluted among 64 cells)."""
