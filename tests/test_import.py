@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.models import Seq2SeqLM
+from tests import fresh_process
 
 pytest_plugins = ["tests.fixtures_export"]
 pytestmark = pytest.mark.slow  # each test starts processes
@@ -29,12 +30,15 @@ LOAD = (
 def _fresh(code, *args, quiet_tensorflow=True):
     """Runs `code` in a new Python process from the repository's root; returns its standard output and error.
 
-    `quiet_tensorflow=False` leaves `TF_CPP_MIN_LOG_LEVEL` unset, as a user's environment does.
+    `quiet_tensorflow=False` leaves `TF_CPP_MIN_LOG_LEVEL` unset, as a user's environment does, in a process that
+    imports TensorFlow itself; otherwise the process is forked from one that has imported TensorFlow alone
+    (`tests/fresh_process.py`), with keras, keras_attn and pipelines still to import.
     """
-    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     if quiet_tensorflow:
-        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env)
+        out = fresh_process.run(code, *args, cwd=ROOT)
+    else:
+        env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+        out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout, out.stderr
 
