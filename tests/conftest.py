@@ -43,7 +43,6 @@ SLOWEST_FIRST = (
     "tests/test_cli_new_user.py",
     "tests/layers/test_learning.py",
     "tests/models/test_bert.py",
-    "tests/test_examples.py",
 )
 
 
