@@ -140,6 +140,7 @@ MISTAKES = {
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
+@pytest.mark.slow
 def test_every_command_answers_a_mistake_in_one_line(mistake, paths, cli_loads_once, capsys):
     argv, message = MISTAKES[mistake]
     try:
@@ -220,6 +221,7 @@ def test_train_takes_its_family_anywhere():
     assert (parsed.job, parsed.name) == ("seq2seq", "transformer")
 
 
+@pytest.mark.slow
 def test_translate_keeps_empty_lines_from_stdin(tiny_export, tiny_translator, cli_loads_once, monkeypatch, capsys):
     lines = [b"ein hund", b"", b"   ", "der mann isst".encode()]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n")))

@@ -55,6 +55,7 @@ SAME_PROGRAMS = [[3], [32, 20], [40, 2, 35]]
 
 
 @pytest.mark.parametrize("width", [1, 3])
+@pytest.mark.slow
 def test_compiled_search_equals_the_search_in_the_graph_with_one_program_per_bucket(stepper, eos_id, width):
     in_graph = graph.function(
         lambda source: decoding.search(stepper, source, max_decode_length(source, cap=MAX_LENGTH), width,
@@ -146,6 +147,7 @@ def exported(task, tmp_path_factory):
     return translator, root, serving.export(translator, str(root), "toy")
 
 
+@pytest.mark.slow
 def test_export_translates_small_requests_compiled_as_in_the_graph_and_reloads_without_keras_attn(
     task, exported, tmp_path
 ):
@@ -192,6 +194,7 @@ def test_translate_compiled_refuses_what_it_was_not_made_for_in_one_line(exporte
             f"{width} (translate takes any)") in refused.value.message
 
 
+@pytest.mark.slow
 def test_the_server_runs_one_text_compiled_once_its_width_is_compiled_and_the_rest_in_the_graph(exported):
     import asyncio
 

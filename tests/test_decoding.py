@@ -210,6 +210,7 @@ def test_padding_is_never_emitted():
     np.testing.assert_array_equal(beam["tokens"], [[A, EOS_ID]])
 
 
+@pytest.mark.slow
 def test_max_length_as_a_tensor_input_zero_included():
     stepper = TrieStepper(GREEDY_TRAP)
     length = tf.TensorSpec([], tf.int32)
@@ -316,6 +317,7 @@ def test_stepper_steps_give_the_full_model_logits(model, stepper):
         state = new_state
 
 
+@pytest.mark.slow
 def test_cached_greedy_equals_uncached_greedy(model, stepper, eos_id):
     cached = greedy_search(stepper, SOURCE, MAX_LENGTH, eos_id=eos_id)
     uncached = uncached_greedy_search(model, SOURCE, MAX_LENGTH, eos_id=eos_id)
@@ -380,6 +382,7 @@ def test_beam_scores_are_the_model_log_probs(model, stepper, eos_id):
         assert len({tuple(row) for row in beams}) == 3
 
 
+@pytest.mark.slow
 def test_searches_in_tf_function_with_a_tensor_beam_width_and_in_a_saved_model_signature(stepper, eos_id, tmp_path):
     greedy = tf.function(
         lambda source: greedy_search(stepper, source, MAX_LENGTH, eos_id=eos_id),
@@ -634,6 +637,7 @@ def test_preallocated_cached_steps_equal_the_teacher_forced_pass(config, beam_wi
     np.testing.assert_allclose(cached, full, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_cached_steps_under_mixed_bfloat16():
     """bfloat16 steps equal the bfloat16 full pass, and float32 within 0.1 (logits of size ~3)."""
     model = _small_transformer(tie_output=False)
@@ -671,6 +675,7 @@ def test_extra_padding_columns_leave_the_logits_unchanged(model):
     np.testing.assert_allclose(padded_logits[:, :4], logits, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_search_gives_beam_searchs_outputs_and_scores_the_greedy_way_for_width_one(stepper, eos_id):
     """`search`: greedy search for width 1 (a Python int or a tensor), with beam search's length-normalized scores;
     one traced graph for every width."""

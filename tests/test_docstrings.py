@@ -27,7 +27,13 @@ def _module(path):
 WITH_EXAMPLES = [_module(path) for path in SOURCES if ">>>" in path.read_text(encoding="utf-8")]
 
 
-@pytest.mark.parametrize("name", WITH_EXAMPLES)
+# Examples that train, export or search, 2-4 s each: the slow tier.
+SLOW_EXAMPLES = {"keras_attn.decoding", "keras_attn.models.bert", "keras_attn.models.seq2seq_lm"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.slow) if name in SLOW_EXAMPLES else name for name in WITH_EXAMPLES
+])
 def test_examples_run(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(name)

@@ -60,6 +60,7 @@ def test_an_export_keeps_its_task_which_load_task_rebuilds_with_the_exports_weig
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.slow
 def test_hostile_input_gives_one_translation_per_element(model, request):
     tiny_translator = request.getfixturevalue(MODELS[model][0])
     for beam_width in (1, 3):

@@ -49,6 +49,7 @@ def reference():
     return reference
 
 
+@pytest.mark.slow
 def test_a_marian_folder_gives_the_references_outputs_layer_by_layer(task, reference):
     backbone = task.backbone
     source, target_in = reference["source"], reference["target_in"]
@@ -71,6 +72,7 @@ def test_a_marian_folder_gives_the_references_outputs_layer_by_layer(task, refer
     assert (logits[..., never] < -1e8).all()  # [CLS], [SEP], [MASK], which Marian lacks
 
 
+@pytest.mark.slow
 def test_its_tokenizers_read_text_as_the_references_and_the_searches_write_its_translations(task, reference):
     texts = reference["texts"]
     source = task.preprocessor(tf.constant(texts))["source"].numpy()

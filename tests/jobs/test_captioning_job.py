@@ -121,6 +121,7 @@ def test_xla_over_terms_that_sum_across_replicas_is_refused(tmp_path, capsys, fl
     assert err.count("\n") == 1 and "on 2 replicas: their terms sum over the replicas inside the forward pass" in err
 
 
+@pytest.mark.slow
 def test_the_jobs_built_in_splits_are_the_corpus_own_so_the_benchmark_scores_the_same_held_out_scenes(tmp_path):
     """Without --builtin-eval-size the job draws the corpus's split sizes, as benchmarks/captioning.py does."""
     splits = captioning.load_splits(CaptionConfig(builtin_scenes=20, run_dir=str(tmp_path)), {})

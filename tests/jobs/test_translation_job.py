@@ -164,6 +164,7 @@ def test_plot_attention_of_the_trained_model(trained, cli_loads_once, tmp_path, 
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(trained, cli_loads_once, tmp_path,
                                                                               capsys):
     """`keras-attn export-ct2` of the run (and of its export), then `translate` and `evaluate` with the folder:
@@ -284,6 +285,7 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
 
 
 @pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
+@pytest.mark.slow
 def test_a_shared_vocabulary_gives_a_word_one_id_and_the_model_one_embedding(tmp_path, subword):
     """fairseq's --share-all-embeddings: one table for the encoder's input, the decoder's input and its output."""
     from keras_attn.jobs import translation
@@ -341,6 +343,7 @@ def test_bad_flag_values_are_refused_before_any_work(flags, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("eins\nzwei\n")
     (tmp_path / "b.txt").write_text("one\ntwo\n")
@@ -365,6 +368,7 @@ def test_data_flags_without_their_partner_or_without_pairs_are_refused(tmp_path,
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "inverse_sqrt"])
+@pytest.mark.slow
 def test_the_job_compiles_its_schedule_with_the_peak_after_the_warm_up(schedule):
     import keras
 

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from keras_attn.layers import AddAndNorm, FeedForward
 from tests.layers.layer_checks import check_layer
@@ -32,6 +33,7 @@ def test_feed_forward_is_two_dense_layers_with_relu_between():
     np.testing.assert_allclose(output, np.maximum(X @ w1 + b1, 0) @ w2 + b2, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_standard_layer_checks(tmp_path):
     check_layer(lambda: AddAndNorm(dropout=0.1), [X, Y], tmp_path=tmp_path)
     check_layer(lambda: FeedForward(16, activation="gelu"), [X], tmp_path=tmp_path)

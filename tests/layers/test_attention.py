@@ -198,6 +198,7 @@ def test_bad_input_is_a_clear_value_error():
         lambda: DotProductAttention("general", window=2, alignment="predictive"),
     ],
 )
+@pytest.mark.slow
 def test_standard_layer_checks(make, tmp_path):
     check_layer(make, [QUERY, VALUE], tmp_path=tmp_path)
     check_layer(make, [QUERY[:, 0], VALUE], tmp_path=tmp_path)

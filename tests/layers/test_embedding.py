@@ -67,6 +67,7 @@ def test_bad_input_is_a_clear_value_error():
         BertEmbedding(20, 8, 2, 6)(IDS, np.zeros((2, 3), "int32"))
 
 
+@pytest.mark.slow
 def test_standard_layer_checks(tmp_path):
     check_layer(
         lambda: TokenAndPositionEmbedding(20, 8, 6, dropout=0.1),

@@ -155,6 +155,7 @@ PRESETS = [("transformer", p) for p in sorted(TRANSFORMER_PRESETS)] + [
 
 
 @pytest.mark.parametrize("family, preset", PRESETS)
+@pytest.mark.slow
 def test_model_preset_weights_start_independent_and_reproducible(family, preset):
     def build():
         keras.utils.set_random_seed(5)

@@ -63,6 +63,7 @@ def test_matches_keras_with_causal_and_keras_masks():
 
 @settings(max_examples=15, deadline=None)
 @given(position=st.integers(0, 6), causal=st.booleans())
+@pytest.mark.slow
 def test_causality_changing_a_later_token_never_changes_earlier_outputs(position, causal):
     layer = MultiHeadAttention(2, 4)
     x = RNG.normal(size=(2, 7, 8)).astype("float32")
@@ -242,6 +243,7 @@ def test_bad_shapes_name_the_argument_and_shapes():
         )
 
 
+@pytest.mark.slow
 def test_standard_layer_checks(tmp_path):
     x = RNG.normal(size=(4, 5, 8)).astype("float32")
     m = RNG.normal(size=(4, 7, 6)).astype("float32")

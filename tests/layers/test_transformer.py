@@ -45,6 +45,7 @@ def test_decoder_block_matches_keras_hub(norm_first):
 
 @settings(max_examples=10, deadline=None)
 @given(position=st.integers(0, 5), norm_first=st.booleans())
+@pytest.mark.slow
 def test_decoder_block_is_causal(position, norm_first):
     block = TransformerDecoderBlock(2, 16, norm_first=norm_first)
     changed = X.copy()
@@ -136,6 +137,7 @@ def test_num_heads_must_divide_the_width():
         TransformerDecoderBlock(2, 16)(X[:, 0])
 
 
+@pytest.mark.slow
 def test_standard_layer_checks(tmp_path):
     check_layer(
         lambda: TransformerEncoderBlock(2, 16, dropout=0.1, norm_first=True),

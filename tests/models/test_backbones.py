@@ -64,6 +64,7 @@ def _outputs(model, inputs):
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.slow
 def test_the_config_rebuilds_the_model_and_the_keras_file_round_trips(name, tmp_path):
     model = MODELS[name]()
     config = model.get_config()

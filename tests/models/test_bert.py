@@ -26,6 +26,7 @@ def expected_parameters(vocabulary_size, positions, num_layers, hidden_dim, **_)
     return embeddings + num_layers * block + hidden_dim * hidden_dim + hidden_dim
 
 
+@pytest.mark.slow
 def test_bert_base_has_bert_base_parameter_count():
     backbone = BertBackbone(30522, preset="base", max_sequence_length=512)
     assert backbone.count_params() == 109_482_240 == expected_parameters(30522, 512, **BERT_PRESETS["base"])
@@ -170,6 +171,7 @@ def test_a_preset_without_a_preprocessor_is_refused_at_once():
         BertMaskedLM.from_preset("tiny")
 
 
+@pytest.mark.slow
 def test_fitting_a_dataset_says_nothing_of_shuffling():
     """Keras warns that `shuffle=True` (its default) is ignored for a dataset; a task does not pass it."""
     import warnings
@@ -197,6 +199,7 @@ def _targets(seed=0, batch=4, predictions=3):
     }
 
 
+@pytest.mark.slow
 def test_two_replicas_train_as_one_device():
     """Three steps of the runner's step function with the pretraining loss, 2 replicas vs 1."""
     batches = [(_batch(seed=s, batch=8), _targets(seed=s, batch=8)) for s in range(3)]

@@ -70,6 +70,7 @@ def _as_detokenized(preprocessor, text):
     return preprocessor.tokenizer.detokenize(ids).numpy()[0].decode("utf-8")
 
 
+@pytest.mark.slow
 def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_state(preprocessor, tmp_path):
     keras.utils.set_random_seed(1)
     model = BertPretrainer.from_preset("tiny", preprocessor, **SMALL)

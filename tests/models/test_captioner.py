@@ -88,6 +88,7 @@ def test_an_unknown_attention_is_refused():
         CaptionerBackbone(20, attention="stochastic", **TINY)
 
 
+@pytest.mark.slow
 def test_the_task_generates_and_round_trips_through_a_keras_file(tmp_path):
     from pipelines.preprocessors import CaptionPreprocessor
     from pipelines.tokenizers import learn_wordpiece_vocabulary

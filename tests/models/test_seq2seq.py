@@ -99,6 +99,7 @@ def test_no_attention_hands_out_zero_weights():
     assert np.all(weights.numpy() == 0.0)
 
 
+@pytest.mark.slow
 def test_local_attention_never_looks_outside_its_window():
     """local-m: only |s - p_t| <= D, p_t = min(t, last real key); local-p: at most 2D + 1
     consecutive keys, zero on padding."""
@@ -122,6 +123,7 @@ def test_local_attention_never_looks_outside_its_window():
     assert np.all(weights.numpy()[np.broadcast_to(~REAL[:, None], weights.shape)] == 0.0)
 
 
+@pytest.mark.slow
 def test_greedy_and_beam_search_run_on_the_stepper():
     """(Local-m's repeated memory under beam rows is checked by the gold-token test.)"""
     stepper = Stepper(small_model(**CONFIGS["bahdanau"]))
@@ -247,6 +249,7 @@ def test_sampling_probability_one_feeds_the_models_own_argmax():
     np.testing.assert_allclose(teacher_forced(model, source, target_in), forced, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_scheduled_sampling_trains_under_mixed_bfloat16():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = small_model(attention="bahdanau", scheduled_sampling="sample")

@@ -61,6 +61,7 @@ def test_generate_compiles_once_for_every_batch_size_length_and_beam_width(prepr
 @pytest.mark.parametrize("family, settings", [
     ("transformer", SMALL), ("seq2seq", dict(num_layers=1, hidden_dim=32, attention="luong", dropout=0.0)),
 ])
+@pytest.mark.slow
 def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus, family, settings):
     from keras_attn import decoding
 
@@ -104,6 +105,7 @@ def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(preprocessor, corpus, tmp_path):
     model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
     model.compile(learning_rate=warmup_cosine(1e-3, 5, 50))  # a schedule object, as the translation job gives

@@ -25,6 +25,7 @@ def _arrays(batches):
     return [{k: v for part in batch for k, v in part.items()} for batch in batches.as_numpy_iterator()]
 
 
+@pytest.mark.slow
 def test_a_corpus_in_one_block_gives_the_batches_of_the_in_memory_pipeline(corpus_files):
     files, preprocessor = corpus_files
     files = files[:1]  # one file: its order is every epoch's
@@ -53,6 +54,7 @@ def test_blocks_cut_the_documents_in_order_each_once(corpus_files):
     assert sum(block.num_documents for block in blocks) >= len(read) - 3000 // shortest  # but an unpairable rest
 
 
+@pytest.mark.slow
 def test_an_epoch_is_the_same_every_time_so_a_resumed_run_sees_the_rest(corpus_files):
     files, preprocessor = corpus_files
     epochs = document_stream.streamed_pretraining_epochs(files, preprocessor, 16, 200, seed=2, block_chars=4000)
@@ -76,6 +78,7 @@ def test_an_epoch_longer_than_a_pass_is_topped_up_and_the_estimate_is_near(corpu
     assert len({row.tobytes() for row in rows}) > 0.99 * len(rows)  # a top-up pass has pairs of its own
 
 
+@pytest.mark.slow
 def test_the_stream_holds_as_much_memory_for_30x_the_documents_as_for_1x(corpus_files, tmp_path):
     """Its memory is a block or two: reading 30 times the documents must not add to the peak."""
     from tests.streams import peak_growth_mb as growth

@@ -31,6 +31,7 @@ def batches(corpus, epoch, **options):
 
 
 @pytest.mark.parametrize("options", [{}, {"batch_tokens": 200}, {"worker": 1, "workers": 2}])
+@pytest.mark.slow
 def test_prepared_shards_give_the_batches_the_text_gives(corpus, tmp_path, options):
     ready = prepared.prepare(corpus, TOKENIZER, TOKENIZER, tmp_path / "prepared", log=lambda line: None)
     assert ready.shard_pairs == (299, 349, 399)  # the pair with an empty side skipped

@@ -47,6 +47,7 @@ def test_in_graph_tokenization_equals_the_python_librarys_on_hostile_strings(mod
 
 @settings(max_examples=150, deadline=None)  # for each model type
 @given(text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=60))
+@pytest.mark.slow
 def test_detokenize_inverts_tokenize_on_any_text(model, text):
     tokenizer = SentencePieceTokenizer(model)
     assert tokenizer.detokenize(tokenizer.tokenize([text]))[0].numpy().decode() == text

@@ -58,6 +58,7 @@ def test_tsv_shards_stream_the_pairs_read_tsv_reads(tmp_path):
 
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",))), min_size=1))
+@pytest.mark.slow
 def test_a_streamed_line_is_stripped_as_python_strips_it(tmp_path_factory, lines):
     folder = tmp_path_factory.mktemp("lines")
     lines = ["first"] + lines  # the first line's byte order mark is the reader's, not Python's strip
@@ -66,6 +67,7 @@ def test_a_streamed_line_is_stripped_as_python_strips_it(tmp_path_factory, lines
         line.replace("\r", "").strip() for line in lines]  # TextLineDataset drops every carriage return
 
 
+@pytest.mark.slow
 def test_shards_give_every_pair_once_in_a_seeded_order(tmp_path):
     for shard in range(5):
         write(tmp_path / f"train-{shard}.de", sentences(300, "de", shard))
@@ -99,6 +101,7 @@ def test_two_workers_read_disjoint_parts_that_cover_the_corpus(tmp_path, shards)
         assert len(parts[0]) == len(parts[1]) == 150
 
 
+@pytest.mark.slow
 def test_a_bad_line_in_a_middle_shard_names_its_file_and_line(tmp_path):
     for shard in range(5):
         write(tmp_path / f"{shard}.de", sentences(2000, "de", shard))
@@ -155,6 +158,7 @@ def multi30k_sized(tmp_path_factory):
     return train, corpus, tokenizer
 
 
+@pytest.mark.slow
 def test_a_small_corpus_streamed_gives_the_batches_it_gives_from_memory(multi30k_sized):
     """By count; by tokens the same pools are cut by the same budget (the job's test trains that way)."""
     from pipelines.translation import streamed_translation_epochs, translation_epochs
@@ -170,6 +174,7 @@ def test_a_small_corpus_streamed_gives_the_batches_it_gives_from_memory(multi30k
         assert (target_out == streamed_target_out).all()
 
 
+@pytest.mark.slow
 def test_a_streamed_epoch_is_the_same_every_time_it_is_built_so_a_resumed_run_sees_the_rest(tmp_path):
     """The runner resumes epoch e after k steps as `epochs(e).skip(k)`, in a new process."""
     from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer
@@ -191,6 +196,7 @@ def test_a_streamed_epoch_is_the_same_every_time_it_is_built_so_a_resumed_run_se
     assert epoch(3) != whole
 
 
+@pytest.mark.slow
 def test_the_streamed_pipeline_holds_as_much_memory_for_100x_a_corpus_as_for_10x(tmp_path):
     """Its memory is its buffers': the shuffle buffer (1,000 pairs here), the pools, the prefetch."""
     from pipelines.tokenizers import SPECIAL_TOKENS, WordPieceTokenizer

@@ -119,6 +119,7 @@ def test_truncation_to_max_length(corpus, tokenizers):
     assert count_truncated(corpus.sources, corpus.targets, *tokenizers, max_length) == truncated
 
 
+@pytest.mark.slow
 def test_same_seed_same_order_and_reshuffling_per_epoch(corpus, tokenizers):
     first = dataset(corpus, tokenizers, seed=1)
     epoch_1, epoch_2 = rows(first), rows(first)
@@ -129,6 +130,7 @@ def test_same_seed_same_order_and_reshuffling_per_epoch(corpus, tokenizers):
     assert rows(fixed) == rows(fixed)
 
 
+@pytest.mark.slow
 def test_each_epoch_has_one_order_of_its_own(corpus, tokenizers):
     def epochs(seed):
         return translation_epochs(corpus.sources, corpus.targets, *tokenizers, 32, 64, seed=seed)
@@ -152,6 +154,7 @@ def test_drop_remainder_and_repeat(corpus, tokenizers):
     assert len(list(repeated.take(3 * batches_per_epoch))) == 3 * batches_per_epoch
 
 
+@pytest.mark.slow
 def test_length_multiple_bounds_the_batch_shapes_and_only_adds_padding(corpus, tokenizers):
     max_length = 20  # not a multiple of 8: the longest batches are 20 wide
     options = dict(max_length=max_length, seed=3, reshuffle_each_iteration=False)
@@ -237,6 +240,7 @@ def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(corpus, tokeni
     assert max(out.shape[0] for _, out in capped) == 8  # batch_size still bounds the pairs
 
 
+@pytest.mark.slow
 def test_token_budget_epochs_have_one_declared_length_and_orders_of_their_own(corpus, tokenizers):
     def epochs(seed):
         return translation_epochs(corpus.sources, corpus.targets, *tokenizers, 1000, 64, seed=seed, batch_tokens=400)

@@ -24,6 +24,7 @@ def loaded(tiny_captioner):
     return tf.saved_model.load(tiny_captioner[2])
 
 
+@pytest.mark.slow
 def test_the_export_captions_as_the_task_does_and_hostile_rows_change_nothing_else(tiny_captioner, loaded):
     task, scenes, _ = tiny_captioner
     images = [png(image) for image in scenes.images]

@@ -105,6 +105,7 @@ def converted(request, tmp_path_factory):
     return _converted(request.param, tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_scores_equal_the_teacher_forced_log_probabilities(converted):
     tokens = [[converted.target_vocabulary[i] for i in target] for target in converted.targets]
     results = converted.translator.score_batch(converted.source_tokens(), tokens)
@@ -201,6 +202,7 @@ def test_an_existing_folder_is_replaced_only_when_forced(tmp_path):
 
 
 @pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
+@pytest.mark.slow
 def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of_hostile_strings(subword, tmp_path):
     """Strings in, strings out: blank, unknown, overlong and malformed texts as the export's `translate` gives them,
     each sentence cut at its own step budget."""
@@ -244,6 +246,7 @@ def test_the_translator_writes_the_saved_model_signatures_greedy_translations_of
     assert list(budgets) == list(decoding.max_decode_length(ids, cap=16).numpy())
 
 
+@pytest.mark.slow
 def test_a_fresh_process_loads_the_folder_and_the_exports_task_with_their_modules_alone(tiny_export, tmp_path):
     """`load_ctranslate2` and `load_task` import the classes the configs they deserialize name."""
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2

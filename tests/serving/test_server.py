@@ -43,6 +43,7 @@ def _strings(array):
     return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array).tolist()
 
 
+@pytest.mark.slow
 def test_status_lists_versions_and_says_which_failed(client):
     assert client.get("/v1/models/toy").json() == {"model_version_status": [
         {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
@@ -68,6 +69,7 @@ def test_metadata_gives_every_signature_with_dtypes_and_shapes(client):
 
 
 @pytest.mark.parametrize("name", ["toy", "rnn"])  # a Transformer and a Seq2Seq translator
+@pytest.mark.slow
 def test_predict_in_columns_and_in_rows_equals_the_signature_called_directly(client, model_root, name):
     expected = _direct(model_root, name, "translate", text=TEXTS, beam_width=2)
     columns = client.post(f"/v1/models/{name}:predict",
@@ -121,6 +123,7 @@ def test_a_ctranslate2_version_answers_as_the_saved_model_it_was_converted_from(
         client.post("/v1/models/toy:predict", json={"inputs": {"text": [], "beam_width": 1}}).json()
 
 
+@pytest.mark.slow
 def test_bert_signatures_are_served(client, model_root):
     expected = _direct(model_root, "bert", "fill_mask", text=MASKED, top_k=3)
     answer = client.post("/v1/models/bert:predict",
@@ -179,6 +182,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
     assert answer.status_code == 413 and "at most 1048576" in answer.json()["error"]
 
 
+@pytest.mark.slow
 def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(model_root):
     store = ModelStore(str(model_root))
     store.refresh()
@@ -199,6 +203,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(model_root):
         assert row["translation"] == translation and row["score"] == pytest.approx(float(score), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_ctranslate2_version_answers_concurrent_requests(model_root):
     """Requests run side by side on the server's threads (no batching): every one is answered, none waits for
     another's thread (a search run inside a TensorFlow op did, tokenizing on the pool the op held)."""
@@ -235,6 +240,7 @@ def test_a_ctranslate2_versions_calls_share_the_cores(model_root, tmp_path, monk
     assert load_ctranslate2(str(tmp_path / "ct2" / "1")).threads == 8
 
 
+@pytest.mark.slow
 def test_requests_batch_only_with_others_of_about_their_length(model_root):
     store = ModelStore(str(model_root))
     store.refresh()
