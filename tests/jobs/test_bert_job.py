@@ -322,6 +322,7 @@ def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loa
     assert settings["max_sequence_length"] == settings["max_length"] == 48 and settings["vocabulary_size"] == 9
 
 
+@pytest.mark.slow
 def test_pretraining_streams_a_folder_of_documents_and_reports_a_bad_line_met_by_training(
         streamed, tmp_path, monkeypatch):
     """Over `STREAM_ABOVE_MB` of text (here: over 0) the documents are read as a stream: the first
