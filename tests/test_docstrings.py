@@ -31,6 +31,11 @@ WITH_EXAMPLES = [_module(path) for path in SOURCES if ">>>" in path.read_text(en
 SLOW_EXAMPLES = {"keras_attn.decoding", "keras_attn.models.bert", "keras_attn.models.seq2seq_lm"}
 
 
+def test_each_slow_example_is_a_module_with_examples():
+    """A module renamed, or its examples gone, would leave its name here marking nothing."""
+    assert SLOW_EXAMPLES <= set(WITH_EXAMPLES), SLOW_EXAMPLES - set(WITH_EXAMPLES)
+
+
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=pytest.mark.slow) if name in SLOW_EXAMPLES else name for name in WITH_EXAMPLES
 ])
