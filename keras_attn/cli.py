@@ -288,8 +288,8 @@ def build_parser():
     imported = command("import", "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
                                  "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
                                  "translator (OPUS-MT: also source.spm, target.spm, vocab.json)")
-    imported.add_argument("folder", help="the Hugging Face model folder (what save_pretrained or huggingface-cli "
-                                         "download writes)")
+    imported.add_argument("folder", help="the Hugging Face model folder (what save_pretrained or hf download "
+                                         "writes)")
     imported.add_argument("out", help="the model folder under an export root (saved_models/<name>): the export is "
                                       "its next version")
     _add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})  # (for a Marian translator)

@@ -1,6 +1,6 @@
 """A Hugging Face model folder read without torch: its `config.json` and its safetensors weights as NumPy arrays.
 
-`save_pretrained` (and `huggingface-cli download`) write `config.json` and
+`save_pretrained` (and `hf download`) write `config.json` and
 either `model.safetensors` or shards listed by `model.safetensors.index.json`.
 The weights are read with the `safetensors` package into float32 NumPy arrays,
 and become ours by the same rules in every model:
