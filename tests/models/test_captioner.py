@@ -267,9 +267,10 @@ def _exact_match_on_one_object_scenes(preset, learning_rate, **arguments):
 
 @pytest.mark.slow
 def test_hard_attention_learns_one_object_scenes_where_reinforce_does_not_in_as_many_steps():
-    """Hard attention with its default estimator, the argmax cell at inference: 89% exact match in a single run
-    here, where REINFORCE (the paper's estimator) reached 28% with the same settings; an untrained model has 0."""
-    assert _exact_match_on_one_object_scenes("tiny", 3e-3, attention="hard") >= 0.6
+    """Hard attention with its default estimator, the argmax cell at inference: 61-89% exact match in six runs
+    here (initial seeds), where REINFORCE (the paper's estimator) reached 20-42% in five with the same settings;
+    an untrained model has 0. Another CPU's rounding trains as another seed would: the bar sits between the two."""
+    assert _exact_match_on_one_object_scenes("tiny", 3e-3, attention="hard") >= 0.5
 
 
 # `long` (45 s): the captioning benchmark scores this baseline at full length; the decoder reading only the pooled
