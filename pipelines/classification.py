@@ -3,10 +3,10 @@
     label<TAB>text            one sentence per example
     label<TAB>text_a<TAB>text_b   a pair (entailment, paraphrase, ...)
 
-`pack` builds BERT's input rows, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`
-with segment ids, trimming the longer segment first; the tf.data pipeline
-and the exported model both use it, so text is cut the same way in
-training and in serving.
+`BertPreprocessor.pack` builds BERT's input rows, `[CLS] A [SEP]` or
+`[CLS] A [SEP] B [SEP]` with segment ids, trimming the longer segment first;
+the tf.data pipeline and the exported model both use it, so text is cut the
+same way in training and in serving.
 """
 
 import dataclasses

@@ -138,8 +138,9 @@ class SubwordTokenizer(tf.Module):
 
     A subclass sets `self._vocabulary` (a list of `str`, `SPECIAL_TOKENS`
     first), `self._tokens` (the same as a string tensor) and `lowercase`,
-    and has `tokenize`, `detokenize`, `save`, `load` and `spec` (what a
-    config holds to rebuild it: `tokenizer_from_spec`).
+    and has `tokenize`, `detokenize` and `spec` (what a preprocessor's
+    config holds to rebuild it). The tokenizers learned here also have
+    `save` and `load`.
     """
 
     @property

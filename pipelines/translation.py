@@ -82,8 +82,10 @@ def translation_dataset(
         sources: source sentences (a list of `str`).
         targets: target sentences, `targets[i]` the translation of
             `sources[i]`.
-        source_tokenizer: a `WordPieceTokenizer` (anything with a batched
-            in-graph `tokenize(strings) -> RaggedTensor`).
+        source_tokenizer: a `SubwordTokenizer` (`WordPieceTokenizer`,
+            `SentencePieceTokenizer`, `MarianTokenizer`), or what a
+            `TranslationPreprocessor` rebuilds one from: a WordPiece
+            vocabulary (a list of tokens) or a tokenizer's `spec`.
         target_tokenizer: the same for the targets.
         batch_size: pairs per batch (with `batch_tokens`: the most pairs
             a batch may hold).
@@ -125,8 +127,8 @@ def translation_dataset(
         >>> dataset = translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
         ...                               batch_size=64, max_length=64)
         >>> inputs, target_out = next(iter(dataset))
-        >>> inputs["source"].shape, inputs["target_in"].shape == target_out.shape
-        (TensorShape([64, 11]), True)
+        >>> len(inputs["source"]), inputs["target_in"].shape == target_out.shape
+        (64, True)
     """
     _check(sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens)
     pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)

@@ -137,6 +137,13 @@ class AdditiveAttention(_AlignmentAttention):
         use_causal_mask: query `i` may only attend to keys `<= i`.
         return_attention_scores: also return the weights.
         training: whether dropout is active.
+        query_mask: optional `(B, Tq)` booleans, `True` for real queries
+            (padded ones get zero weights); filled by Keras from `query`'s
+            mask.
+        key_mask: optional `(B, Tk)` booleans for the keys; defaults to
+            `value_mask`.
+        query_position: position of the first query (causal masks), e.g.
+            the decoder step of a rank-2 query. Defaults to 0.
         projected_key: optional `project_key(key)`, W_k k, computed once
             for all the steps of a decoder.
 
@@ -236,6 +243,11 @@ class DotProductAttention(_AlignmentAttention):
         use_causal_mask: query `i` may only attend to keys `<= i`.
         return_attention_scores: also return the weights.
         training: whether dropout is active.
+        query_mask: optional `(B, Tq)` booleans, `True` for real queries
+            (padded ones get zero weights); filled by Keras from `query`'s
+            mask.
+        key_mask: optional `(B, Tk)` booleans for the keys; defaults to
+            `value_mask`.
         query_position: position of the first query (local-m and causal
             masks), e.g. the decoder step of a rank-2 query. Defaults to 0.
         projected_key: optional `project_key(key)` (W_k k for `"concat"`,

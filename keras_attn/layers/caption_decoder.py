@@ -84,7 +84,9 @@ class CaptionDecoder(AttentionDecoder):
         memory: `(B, L, d)` the grid's feature vectors.
         encoder_states: the LSTM's initial states, a list per layer of
             `[h, c]`, each `(B, d)` (`CaptionerBackbone` makes them from the
-            mean feature, as the paper does).
+            pooled grid: the mean feature by default, as the paper does).
+        memory_mask: optional `(B, L)` booleans, `True` for the cells that
+            may be attended to (all of them by default).
         training: dropout and the regularizer are active.
         return_attention_scores: also return α `(B, T, L)`.
 

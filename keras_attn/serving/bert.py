@@ -49,7 +49,8 @@ class BertServer(tf.Module):
       text (a text without `[MASK]` has 0 and comes back unchanged but
       tokenized); `truncated` bool[B], the text was cut to `max_length`
       tokens (masks after the cut are not predicted). `K` is `top_k`
-      clipped to [1, 50]. Special tokens are never predicted.
+      clipped to [1, `max_top_k`], and to the words of the vocabulary
+      (its tokens but the special ones), which are never predicted.
     - `encode(text)`, `encode_pair(text_a, text_b)`: `pooled_output`
       float32[B, d], `sequence_output` float32[B, T, d] (zeros at padding),
       `token_ids` int32[B, T], `truncated` bool[B].

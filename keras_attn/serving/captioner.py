@@ -31,7 +31,7 @@ class CaptionServer(tf.Module):
 
     - `caption` string[B] and `score` float32[B], its length-normalized
       log-probability; beam width 1 is greedy search, and widths are
-      clipped to [1, `max_beam_width`];
+      clipped to [1, `max_beam_width`] and to the vocabulary's size;
     - `output_tokens` string[B, T], the caption's tokens ending in [EOS]
       (then "[PAD]"), and `attention` float32[B, T, rows, columns]: the
       weight of each grid cell while the model wrote each token (zeros

@@ -58,12 +58,14 @@ class TrainingResult:
     """What `train` gives back.
 
     Attributes:
-        model: the model, with the best validation weights.
+        model: the model, with the best validation weights (with
+            `average_last` > 1: the mean of the last backups by update).
         history: per-epoch logs of this process's training.
         strategy: the strategy it trained under.
         global_batch_size: examples per step, over all replicas.
         initial_epoch: epochs done before this run (a resumed run's).
-        best_val_loss: the lowest validation loss of the run.
+        best_val_loss: the validation loss of `model`: the lowest of the
+            run's epochs (with `average_last` > 1: the mean's).
         steps: optimizer steps of the whole run.
         is_chief: whether this process is the chief.
         already_finished: the run folder's run had ended: nothing was trained.
@@ -130,7 +132,8 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
 
     Returns:
         A `TrainingResult`; `model` holds the best validation weights (the
-        last weights when there is no validation data).
+        last weights when there is no validation data; with `average_last`
+        > 1, the mean of the last backups by update).
     """
     strategy = prepare(config)
     chief, worker = worker_role(strategy)
