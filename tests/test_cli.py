@@ -162,6 +162,23 @@ def test_a_tf_config_that_is_not_json_is_one_line(tf_config, paths, monkeypatch,
     assert error.startswith("keras-attn: error: TF_CONFIG is not valid JSON (") and len(error.splitlines()) == 1
 
 
+@pytest.mark.parametrize("tf_config, message", [
+    ("[1, 2]", 'TF_CONFIG must be a JSON object with "cluster" and "task", got [1, 2]'),
+    ('{"cluster": {"worker": ["localhost:1"]}}', 'must name this process\'s place in its "cluster": a type among '
+                                                 "['worker'] and an index, got None"),
+    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 5}}',
+     "worker has indexes 0 to 0, got 5"),
+    ('{"cluster": {"worker": "localhost:1"}, "task": {"type": "worker", "index": 0}}',
+     '"cluster" must map task types to lists of host:port'),
+], ids=["not an object", "no task", "index out of range", "hosts not a list"])
+def test_a_tf_config_tensorflow_would_fail_on_is_one_line(tf_config, message, paths, monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    assert cli.main(_train("--strategy", "multi_worker", p=paths)) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("keras-attn: error: TF_CONFIG") and len(error.splitlines()) == 1, error
+    assert message in error, error
+
+
 def test_a_closed_output_pipe_ends_quietly(tiny_export, cli_loads_once, monkeypatch, capsys):
     def closed(*args, **kwargs):
         raise BrokenPipeError(32, "Broken pipe")

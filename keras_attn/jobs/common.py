@@ -177,18 +177,38 @@ def _devices(strategy):
         return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
 
 
+def check_tf_config(text):
+    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on: not JSON, not an object, or a cluster without
+    this process's task in it (`{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}`)."""
+    try:
+        tf_config = json.loads(text)
+    except ValueError as error:
+        raise UserError(f"TF_CONFIG is not valid JSON ({error}); unset it to train as one worker") from None
+    if not isinstance(tf_config, dict):
+        raise UserError(f"TF_CONFIG must be a JSON object with \"cluster\" and \"task\", got {text[:80]}")
+    cluster, task = tf_config.get("cluster"), tf_config.get("task")
+    if not cluster:
+        return
+    where = 'TF_CONFIG\'s "task" must name this process\'s place in its "cluster"'
+    if not isinstance(cluster, dict) or not all(isinstance(hosts, list) for hosts in cluster.values()):
+        raise UserError(f'TF_CONFIG\'s "cluster" must map task types to lists of host:port, got {cluster}')
+    if not isinstance(task, dict) or task.get("type") not in cluster:
+        raise UserError(f"{where}: a type among {sorted(cluster)} and an index, got {task}")
+    index, hosts = task.get("index", 0), cluster[task["type"]]
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(hosts):
+        raise UserError(f"{where}: {task['type']} has indexes 0 to {len(hosts) - 1}, got {index!r}")
+
+
 def check_strategy_flags(config):
-    """Refuses in one line a `TF_CONFIG` that is not JSON, or `--devices` this machine lacks.
+    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on (`check_tf_config`), or `--devices` this machine
+    lacks.
 
     (TensorFlow would raise from deep inside, or quietly place the work on
     another device.) Devices are looked up only for `one_device` and
     `mirrored`: `multi_worker` must start before TensorFlow lists devices.
     """
     if config.strategy == "multi_worker":
-        try:
-            json.loads(os.environ.get("TF_CONFIG", "{}"))  # as TensorFlow reads it: set and empty is not JSON
-        except ValueError as error:
-            raise UserError(f"TF_CONFIG is not valid JSON ({error}); unset it to train as one worker") from None
+        check_tf_config(os.environ.get("TF_CONFIG", "{}"))  # as TensorFlow reads it: set and empty is not JSON
         return
     if not config.devices or config.strategy not in ("one_device", "mirrored"):
         return
