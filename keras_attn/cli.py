@@ -64,6 +64,7 @@ _fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
 _positive = _checked(float, lambda value: value > 0, "> 0")
 _non_negative = _checked(float, lambda value: value >= 0, ">= 0")
 _rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
+_port = _checked(int, lambda value: 0 <= value <= 65535, config.PORT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,7 +145,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 _CHECKS = {config.FRACTION: _fraction, config.RATE: _rate, config.POSITIVE: _positive,
-           config.NON_NEGATIVE: _non_negative}
+           config.NON_NEGATIVE: _non_negative, config.PORT: _port}
 
 
 def _decay_parameter(text):

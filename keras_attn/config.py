@@ -46,6 +46,7 @@ FRACTION = "in [0, 1)"
 RATE = "in (0, 1)"
 POSITIVE = "> 0"
 NON_NEGATIVE = ">= 0"
+PORT = "in [0, 65535]"
 
 PAIRS_PER_BATCH = 64  # the translation jobs' batch without --batch-size or --batch-tokens
 
@@ -564,7 +565,7 @@ class ServeConfig:
     model_root: str = setting("saved_models", "the exports to serve: MODEL_ROOT/<name>/<version>/",
                               positional=True, nargs="?")
     host: str = setting("127.0.0.1", "address to listen on (0.0.0.0: every interface)", SERVER)
-    port: int = setting(8501, "port to listen on (TensorFlow Serving's REST port)", SERVER, AT_LEAST_0)
+    port: int = setting(8501, "port to listen on (TensorFlow Serving's REST port)", SERVER, PORT)
     poll_seconds: float = setting(2.0, "look for new exports under the root this often (0: only at start)",
                                   SERVER, NON_NEGATIVE, metavar="S")
     compiled_widths: tuple = setting(

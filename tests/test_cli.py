@@ -125,6 +125,7 @@ MISTAKES = {
     "caption: not an image": (lambda p: ["caption", p.captioner, p.two_txt],
                               "two.txt: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"),
     "caption: folder as image": (lambda p: ["caption", p.captioner, p.folder], "folder: is a folder, not an image file"),
+    "serve: no such port": (lambda p: ["serve", p.folder, "--port", "70000"], "--port: must be in [0, 65535], got 70000"),
     # plot-attention
     "plot: unknown image suffix": (lambda p: ["plot-attention", p.export, "ein hund", "--out", str(p.root / "a.xyz")], "not an image name"),
     "plot: folder as image": (lambda p: ["plot-attention", p.export, "ein hund", "--out", p.folder], "not an image name"),
