@@ -3,6 +3,7 @@
 import io
 import os
 import re
+import socket
 import subprocess
 import sys
 import types
@@ -178,6 +179,17 @@ def test_a_tf_config_tensorflow_would_fail_on_is_one_line(tf_config, message, pa
     error = capsys.readouterr().err
     assert error.startswith("keras-attn: error: TF_CONFIG") and len(error.splitlines()) == 1, error
     assert message in error, error
+
+
+def test_serve_on_a_taken_port_or_an_unknown_host_is_one_line(paths, capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", paths.folder, "--port", str(port)]) == 2
+        error = capsys.readouterr().err
+        assert error == f"keras-attn: error: 127.0.0.1:{port}: cannot listen there (Address already in use)\n"
+    assert cli.main(["serve", paths.folder, "--host", "999.1.1.1"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("keras-attn: error: 999.1.1.1:8501: cannot listen there (") and error.count("\n") == 1
 
 
 def test_a_closed_output_pipe_ends_quietly(tiny_export, cli_loads_once, monkeypatch, capsys):

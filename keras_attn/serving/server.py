@@ -23,6 +23,7 @@ import json
 import os
 import re
 import signal
+import socket
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -65,15 +66,34 @@ def serve(settings, log=print):
 
     if not os.path.isdir(settings.model_root):
         raise UserError(f"{settings.model_root}: no such folder (the exports to serve, <name>/<version>/)")
-    address = f"http://{settings.host}:{settings.port}"
+    listening = _listen(settings.host, settings.port)  # before the models load: a taken port is said at once
+    address = f"http://{settings.host}:{listening.getsockname()[1]}"
     app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=60))
     # uvicorn stops gracefully on SIGTERM, then raises it again; that second one ends a clean stop.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=60)
+        server.run(sockets=[listening])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        listening.close()
     return 0
+
+
+def _listen(host, port):
+    """A socket listening on `host:port` (port 0: one the system picks), or the reason in one line."""
+    listening = None
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's own
+        listening.bind(address)
+        listening.listen()
+        return listening
+    except OSError as error:  # socket.gaierror included: a host name that does not resolve
+        if listening is not None:
+            listening.close()
+        raise UserError(f"{host}:{port}: cannot listen there ({error.strerror or error})") from None
 
 
 def create_app(settings=None, store=None, log=None):
