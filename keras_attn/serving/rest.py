@@ -20,6 +20,7 @@ Serving answers and a one-line message.
 
 import base64
 import json
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -44,7 +45,11 @@ def parse_predict(body, max_instances):
         request = json.loads(body)
     except UnicodeDecodeError:
         raise RequestError("JSON Parse error: the body is not UTF-8") from None
+    except RecursionError:
+        raise RequestError("JSON Parse error: arrays or objects nested too deeply") from None
     except ValueError as error:
+        if "sys.set_int_max_str_digits" in str(error):  # Python's advice, not the client's
+            raise RequestError(f"JSON Parse error: a number of more than {sys.get_int_max_str_digits()} digits") from None
         raise RequestError(f"JSON Parse error: {error}") from None
     if not isinstance(request, dict):
         raise RequestError("JSON Value: the request must be a JSON object")
