@@ -51,8 +51,8 @@ def read_labelled_tsv(path):
 
     Raises:
         text.DataError: as `text.read_lines`, `path:line: expected N
-            tab-separated columns (label<TAB>text...), found M`, or no
-            examples.
+            tab-separated columns (label<TAB>text...), found M`, an empty
+            label, or no examples.
 
     Example:
 
@@ -75,7 +75,9 @@ def read_labelled_tsv(path):
                 f"{path}:{number}: expected {wanted} tab-separated columns "
                 f"(label<TAB>text or label<TAB>text_a<TAB>text_b), found {len(fields)}"
             )
-        if not all(fields):
+        if not fields[0]:
+            raise text.DataError(f"{path}:{number}: an empty label (label<TAB>text...)")
+        if not all(fields[1:]):
             skipped += 1
             continue
         labels.append(fields[0])

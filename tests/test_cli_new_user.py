@@ -59,6 +59,8 @@ def bert_runs(tmp_path_factory):
     code, pretrained, err = _run([*PRETRAIN, "--run-dir", str(root / "bert")])
     assert code == 0, err
     train = _topic_tsv(root / "train.tsv", synthetic_documents.labelled_documents(1000, seed=11))
+    with open(train, "a", encoding="utf-8") as file:
+        file.write("unread\t \n")  # a label without a text: skipped, and said
     finetune = [
         "finetune", str(root / "bert"), "--train", train, "--precision", "float32",
         "--run-dir", str(root / "classifier"), "--export", str(root / "saved_models"),
@@ -147,6 +149,9 @@ def test_finetune_from_a_pretraining_run_folder(bert_runs):
 
 @pytest.mark.slow
 def test_finetune_defaults_learn_an_eight_label_task(bert_runs):
+    data = next(line for line in bert_runs.finetuned.splitlines() if line.startswith("data: "))
+    assert data.startswith("data: 900 training, 100 validation examples; labels ") and "unread" not in data
+    assert data.endswith(f"; {bert_runs.train}: 1 blank or empty-text line(s) skipped"), data
     accuracy = float(re.search(r"^valid: accuracy ([\d.]+) on 100 examples$", bert_runs.finetuned, re.M)[1])
     assert accuracy >= 0.8, bert_runs.finetuned
 

@@ -263,12 +263,13 @@ def finetune(config, log=print):
     learning_rate = config.learning_rate or finetune_learning_rate(pretrained)
     config = dataclasses.replace(config, max_sequence_length=max_length, learning_rate=learning_rate)
     # The data first: an error in it stops the job before it names its run folder.
-    train_data = classification.read_labelled_tsv(config.train)
+    read = [classification.read_labelled_tsv(path) for path in (config.train, config.valid, config.test) if path]
+    train_data = read[0]
     if config.valid:
-        valid_data = classification.read_labelled_tsv(config.valid)
+        valid_data = read[1]
     else:
         train_data, valid_data = hold_out_examples(train_data, config.seed)
-    test_data = classification.read_labelled_tsv(config.test) if config.test else None
+    test_data = read[-1] if config.test else None
     label_names = sorted(set(train_data.labels))
     if len(label_names) < 2:
         raise text.DataError(f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more")
@@ -278,6 +279,8 @@ def finetune(config, log=print):
         f"data: {len(train_data)} training, {len(valid_data)} validation"
         + (f", {len(test_data)} test" if test_data else "")
         + f" examples; labels {', '.join(label_names)}"
+        + "".join(f"; {data.origin}: {data.skipped_empty} blank or empty-text line(s) skipped"
+                  for data in read if data.skipped_empty)
     )
     os.makedirs(config.run_dir, exist_ok=True)
     lines = (f"{label}\t{a}\t{b}" for label, a, b in zip(

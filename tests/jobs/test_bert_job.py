@@ -209,6 +209,11 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
 # its tests run (finetune from an export: tests/checkpoints/test_huggingface_bert.py).
 
 
+def _written(path, text):
+    path.write_text(text)
+    return str(path)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -216,6 +221,8 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
         (lambda p, t: ["classify", p.export, "x"], "not a fine-tuned BERT export (keras-attn finetune)"),
         (lambda p, t: ["finetune", p.export, "--train", str(t / "none.tsv")], "none.tsv: file not found"),
         (lambda p, t: ["finetune", str(t), "--train", "x.tsv"], "not a SavedModel folder (no saved_model.pb)"),
+        (lambda p, t: ["finetune", p.export, "--train", _written(t / "unlabelled.tsv", "pos\tA fine film.\n\tDull.\n")],
+         "unlabelled.tsv:2: an empty label (label<TAB>text...)"),
         (lambda p, t: ["pretrain", "bert", "--data", str(t / "none.txt"), "--run-dir", str(t / "r")], "none.txt: file not found"),
     ],
 )

@@ -224,6 +224,9 @@ def test_labelled_tsv_single_and_pair_files(tmp_path):
     (tmp_path / "pairs.tsv").write_text("yes\tA man.\tA person.\nno\tA cat.\n")
     with pytest.raises(text.DataError, match=r"pairs.tsv:2: expected 3 tab-separated columns"):
         classification.read_labelled_tsv(tmp_path / "pairs.tsv")
+    (tmp_path / "unlabelled.tsv").write_text("pos\tA fine film.\n\tDull.\n")
+    with pytest.raises(text.DataError, match=r"unlabelled.tsv:2: an empty label \(label<TAB>text...\)"):
+        classification.read_labelled_tsv(tmp_path / "unlabelled.tsv")
 
 
 def test_pack_trims_the_longer_segment_and_says_so():
