@@ -60,6 +60,10 @@ def _at_least(minimum):
     return _checked(int, lambda value: value >= minimum, f">= {minimum}")
 
 
+def _between(low, high):
+    return _checked(int, lambda value: low <= value <= high, f"in [{low}, {high}]")
+
+
 _fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
 _positive = _checked(float, lambda value: value > 0, "> 0")
 _non_negative = _checked(float, lambda value: value >= 0, ">= 0")
@@ -253,7 +257,7 @@ def build_parser():
     translate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2")
     translate.add_argument("text", nargs="*", default=[],
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
-    translate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
+    translate.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=4, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
 
     ct2 = command("export-ct2", "convert a Transformer's run folder or export into a CTranslate2 model folder (its "
                                 "fast decoding; keras-attn translate OUT tokenizes as the model did)")
@@ -268,7 +272,7 @@ def build_parser():
                                             "(with --src and --ref)")
     evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
     evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
-    evaluate.add_argument("--beam-width", type=_at_least(1), default=4, help="beam search width (1: greedy; at most 32)")
+    evaluate.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=4, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
     evaluate.add_argument("--tokenized", action="store_true",
                           help="also score the text as tokenized, words split at whitespace only, as multi-bleu.perl "
                                "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)")
@@ -276,7 +280,7 @@ def build_parser():
     caption = command("caption", "caption images with an exported captioner (one caption a line)")
     caption.add_argument("model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>")
     caption.add_argument("images", nargs="+", metavar="IMAGE", help="PNG, JPEG, GIF or BMP files")
-    caption.add_argument("--beam-width", type=_at_least(1), default=1, help="beam search width (1: greedy; at most 32)")
+    caption.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=1, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
 
     plot = command("plot-attention", "cross-attention heat maps of one translation, or one caption's attention per "
                                      "word over the image, decoded greedily (a beam may decode otherwise)")
@@ -308,7 +312,7 @@ def _add_bert_commands(command):
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
     fill.add_argument("text", nargs="*", default=[], help="texts with [MASK] in them (default: one per line on standard input)")
-    fill.add_argument("--top-k", type=_at_least(1), default=5, help="candidates shown per mask (at most 50)")
+    fill.add_argument("--top-k", type=_between(1, config.MAX_TOP_K), default=5, help=f"candidates shown per mask (at most {config.MAX_TOP_K})")
 
     finetune = command("finetune", "fine-tune a pretrained BERT (export, run folder, or Hugging Face or keras-hub "
                                    "folder) as a classifier and export it")

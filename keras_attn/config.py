@@ -48,6 +48,9 @@ POSITIVE = "> 0"
 NON_NEGATIVE = ">= 0"
 PORT = "in [0, 65535]"
 
+MAX_BEAM_WIDTH = 32  # the widest beam an export searches with (a request's memory and time)
+MAX_TOP_K = 50  # the most candidates a BERT export's fill_mask gives per mask
+
 PAIRS_PER_BATCH = 64  # the translation jobs' batch without --batch-size or --batch-tokens
 
 

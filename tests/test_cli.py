@@ -100,7 +100,7 @@ MISTAKES = {
     "pretrain: mask rate of 1": (lambda p: ["pretrain", "bert", "--mask-rate", "1"],
                                  "must be in (0, 1), got 1.0 (see keras-attn pretrain --help)"),
     "unknown command": (lambda p: ["trian"], "keras-attn: error: argument COMMAND: invalid choice: 'trian'"),
-    "translate: bad beam": (lambda p: ["translate", p.export, "x", "--beam-width", "0"], "must be >= 1"),
+    "translate: bad beam": (lambda p: ["translate", p.export, "x", "--beam-width", "0"], "must be in [1, 32], got 0"),
     # translate: model folders
     "translate: missing model": (lambda p: ["translate", p.missing, "x"], "missing: no such folder"),
     "translate: file as model": (lambda p: ["translate", p.file, "x"], "file: is a file, not an export folder"),
@@ -127,6 +127,10 @@ MISTAKES = {
                               "two.txt: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"),
     "caption: folder as image": (lambda p: ["caption", p.captioner, p.folder], "folder: is a folder, not an image file"),
     "serve: no such port": (lambda p: ["serve", p.folder, "--port", "70000"], "--port: must be in [0, 65535], got 70000"),
+    "translate: a beam too wide": (lambda p: ["translate", p.export, "ein hund", "--beam-width", "33"],
+                                   "--beam-width: must be in [1, 32], got 33"),
+    "fill-mask: too many candidates": (lambda p: ["fill-mask", p.folder, "x", "--top-k", "51"],
+                                       "--top-k: must be in [1, 50], got 51"),
     # plot-attention
     "plot: unknown image suffix": (lambda p: ["plot-attention", p.export, "ein hund", "--out", str(p.root / "a.xyz")], "not an image name"),
     "plot: folder as image": (lambda p: ["plot-attention", p.export, "ein hund", "--out", p.folder], "not an image name"),

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_attn import graph
 from keras_attn.checkpoints import huggingface
+from keras_attn.config import MAX_TOP_K
 from keras_attn.layers import activations
 from keras_attn.layers import (
     BertEmbedding,
@@ -222,7 +223,7 @@ class _BertTask(Task):
         super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
 
 
-def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=50):
+def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=MAX_TOP_K):
     """The masked LM's answers for the `[MASK]`s of `text`, in the graph.
 
     Args:

@@ -21,6 +21,7 @@ import os
 import tensorflow as tf
 
 from keras_attn import graph
+from keras_attn.config import MAX_TOP_K
 from keras_attn.serving.versions import fingerprint
 from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
 from keras_attn.special_tokens import PAD_ID
@@ -72,7 +73,7 @@ class BertServer(tf.Module):
         max_top_k: the most candidates `fill_mask` gives per mask.
     """
 
-    def __init__(self, task, label_names=None, pairs=False, max_predictions=20, max_top_k=50):
+    def __init__(self, task, label_names=None, pairs=False, max_predictions=20, max_top_k=MAX_TOP_K):
         super().__init__(name="bert")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a BERT export needs the task's BertPreprocessor")

@@ -16,6 +16,7 @@ import json
 import tensorflow as tf
 
 from keras_attn import decoding, graph
+from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import BOS_ID, PAD_ID
 from pipelines.images import decode_images
@@ -48,7 +49,7 @@ class CaptionServer(tf.Module):
         max_beam_width: the widest beam a request gets.
     """
 
-    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32):
+    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=MAX_BEAM_WIDTH):
         super().__init__(name="captioner")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a captioning export needs the task's CaptionPreprocessor")

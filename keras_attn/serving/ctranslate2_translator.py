@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding, graph
+from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.ctranslate2_export import PREPROCESSOR, SEARCH_OPTIONS
 from keras_attn.serving.translator import nothing_to_translate
@@ -73,7 +74,7 @@ class CTranslate2Translator:
         max_beam_width: the widest beam a call gets, as the SavedModel's.
     """
 
-    def __init__(self, folder, preprocessor, compute_type="default", threads=None, max_beam_width=32):
+    def __init__(self, folder, preprocessor, compute_type="default", threads=None, max_beam_width=MAX_BEAM_WIDTH):
         self.threads = threads or threads_per_call()
         self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
                                                  intra_threads=self.threads)

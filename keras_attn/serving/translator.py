@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from keras_attn import decoding, graph
+from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
@@ -72,7 +73,7 @@ class Translator(tf.Module):
             Transformer's); the export's `METADATA` says whether it does.
     """
 
-    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=32, compiled_search=True):
+    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=MAX_BEAM_WIDTH, compiled_search=True):
         super().__init__(name="translator")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
