@@ -3,6 +3,7 @@
 import io
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -194,6 +195,26 @@ def test_serve_on_a_taken_port_or_an_unknown_host_is_one_line(paths, capsys):
     assert cli.main(["serve", paths.folder, "--host", "999.1.1.1"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("keras-attn: error: 999.1.1.1:8501: cannot listen there (") and error.count("\n") == 1
+
+
+def test_a_damaged_export_or_ctranslate2_model_is_one_line(paths, cli_loads_once, tmp_path, capsys):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(paths.export, damaged)
+    (data,) = (damaged / "variables").glob("variables.data-*")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    assert cli.main(["export-ct2", str(damaged), str(tmp_path / "ct2")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"keras-attn: error: {damaged}: its variables cannot be read (") and error.count("\n") == 1
+    assert not (tmp_path / "ct2").exists()
+
+    assert cli.main(["export-ct2", paths.export, str(tmp_path / "ct2")]) == 0
+    model = tmp_path / "ct2" / "model.bin"
+    model.write_bytes(model.read_bytes()[:1000])
+    capsys.readouterr()
+    assert cli.main(["translate", str(tmp_path / "ct2"), "ein hund"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"keras-attn: error: {tmp_path / 'ct2'}: not a readable CTranslate2 model (")
+    assert error.count("\n") == 1, error
 
 
 def test_a_closed_output_pipe_ends_quietly(tiny_export, cli_loads_once, monkeypatch, capsys):

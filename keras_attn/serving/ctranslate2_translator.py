@@ -76,8 +76,11 @@ class CTranslate2Translator:
 
     def __init__(self, folder, preprocessor, compute_type="default", threads=None, max_beam_width=MAX_BEAM_WIDTH):
         self.threads = threads or threads_per_call()
-        self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                                 intra_threads=self.threads)
+        try:
+            self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
+                                                     intra_threads=self.threads)
+        except RuntimeError as error:  # a truncated or damaged model.bin
+            raise UserError(f"{folder}: not a readable CTranslate2 model ({error})") from None
         self.preprocessor = preprocessor
         self.max_beam_width = max_beam_width
         self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)

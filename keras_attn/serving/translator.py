@@ -207,7 +207,11 @@ def load_task(model_dir):
     from pipelines import preprocessors  # noqa: F401
 
     task = keras.saving.deserialize_keras_object(config)
-    saved = _saved_variables(os.path.join(model_dir, "variables", "variables"))
+    try:
+        saved = _saved_variables(os.path.join(model_dir, "variables", "variables"))
+    except (tf.errors.OpError, IndexError, ValueError) as error:  # a truncated or damaged checkpoint
+        reason = str(error).strip().splitlines()[0]
+        raise UserError(f"{model_dir}: its variables cannot be read ({reason})") from None
     for weight in task.backbone.weights:
         value = saved.get(weight.path)
         if value is None or tuple(value.shape) != tuple(weight.shape):
