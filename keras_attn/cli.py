@@ -68,7 +68,6 @@ _fraction = _checked(float, lambda value: 0 <= value < 1, "in [0, 1)")
 _positive = _checked(float, lambda value: value > 0, "> 0")
 _non_negative = _checked(float, lambda value: value >= 0, ">= 0")
 _rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
-_port = _checked(int, lambda value: 0 <= value <= 65535, config.PORT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,7 +148,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 _CHECKS = {config.FRACTION: _fraction, config.RATE: _rate, config.POSITIVE: _positive,
-           config.NON_NEGATIVE: _non_negative, config.PORT: _port}
+           config.NON_NEGATIVE: _non_negative}
+_WHOLE_NUMBERS = {"at_least": _at_least, "between": _between}  # the constraints written as (kind, bounds...)
 
 
 def _decay_parameter(text):
@@ -202,7 +202,7 @@ def _add_config_flags(parser, config_class, only=None):
         else:
             check = metadata["check"]
             if isinstance(check, tuple):
-                options["type"] = _at_least(check[1])
+                options["type"] = _WHOLE_NUMBERS[check[0]](*check[1:])
             elif check:
                 options["type"] = _CHECKS[check]
             elif field.name in _PARSE:
@@ -257,7 +257,7 @@ def build_parser():
     translate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2")
     translate.add_argument("text", nargs="*", default=[],
                            help="sentences (default: one per line on standard input); an empty one translates to an empty line")
-    translate.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=4, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
+    _add_beam_width(translate, default=4)
 
     ct2 = command("export-ct2", "convert a Transformer's run folder or export into a CTranslate2 model folder (its "
                                 "fast decoding; keras-attn translate OUT tokenizes as the model did)")
@@ -272,7 +272,7 @@ def build_parser():
                                             "(with --src and --ref)")
     evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
     evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
-    evaluate.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=4, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
+    _add_beam_width(evaluate, default=4)
     evaluate.add_argument("--tokenized", action="store_true",
                           help="also score the text as tokenized, words split at whitespace only, as multi-bleu.perl "
                                "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)")
@@ -280,7 +280,7 @@ def build_parser():
     caption = command("caption", "caption images with an exported captioner (one caption a line)")
     caption.add_argument("model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>")
     caption.add_argument("images", nargs="+", metavar="IMAGE", help="PNG, JPEG, GIF or BMP files")
-    caption.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=1, help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
+    _add_beam_width(caption, default=1)
 
     plot = command("plot-attention", "cross-attention heat maps of one translation, or one caption's attention per "
                                      "word over the image, decoded greedily (a beam may decode otherwise)")
@@ -302,6 +302,11 @@ def build_parser():
     serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
     _add_config_flags(serve, config.ServeConfig)
     return parser
+
+
+def _add_beam_width(parser, default):
+    parser.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=default,
+                        help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
 
 
 def _add_bert_commands(command):

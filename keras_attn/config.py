@@ -46,7 +46,7 @@ FRACTION = "in [0, 1)"
 RATE = "in (0, 1)"
 POSITIVE = "> 0"
 NON_NEGATIVE = ">= 0"
-PORT = "in [0, 65535]"
+PORT = ("between", 0, 65535)
 
 MAX_BEAM_WIDTH = 32  # the widest beam an export searches with (a request's memory and time)
 MAX_TOP_K = 50  # the most candidates a BERT export's fill_mask gives per mask

@@ -263,13 +263,11 @@ def finetune(config, log=print):
     learning_rate = config.learning_rate or finetune_learning_rate(pretrained)
     config = dataclasses.replace(config, max_sequence_length=max_length, learning_rate=learning_rate)
     # The data first: an error in it stops the job before it names its run folder.
-    read = [classification.read_labelled_tsv(path) for path in (config.train, config.valid, config.test) if path]
-    train_data = read[0]
-    if config.valid:
-        valid_data = read[1]
-    else:
+    train_data, valid_data, test_data = (
+        classification.read_labelled_tsv(path) if path else None for path in (config.train, config.valid, config.test))
+    read = [data for data in (train_data, valid_data, test_data) if data is not None]  # as the files hold them
+    if valid_data is None:
         train_data, valid_data = hold_out_examples(train_data, config.seed)
-    test_data = read[-1] if config.test else None
     label_names = sorted(set(train_data.labels))
     if len(label_names) < 2:
         raise text.DataError(f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more")
