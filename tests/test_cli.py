@@ -15,6 +15,7 @@ from PIL import Image
 
 from keras_attn import cli, config, serving
 from keras_attn.models import Captioner
+from keras_attn.serving.ctranslate2_export import PREPROCESSOR
 
 pytest_plugins = ["tests.fixtures_export"]
 
@@ -77,6 +78,9 @@ MISTAKES = {
     "train: export root under a file": (
         lambda p: ["train", "transformer", "--run-dir", str(p.root / "run"), "--export", os.path.join(p.file, "x")],
         "(--export): cannot be a folder"),
+    "train: export root where nothing can be written": (
+        lambda p: ["train", "transformer", "--run-dir", str(p.root / "run"), "--export", "/proc/keras-attn"],
+        "/proc/keras-attn/transformer (--export): cannot write in /proc ("),
     # argparse
     "train: bad flag value": (lambda p: ["train", "transformer", "--epochs", "0"],
                               "train transformer: argument --epochs: must be >= 1, got 0 "
@@ -123,6 +127,8 @@ MISTAKES = {
     "export-ct2: another model": (lambda p: ["export-ct2", p.other, str(p.root / "out")],
                                   "no translator_task.json in assets.extra (not a translation export of keras-attn"),
     "export-ct2: existing OUT": (lambda p: ["export-ct2", p.export, p.folder], "folder already exists (--force replaces it)"),
+    "export-ct2: OUT where nothing can be written": (lambda p: ["export-ct2", p.export, "/proc/keras-attn-ct2"],
+                                                     "/proc/keras-attn-ct2 (OUT): cannot write in /proc ("),
     # caption
     "caption: not an image": (lambda p: ["caption", p.captioner, p.two_txt],
                               "two.txt: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"),
@@ -214,6 +220,13 @@ def test_a_damaged_export_or_ctranslate2_model_is_one_line(paths, cli_loads_once
     assert cli.main(["translate", str(tmp_path / "ct2"), "ein hund"]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"keras-attn: error: {tmp_path / 'ct2'}: not a readable CTranslate2 model (")
+    assert error.count("\n") == 1, error
+
+    preprocessor = tmp_path / "ct2" / PREPROCESSOR
+    preprocessor.write_text(preprocessor.read_text()[:100])
+    assert cli.main(["translate", str(tmp_path / "ct2"), "ein hund"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"keras-attn: error: {preprocessor}: not a readable keras-attn preprocessor (")
     assert error.count("\n") == 1, error
 
 

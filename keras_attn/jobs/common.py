@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 import time
 
 import tensorflow as tf
@@ -230,5 +231,8 @@ def check_writable_folder(path, flag):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise UserError(f"{path} ({flag}): cannot be a folder, {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{path} ({flag}): no permission to write in {existing}")
+    try:  # a file made and removed: os.access answers yes to root even where nothing can be written
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise UserError(f"{path} ({flag}): cannot write in {existing} ({error.strerror})") from None

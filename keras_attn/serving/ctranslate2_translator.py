@@ -52,12 +52,15 @@ def load_ctranslate2(folder, compute_type="default", threads=None):
             weights were saved in).
         threads: CTranslate2's threads per translation (default: `threads_per_call()`, the process's cores).
     """
+    path = os.path.join(folder, PREPROCESSOR)
     try:
-        with open(os.path.join(folder, PREPROCESSOR), encoding="utf-8") as file:
+        with open(path, encoding="utf-8") as file:
             preprocessor = keras.saving.deserialize_keras_object(json.load(file))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         raise UserError(f"{folder}: no {PREPROCESSOR} (not a CTranslate2 folder of keras-attn export-ct2, or one "
                         "from before 2026-12-05: convert again)") from None
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise UserError(f"{path}: not a readable keras-attn preprocessor ({error})") from None
     return CTranslate2Translator(folder, preprocessor, compute_type=compute_type, threads=threads)
 
 

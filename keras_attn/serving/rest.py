@@ -145,6 +145,9 @@ def _rows_to_columns(specs, instances):
         if not isinstance(row, dict) or "b64" in row:
             raise RequestError(f"instance {index}: the signature takes several inputs "
                                f"({', '.join(sorted(specs))}): each instance must be an object of them")
+        if set(row) != set(instances[0]):
+            raise RequestError(f"instance {index} gives {', '.join(sorted(row)) or 'no input'} where instance 0 "
+                               f"gives {', '.join(sorted(instances[0]))}: every instance must give the same inputs")
         for name, value in row.items():
             columns.setdefault(name, []).append(value)
     for name, spec in specs.items():

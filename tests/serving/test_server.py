@@ -163,6 +163,8 @@ def test_bert_signatures_are_served(client, model_root):
     ("POST", "/v1/models/toy:predict", {"inputs": {"text": [["a"]], "beam_width": 1}}, 400, "expected shape [?]"),
     ("POST", "/v1/models/toy:predict", {"instances": [{"text": "a", "beam_width": 1}, {"text": "b", "beam_width": 2}]},
      400, "beam_width: a scalar input"),
+    pytest.param("POST", "/v1/models/toy:predict", {"instances": [{"text": "a", "beam_width": 1}, {"beam_width": 1}]},
+                 400, "instance 1 gives beam_width where instance 0 gives beam_width, text", id="an instance short of an input"),
     ("POST", "/v1/models/toy:predict", {"instances": ["x"] * 257}, 413, "at most 256"),
     ("GET", "/v1/models/toy:predict", None, 405, "Malformed request"),
     ("POST", "/v1/models/toy/metadata", {}, 405, "Malformed request"),
