@@ -25,12 +25,14 @@ import re
 import signal
 import socket
 
+import h11
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
@@ -69,7 +71,7 @@ def serve(settings, log=print):
     listening = _listen(settings.host, settings.port)  # before the models load: a taken port is said at once
     address = f"http://{settings.host}:{listening.getsockname()[1]}"
     app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=60))
+    server = uvicorn.Server(uvicorn.Config(app, http=JsonBadRequests, log_level="warning", timeout_graceful_shutdown=60))
     # uvicorn stops gracefully on SIGTERM, then raises it again; that second one ends a clean stop.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
@@ -78,6 +80,19 @@ def serve(settings, log=print):
         signal.signal(signal.SIGTERM, previous)
         listening.close()
     return 0
+
+
+class JsonBadRequests(H11Protocol):
+    """uvicorn's HTTP/1.1, with its 400 for a request it cannot parse (a bad Content-Length, a broken header line)
+    in JSON, as every other answer, where uvicorn answers in plain text."""
+
+    def send_400_response(self, msg):
+        body = json.dumps({"error": msg}).encode("utf-8")
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
 
 def _listen(host, port):

@@ -34,6 +34,21 @@ def test_a_client_that_leaves_mid_request_costs_nothing(server):
     assert process.poll() is None
 
 
+@pytest.mark.parametrize("head", [b"Content-Length: many", b"Content-Length: 1\r\nContent-Length: 2", b"no colon"])
+def test_a_request_http_cannot_parse_gets_a_json_400(server, head):
+    _, url, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n{}")
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status, rest = answer.split(b"\r\n", 1)
+    headers, body = rest.split(b"\r\n\r\n", 1)
+    assert status.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in headers.lower(), answer
+    assert json.loads(body)["error"], answer
+
+
 def test_sigterm_answers_the_requests_in_flight_and_exits_0(server):  # last: it stops the server
     process, url, first = server
     assert "toy/1" in first and "bert/1" in first and "failed to load: broken/1" in first
