@@ -159,9 +159,17 @@ class RunConfig:
     export: bool = setting(True, "do not export", OUTPUT, flag="--no-export")
     force_export: bool = setting(False, "export a new version even when the newest one holds the same model", OUTPUT)
 
+    # The model trains through a TensorFlow loop (an RNN's recurrence), whose gradient needs the loop's saved
+    # steps: XLA cannot hand them from a compiled forward pass to the gradient ("TensorList crossing the
+    # XLA/TF boundary"), so such a job has no --jit-compile and refuses jit_compile=True.
+    recurrent = False
+
     def __post_init__(self):
         if self.run_dir is None:
             self.run_dir = f"runs/{self.name}"
+        if self.jit_compile and self.recurrent:
+            raise UserError(f"jit_compile: the {self.family} trains through the loop of its recurrence, whose "
+                            "gradient XLA cannot take from a compiled forward pass")
         if self.average_last > 1 and not self.backup_every:
             raise UserError("--average-last averages the backups every --backup-every updates: give it above 0")
         for field, metadata in flags(type(self)):
@@ -341,6 +349,8 @@ class Seq2SeqConfig(TranslationConfig):
         "decays this way (Bengio et al. 2015)", SEQ2SEQ, choices=DECAYS,
     )
     family = "seq2seq"
+    recurrent = True
+    jit_compile: bool = False  # not a flag of this job (`recurrent`)
     decay_parameters: dict = setting(
         None, "the decay's parameters, e.g. k=1000 (each decay's parameters and defaults: "
         "keras_attn/training/scheduled_sampling.py)", SEQ2SEQ, nargs="+", metavar="NAME=X",
@@ -397,6 +407,8 @@ class CaptionConfig(GenerationConfig):
     """
 
     family = "captioner"
+    recurrent = True
+    jit_compile: bool = False  # not a flag of this job (`recurrent`)
 
     name: str = setting("captioner", "model name under the export root and runs/", OUTPUT)
     data: str = setting(None, "the folder of the images that --captions names", CAPTION_DATA, metavar="FOLDER")

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from keras_attn import cli, config
+from keras_attn import cli, config, errors
 
 COMMANDS = {  # argv with only what is required → the config it builds
     ("train", "transformer"): config.TranslationConfig,
@@ -82,3 +82,14 @@ def test_a_flag_is_named_as_the_command_line_spells_it():
     assert config.flag_name(fields["model_dir"]) == "model_dir"  # a positional argument
     assert config.flag_name(fields["max_sequence_length"]) == "--max-length"
     assert config.flag_name(fields["batch_size"]) == "--batch-size"
+
+
+@pytest.mark.parametrize("family, config_class", [("captioner", config.CaptionConfig), ("seq2seq", config.Seq2SeqConfig)])
+def test_xla_is_refused_where_the_model_trains_through_a_loop(tmp_path, capsys, family, config_class):
+    """XLA's forward pass cannot hand a TensorFlow loop's saved steps to the gradient (a traceback from TensorFlow)."""
+    with pytest.raises(SystemExit, match="2"):  # argparse's
+        cli.main(["train", family, "--jit-compile", "--run-dir", str(tmp_path / "run"), "--no-export"])
+    assert capsys.readouterr().err.startswith(f"keras-attn: error: train {family}: --jit-compile: for train transformer only")
+    with pytest.raises(errors.UserError, match=f"jit_compile: the {family} trains through the loop of its recurrence"):
+        config_class(jit_compile=True, run_dir=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()

@@ -17,11 +17,10 @@ import time
 import numpy as np
 
 from keras_attn import evaluation, run_folder, serving
-from keras_attn.errors import UserError
 from keras_attn.jobs import common
 from keras_attn.jobs.translation import TranslationResult, compile_task
 from keras_attn.models import Captioner
-from keras_attn.training.runner import prepare, train
+from keras_attn.training.runner import train
 from pipelines import captions as caption_files
 from pipelines import scenes, text, tokenizers
 from pipelines.captions import caption_dataset, caption_epochs, resized_regions, word_boxes
@@ -160,7 +159,6 @@ def run(config, log=print):
     started = time.time()
     listed = read_caption_files(config)
     chief = common.start(config, log)
-    _check_xla_terms(config)
     splits = load_splits(config, listed, log)
     train_split, valid_split = splits["train"], splits["valid"]
     if config.attention_supervision and not any(train_split.regions):
@@ -216,16 +214,6 @@ def run(config, log=print):
     samples = list(zip(test.names[:config.samples], metrics["test"]["hypotheses"][:config.samples]))
     return CaptionResult(export_path=path, metrics=metrics, samples=samples, history=result.history, model=model,
                          steps=result.steps, new_export=new_export, already_finished=result.already_finished)
-
-
-def _check_xla_terms(config):
-    """Refuses in one line what cannot compile: XLA over a forward pass that sums across replicas."""
-    replicas = prepare(config).num_replicas_in_sync
-    reinforce = config.attention == "hard" and config.hard_estimator == "reinforce"
-    if config.jit_compile and replicas > 1 and (reinforce or config.attention_regularization):
-        what = "--hard-estimator reinforce" if reinforce else "--attention-regularization"
-        raise UserError(f"--jit-compile with {what} on {replicas} replicas: their terms sum over the replicas inside "
-                        "the forward pass, which XLA cannot compile; drop --jit-compile")
 
 
 def _fingerprint_lines(split):

@@ -126,6 +126,7 @@ def describe_setup(config, strategy):
     return [
         f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
         f"precision: {describe_precision(config.mixed_precision)}",
+        "XLA: off (the recurrence's loop trains without it)" if config.recurrent else
         f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
         f"global batch: {describe_global_batch(config, replicas, detail=True)}",
         f"run folder: {config.run_dir} ({state})",

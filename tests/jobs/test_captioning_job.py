@@ -112,15 +112,6 @@ def test_a_captions_file_with_nothing_to_train_on_is_one_line(tmp_path, capsys, 
     assert message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("flags", [["--attention", "hard", "--hard-estimator", "reinforce"],
-                                   ["--attention-regularization", "1"]])
-def test_xla_over_terms_that_sum_across_replicas_is_refused(tmp_path, capsys, flags):
-    assert cli.main(["train", "captioner", *flags, "--jit-compile", "--strategy", "mirrored", "--devices", "/cpu:0",
-                     "/cpu:1", "--builtin-scenes", "10", "--run-dir", str(tmp_path / "run"), "--no-export"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "on 2 replicas: their terms sum over the replicas inside the forward pass" in err
-
-
 @pytest.mark.slow
 def test_the_jobs_built_in_splits_are_the_corpus_own_so_the_benchmark_scores_the_same_held_out_scenes(tmp_path):
     """Without --builtin-eval-size the job draws the corpus's split sizes, as benchmarks/captioning.py does."""
