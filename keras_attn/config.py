@@ -74,6 +74,13 @@ def flags(config_class):
     return [(field, field.metadata) for field in dataclasses.fields(config_class) if field.metadata.get("help")]
 
 
+def _refuse_unused(*given, unless, needs):
+    """Refuses in one line the flags of `given` (`(flag, whether it was set)`) that do nothing `unless` holds."""
+    unused = [flag for flag, is_set in given if is_set]
+    if unused and not unless:
+        raise UserError(f"{', '.join(unused)}: only for {needs}")
+
+
 def flag_name(field):
     """The command-line name of a `setting` field: `--batch-size` for `batch_size`, unless it names
     another flag; a positional argument's own name."""
@@ -358,6 +365,10 @@ class Seq2SeqConfig(TranslationConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        _refuse_unused(("--score", self.score != type(self).score), ("--local", self.local),
+                       unless=self.attention == "luong", needs="Luong's attention: --attention luong")
+        _refuse_unused(("--window", self.window != type(self).window), unless=self.local,
+                       needs="local attention: --local monotonic or predictive")
         if self.decay_parameters and not self.scheduled_sampling:
             raise UserError("--decay-parameters: a decay's parameters need --scheduled-sampling")
         if self.scheduled_sampling:
@@ -461,6 +472,8 @@ class CaptionConfig(GenerationConfig):
             raise UserError("--data and --captions must be given together: the images' folder and their captions")
         if (self.valid_captions or self.test_captions) and not self.captions:
             raise UserError("--valid-captions and --test-captions need --data and --captions")
+        _refuse_unused(("--hard-estimator", self.hard_estimator != type(self).hard_estimator),
+                       unless=self.attention == "hard", needs="hard attention: --attention hard")
         if self.attention_supervision and self.attention == "none":
             raise UserError("--attention-supervision needs attention to supervise: --attention soft or hard")
         if self.builtin_objects:

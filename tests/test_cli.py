@@ -52,8 +52,8 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner):
     )
 
 
-def _train(*flags, p):
-    return ["train", "transformer", "--run-dir", str(p.root / "run"), "--export", str(p.root / "out"), *flags]
+def _train(*flags, p, family="transformer"):
+    return ["train", family, "--run-dir", str(p.root / "run"), "--export", str(p.root / "out"), *flags]
 
 
 MISTAKES = {
@@ -98,6 +98,12 @@ MISTAKES = {
                                                       str(p.root), "--captions", p.scenes_tsv, "--run-dir",
                                                       str(p.root / "run"), "--no-export"],
                                            "scenes.tsv: --attention-supervision, but no caption names the regions"),
+    "train: a Luong option with Bahdanau's attention": (lambda p: _train("--score", "dot", "--local", "monotonic", p=p, family="seq2seq"),
+                                                        "--score, --local: only for Luong's attention: --attention luong"),
+    "train: a window without local attention": (lambda p: _train("--attention", "luong", "--window", "3", p=p, family="seq2seq"),
+                                                "--window: only for local attention: --local monotonic or predictive"),
+    "train: an estimator without hard attention": (lambda p: _train("--hard-estimator", "reinforce", p=p, family="captioner"),
+                                                   "--hard-estimator: only for hard attention: --attention hard"),
     "train: misspelt flag": (lambda p: ["train", "seq2seq", "--atention", "luong"],
                              "train seq2seq: unrecognized arguments: --atention luong; did you mean --attention?"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],

@@ -14,8 +14,17 @@ COMMANDS = {  # argv with only what is required → the config it builds
 }
 
 
-def _built(argv):
-    return cli._config_from(cli.build_parser().parse_args(list(argv)), COMMANDS[argv])
+# A flag that does something only beside others is given with them (and compared with a config of them alone).
+COMPANIONS = {
+    "decay_parameters": ["--scheduled-sampling", "linear"],
+    "score": ["--attention", "luong"],
+    "local": ["--attention", "luong"],
+    "window": ["--attention", "luong", "--local", "monotonic"],
+}
+
+
+def _built(argv, *flags):
+    return cli._config_from(cli.build_parser().parse_args([*argv, *flags]), COMMANDS[argv])
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
@@ -35,32 +44,32 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
 
     monkeypatch.setattr(precision, "native_bfloat16", lambda: True)  # so --precision float32 changes a field
     config_class = COMMANDS[argv]
-    defaults = _built(argv)
     examples = {int: "12", float: "0.5", str: "x"}  # within every check
     for field, metadata in config.flags(config_class):
         if metadata.get("positional") or field.name == "train":
             continue
         flag = config.flag_name(field)
+        companions = COMPANIONS.get(field.name, [])
+        baseline = _built(argv, *companions)
         if field.name == "mixed_precision":
             given, expected = ["--precision", "float32"], False
         elif field.name == "decay_parameters":
-            given, expected = ["--scheduled-sampling", "linear", flag, "k=3"], {"k": 3.0}
+            given, expected = [flag, "k=3"], {"k": 3.0}
         elif field.name == "num_heads":
             given, expected = [flag, "4"], 4  # one that divides the preset's width
         elif "choices" in metadata:
-            value = next(c for c in metadata["choices"] if c != getattr(defaults, field.name))
+            value = next(c for c in metadata["choices"] if c != getattr(baseline, field.name))
             given, expected = [flag, value], value
         elif field.type is bool:
-            given, expected = [flag], not getattr(defaults, field.name)
+            given, expected = [flag], not getattr(baseline, field.name)
         elif metadata.get("nargs"):
             given, expected = [flag, "a", "b"], ["a", "b"]
         else:
             given, expected = [flag, examples[field.type]], field.type(examples[field.type])
-        built = cli._config_from(cli.build_parser().parse_args([*argv, *given]), config_class)
-        changed = {f.name for f in dataclasses.fields(built) if getattr(built, f.name) != getattr(defaults, f.name)}
+        built = _built(argv, *companions, *given)
+        changed = {f.name for f in dataclasses.fields(built) if getattr(built, f.name) != getattr(baseline, f.name)}
         assert getattr(built, field.name) == expected, flag
         derived = {"run_dir"} if field.name == "name" else set()  # runs/<name>
-        derived |= {"scheduled_sampling"} if field.name == "decay_parameters" else set()
         derived |= {"batch_size"} if field.name == "batch_tokens" else set()  # as many pairs as the budget holds
         assert changed == {field.name} | derived, flag
 
@@ -84,12 +93,15 @@ def test_a_flag_is_named_as_the_command_line_spells_it():
     assert config.flag_name(fields["batch_size"]) == "--batch-size"
 
 
-@pytest.mark.parametrize("family, config_class", [("captioner", config.CaptionConfig), ("seq2seq", config.Seq2SeqConfig)])
+@pytest.mark.parametrize("family, config_class",
+                         [("captioner", config.CaptionConfig), ("seq2seq", config.Seq2SeqConfig)])
 def test_xla_is_refused_where_the_model_trains_through_a_loop(tmp_path, capsys, family, config_class):
     """XLA's forward pass cannot hand a TensorFlow loop's saved steps to the gradient (a traceback from TensorFlow)."""
     with pytest.raises(SystemExit, match="2"):  # argparse's
         cli.main(["train", family, "--jit-compile", "--run-dir", str(tmp_path / "run"), "--no-export"])
-    assert capsys.readouterr().err.startswith(f"keras-attn: error: train {family}: --jit-compile: for train transformer only")
-    with pytest.raises(errors.UserError, match=f"jit_compile: the {family} trains through the loop of its recurrence"):
+    error = capsys.readouterr().err
+    assert error.startswith(f"keras-attn: error: train {family}: --jit-compile: for train transformer only"), error
+    refusal = f"jit_compile: the {family} trains through the loop of its recurrence"
+    with pytest.raises(errors.UserError, match=refusal):
         config_class(jit_compile=True, run_dir=str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()

@@ -29,7 +29,8 @@ BATCH, WIDTH = 64, 256
 
 
 def keras_to_block_order(columns):
-    """Keras's gate order (input, forget, candidate, output) as `BlockLSTMV2` takes it (input, candidate, forget, output)."""
+    """Keras's gate columns (input, forget, candidate, output) in `BlockLSTMV2`'s order (input, candidate, forget,
+    output)."""
     i, f, g, o = tf.split(columns, 4, axis=-1)
     return tf.concat([i, g, f, o], axis=-1)
 
@@ -37,7 +38,8 @@ def keras_to_block_order(columns):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both frameworks")
-    parser.add_argument("--length", type=int, default=14, help="source tokens a sentence (the anchors' batches pad to about 14)")
+    parser.add_argument("--length", type=int, default=14,
+                        help="source tokens a sentence (the anchors' batches pad to about 14)")
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -100,7 +102,8 @@ def main():
 
     times = alternate({"ours": ours, "BlockLSTMV2": block, "PyTorch nn.LSTM": lambda: tf.constant(pytorch()[2][0])},
                       repeats=3, calls=30, warmup=3)
-    print(f"one LSTM layer, batch {BATCH} x {args.length} tokens x {WIDTH}, forward and backward, ms (best of 3; rounds):")
+    print(f"one LSTM layer, batch {BATCH} x {args.length} tokens x {WIDTH}, forward and backward, "
+          "ms (best of 3; rounds):")
     for name, values in times.items():
         print(f"  {name}: {min(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})")
     print(f"load average {os.getloadavg()[0]:.1f}")

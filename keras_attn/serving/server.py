@@ -71,7 +71,8 @@ def serve(settings, log=print):
     listening = _listen(settings.host, settings.port)  # before the models load: a taken port is said at once
     address = f"http://{settings.host}:{listening.getsockname()[1]}"
     app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))
-    server = uvicorn.Server(uvicorn.Config(app, http=JsonBadRequests, log_level="warning", timeout_graceful_shutdown=60))
+    config = uvicorn.Config(app, http=JsonBadRequests, log_level="warning", timeout_graceful_shutdown=60)
+    server = uvicorn.Server(config)
     # uvicorn stops gracefully on SIGTERM, then raises it again; that second one ends a clean stop.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
