@@ -88,10 +88,10 @@ class JsonBadRequests(H11Protocol):
     in JSON, as every other answer, where uvicorn answers in plain text."""
 
     def send_400_response(self, msg):
-        body = json.dumps({"error": msg}).encode("utf-8")
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]
-        for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+        answer = error_response(msg, 400)
+        headers = [*answer.raw_headers, (b"connection", b"close")]
+        for event in (h11.Response(status_code=answer.status_code, headers=headers), h11.Data(data=answer.body),
+                      h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self.transport.close()
 
