@@ -141,6 +141,10 @@ def describe_training(config, result, seconds):
         result: the runner's `TrainingResult`.
         seconds: the job's time in this process.
     """
+    return _describe_steps(config, result, seconds) + _describe_average(config, result.averaged_updates)
+
+
+def _describe_steps(config, result, seconds):
     if result.already_finished:
         return f"nothing trained: the run had already finished after {result.steps} steps"
     replicas = result.strategy.num_replicas_in_sync
@@ -152,6 +156,25 @@ def describe_training(config, result, seconds):
         f"this run resumed after {result.initial_steps} and trained {result.steps - result.initial_steps} "
         f"steps in {seconds:.0f} s"
     )
+
+
+def _describe_average(config, updates):
+    """`; the model is the mean of ...`: which kept weights `--average-last` averaged, if it did.
+
+    Example:
+
+    >>> import types
+    >>> config = types.SimpleNamespace(average_last=5)
+    >>> _describe_average(config, (4, 8, 11))
+    '; the model is the mean of the weights at updates 4, 8, 11 (--average-last 5: the run kept 3)'
+    >>> _describe_average(config, ())
+    ''
+    """
+    if not updates:
+        return ""
+    kept = "" if len(updates) == config.average_last else f": the run kept {len(updates)}"
+    return (f"; the model is the mean of the weights at updates {', '.join(map(str, updates))} "
+            f"(--average-last {config.average_last}{kept})")
 
 
 def describe_global_batch(config, replicas, detail=False):

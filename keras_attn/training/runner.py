@@ -70,6 +70,9 @@ class TrainingResult:
         is_chief: whether this process is the chief.
         already_finished: the run folder's run had ended: nothing was trained.
         initial_steps: optimizer steps done before this run (a resumed run's).
+        averaged_updates: the updates whose weights `model` is the mean of
+            (`average_last` > 1; fewer than `average_last` when the run
+            kept fewer); empty otherwise.
         evaluate: `(dataset=None) -> {name: value}`, the loss and metrics of
             `model` over a dataset of global batches (by default the
             validation data), computed as every epoch's validation is: the
@@ -87,6 +90,7 @@ class TrainingResult:
     is_chief: bool
     already_finished: bool = False
     initial_steps: int = 0
+    averaged_updates: tuple = ()
     evaluate: object = None
 
 
@@ -239,8 +243,10 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         finally:
             steps.release()
     trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
+    averaged_updates = ()
     if updates is not None and updates.count:  # the run's model: the mean of its last backups by update
         history.update(_use_update_average(updates, model, steps, valid, progress))  # (again on a rerun)
+        averaged_updates = tuple(sorted(updates.snapshots))
     elif os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
 
@@ -260,6 +266,7 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         is_chief=chief,
         already_finished=already_finished,
         initial_steps=initial_steps,
+        averaged_updates=averaged_updates,
         evaluate=evaluate,
     )
     return result

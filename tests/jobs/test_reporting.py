@@ -64,3 +64,26 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(terminal, shown, mo
     monkeypatch.setattr(runner, "_is_terminal", lambda stream: terminal)
     assert type(runner._progress_display("auto")) is shown
     assert runner._progress_display(0) is None
+
+
+def test_the_last_line_names_the_updates_averaged_and_how_many_the_run_kept():
+    import types
+
+    from keras_attn.jobs import common
+
+    config = TranslationConfig(backup_every=4, average_last=3)
+    model = types.SimpleNamespace(count_params=lambda: 1200)
+    strategy = types.SimpleNamespace(num_replicas_in_sync=1)
+    result = types.SimpleNamespace(model=model, strategy=strategy, steps=11, initial_steps=0,
+                                   already_finished=False, averaged_updates=(4, 8, 11))
+    assert common.describe_training(config, result, 5) == (
+        "trained 1,200 parameters for 11 steps on 1 replica(s), global batch 64, in 5 s; "
+        "the model is the mean of the weights at updates 4, 8, 11 (--average-last 3)"
+    )
+    finished = types.SimpleNamespace(**dict(vars(result), already_finished=True, averaged_updates=(8, 11)))
+    assert common.describe_training(config, finished, 5) == (
+        "nothing trained: the run had already finished after 11 steps; "
+        "the model is the mean of the weights at updates 8, 11 (--average-last 3: the run kept 2)"
+    )
+    not_averaged = types.SimpleNamespace(**dict(vars(result), averaged_updates=()))
+    assert common.describe_training(config, not_averaged, 5).endswith("in 5 s")

@@ -320,6 +320,7 @@ def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_ba
     assert straight.steps == 11 and len(straight.history["loss"]) == 2  # 8 updates, then 3
     files = sorted((tmp_path / "straight" / "updates").glob("update-*.weights.h5"), key=lambda p: len(p.name))
     assert [f.name for f in files] == ["update-4.weights.h5", "update-8.weights.h5", "update-11.weights.h5"]
+    assert straight.averaged_updates == (4, 8, 11)  # what the job's last line names
     model = straight.model
     averaged = model.get_weights()
     snapshots = []
@@ -353,11 +354,11 @@ def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_ba
         _assert_same_weights(model.get_weights(), kept)
     _assert_same_weights(resumed.model.get_weights(), averaged, atol=1e-5)
     again = _job(resumed_dir, epochs=1, **options)
-    assert again.already_finished
+    assert again.already_finished and resumed.averaged_updates == again.averaged_updates == (4, 8, 11)
     _assert_same_weights(again.model.get_weights(), averaged, atol=1e-5)
     # A lower limit is already met; a higher one trains on to it, from update 11 (the finished run's last, kept).
     assert _job(resumed_dir, epochs=1, **dict(options, max_updates=9)).already_finished
     longer = _job(resumed_dir, epochs=1, **dict(options, max_updates=14))
-    assert longer.steps == 14 and not longer.already_finished
+    assert longer.steps == 14 and not longer.already_finished and longer.averaged_updates == (11, 12, 14)
     assert sorted(int(f.name.split("-")[1].split(".")[0]) for f in (resumed_dir / "updates").iterdir()) == [
         11, 12, 14]
