@@ -214,6 +214,7 @@ def _add_config_flags(parser, config_class, only=None):
 
 def _config_from(args, config_class):
     """`config_class` with the flags given in `args` (the CLI's spellings converted)."""
+    _refuse_export_flags_with_no_export(args, config_class)
     values = {}
     for field, metadata in config.flags(config_class):
         if field.name in vars(args):
@@ -221,6 +222,20 @@ def _config_from(args, config_class):
         elif "cli_default" in metadata:
             values[field.name] = _convert(field.name, metadata["cli_default"])
     return config_class(**values)
+
+
+def _refuse_export_flags_with_no_export(args, config_class):
+    """--export ROOT or --force-export beside --no-export: the job would export nothing and ignore them.
+
+    Refused here, where only the flags given are in `args`: a config made in Python may keep its export
+    settings while turning the export off.
+    """
+    if vars(args).get("export") is not False:
+        return
+    fields = {field.name: field for field, _ in config.flags(config_class)}
+    ignored = [config.flag_name(fields[name]) for name in ("export_root", "force_export") if name in vars(args)]
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: not with {config.flag_name(fields['export'])}, which exports nothing")
 
 
 TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig, config.CaptionConfig)}

@@ -104,6 +104,8 @@ MISTAKES = {
                                                 "--window: only for local attention: --local monotonic or predictive"),
     "train: an estimator without hard attention": (lambda p: _train("--hard-estimator", "reinforce", p=p, family="captioner"),
                                                    "--hard-estimator: only for hard attention: --attention hard"),
+    "train: export flags with --no-export": (lambda p: _train("--force-export", "--no-export", p=p),
+                                             "--export, --force-export: not with --no-export, which exports nothing"),
     "train: misspelt flag": (lambda p: ["train", "seq2seq", "--atention", "luong"],
                              "train seq2seq: unrecognized arguments: --atention luong; did you mean --attention?"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],
