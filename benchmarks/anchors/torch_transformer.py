@@ -19,8 +19,9 @@ learning rate of each step. bfloat16: `torch.autocast("cpu", torch.bfloat16)` ag
 policy; `--compile`: `torch.compile` of the forward pass and the loss (AOTAutograd compiles the backward pass with
 them; the optimizer stays eager, as ours).
 
-`--check` builds the job's task in float32 with dropout off, copies its initial weights into the PyTorch model and
-trains both on the first batches: each step's loss (before its update) in both, and their difference. `--time`
+`--check` builds the job's task in float32 with dropout off, copies its initial weights into the PyTorch model,
+compares the first batch's gradients, then trains both on the first batches: each step's loss (before its update)
+in both and their difference, and how far apart the weights end. `--time`
 runs ours and each PyTorch variant (eager and compiled, float32 and bfloat16) in processes of their own, in turn
 (`harness.alternate_processes`), and prints a table of target tokens/s. `--profile`: torch.profiler's top ops by
 self CPU time over a few training steps (ours: `python -m benchmarks.profile_step --case transformer-train`).
@@ -220,7 +221,7 @@ def copy_weights(backbone, model):
 def check(model_class, steps=4, cache=harness.CACHE, log=print):
     """Each of the first `steps` steps' loss (before its update) in ours and in PyTorch, float32, dropout off.
 
-    Both start from our task's initial weights and train on the same batches at the same learning rates
+    Logs first how far apart the first batch's gradients are (`_compare_first_gradients`). Both start from our task's initial weights and train on the same batches at the same learning rates
     (the schedule's first is 0: the first update moves only Adam's moments).
 
     Returns:
@@ -232,6 +233,7 @@ def check(model_class, steps=4, cache=harness.CACHE, log=print):
     model, initial, trained = (model_class.of(spec, dropout=0.0) for _ in range(3))
     for each in (model, initial):
         each.load_keras_weights(train.model.backbone)
+    _compare_first_gradients(train.model, model_class.of(spec, dropout=0.0), model, batches[0], spec, log)
     step = trainer(model.train(), spec)
     iterator = iter(harness.held(batches))
     losses = []
@@ -244,17 +246,58 @@ def check(model_class, steps=4, cache=harness.CACHE, log=print):
         log(f"step {i + 1} (learning rate {spec['rates'][i]:.2g}): ours {ours:.6f}, PyTorch {theirs:.6f}, "
             f"difference {ours - theirs:+.2e}")
     trained.load_keras_weights(train.model.backbone)  # ours after the steps
-    def squared_distances(a, b):
-        with torch.no_grad():
-            return {name: float(((p - q) ** 2).sum()) for (name, p), q in zip(a.named_parameters(), b.parameters())}
-
-    # ‖θ_torch − θ_ours‖ / ‖θ_ours − θ_0‖, over all weights and for each
-    apart, moved = squared_distances(model, trained), squared_distances(trained, initial)
-    difference = math.sqrt(sum(apart.values()) / sum(moved.values()))
-    worst = sorted((math.sqrt(apart[name] / moved[name]), name) for name in moved if moved[name])[::-1][:3]
-    log(f"weights after {steps} steps: apart by {difference:.2%} of how far they moved; most: "
-        + ", ".join(f"{name} {share:.1%}" for share, name in worst))
+    with torch.no_grad():
+        apart, moved = _squared_distances(model.named_parameters(), trained), _squared_distances(
+            trained.named_parameters(), initial)
+    difference = _log_apart(f"weights after {steps} steps", apart, moved, "of how far they moved", log)
     return losses, difference
+
+
+def _squared_distances(named, others):
+    return {name: float(((p - q) ** 2).sum()) for (name, p), q in zip(named, others.parameters())}
+
+
+def _log_apart(what, apart, scale, of, log, norms=False):
+    """Logs √(Σ apart / Σ scale) over all weights and the three weights with the largest √(apart / scale)
+    (`norms`: with each one's √scale)."""
+    difference = math.sqrt(sum(apart.values()) / sum(scale.values()))
+    worst = sorted((math.sqrt(apart[name] / scale[name]), name) for name in scale if scale[name])[::-1][:3]
+    log(f"{what}: apart by {_share(difference)} {of}; most: " + ", ".join(
+        f"{name} {_share(share)}" + (f" (norm {math.sqrt(scale[name]):.1e})" if norms else "") for share, name in worst))
+    return difference
+
+
+def _share(fraction):
+    return f"{fraction:.2%}" if fraction >= 1e-4 else f"{fraction:.1e}"
+
+
+def _compare_first_gradients(task, ours, model, batch, spec, log):
+    """Logs how far the first batch's gradients are apart, ‖g_torch − g_ours‖ / ‖g_ours‖ (float32, dropout off).
+
+    Ours are copied into `ours`, a PyTorch model of the same class, as the weights are (`load_keras_weights`),
+    an embedding's slices summed; `model` computes PyTorch's own.
+    """
+    import tensorflow as tf
+
+    inputs, targets = harness.as_keras_batch(batch)
+    with tf.GradientTape() as tape:
+        loss = task.compute_loss(x=inputs, y=targets, y_pred=task(inputs, training=True))
+    weights = task.trainable_variables
+    kept = [weight.numpy() for weight in weights]
+    for weight, gradient in zip(weights, tape.gradient(loss, weights)):
+        weight.assign(tf.zeros_like(weight) if gradient is None else tf.convert_to_tensor(gradient))
+    ours.load_keras_weights(task.backbone)
+    for weight, value in zip(weights, kept):
+        weight.assign(value)
+    model.zero_grad()
+    training_loss(model, as_tensors(batch), spec["loss"]["label_smoothing"]).backward()
+    mine = dict(ours.named_parameters())
+    with torch.no_grad():
+        apart = {name: float(((p.grad - mine[name]) ** 2).sum()) for name, p in model.named_parameters()
+                 if p.grad is not None}
+        size = {name: float((mine[name] ** 2).sum()) for name in apart}
+    model.zero_grad()
+    _log_apart("the first batch's gradients", apart, size, "of their size", log, norms=True)
 
 
 def profile(model_class, precision, compiled, steps=3, warmup=5, threads=harness.THREADS, cache=harness.CACHE,
@@ -279,7 +322,7 @@ def profile(model_class, precision, compiled, steps=3, warmup=5, threads=harness
 def main(model_class=Transformer, description=__doc__):
     """The command line of an anchor: `--check`, `--time`, `--profile`, or one timing process (`--run`)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="compare the first steps' losses with ours")
+    parser.add_argument("--check", action="store_true", help="compare the first batch's gradients, the first steps' losses and the weights after them with ours")
     parser.add_argument("--time", action="store_true", help="time ours and PyTorch, alternating processes")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--rounds", type=int, default=3)
