@@ -535,9 +535,9 @@ def _translate(args):
 def _export_ct2(args):
     from keras_attn.jobs.common import check_writable_folder
     from keras_attn.jobs.translation import export_to_ctranslate2
+    from keras_attn.serving.ctranslate2_export import check_output_folder
 
-    if os.path.exists(args.out) and not args.force:  # said before loading the model, with the flag's name
-        raise UserError(f"{args.out} already exists (--force replaces it)")
+    check_output_folder(args.out, args.force, "--force")  # said before loading the model, with the flag's name
     check_writable_folder(args.out, "OUT")
     export_to_ctranslate2(args.model_dir, args.out, args.quantization, args.force)
     print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.model_dir}'s weights "

@@ -326,13 +326,33 @@ def test_translate_refuses_invalid_utf8_on_stdin_as_evaluate_does_in_a_file(tiny
     assert capsys.readouterr().err == refused
 
 
-def test_export_ct2_replaces_an_existing_out_with_force(tiny_export, tmp_path, capsys):
+def test_export_ct2_replaces_an_existing_out_with_force_only_a_ctranslate2_folder(tiny_export, tmp_path, capsys,
+                                                                                 monkeypatch):
     out = tmp_path / "ct2"
-    out.mkdir()
+    assert cli.main(["export-ct2", tiny_export, str(out)]) == 0
     assert cli.main(["export-ct2", tiny_export, str(out)]) == 2
     assert capsys.readouterr().err == f"keras-attn: error: {out} already exists (--force replaces it)\n"
+    (out / "model.bin").write_bytes(b"old")
     assert cli.main(["export-ct2", tiny_export, str(out), "--force"]) == 0
-    assert (out / "model.bin").is_file()
+    assert (out / "model.bin").read_bytes() != b"old"
+    assert sorted(os.listdir(tmp_path)) == ["ct2"]  # nothing left beside it
+    # Anything else stays as it is: a folder of other files, the export itself, a folder holding the current one.
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "mine.txt").write_text("kept")
+    capsys.readouterr()
+    for target in (notes, tiny_export):
+        assert cli.main(["export-ct2", tiny_export, str(target), "--force"]) == 2
+        assert capsys.readouterr().err == (f"keras-attn: error: {target}: not a CTranslate2 model folder (no "
+                                           "model.bin), which is all --force replaces\n")
+    assert (notes / "mine.txt").read_text() == "kept" and os.path.isfile(os.path.join(tiny_export, "saved_model.pb"))
+    monkeypatch.chdir(out / "..")
+    assert cli.main(["export-ct2", tiny_export, ".", "--force"]) == 2
+    monkeypatch.chdir(out)
+    assert cli.main(["export-ct2", tiny_export, ".", "--force"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "keras-attn: error: .: holds the current folder, so it cannot be replaced")
+    assert (out / "model.bin").is_file() and (notes / "mine.txt").read_text() == "kept"
 
 
 @pytest.mark.slow

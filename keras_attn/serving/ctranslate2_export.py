@@ -51,6 +51,7 @@ from ctranslate2.specs import common_spec, transformer_spec
 
 from keras_attn.errors import UserError
 from keras_attn.models.transformer import TransformerBackbone
+from keras_attn.serving.versions import CTRANSLATE2_MODEL, is_ctranslate2_folder
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 # `translate_batch` options that search as `keras_attn.decoding` does: [PAD] and [BOS] never emitted,
@@ -162,23 +163,47 @@ def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quant
         `output_dir`.
 
     Raises:
-        UserError: as `ctranslate2_spec`; `output_dir` exists without `force`.
+        UserError: as `ctranslate2_spec`; as `check_output_folder`.
     """
-    if os.path.exists(output_dir) and not force:
-        raise UserError(f"{output_dir} already exists (force=True replaces it)")
+    check_output_folder(output_dir, force)
     spec = ctranslate2_spec(backbone, source_tokens, target_tokens)
-    temporary = f"{os.path.normpath(output_dir)}.tmp-{secrets.token_hex(4)}"
+    stem = f"{os.path.normpath(os.path.abspath(output_dir))}.{secrets.token_hex(4)}"
+    temporary, replaced = f"{stem}.tmp", f"{stem}.replaced"
     try:
         _SpecConverter(spec).convert(temporary, quantization=quantization)
         if preprocessor is not None:
             with open(os.path.join(temporary, PREPROCESSOR), "w", encoding="utf-8") as file:
                 json.dump(keras.saving.serialize_keras_object(preprocessor), file)
-        if os.path.exists(output_dir):
-            shutil.rmtree(output_dir)
-        os.rename(temporary, output_dir)
+        if os.path.exists(output_dir):  # set aside until the new folder is in its place
+            os.rename(output_dir, replaced)
+        try:
+            os.rename(temporary, output_dir)
+        except OSError:
+            if os.path.exists(replaced):
+                os.rename(replaced, output_dir)
+            raise
+        shutil.rmtree(replaced, ignore_errors=True)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return output_dir
+
+
+def check_output_folder(output_dir, force, force_flag="force=True"):
+    """Refuses in one line an `output_dir` that `export_ctranslate2` must not write or replace.
+
+    Only a CTranslate2 model folder is replaced (with `force`): never a
+    folder of anything else, nor one that holds the current folder.
+    """
+    if not os.path.exists(output_dir):
+        return
+    if not force:
+        raise UserError(f"{output_dir} already exists ({force_flag} replaces it)")
+    if not is_ctranslate2_folder(output_dir):
+        raise UserError(f"{output_dir}: not a CTranslate2 model folder (no {CTRANSLATE2_MODEL}), which is all "
+                        f"{force_flag} replaces")
+    here, out = os.path.realpath(os.getcwd()), os.path.realpath(output_dir)
+    if os.path.commonpath([here, out]) == out:
+        raise UserError(f"{output_dir}: holds the current folder, so it cannot be replaced")
 
 
 class _SpecConverter(ctranslate2.converters.Converter):

@@ -199,6 +199,12 @@ def test_an_existing_folder_is_replaced_only_when_forced(tmp_path):
     export_ctranslate2(backbone, vocabulary, vocabulary, folder, quantization="int8", force=True)
     assert ctranslate2.Translator(folder, device="cpu").translate_batch([["w3", "w4"]], max_decoding_length=3)
     assert sorted(os.listdir(tmp_path)) == ["model"]
+    other = tmp_path / "other"  # not a CTranslate2 model: never replaced
+    other.mkdir()
+    (other / "mine.txt").write_text("kept")
+    with pytest.raises(UserError, match="not a CTranslate2 model folder"):
+        export_ctranslate2(backbone, vocabulary, vocabulary, str(other), force=True)
+    assert (other / "mine.txt").read_text() == "kept"
 
 
 @pytest.mark.parametrize("subword", ["wordpiece", "bpe"])
