@@ -172,6 +172,9 @@ class RunConfig:
     recurrent = False
 
     def __post_init__(self):
+        if self.name in ("", ".", "..") or any(separator in self.name for separator in "/\\"):
+            raise UserError(f"--name {self.name!r}: the name of one folder (the model's, under the export root), "
+                            "without / or ..")
         if self.run_dir is None:
             self.run_dir = f"runs/{self.name}"
         if self.jit_compile and self.recurrent:
