@@ -67,7 +67,8 @@ def read_labelled_tsv(path):
         if not line.strip():
             skipped += 1
             continue
-        fields = [field.strip() for field in line.rstrip("\r\n").split("\t")]
+        # (a byte-order mark also starts the lines where files written with one were joined)
+        fields = [field.strip().removeprefix("\ufeff") for field in line.rstrip("\r\n").split("\t")]
         columns = columns or len(fields)
         if len(fields) != columns or columns not in (2, 3):
             wanted = columns if columns in (2, 3) else "2 or 3"
@@ -89,6 +90,22 @@ def read_labelled_tsv(path):
     return LabelledTexts(labels, texts_a, texts_b if columns == 3 else None, skipped, str(path))
 
 
+def check_like_training(data, label_ids, training=None):
+    """Refuses a `LabelledTexts` with labels not in `label_ids`, or (given the `training` data) other columns.
+
+    Raises:
+        text.DataError: `path: labels not in the training data: ...`, or
+            `path: single texts (...), but <training> holds pairs (...)`.
+    """
+    unknown = sorted({label for label in data.labels if label not in label_ids})
+    if unknown:
+        raise text.DataError(f"{data.origin}: labels not in the training data: {', '.join(unknown[:5])}")
+    kinds = ["single texts (label<TAB>text)", "pairs (label<TAB>text_a<TAB>text_b)"]
+    if training is not None and (data.texts_b is None) != (training.texts_b is None):
+        raise text.DataError(f"{data.origin}: {kinds[data.texts_b is not None]}, but {training.origin} holds "
+                             f"{kinds[training.texts_b is not None]}")
+
+
 def classification_dataset(data, label_ids, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False):
     """Batches `({"token_ids", "segment_ids"}, label id)` of a `LabelledTexts`.
 
@@ -105,9 +122,7 @@ def classification_dataset(data, label_ids, preprocessor, batch_size, shuffle=Tr
     Returns:
         A `tf.data.Dataset` of known length; rows padded to `max_length`.
     """
-    unknown = sorted({label for label in data.labels if label not in label_ids})
-    if unknown:
-        raise text.DataError(f"{data.origin}: labels not in the training data: {', '.join(unknown[:5])}")
+    check_like_training(data, label_ids)
     labels = np.array([label_ids[label] for label in data.labels], np.int32)
     columns = (data.texts_a,) if data.texts_b is None else (data.texts_a, data.texts_b)
     dataset = tf.data.Dataset.from_tensor_slices((tuple(columns), labels))

@@ -272,6 +272,9 @@ def finetune(config, log=print):
     if len(label_names) < 2:
         raise text.DataError(f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more")
     label_ids = {label: index for index, label in enumerate(label_names)}
+    for data in (valid_data, test_data):  # scored only after training: checked before it
+        if data is not None:
+            classification.check_like_training(data, label_ids, train_data)
     chief = common.start(config, log)
     log(
         f"data: {len(train_data)} training, {len(valid_data)} validation"

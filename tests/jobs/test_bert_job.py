@@ -223,6 +223,12 @@ def _written(path, text):
         (lambda p, t: ["finetune", str(t), "--train", "x.tsv"], "not a SavedModel folder (no saved_model.pb)"),
         (lambda p, t: ["finetune", p.export, "--train", _written(t / "unlabelled.tsv", "pos\tA fine film.\n\tDull.\n")],
          "unlabelled.tsv:2: an empty label (label<TAB>text...)"),
+        (lambda p, t: ["finetune", p.export, "--train", _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
+                       "--valid", _written(t / "pairs.tsv", "pos\tGood.\tFine.\n"), "--run-dir", str(t / "run")],
+         "pairs.tsv: pairs (label<TAB>text_a<TAB>text_b), but "),
+        (lambda p, t: ["finetune", p.export, "--train", _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
+                       "--test", _written(t / "test.tsv", "neutral\tSo so.\n"), "--run-dir", str(t / "run")],
+         "test.tsv: labels not in the training data: neutral"),  # said before training, not after it
         (lambda p, t: ["pretrain", "bert", "--data", str(t / "none.txt"), "--run-dir", str(t / "r")], "none.txt: file not found"),
     ],
 )
@@ -231,6 +237,7 @@ def test_mistakes_are_one_line(pretrained, cli_loads_saved_models_once, tmp_path
     assert cli.main(argv(pretrained, tmp_path)) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and message in error, error
+    assert not (tmp_path / "run").exists()  # refused before any run began
 
 
 _KILLED_PROCESS = """

@@ -227,6 +227,9 @@ def test_labelled_tsv_single_and_pair_files(tmp_path):
     (tmp_path / "unlabelled.tsv").write_text("pos\tA fine film.\n\tDull.\n")
     with pytest.raises(text.DataError, match=r"unlabelled.tsv:2: an empty label \(label<TAB>text...\)"):
         classification.read_labelled_tsv(tmp_path / "unlabelled.tsv")
+    # Files written with a byte-order mark and joined: the mark starts a line past the first.
+    (tmp_path / "joined.tsv").write_text("\ufeffpos\tGood.\nneg\tBad.\n\ufeffpos\tNice.\n")
+    assert classification.read_labelled_tsv(tmp_path / "joined.tsv").labels == ["pos", "neg", "pos"]
 
 
 def test_pack_trims_the_longer_segment_and_says_so():
