@@ -18,7 +18,6 @@ LayerNorms named `gamma` and `beta` (older checkpoints) read as `weight` and `bi
 """
 
 import dataclasses
-import json
 import os
 
 from keras_attn.checkpoints import huggingface
@@ -40,12 +39,21 @@ def backbone_arguments(config, origin):
     if config.get("pad_token_id", 0) != 0 or config.get("position_embedding_type", "absolute") != "absolute":
         raise UserError(f"{origin}: pad_token_id {config.get('pad_token_id')} and position_embedding_type "
                         f"{config.get('position_embedding_type')!r}: only 0 and 'absolute' (BERT's) are read")
+    sizes = huggingface.positive_whole_numbers(config, (
+        "vocab_size", "max_position_embeddings", "type_vocab_size", "num_hidden_layers", "hidden_size",
+        "num_attention_heads", "intermediate_size"), origin)
+    epsilon = config.get("layer_norm_eps")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon <= 0:
+        raise UserError(f"{origin}: layer_norm_eps {epsilon!r}, where a positive number belongs")
+    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise UserError(f"{origin}: hidden_size {sizes['hidden_size']} does not split into num_attention_heads "
+                        f"{sizes['num_attention_heads']} heads")
     return dict(
-        vocabulary_size=config["vocab_size"], preset=None, max_sequence_length=config["max_position_embeddings"],
-        num_segments=config["type_vocab_size"], dropout=config.get("hidden_dropout_prob", 0.1),
-        num_layers=config["num_hidden_layers"], hidden_dim=config["hidden_size"],
-        num_heads=config["num_attention_heads"], intermediate_dim=config["intermediate_size"],
-        activation=HIDDEN_ACT[config["hidden_act"]], layer_norm_epsilon=config["layer_norm_eps"],
+        vocabulary_size=sizes["vocab_size"], preset=None, max_sequence_length=sizes["max_position_embeddings"],
+        num_segments=sizes["type_vocab_size"], dropout=config.get("hidden_dropout_prob", 0.1),
+        num_layers=sizes["num_hidden_layers"], hidden_dim=sizes["hidden_size"],
+        num_heads=sizes["num_attention_heads"], intermediate_dim=sizes["intermediate_size"],
+        activation=HIDDEN_ACT[config["hidden_act"]], layer_norm_epsilon=epsilon,
     )
 
 
@@ -86,8 +94,9 @@ def text_settings(folder):
     settings = {}
     path = os.path.join(folder, TOKENIZER_CONFIG)
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as file:
-            settings = json.load(file)
+        settings = huggingface.read_json(path)
+        if not isinstance(settings, dict):
+            raise UserError(f"{path}: not a JSON object of settings")
     lowercase = settings.get("do_lower_case", True)
     return lowercase, lowercase if settings.get("strip_accents") is None else bool(settings["strip_accents"])
 
@@ -169,9 +178,10 @@ def read_checkpoint(folder):
     if keras_hub.is_preset(folder):
         return keras_hub.read_bert(folder)
     config = huggingface.read_config(folder, "bert")
+    arguments = backbone_arguments(config, os.path.join(folder, huggingface.CONFIG))  # its settings checked first
     weights = read_weights(folder)
     vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
-    values = backbone_values(weights, config["num_attention_heads"], order)
+    values = backbone_values(weights, arguments["num_heads"], order)
     heads = []
     if "cls.predictions.bias" in weights:
         values.update(masked_lm_values(weights, order))
@@ -179,8 +189,7 @@ def read_checkpoint(folder):
     if "cls.seq_relationship.weight" in weights:
         values.update(next_sentence_values(weights))
         heads.append("nsp_head")
-    return Checkpoint(folder, backbone_arguments(config, os.path.join(folder, huggingface.CONFIG)), values,
-                      tuple(heads), vocabulary, *text_settings(folder))
+    return Checkpoint(folder, arguments, values, tuple(heads), vocabulary, *text_settings(folder))
 
 
 def load_backbone(folder, **kwargs):

@@ -49,10 +49,22 @@ def read_config(folder, model_type):
         raise UserError(f"{folder}: no such folder")
     path = os.path.join(folder, CONFIG)
     config = read_json(path)
-    if not isinstance(config, dict) or model_type not in (None, config.get("model_type")):
-        found = config.get("model_type") if isinstance(config, dict) else None
-        raise UserError(f"{path}: model_type {found!r}, not {model_type!r}")
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: not a JSON object of settings")
+    if model_type not in (None, config.get("model_type")):
+        raise UserError(f"{path}: model_type {config.get('model_type')!r}, not {model_type!r}")
     return config
+
+
+def positive_whole_numbers(config, names, origin):
+    """`{name: config[name]}`, refused in one line where a setting is missing or not a positive whole number."""
+    for name in names:
+        if name not in config:
+            raise UserError(f"{origin}: no {name}")
+        value = config[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{origin}: {name} {value!r}, where a positive whole number belongs")
+    return {name: config[name] for name in names}
 
 
 def read_weights(folder):

@@ -100,6 +100,12 @@ def _copy(tmp_path, folder):
     return pathlib.Path(shutil.copytree(folder, tmp_path / folder.name))
 
 
+def _edit_config(folder, **settings):
+    """Rewrites the folder's config.json with `settings` (None: left out)."""
+    config = {**json.loads((folder / "config.json").read_text()), **settings}
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+
+
 @pytest.mark.parametrize("breakage, message", [
     (lambda folder: (folder / "config.json").write_text(json.dumps({"model_type": "marian"})),
      "config.json: model_type 'marian', not 'bert'"),
@@ -110,6 +116,14 @@ def _copy(tmp_path, folder):
     (lambda folder: (folder / "config.json").write_text(
         (folder / "config.json").read_text().replace('"gelu"', '"quick_gelu"')),
      "config.json: hidden_act 'quick_gelu' is not one of gelu, gelu_new"),
+    (lambda folder: _edit_config(folder, vocab_size=None), "config.json: no vocab_size"),
+    (lambda folder: _edit_config(folder, vocab_size="forty"), "config.json: vocab_size 'forty', where a positive"),
+    (lambda folder: _edit_config(folder, max_position_embeddings=-5), "config.json: max_position_embeddings -5,"),
+    (lambda folder: _edit_config(folder, num_attention_heads=3), "does not split into num_attention_heads 3 heads"),
+    (lambda folder: _edit_config(folder, layer_norm_eps=None), "config.json: layer_norm_eps None, where a positive"),
+    (lambda folder: (folder / "config.json").write_text("[1, 2]"), "config.json: not a JSON object of settings"),
+    (lambda folder: (folder / "tokenizer_config.json").write_text("{do_lower_case"),
+     "tokenizer_config.json: not a readable JSON file"),
 ])
 def test_a_folder_that_is_not_a_readable_bert_checkpoint_is_one_line(tmp_path, breakage, message):
     folder = _copy(tmp_path, PRETRAINING)
