@@ -465,10 +465,12 @@ def _check_export_folder(model_dir, also=""):
         raise UserError(f"{model_dir}: no such folder")
     if not os.path.isdir(model_dir):
         raise UserError(f"{model_dir}: is a file, not an export folder (saved_models/<name>/<version>)")
-    if not os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
+    from keras_attn.serving.versions import SAVED_MODEL, is_saved_model_folder
+
+    if not is_saved_model_folder(model_dir):
         versions = sorted((e for e in os.listdir(model_dir) if e.isdigit()), key=int)
         hint = f"; its versions: {', '.join(versions)}" if versions else ""
-        raise UserError(f"{model_dir}: not a SavedModel folder (no saved_model.pb){' ' + also if also else ''}{hint}")
+        raise UserError(f"{model_dir}: not a SavedModel folder (no {SAVED_MODEL}){' ' + also if also else ''}{hint}")
 
 
 def _read_lines(path):
@@ -549,6 +551,7 @@ def _import(args):
     from keras_attn import serving
     from keras_attn.checkpoints import bert, huggingface, keras_hub, marian
 
+    _check_import_out(args.out, args.folder)
     if huggingface.is_folder(args.folder) and keras_hub.is_preset(args.folder):
         raise UserError(f"{args.folder}: a keras-hub preset folder, which holds no masked-LM head to export; "
                         f"keras-attn finetune {args.folder} fine-tunes its encoder")
@@ -569,6 +572,27 @@ def _import(args):
     path = serving.export(module, os.path.dirname(out) or ".", os.path.basename(out))
     print(f"{path}: {type(task).__name__} of {args.folder} ({reads.format(path)})")
     return 0
+
+
+def _check_import_out(out, folder):
+    """Refuses in one line an OUT that is not a model's folder under an export root, where versions go."""
+    from keras_attn.serving.versions import is_saved_model_folder
+
+    path = os.path.realpath(out)
+    if os.path.basename(os.path.normpath(out)) in ("", ".", ".."):
+        raise UserError(f"{out!r} (OUT): the model's folder under an export root, such as saved_models/<name>")
+    if os.path.commonpath([path, os.path.realpath(folder)]) in (path, os.path.realpath(folder)):
+        raise UserError(f"{out} (OUT): holds or lies in the imported folder {folder}")
+    ancestor = path
+    while True:
+        if is_saved_model_folder(ancestor):
+            raise UserError(f"{out} (OUT): lies in the export {ancestor}; give the model's folder above its versions")
+        if os.path.dirname(ancestor) == ancestor:
+            break
+        ancestor = os.path.dirname(ancestor)
+    if os.path.isdir(path) and any(not name.isdigit() and not name.startswith(".")
+                                   and os.path.isdir(os.path.join(path, name)) for name in os.listdir(path)):
+        raise UserError(f"{out} (OUT): holds folders other than versions (an export root?); give ROOT/<name>")
 
 
 def _evaluate(args):

@@ -388,14 +388,15 @@ def export_to_ctranslate2(model_dir, output_dir, quantization=None, force=False)
     """
     from keras_attn.serving.ctranslate2_export import export_ctranslate2
     from keras_attn.serving.translator import load_task
+    from keras_attn.serving.versions import SAVED_MODEL, is_saved_model_folder
 
-    if os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
+    if is_saved_model_folder(model_dir):
         task = load_task(model_dir)
     elif run_folder.is_run_folder(model_dir):
         task = load_run(model_dir)
     else:
         raise UserError(f"{model_dir}: neither a run folder (no {run_folder.SETTINGS}) nor an export "
-                        "(no saved_model.pb)")
+                        f"(no {SAVED_MODEL})")
     preprocessor = task.preprocessor
     return export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
                               preprocessor.target_tokenizer.vocabulary, output_dir, quantization, force,

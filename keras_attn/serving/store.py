@@ -24,7 +24,7 @@ import os
 import re
 import threading
 
-from keras_attn.serving.versions import is_ctranslate2_folder, versions_of
+from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder, versions_of
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a folder name that is never `..` or a path
 # TensorFlow Serving's version states (ModelVersionStatus.State).
@@ -144,7 +144,7 @@ class ModelStore:
                 continue
             for number in versions_of(model_root):
                 path = os.path.join(model_root, str(number))
-                servable = os.path.isfile(os.path.join(path, "saved_model.pb")) or is_ctranslate2_folder(path)
+                servable = is_saved_model_folder(path) or is_ctranslate2_folder(path)
                 if servable and self._inside_root(path):
                     yield Version(name, number, path)
 

@@ -56,6 +56,14 @@ _TEMPORARY = ".tmp-export-"  # then host, process id and a random part
 CTRANSLATE2_MODEL = "model.bin"  # what makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
 
 
+SAVED_MODEL = "saved_model.pb"  # what makes a folder a SavedModel (an export's version)
+
+
+def is_saved_model_folder(path):
+    """Whether `path` holds a SavedModel."""
+    return os.path.isfile(os.path.join(path, SAVED_MODEL))
+
+
 def is_ctranslate2_folder(path):
     """Whether `path` holds a CTranslate2 model rather than a SavedModel."""
     return os.path.isfile(os.path.join(path, CTRANSLATE2_MODEL))

@@ -190,6 +190,28 @@ def test_import_exports_a_pretraining_folder_that_fills_masks_as_the_task_and_re
     assert not (tmp_path / "other").exists()
 
 
+def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_checkpoint(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from keras_attn import cli
+
+    version = tmp_path / "saved_models" / "model" / "1"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    for out, message in (
+        ("", "'' (OUT): the model's folder under an export root, such as saved_models/<name>"),
+        (str(PRETRAINING / "sub"), "(OUT): holds or lies in the imported folder"),
+        (str(version), "(OUT): lies in the export"),
+        (str(version / "assets"), "(OUT): lies in the export"),
+        ("saved_models", "saved_models (OUT): holds folders other than versions (an export root?); give ROOT/<name>"),
+    ):
+        assert cli.main(["import", str(PRETRAINING), out]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in (tmp_path / "saved_models" / "model").iterdir()) == ["1"]
+    assert not (tmp_path / "1").exists() and not (PRETRAINING / "sub").exists()
+
+
 def test_finetune_reads_a_folder_as_its_backbone_and_tokenizer():
     """What `keras-attn finetune FOLDER` starts from: the checkpoint's weights (not a new backbone) and its
     vocabulary and text settings."""
