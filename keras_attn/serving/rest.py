@@ -25,7 +25,11 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.config import MAX_BEAM_WIDTH, MAX_TOP_K
+
 SERVING_DEFAULT = "serving_default"
+# Inputs the exports take as counts, and their range: an export's graph would clip a value outside it.
+COUNTS = {"beam_width": MAX_BEAM_WIDTH, "top_k": MAX_TOP_K}
 
 
 class RequestError(ValueError):
@@ -98,6 +102,9 @@ def to_inputs(function, rows, data):
             + [f"missing input(s) {', '.join(missing)}"] * bool(missing)
         ) + f" (the signature takes {', '.join(sorted(specs))})")
     inputs = {name: _tensor(name, columns[name], specs[name]) for name in specs}
+    for name, most in COUNTS.items():
+        if name in inputs and np.any((inputs[name] < 1) | (inputs[name] > most)):
+            raise RequestError(f"{name}: {inputs[name].tolist()}, where 1 to {most} belongs")
     batches = {len(inputs[name]) for name, spec in specs.items() if spec.shape.rank}
     if len(batches) > 1:
         raise RequestError(f"inputs of different batch sizes: {sorted(batches)}")
