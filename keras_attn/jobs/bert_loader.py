@@ -61,9 +61,9 @@ def read_pretrained(model_dir):
 def _read_run_folder(run_dir):
     bound = run_folder.read_settings(run_dir)
     vocabulary, best = (run_folder.path(run_dir, name) for name in (run_folder.VOCABULARY, run_folder.BEST_WEIGHTS))
-    if not os.path.isfile(vocabulary) or "preset" not in bound:
-        raise ValueError(
-            f"{run_dir}: not a BERT pretraining run folder (no {run_folder.VOCABULARY} or preset in {run_folder.SETTINGS})")
+    if not os.path.isfile(vocabulary) or "preset" not in bound or "image_size" in bound:  # (a captioner's)
+        raise ValueError(f"{run_dir}: not a BERT pretraining run folder (no {run_folder.VOCABULARY}, or no preset or "
+                         f"an image_size in {run_folder.SETTINGS})")
     if not os.path.isfile(best):
         raise ValueError(f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)")
     tokenizer = WordPieceTokenizer.load(vocabulary, lowercase=True)

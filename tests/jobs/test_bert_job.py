@@ -153,9 +153,11 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
         shutil.copy(os.path.join(run, name), unfinished / name)
     with pytest.raises(ValueError, match="no best.weights.h5 yet"):
         read_pretrained(str(unfinished))
-    (unfinished / "settings.json").write_text('{"model_dir": "x"}')  # a fine-tuning run folder
-    with pytest.raises(ValueError, match="not a BERT pretraining run folder"):
-        read_pretrained(str(unfinished))
+    for settings in ('{"model_dir": "x"}',  # a fine-tuning run folder
+                     '{"vocabulary_size": 200, "preset": "tiny", "image_size": 32}'):  # a captioner's
+        (unfinished / "settings.json").write_text(settings)
+        with pytest.raises(ValueError, match="not a BERT pretraining run folder"):
+            read_pretrained(str(unfinished))
 
 
 def _stream_above_0_mb(monkeypatch):
