@@ -578,9 +578,12 @@ def _check_import_out(out, folder):
     """Refuses in one line an OUT that is not a model's folder under an export root, where versions go."""
     from keras_attn.serving.versions import is_saved_model_folder
 
+    from keras_attn.jobs.common import check_writable_folder
+
     path = os.path.realpath(out)
     if os.path.basename(os.path.normpath(out)) in ("", ".", ".."):
         raise UserError(f"{out!r} (OUT): the model's folder under an export root, such as saved_models/<name>")
+    check_writable_folder(out, "OUT")
     if os.path.commonpath([path, os.path.realpath(folder)]) in (path, os.path.realpath(folder)):
         raise UserError(f"{out} (OUT): holds or lies in the imported folder {folder}")
     ancestor = path

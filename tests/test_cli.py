@@ -144,6 +144,12 @@ MISTAKES = {
     "caption: not an image": (lambda p: ["caption", p.captioner, p.two_txt],
                               "two.txt: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"),
     "caption: folder as image": (lambda p: ["caption", p.captioner, p.folder], "folder: is a folder, not an image file"),
+    "serve: a file for the root": (lambda p: ["serve", p.one_txt], "one.txt: a file, not a folder (the exports to serve"),
+    "serve: a version for the root": (lambda p: ["serve", p.export],
+                                      "1: one export's version, not a root of exports (<name>/<version>/): give the "
+                                      "folder two levels above it"),
+    "export-ct2: an empty OUT": (lambda p: ["export-ct2", p.export, ""],
+                                 "an empty output folder's name: give the folder to write (such as ct2/<name>)"),
     "serve: no such port": (lambda p: ["serve", p.folder, "--port", "70000"], "--port: must be in [0, 65535], got 70000"),
     "translate: a beam too wide": (lambda p: ["translate", p.export, "ein hund", "--beam-width", "33"],
                                    "--beam-width: must be in [1, 32], got 33"),

@@ -194,6 +194,8 @@ def check_output_folder(output_dir, force, force_flag="force=True"):
     Only a CTranslate2 model folder is replaced (with `force`): never a
     folder of anything else, nor one that holds the current folder.
     """
+    if not output_dir:
+        raise UserError("an empty output folder's name: give the folder to write (such as ct2/<name>)")
     if not os.path.exists(output_dir):
         return
     if not force:

@@ -37,6 +37,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
 from keras_attn.serving import rest
+from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder
 from keras_attn.serving.batching import DynamicBatcher
 from keras_attn.serving.compiled_routes import CompiledRoutes
 from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound, load_version
@@ -66,8 +67,13 @@ def serve(settings, log=print):
     """
     import uvicorn
 
-    if not os.path.isdir(settings.model_root):
-        raise UserError(f"{settings.model_root}: no such folder (the exports to serve, <name>/<version>/)")
+    root = settings.model_root
+    if not os.path.isdir(root):
+        what = "a file, not a folder" if os.path.exists(root) else "no such folder"
+        raise UserError(f"{root}: {what} (the exports to serve, <name>/<version>/)")
+    if is_saved_model_folder(root) or is_ctranslate2_folder(root):
+        raise UserError(f"{root}: one export's version, not a root of exports (<name>/<version>/): give the "
+                        "folder two levels above it")
     listening = _listen(settings.host, settings.port)  # before the models load: a taken port is said at once
     address = f"http://{settings.host}:{listening.getsockname()[1]}"
     app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))

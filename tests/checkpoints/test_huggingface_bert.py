@@ -197,6 +197,7 @@ def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_ch
     version = tmp_path / "saved_models" / "model" / "1"
     version.mkdir(parents=True)
     (version / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("mine")
     monkeypatch.chdir(tmp_path)
     for out, message in (
         ("", "'' (OUT): the model's folder under an export root, such as saved_models/<name>"),
@@ -204,6 +205,8 @@ def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_ch
         (str(version), "(OUT): lies in the export"),
         (str(version / "assets"), "(OUT): lies in the export"),
         ("saved_models", "saved_models (OUT): holds folders other than versions (an export root?); give ROOT/<name>"),
+        ("notes.txt", "notes.txt (OUT): cannot be a folder, "),
+        ("/proc/keras-attn-import", "/proc/keras-attn-import (OUT): cannot write in /proc ("),
     ):
         assert cli.main(["import", str(PRETRAINING), out]) == 2
         err = capsys.readouterr().err
