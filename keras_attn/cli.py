@@ -576,9 +576,8 @@ def _import(args):
 
 def _check_import_out(out, folder):
     """Refuses in one line an OUT that is not a model's folder under an export root, where versions go."""
-    from keras_attn.serving.versions import is_saved_model_folder
-
     from keras_attn.jobs.common import check_writable_folder
+    from keras_attn.serving.versions import is_saved_model_folder
 
     path = os.path.realpath(out)
     if os.path.basename(os.path.normpath(out)) in ("", ".", ".."):
