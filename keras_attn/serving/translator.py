@@ -201,6 +201,11 @@ def load_task(model_dir):
         with open(path, encoding="utf-8") as file:
             config = json.load(file)
     except (OSError, ValueError):
+        from keras_attn.serving.bert import BACKBONE_SETTINGS
+
+        if os.path.isfile(os.path.join(model_dir, "assets.extra", BACKBONE_SETTINGS)):
+            raise UserError(f"{model_dir}: a BERT export, not a translation one (keras-attn fill-mask or classify "
+                            "reads it)") from None
         raise UserError(f"{model_dir}: no {TASK_CONFIG} in assets.extra (not a translation export of keras-attn, or "
                         "one from before 2026-12-05: use its run folder)") from None
     from keras_attn import models  # noqa: F401  (registers the classes the config names)

@@ -221,6 +221,8 @@ def _written(path, text):
     [
         (lambda p, t: ["fill-mask", str(t / "missing"), "x"], "missing: no such folder"),
         (lambda p, t: ["classify", p.export, "x"], "not a fine-tuned BERT export (keras-attn finetune)"),
+        (lambda p, t: ["export-ct2", p.export, str(t / "ct2")], "a BERT export, not a translation one (keras-attn "
+                                                                "fill-mask or classify reads it)"),
         (lambda p, t: ["finetune", p.export, "--train", str(t / "none.tsv")], "none.tsv: file not found"),
         (lambda p, t: ["finetune", str(t), "--train", "x.tsv"], "not a SavedModel folder (no saved_model.pb)"),
         (lambda p, t: ["finetune", p.export, "--train", _written(t / "unlabelled.tsv", "pos\tA fine film.\n\tDull.\n")],
