@@ -21,6 +21,7 @@ User mistakes end in one line, `keras-attn: error: ...`, and exit code 2.
 import argparse
 import difflib
 import os
+import pathlib
 import shlex
 import sys
 
@@ -579,19 +580,15 @@ def _check_import_out(out, folder):
     from keras_attn.jobs.common import check_writable_folder
     from keras_attn.serving.versions import is_saved_model_folder
 
-    path = os.path.realpath(out)
-    if os.path.basename(os.path.normpath(out)) in ("", ".", ".."):
-        raise UserError(f"{out!r} (OUT): the model's folder under an export root, such as saved_models/<name>")
+    config.check_model_name(os.path.basename(os.path.normpath(out)), f"OUT {out!r}: its last part")
     check_writable_folder(out, "OUT")
-    if os.path.commonpath([path, os.path.realpath(folder)]) in (path, os.path.realpath(folder)):
+    path = pathlib.Path(out).resolve()
+    imported = pathlib.Path(folder).resolve()
+    if imported == path or imported in path.parents or path in imported.parents:
         raise UserError(f"{out} (OUT): holds or lies in the imported folder {folder}")
-    ancestor = path
-    while True:
-        if is_saved_model_folder(ancestor):
-            raise UserError(f"{out} (OUT): lies in the export {ancestor}; give the model's folder above its versions")
-        if os.path.dirname(ancestor) == ancestor:
-            break
-        ancestor = os.path.dirname(ancestor)
+    export = next((above for above in (path, *path.parents) if is_saved_model_folder(above)), None)
+    if export is not None:
+        raise UserError(f"{out} (OUT): lies in the export {export}; give the model's folder above its versions")
     if os.path.isdir(path) and any(not name.isdigit() and not name.startswith(".")
                                    and os.path.isdir(os.path.join(path, name)) for name in os.listdir(path)):
         raise UserError(f"{out} (OUT): holds folders other than versions (an export root?); give ROOT/<name>")

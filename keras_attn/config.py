@@ -17,6 +17,7 @@ keeps them, so pass them again (or `None`) with a new `name` or budget.
 """
 
 import dataclasses
+import re
 
 from keras_attn.errors import UserError
 from keras_attn.presets import PRESETS, architecture
@@ -50,6 +51,8 @@ PORT = ("between", 0, 65535)
 
 MAX_BEAM_WIDTH = 32  # the widest beam an export searches with (a request's memory and time)
 MAX_TOP_K = 50  # the most candidates a BERT export's fill_mask gives per mask
+# A model's folder under an export root, as `serve` reads it: a name that is never `..` or a path.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 PAIRS_PER_BATCH = 64  # the translation jobs' batch without --batch-size or --batch-tokens
 
@@ -79,6 +82,13 @@ def _refuse_unused(*given, unless, needs):
     unused = [flag for flag, is_set in given if is_set]
     if unused and not unless:
         raise UserError(f"{', '.join(unused)}: only for {needs}")
+
+
+def check_model_name(name, what):
+    """Refuses in one line a model name `serve` would not read (`MODEL_NAME`): `what` names where it came from."""
+    if not MODEL_NAME.fullmatch(name):
+        raise UserError(f"{what} {name!r}: a model's folder name under the export root: letters, digits, '.', '_' "
+                        "and '-', starting with a letter or digit (what serve reads)")
 
 
 def flag_name(field):
@@ -172,9 +182,7 @@ class RunConfig:
     recurrent = False
 
     def __post_init__(self):
-        if self.name in ("", ".", "..") or any(separator in self.name for separator in "/\\"):
-            raise UserError(f"--name {self.name!r}: the name of one folder (the model's, under the export root), "
-                            "without / or ..")
+        check_model_name(self.name, "--name")
         if self.run_dir is None:
             self.run_dir = f"runs/{self.name}"
         if self.jit_compile and self.recurrent:

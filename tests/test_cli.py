@@ -107,8 +107,8 @@ MISTAKES = {
     "train: export flags with --no-export": (lambda p: _train("--force-export", "--no-export", p=p),
                                              "--export, --force-export: not with --no-export, which exports nothing"),
     "train: a name that is a path": (lambda p: _train("--name", "../../escape", p=p),
-                                     "--name '../../escape': the name of one folder (the model's, under the export "
-                                     "root), without / or .."),
+                                     "--name '../../escape': a model's folder name under the export root: letters, "
+                                     "digits, '.', '_' and '-', starting with a letter or digit (what serve reads)"),
     "train: misspelt flag": (lambda p: ["train", "seq2seq", "--atention", "luong"],
                              "train seq2seq: unrecognized arguments: --atention luong; did you mean --attention?"),
     "pretrain: negative NSP weight": (lambda p: ["pretrain", "bert", "--nsp-weight", "-1"],

@@ -21,12 +21,11 @@ Example:
 
 import dataclasses
 import os
-import re
 import threading
 
+from keras_attn.config import MODEL_NAME
 from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder, versions_of
 
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a folder name that is never `..` or a path
 # TensorFlow Serving's version states (ModelVersionStatus.State).
 LOADING, AVAILABLE, END = "LOADING", "AVAILABLE", "END"
 

@@ -200,7 +200,8 @@ def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_ch
     (tmp_path / "notes.txt").write_text("mine")
     monkeypatch.chdir(tmp_path)
     for out, message in (
-        ("", "'' (OUT): the model's folder under an export root, such as saved_models/<name>"),
+        ("", "OUT '': its last part '.': a model's folder name under the export root"),
+        ("saved_models/<img src=x>", "its last part '<img src=x>': a model's folder name"),
         (str(PRETRAINING / "sub"), "(OUT): holds or lies in the imported folder"),
         (str(version), "(OUT): lies in the export"),
         (str(version / "assets"), "(OUT): lies in the export"),
