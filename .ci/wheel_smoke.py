@@ -33,29 +33,46 @@ def check_contents(checkout):
     installed = {str(f) for f in importlib.metadata.distribution("keras-attn").files}
     assert any(f.endswith("LICENSE") for f in installed), "LICENSE is not in the wheel"
     modules = sorted(
-        str(path.relative_to(checkout)) for package in ("keras_attn", "pipelines")
+        str(path.relative_to(checkout))
+        for package in ("keras_attn", "pipelines")
         for path in (checkout / package).rglob("*.py")
     )
     missing = [module for module in modules if module not in installed]
     assert not missing, f"not in the wheel: {missing}"
     for module in modules:  # also: what they import is installed with the wheel
-        importlib.import_module(module.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        importlib.import_module(
+            module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        )
     print(f"wheel: {len(modules)} modules, all importable")
 
 
 def round_trip():
-    source = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(SOURCES, vocabulary_size=100))
-    target = tokenizers.WordPieceTokenizer(tokenizers.learn_wordpiece_vocabulary(TARGETS, vocabulary_size=100))
+    source = tokenizers.WordPieceTokenizer(
+        tokenizers.learn_wordpiece_vocabulary(SOURCES, vocabulary_size=100)
+    )
+    target = tokenizers.WordPieceTokenizer(
+        tokenizers.learn_wordpiece_vocabulary(TARGETS, vocabulary_size=100)
+    )
     keras.utils.set_random_seed(7)
     model = TransformerBackbone(
-        source.vocabulary_size, target.vocabulary_size, max_sequence_length=12, num_layers=1,
-        hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
+        source.vocabulary_size,
+        target.vocabulary_size,
+        max_sequence_length=12,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
     )
-    translator = serving.Translator(Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12)))
+    translator = serving.Translator(
+        Seq2SeqLM(model, TranslationPreprocessor(source, target, max_length=12))
+    )
     with tempfile.TemporaryDirectory() as root:
         path = serving.export(translator, root, "toy")
         command = os.path.join(os.path.dirname(sys.executable), "keras-attn")
-        result = subprocess.run([command, "translate", path, "ein hund ."], capture_output=True, text=True)
+        result = subprocess.run(
+            [command, "translate", path, "ein hund ."], capture_output=True, text=True
+        )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 1, result.stdout
     print(f"wheel round trip: `keras-attn translate` on a fresh export: {result.stdout.strip()!r}")

@@ -52,7 +52,9 @@ PIPELINES = ("streamed", "prepared", "in-memory")
 
 
 def generate(folder, pairs, seed=0):
-    """Writes `pairs` noisy joined Multi30k pairs as `SHARDS` gzip shard pairs under `folder` (once)."""
+    """Writes `pairs` noisy joined Multi30k pairs as `SHARDS` gzip
+    shard pairs under `folder` (once).
+    """
     from pipelines import text
 
     folder = Path(folder)
@@ -65,8 +67,10 @@ def generate(folder, pairs, seed=0):
     for shard in range(SHARDS):
         count = pairs // SHARDS + (shard < pairs % SHARDS)
         first, second = rng.integers(len(multi30k), size=(2, count))
-        with gzip.open(folder / f"train-{shard:02d}.de.gz", "wt", compresslevel=1) as de, \
-                gzip.open(folder / f"train-{shard:02d}.en.gz", "wt", compresslevel=1) as en:
+        with (
+            gzip.open(folder / f"train-{shard:02d}.de.gz", "wt", compresslevel=1) as de,
+            gzip.open(folder / f"train-{shard:02d}.en.gz", "wt", compresslevel=1) as en,
+        ):
             for out, side in ((de, words[0]), (en, words[1])):
                 lines = []
                 for a, b in zip(first, second):
@@ -78,7 +82,9 @@ def generate(folder, pairs, seed=0):
 
 
 def vocabulary(root):
-    """The shared WordPiece vocabulary of the benchmark, learned once from the 290k corpus's first pairs."""
+    """The shared WordPiece vocabulary of the benchmark, learned once
+    from the 290k corpus's first pairs.
+    """
     from pipelines.streaming import ShardedCorpus
     from pipelines.tokenizers import learn_wordpiece_vocabulary
 
@@ -87,8 +93,12 @@ def vocabulary(root):
         folder = Path(root) / "290000"
         generate(folder, 290_000)
         sample = ShardedCorpus.parallel(folder / "*.de.gz", folder / "*.en.gz").head(VOCAB_PAIRS)
-        path.write_text("".join(f"{piece}\n" for piece in learn_wordpiece_vocabulary(
-            sample.sources + sample.targets, VOCAB_SIZE)))
+        path.write_text(
+            "".join(
+                f"{piece}\n"
+                for piece in learn_wordpiece_vocabulary(sample.sources + sample.targets, VOCAB_SIZE)
+            )
+        )
     return path
 
 
@@ -105,8 +115,13 @@ def drain(batches):
         ids = (inputs["source"], inputs["target_in"], target_out)
         real = [tf.math.count_nonzero(x, dtype=tf.int64) for x in ids]
         size = sum(tf.size(x, tf.int64) for x in ids)
-        return (totals[0] + 1, totals[1] + tf.cast(tf.shape(target_out)[0], tf.int64), totals[2] + real[2],
-                totals[3] + size - sum(real), totals[4] + size)
+        return (
+            totals[0] + 1,
+            totals[1] + tf.cast(tf.shape(target_out)[0], tf.int64),
+            totals[2] + real[2],
+            totals[3] + size - sum(real),
+            totals[4] + size,
+        )
 
     zero = tf.constant(0, tf.int64)
     count, pairs, targets, padding, ids = (int(x) for x in batches.reduce((zero,) * 5, add))
@@ -120,17 +135,29 @@ def measure(folder, pipeline, vocab_path):
     from pipelines.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.load(vocab_path)
-    settings = dict(source_tokenizer=tokenizer, target_tokenizer=tokenizer, batch_size=BATCH, max_length=MAX_LENGTH)
+    settings = dict(
+        source_tokenizer=tokenizer,
+        target_tokenizer=tokenizer,
+        batch_size=BATCH,
+        max_length=MAX_LENGTH,
+    )
     before = rss_mb()
     prepare_seconds = None
-    if pipeline == "prepared":  # tokenized once into a new folder, as `--prepared` does (timed apart)
+    # tokenized once into a new folder, as `--prepared` does (timed apart)
+    if pipeline == "prepared":
         corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
         shutil.rmtree(Path(folder) / "prepared", ignore_errors=True)
         started = time.perf_counter()
-        prepared.prepare(corpus, tokenizer, tokenizer, Path(folder) / "prepared", log=lambda line: None)
+        prepared.prepare(
+            corpus, tokenizer, tokenizer, Path(folder) / "prepared", log=lambda line: None
+        )
         prepare_seconds = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
-    if pipeline in ("streamed", "prepared"):  # as the job streams: the pairs estimated, the lines checked as read
+    # as the job streams: the pairs estimated, the lines checked as read
+    if pipeline in (
+        "streamed",
+        "prepared",
+    ):
         corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
         pairs = corpus.estimated_pairs()
         if pipeline == "prepared":
@@ -139,7 +166,9 @@ def measure(folder, pipeline, vocab_path):
         epochs = translation.streamed_translation_epochs(corpus, pairs, **settings)
     else:
         sources, targets = [], []
-        for source, target in zip(corpus_files(Path(folder) / "*.de.gz"), corpus_files(Path(folder) / "*.en.gz")):
+        for source, target in zip(
+            corpus_files(Path(folder) / "*.de.gz"), corpus_files(Path(folder) / "*.en.gz")
+        ):
             shard = text.read_parallel(source, target)
             sources += shard.sources
             targets += shard.targets
@@ -151,16 +180,25 @@ def measure(folder, pipeline, vocab_path):
     batches, delivered, targets, padding = drain(epochs(1))
     seconds = time.perf_counter() - epoch_started
     return dict(
-        pipeline=pipeline, pairs=pairs, prepare_s=prepare_seconds, read_or_estimate_s=round(scanned, 1),
+        pipeline=pipeline,
+        pairs=pairs,
+        prepare_s=prepare_seconds,
+        read_or_estimate_s=round(scanned, 1),
         first_batch_s=round(first_batch, 1),
-        epoch_s=round(seconds, 1), batches=batches, pairs_per_s=round(delivered / seconds),
-        target_tokens_per_s=round(targets / seconds), padding=round(padding, 4),
-        rss_before_mb=round(before), peak_rss_mb=round(rss_mb()),
+        epoch_s=round(seconds, 1),
+        batches=batches,
+        pairs_per_s=round(delivered / seconds),
+        target_tokens_per_s=round(targets / seconds),
+        padding=round(padding, 4),
+        rss_before_mb=round(before),
+        peak_rss_mb=round(rss_mb()),
     )
 
 
 def training_pairs_per_second(folder, vocab_path, steps=30):
-    """Pairs/s the preset-small Transformer consumes on the streamed batches (its fastest precision here)."""
+    """Pairs/s the preset-small Transformer consumes on the streamed
+    batches (its fastest precision here).
+    """
     import keras
 
     from benchmarks.measures import fit_steps_per_second
@@ -173,13 +211,28 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
 
     tokenizer = WordPieceTokenizer.load(vocab_path)
     corpus = ShardedCorpus.parallel(Path(folder) / "*.de.gz", Path(folder) / "*.en.gz")
-    epochs = translation.streamed_translation_epochs(corpus, corpus.estimated_pairs(), tokenizer, tokenizer, BATCH,
-                                                     MAX_LENGTH, shuffle_buffer=20_000)
+    epochs = translation.streamed_translation_epochs(
+        corpus,
+        corpus.estimated_pairs(),
+        tokenizer,
+        tokenizer,
+        BATCH,
+        MAX_LENGTH,
+        shuffle_buffer=20_000,
+    )
     precision = "mixed_bfloat16" if native_bfloat16() else "float32"
     keras.mixed_precision.set_global_policy(precision)
-    model = TransformerBackbone(tokenizer.vocabulary_size, tokenizer.vocabulary_size, max_sequence_length=MAX_LENGTH,
-                                preset="small", dropout=0.1)
-    model.compile(optimizer=transformer_adam(TransformerSchedule(256, 4000)), loss=MaskedSparseCrossEntropy(0.1))
+    model = TransformerBackbone(
+        tokenizer.vocabulary_size,
+        tokenizer.vocabulary_size,
+        max_sequence_length=MAX_LENGTH,
+        preset="small",
+        dropout=0.1,
+    )
+    model.compile(
+        optimizer=transformer_adam(TransformerSchedule(256, 4000)),
+        loss=MaskedSparseCrossEntropy(0.1),
+    )
     rate = fit_steps_per_second(model, epochs(0).repeat(), steps, warmup_steps=10)
     return dict(precision=precision, steps_per_s=round(rate, 3), pairs_per_s=round(rate * BATCH, 1))
 
@@ -192,17 +245,25 @@ def in_fresh_process(*args, timeout, module="benchmarks.corpus_scale"):
     except subprocess.TimeoutExpired:
         return {"error": f"not done in {timeout} s"}
     if done.returncode:
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+        return {
+            "error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]
+        }
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[29_000, 290_000, 4_500_000])
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
-    parser.add_argument("--root", default="/tmp/corpus_scale", help="where the generated shards are kept")
+    parser.add_argument(
+        "--root", default="/tmp/corpus_scale", help="where the generated shards are kept"
+    )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a measurement may take")
-    parser.add_argument("--measure", nargs=2, metavar=("FOLDER", "PIPELINE"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--measure", nargs=2, metavar=("FOLDER", "PIPELINE"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--train-rate", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     vocab_path = Path(args.root) / "vocab.txt"
@@ -221,14 +282,28 @@ def main():
         started = time.perf_counter()
         generate(folder, size)
         text_mb = sum(os.path.getsize(p) for p in folder.glob("*.gz")) / 2**20
-        print(f"{size} pairs: {text_mb:.0f} MB of gzip shards ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"{size} pairs: {text_mb:.0f} MB of gzip shards ({time.perf_counter() - started:.0f} "
+            "s)",
+            flush=True,
+        )
         for pipeline in args.pipelines:
-            result = {"size": size, "gzip_mb": round(text_mb), **in_fresh_process(
-                "--measure", folder, pipeline, "--root", args.root, timeout=args.timeout)}
+            result = {
+                "size": size,
+                "gzip_mb": round(text_mb),
+                **in_fresh_process(
+                    "--measure", folder, pipeline, "--root", args.root, timeout=args.timeout
+                ),
+            }
             print(json.dumps(result), flush=True)
             results.append(result)
-    training = in_fresh_process("--train-rate", Path(args.root) / str(args.sizes[0]), "--root", args.root,
-                                timeout=args.timeout)
+    training = in_fresh_process(
+        "--train-rate",
+        Path(args.root) / str(args.sizes[0]),
+        "--root",
+        args.root,
+        timeout=args.timeout,
+    )
     print(json.dumps({"training": training}), flush=True)
 
 

@@ -34,7 +34,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def _parse():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pairs", type=int, default=6400)
     parser.add_argument("--warmup", type=int, default=15)
@@ -50,17 +52,25 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     """Steps/s of one training epoch after `args.warmup` steps."""
     import keras
 
+    from keras_attn.config import RunConfig
     from keras_attn.models import TransformerBackbone
     from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
-    from keras_attn.config import RunConfig
     from keras_attn.training.runner import prepare, train
     from pipelines import synthetic, tokenizers
     from pipelines.translation import translation_epochs
 
-    config = RunConfig(run_dir=tempfile.mkdtemp(), epochs=1, batch_size=batch_size,
-                       strategy=strategy, devices=devices, verbose=0)
+    config = RunConfig(
+        run_dir=tempfile.mkdtemp(),
+        epochs=1,
+        batch_size=batch_size,
+        strategy=strategy,
+        devices=devices,
+        verbose=0,
+    )
     prepare(config)
-    corpus = synthetic.translation_corpus(seed=0, train_size=args.pairs, valid_size=0, test_size=0)["train"]
+    corpus = synthetic.translation_corpus(seed=0, train_size=args.pairs, valid_size=0, test_size=0)[
+        "train"
+    ]
     vocab = tokenizers.learn_wordpiece_vocabulary(corpus.sources + corpus.targets, 4000)
     tokenizer = tokenizers.WordPieceTokenizer(vocab)
 
@@ -71,21 +81,40 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
             times.append(time.perf_counter())
 
     def data(global_batch):
-        return translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer,
-                                  batch_size=global_batch, max_length=64, seed=0)
+        return translation_epochs(
+            corpus.sources,
+            corpus.targets,
+            tokenizer,
+            tokenizer,
+            batch_size=global_batch,
+            max_length=64,
+            seed=0,
+        )
 
-    build = lambda: TransformerBackbone(len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1)  # noqa: E731
+    build = lambda: TransformerBackbone(
+        len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1
+    )  # noqa: E731
+
     def compile_model(model, total_steps=None):
-        model.compile(keras.optimizers.Adam(1e-4), MaskedSparseCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
+        model.compile(
+            keras.optimizers.Adam(1e-4),
+            MaskedSparseCrossEntropy(0.1),
+            metrics=[MaskedTokenAccuracy()],
+        )
 
     if use_fit:
         model = build()
         compile_model(model)
         model.fit(data(batch_size)(0), epochs=1, verbose=0, callbacks=[Clock()])
     else:
-        train(config, build_model=build, make_datasets=lambda global_batch: (data(global_batch), None),
-              compile_model=compile_model, callbacks=[Clock()])
-    timed = times[args.warmup:]
+        train(
+            config,
+            build_model=build,
+            make_datasets=lambda global_batch: (data(global_batch), None),
+            compile_model=compile_model,
+            callbacks=[Clock()],
+        )
+    timed = times[args.warmup :]
     return (len(timed) - 1) / (timed[-1] - timed[0])
 
 
@@ -96,9 +125,22 @@ def _two_workers(args):
     for index, tf_config in enumerate(local_cluster(2)):
         env = dict(os.environ, TF_CONFIG=tf_config)
         out = f"/tmp/keras_attn_distributed_{os.getpid()}_{index}.json"
-        command = [sys.executable, "-m", "benchmarks.distributed", "--worker", str(index), "--out", out,
-                   "--pairs", str(args.pairs), "--warmup", str(args.warmup)]
-        processes.append((subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent), out))
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.distributed",
+            "--worker",
+            str(index),
+            "--out",
+            out,
+            "--pairs",
+            str(args.pairs),
+            "--warmup",
+            str(args.warmup),
+        ]
+        processes.append(
+            (subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent), out)
+        )
     rates = []
     for process, out in processes:
         if process.wait(timeout=1800) != 0:
@@ -125,7 +167,9 @@ def main():
     results = {
         "fit, one device": _timed_run(args, "one_device", 64, use_fit=True),
         "runner, one device": _timed_run(args, "one_device", 64),
-        "runner, mirrored 2 logical CPUs": _timed_run(args, "mirrored", 32, devices=["/cpu:0", "/cpu:1"]),
+        "runner, mirrored 2 logical CPUs": _timed_run(
+            args, "mirrored", 32, devices=["/cpu:0", "/cpu:1"]
+        ),
     }
     results["runner, two workers (2 processes)"] = _two_workers(args)
     base = results["runner, one device"]

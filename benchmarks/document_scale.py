@@ -1,4 +1,5 @@
-"""Document scale: BERT's streamed pretraining pipeline against the in-memory one as the corpus grows.
+"""Document scale: BERT's streamed pretraining pipeline against the
+in-memory one as the corpus grows.
 
     python -m benchmarks.document_scale                          # 10 MB, 100 MB, 1 GB of text
     python -m benchmarks.document_scale --sizes-mb 10 100 --pipelines streamed
@@ -44,14 +45,19 @@ def generate(folder, megabytes, seed=0):
         written, chunk = 0, 0
         with open(folder / f"docs-{number:02d}.txt", "w") as out:
             while written < megabytes * 2**20 / FILES:
-                text = "\n\n".join(" ".join(d) for d in document_corpus(2000, seed=seed * 10**6 + number * 10**4 + chunk))
+                text = "\n\n".join(
+                    " ".join(d)
+                    for d in document_corpus(2000, seed=seed * 10**6 + number * 10**4 + chunk)
+                )
                 out.write(text + "\n\n")
                 written, chunk = written + len(text) + 2, chunk + 1
     (folder / "done").write_text(f"{megabytes}\n")
 
 
 def preprocessor(root):
-    """The benchmark's `BertPreprocessor`, its vocabulary learned once from `VOCAB_MB` MB of documents."""
+    """The benchmark's `BertPreprocessor`, its vocabulary learned once
+    from `VOCAB_MB` MB of documents.
+    """
     from pipelines import documents
     from pipelines.preprocessors import BertPreprocessor
     from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
@@ -60,7 +66,9 @@ def preprocessor(root):
     if not path.exists():
         generate(Path(root) / str(VOCAB_MB), VOCAB_MB)
         read = documents.read_documents(Path(root) / str(VOCAB_MB))
-        WordPieceTokenizer(learn_wordpiece_vocabulary(read.sentences, VOCAB_SIZE, lowercase=True), lowercase=True).save(path)
+        WordPieceTokenizer(
+            learn_wordpiece_vocabulary(read.sentences, VOCAB_SIZE, lowercase=True), lowercase=True
+        ).save(path)
     return BertPreprocessor(WordPieceTokenizer.load(path, lowercase=True), MAX_LENGTH)
 
 
@@ -78,7 +86,9 @@ def measure(folder, pipeline, root, batches):
         pairs = document_stream.estimated_pairs(files, packer.tokenizer, MAX_LENGTH)
         epochs = document_stream.streamed_pretraining_epochs(files, packer, BATCH, pairs)
     else:
-        corpus = pretraining.tokenize_documents(documents.read_documents(files).documents, packer.tokenizer)
+        corpus = pretraining.tokenize_documents(
+            documents.read_documents(files).documents, packer.tokenizer
+        )
         pairs = pretraining.pairs_per_epoch(corpus, MAX_LENGTH)
         epochs = pretraining.pretraining_epochs(corpus, packer, batch_size=BATCH, num_pairs=pairs)
     iterator = iter(epochs(0))
@@ -87,9 +97,15 @@ def measure(folder, pipeline, root, batches):
     drained = time.perf_counter()
     count = epochs(0).skip(1).take(batches).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
     seconds = time.perf_counter() - drained
-    return dict(pipeline=pipeline, pairs_an_epoch=pairs, first_batch_s=round(first_batch, 1),
-                pairs_per_s=round(int(count) * BATCH / seconds), batches=int(count),
-                rss_before_mb=round(before), peak_rss_mb=round(rss_mb()))
+    return dict(
+        pipeline=pipeline,
+        pairs_an_epoch=pairs,
+        first_batch_s=round(first_batch, 1),
+        pairs_per_s=round(int(count) * BATCH / seconds),
+        batches=int(count),
+        rss_before_mb=round(before),
+        peak_rss_mb=round(rss_mb()),
+    )
 
 
 def training_pairs_per_second(folder, root, steps=20):
@@ -113,13 +129,19 @@ def training_pairs_per_second(folder, root, steps=20):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[10, 100, 1024])
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
-    parser.add_argument("--root", default="/tmp/document_scale", help="where the generated documents are kept")
+    parser.add_argument(
+        "--root", default="/tmp/document_scale", help="where the generated documents are kept"
+    )
     parser.add_argument("--batches", type=int, default=500, help="batches drained for the pairs/s")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds a measurement may take")
-    parser.add_argument("--measure", nargs=2, metavar=("FOLDER", "PIPELINE"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--measure", nargs=2, metavar=("FOLDER", "PIPELINE"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--train-rate", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -134,14 +156,32 @@ def main():
         started = time.perf_counter()
         generate(folder, megabytes)
         text_mb = sum(path.stat().st_size for path in folder.glob("docs-*.txt")) / 2**20
-        print(f"{megabytes} MB: {text_mb:.0f} MB of documents in {FILES} files ({time.perf_counter() - started:.0f} s)",
-              flush=True)
+        print(
+            f"{megabytes} MB: {text_mb:.0f} MB of documents in {FILES} files "
+            f"({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
         for pipeline in args.pipelines:
-            result = in_fresh_process("--measure", folder, pipeline, "--root", args.root, "--batches", args.batches,
-                                      timeout=args.timeout, module="benchmarks.document_scale")
+            result = in_fresh_process(
+                "--measure",
+                folder,
+                pipeline,
+                "--root",
+                args.root,
+                "--batches",
+                args.batches,
+                timeout=args.timeout,
+                module="benchmarks.document_scale",
+            )
             print(json.dumps({"megabytes": round(text_mb), **result}), flush=True)
-    training = in_fresh_process("--train-rate", Path(args.root) / str(args.sizes_mb[0]), "--root", args.root,
-                                timeout=args.timeout, module="benchmarks.document_scale")
+    training = in_fresh_process(
+        "--train-rate",
+        Path(args.root) / str(args.sizes_mb[0]),
+        "--root",
+        args.root,
+        timeout=args.timeout,
+        module="benchmarks.document_scale",
+    )
     print(json.dumps({"training": training}), flush=True)
 
 

@@ -1,4 +1,4 @@
-"""What finished translation runs do: their attention maps, where their attention looks, their BLEU by beam width.
+"""What finished translation runs do: their attention maps, where it looks, their BLEU by beam.
 
     python -m benchmarks.finished_runs maps --out docs/images/attention_maps.png \
         --run bahdanau=seq2seq:runs/multi30k-bahdanau \
@@ -37,8 +37,8 @@ RUN_SPEC = "MODEL:RUN_DIR (MODEL: seq2seq or transformer)"
 
 
 def load_run(spec, weights=None):
-    """`(translator, test sentences)` of a finished run named by `RUN_SPEC`, with its best weights or those of
-    `weights` (another weights file of the run)."""
+    """`(translator, test sentences)` of a finished run named by `RUN_SPEC`, with its best weights
+    or those of `weights` (another weights file of the run)."""
     from keras_attn import run_folder, serving
     from keras_attn.jobs.translation import load_run as load_task
 
@@ -61,7 +61,9 @@ def sentence_attention(translator, sentence):
 
 
 def attention_focus(weights):
-    """`(share of rows whose largest weight is on position 0, mean row entropy)` of `(L, S)` rows."""
+    """`(share of rows whose largest weight is on position 0, mean
+    row entropy)` of `(L, S)` rows.
+    """
     import numpy as np
 
     rows = np.asarray(weights, "float64")
@@ -78,8 +80,11 @@ def maps(args):
     runs = [(label, *load_run(run)) for label, run in (spec.split("=", 1) for spec in args.run)]
     sentences = runs[0][2][: args.sentences]  # the first run's test sentences
     figure, axes = plt.subplots(
-        len(sentences), len(runs), figsize=(5.2 * len(runs), 4.2 * len(sentences)),
-        squeeze=False, layout="constrained",
+        len(sentences),
+        len(runs),
+        figsize=(5.2 * len(runs), 4.2 * len(sentences)),
+        squeeze=False,
+        layout="constrained",
     )
     for row, sentence in enumerate(sentences):
         for column, (label, translator, _) in enumerate(runs):
@@ -101,10 +106,14 @@ def focus(args):
     for sentence in sentences:
         weights, _, _ = sentence_attention(translator, sentence)
         share, mean_entropy = attention_focus(weights)
-        first, entropy, rows = first + share * len(weights), entropy + mean_entropy * len(weights), rows + len(weights)
+        first, entropy, rows = (
+            first + share * len(weights),
+            entropy + mean_entropy * len(weights),
+            rows + len(weights),
+        )
     print(
-        f"{args.run}: {len(sentences)} sentences, {rows:.0f} output tokens; likeliest source position the "
-        f"first: {first / rows:.1%}; mean attention entropy {entropy / rows:.3f} nats"
+        f"{args.run}: {len(sentences)} sentences, {rows:.0f} output tokens; likeliest source "
+        f"position the first: {first / rows:.1%}; mean attention entropy {entropy / rows:.3f} nats"
     )
 
 
@@ -114,37 +123,56 @@ def beams(args):
     from keras_attn import evaluation, run_folder
 
     translator, sentences = load_run(args.run, args.weights)
-    with open(run_folder.path(args.run.split(":", 1)[1], run_folder.TEST_REFERENCE), encoding="utf-8") as f:
+    with open(
+        run_folder.path(args.run.split(":", 1)[1], run_folder.TEST_REFERENCE), encoding="utf-8"
+    ) as f:
         references = [line.rstrip("\n") for line in f]
     for beam_width in args.beams:
         hypotheses = []
         for start in range(0, len(sentences), args.batch_size):
-            out = translator.translate(tf.constant(sentences[start:start + args.batch_size]), tf.constant(beam_width))
+            out = translator.translate(
+                tf.constant(sentences[start : start + args.batch_size]), tf.constant(beam_width)
+            )
             hypotheses += [text.decode() for text in out["translation"].numpy()]
         scores = evaluation.bleu(hypotheses, references)
-        row = {"beam": beam_width, "bleu": round(scores["bleu"], 2), "bleu_tok_lc": round(scores["bleu_tok_lc"], 2)}
+        row = {
+            "beam": beam_width,
+            "bleu": round(scores["bleu"], 2),
+            "bleu_tok_lc": round(scores["bleu_tok_lc"], 2),
+        }
         if args.tokenized:
-            row["bleu_tokenized"] = round(evaluation.tokenized_bleu(hypotheses, references)["bleu_tokenized"], 2)
+            row["bleu_tokenized"] = round(
+                evaluation.tokenized_bleu(hypotheses, references)["bleu_tokenized"], 2
+            )
         print(json.dumps(row), flush=True)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     drawn = commands.add_parser("maps", help="attention heat maps, a column per run")
     drawn.add_argument("--run", action="append", required=True, help=f"LABEL={RUN_SPEC}")
     drawn.add_argument("--sentences", type=int, default=2)
     drawn.add_argument("--out", default="docs/images/attention_maps.png")
-    focused = commands.add_parser("focus", help="has the attention collapsed onto one source position?")
+    focused = commands.add_parser(
+        "focus", help="has the attention collapsed onto one source position?"
+    )
     focused.add_argument("run", help=RUN_SPEC)
     focused.add_argument("--sentences", type=int, default=100)
     scored = commands.add_parser("beams", help="test BLEU at several beam widths")
     scored.add_argument("run", help=RUN_SPEC)
     scored.add_argument("--beams", type=int, nargs="+", default=[1, 4, 5])
-    scored.add_argument("--tokenized", action="store_true", help="also BLEU on the text as tokenized")
+    scored.add_argument(
+        "--tokenized", action="store_true", help="also BLEU on the text as tokenized"
+    )
     scored.add_argument("--batch-size", type=int, default=64)
-    scored.add_argument("--weights", help="a weights file of the run to use instead of its best weights, e.g. "
-                                          "RUN_DIR/epochs/epoch-50.weights.h5 (one epoch, not averaged)")
+    scored.add_argument(
+        "--weights",
+        help="a weights file of the run to use instead of its best weights, e.g. "
+        "RUN_DIR/epochs/epoch-50.weights.h5 (one epoch, not averaged)",
+    )
     args = parser.parse_args()
     {"maps": maps, "focus": focus, "beams": beams}[args.command](args)
 

@@ -29,7 +29,7 @@ import argparse
 import dataclasses
 import os
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 
@@ -82,12 +82,8 @@ class Case:
 CASES = (
     Case(
         "encoder block",
-        lambda: keras_attn.layers.TransformerEncoderBlock(
-            num_heads=HEADS, intermediate_dim=FFN
-        ),
-        lambda: keras_hub.layers.TransformerEncoder(
-            intermediate_dim=FFN, num_heads=HEADS
-        ),
+        lambda: keras_attn.layers.TransformerEncoderBlock(num_heads=HEADS, intermediate_dim=FFN),
+        lambda: keras_hub.layers.TransformerEncoder(intermediate_dim=FFN, num_heads=HEADS),
         lambda layer, x, memory: layer(x),
         SELF_ATTENTION_FLOPS + FEED_FORWARD_FLOPS,
     ),
@@ -169,9 +165,7 @@ def matmul_peak_gflops(dtype, repeats, repeat_seconds):
         a = tf.cast(tf.random.normal((m, k)), dtype)
         b = tf.cast(tf.random.normal((k, n)), dtype)
         matmul = tf.function(tf.linalg.matmul)
-        samples = interleaved_samples(
-            {"matmul": matmul}, (a, b), repeats, repeat_seconds
-        )
+        samples = interleaved_samples({"matmul": matmul}, (a, b), repeats, repeat_seconds)
         best = max(best, 2 * m * n * k / min(samples["matmul"]) / 1e9)
     return best
 
@@ -187,12 +181,8 @@ def time_case(case, precision, args):
     fns = {}
     for suffix, jit in (("", False), (" xla", True))[: 2 if args.jit else 1]:
         fns["ours" + suffix] = training_step(case.ours(), case.call, x, memory, jit)
-        fns["anchor" + suffix] = training_step(
-            case.anchor(), case.call, x, memory, jit
-        )
-    samples = interleaved_samples(
-        fns, (x, memory), args.repeats, args.repeat_seconds
-    )
+        fns["anchor" + suffix] = training_step(case.anchor(), case.call, x, memory, jit)
+    samples = interleaved_samples(fns, (x, memory), args.repeats, args.repeat_seconds)
     result = {name: 1000 * statistics.median(s) for name, s in samples.items()}
     result["ratio"] = paired_ratio(samples["ours"], samples["anchor"])
     if args.jit:
@@ -211,9 +201,7 @@ def format_row(values, widths):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
-    parser.add_argument(
-        "--jit", action="store_true", help="also time jit_compile=True (XLA) steps"
-    )
+    parser.add_argument("--jit", action="store_true", help="also time jit_compile=True (XLA) steps")
     args = parser.parse_args()
     args.repeats, args.repeat_seconds = (5, 0.1) if args.quick else (9, 0.25)
 
@@ -246,11 +234,19 @@ def main():
         for case in CASES:
             for precision in PRECISIONS:
                 ms = time_case(case, precision, args)
-                row = [case.name, precision, f"{ms['ours']:.2f}",
-                       f"{ms['anchor']:.2f}", f"{ms['ratio']:.2f}"]
+                row = [
+                    case.name,
+                    precision,
+                    f"{ms['ours']:.2f}",
+                    f"{ms['anchor']:.2f}",
+                    f"{ms['ratio']:.2f}",
+                ]
                 if args.jit:
-                    row += [f"{ms['ours xla']:.2f}", f"{ms['anchor xla']:.2f}",
-                            f"{ms['xla ratio']:.2f}"]
+                    row += [
+                        f"{ms['ours xla']:.2f}",
+                        f"{ms['anchor xla']:.2f}",
+                        f"{ms['xla ratio']:.2f}",
+                    ]
                 gflops = case.step_flops / ms["ours"] / 1e6
                 row += [f"{gflops:.0f}", f"{100 * gflops / peaks[precision]:.0f}%"]
                 print(format_row(row, widths), flush=True)

@@ -46,23 +46,42 @@ def step(x):
 step(x)  # trace and warm up
 times = []
 for _ in range(3):
-    start = time.perf_counter(); grads = step(x); float(tf.reduce_sum(grads[0])); times.append(time.perf_counter() - start)
-print(json.dumps({"seconds": sorted(times)[1], "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+    start = time.perf_counter()
+    grads = step(x)
+    float(tf.reduce_sum(grads[0]))
+    times.append(time.perf_counter() - start)
+peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+print(json.dumps({"seconds": sorted(times)[1], "peak_gb": peak_gb}))
 """
 
 
 def run_case(path, length, batch, memory_limit_gb):
     started = time.time()
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, path, str(length), str(batch), str(memory_limit_gb)], cwd=ROOT,
-        capture_output=True, text=True, timeout=1800,
+        [sys.executable, "-c", CHILD, path, str(length), str(batch), str(memory_limit_gb)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
-        reason = "out of memory" if ("alloc" in result.stderr.lower() or "memory" in result.stderr.lower()
-                                     or result.returncode < 0) else result.stderr.strip().splitlines()[-1:]
-        return {"path": path, "length": length, "batch": batch, "failed": str(reason),
-                "wall": round(time.time() - started)}
+        reason = (
+            "out of memory"
+            if (
+                "alloc" in result.stderr.lower()
+                or "memory" in result.stderr.lower()
+                or result.returncode < 0
+            )
+            else result.stderr.strip().splitlines()[-1:]
+        )
+        return {
+            "path": path,
+            "length": length,
+            "batch": batch,
+            "failed": str(reason),
+            "wall": round(time.time() - started),
+        }
     return {"path": path, "length": length, "batch": batch, **json.loads(lines[-1])}
 
 
@@ -72,7 +91,9 @@ def fitted_exponent(rows):
     ok = [r for r in rows if "seconds" in r]
     if len(ok) < 2:
         return float("nan")
-    return float(np.polyfit(np.log([r["length"] for r in ok]), np.log([r["seconds"] for r in ok]), 1)[0])
+    return float(
+        np.polyfit(np.log([r["length"] for r in ok]), np.log([r["seconds"] for r in ok]), 1)[0]
+    )
 
 
 def plot(rows, out):
@@ -88,10 +109,16 @@ def plot(rows, out):
         label = f"{path} (time ∝ T^{fitted_exponent(ok):.2f})"
         timing.loglog(lengths, [r["seconds"] for r in ok], style, base=2, label=label)
         memory.loglog(lengths, [r["peak_gb"] for r in ok], style, base=2, label=path)
-    timing.set(xlabel="sequence length T (batch × T constant)", ylabel="seconds per training step",
-               title="encoder block, forward + backward")
-    memory.set(xlabel="sequence length T (batch × T constant)", ylabel="peak resident memory (GB)",
-               title="peak memory of the process")
+    timing.set(
+        xlabel="sequence length T (batch × T constant)",
+        ylabel="seconds per training step",
+        title="encoder block, forward + backward",
+    )
+    memory.set(
+        xlabel="sequence length T (batch × T constant)",
+        ylabel="peak resident memory (GB)",
+        title="peak memory of the process",
+    )
     for axis in (timing, memory):
         axis.grid(True, which="both", alpha=0.3)
         axis.legend()
@@ -100,17 +127,26 @@ def plot(rows, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096, 8192])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096, 8192]
+    )
     parser.add_argument("--tokens", type=int, default=65536, help="batch × length")
     parser.add_argument("--memory-limit-gb", type=float, default=20.0)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "long_sequences.png"))
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "long_sequences.png")
+    )
     args = parser.parse_args()
 
     rows = []
     print(f"{'path':10} {'length':>6} {'batch':>5} {'s/step':>8} {'peak GB':>8}")
-    cases = [(path, length, max(1, args.tokens // length), True)
-             for length in args.lengths for path in ("plain", "blockwise")]
+    cases = [
+        (path, length, max(1, args.tokens // length), True)
+        for length in args.lengths
+        for path in ("plain", "blockwise")
+    ]
     longest = max(args.lengths)
     if args.tokens // longest != 8:  # batch 8 at the longest length, unless the sweep has it
         cases += [(path, longest, 8, False) for path in ("plain", "blockwise")]
@@ -118,8 +154,11 @@ def main():
         row = run_case(path, length, batch, args.memory_limit_gb)
         row["sweep"] = sweep
         rows.append(row)
-        shown = (f"{row['seconds']:8.3f} {row['peak_gb']:8.2f}" if "seconds" in row
-                 else f"  {row['failed']}")
+        shown = (
+            f"{row['seconds']:8.3f} {row['peak_gb']:8.2f}"
+            if "seconds" in row
+            else f"  {row['failed']}"
+        )
         print(f"{path:10} {length:6d} {batch:5d} {shown}", flush=True)
     for path in ("plain", "blockwise"):
         sweep = [r for r in rows if r["path"] == path and r["sweep"]]

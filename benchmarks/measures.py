@@ -54,14 +54,30 @@ def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_
         scores += tf.where(done, 0.0, tf.reduce_max(log_probs, axis=-1))
         lengths += tf.cast(~done, tf.int32)
         token = tf.where(done, PAD_ID, token)
-        return index + 1, tf.concat([prefix, token[:, None]], 1), scores, lengths, done | (token == eos_id)
+        return (
+            index + 1,
+            tf.concat([prefix, token[:, None]], 1),
+            scores,
+            lengths,
+            done | (token == eos_id),
+        )
 
-    start = (tf.constant(0), tf.fill([batch, 1], bos_id), tf.zeros([batch]), tf.zeros([batch], tf.int32),
-             tf.zeros([batch], tf.bool))
+    start = (
+        tf.constant(0),
+        tf.fill([batch, 1], bos_id),
+        tf.zeros([batch]),
+        tf.zeros([batch], tf.int32),
+        tf.zeros([batch], tf.bool),
+    )
     _, prefix, scores, lengths, _ = tf.while_loop(
         lambda index, prefix, scores, lengths, done: (index < max_length) & ~tf.reduce_all(done),
-        step, start,
-        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, None]), *[tf.TensorShape([None])] * 3),
+        step,
+        start,
+        shape_invariants=(
+            tf.TensorShape([]),
+            tf.TensorShape([None, None]),
+            *[tf.TensorShape([None])] * 3,
+        ),
     )
     return {"tokens": prefix[:, 1:], "scores": scores, "lengths": lengths}
 
@@ -122,7 +138,12 @@ def fit_steps_per_second(model, batches, steps, warmup_steps):
     return steps / (clock.last - clock.first)
 
 
-CPU_FLAGS = ("avx512f", *NATIVE_BFLOAT16_FLAGS, "amx_tile")  # what decides bfloat16's and AMX's speed
+# what decides bfloat16's and AMX's speed
+CPU_FLAGS = (
+    "avx512f",
+    *NATIVE_BFLOAT16_FLAGS,
+    "amx_tile",
+)
 
 
 def describe_cpu(cpuinfo="/proc/cpuinfo"):
@@ -131,11 +152,14 @@ def describe_cpu(cpuinfo="/proc/cpuinfo"):
     Example:
 
         >>> describe_cpu()  # doctest: +SKIP
-        'Intel(R) Xeon(R) Processor, family 6 model 167, 2 cores, flags: avx512f avx512_bf16 amx_bf16 amx_tile'
+        'Intel(R) Xeon(R) Processor, family 6 model 167, 2 cores, flags: avx512f ...'
     """
     fields = cpu_info(cpuinfo)
     if not fields:
         return f"unknown CPU ({cpuinfo} unreadable), {os.cpu_count()} cores"
     flags = [flag for flag in CPU_FLAGS if flag in fields.get("flags", "").split()]
-    return (f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}, "
-            f"{os.cpu_count()} cores, flags: {' '.join(flags) or 'none of ' + ' '.join(CPU_FLAGS)}")
+    return (
+        f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model "
+        f"{fields.get('model', '?')}, {os.cpu_count()} cores, flags: "
+        f"{' '.join(flags) or 'none of ' + ' '.join(CPU_FLAGS)}"
+    )

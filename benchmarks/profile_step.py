@@ -3,7 +3,7 @@
     python -m benchmarks.profile_step --case seq2seq-train
     python -m benchmarks.profile_step --case seq2seq-train --precision mixed_bfloat16
     python -m benchmarks.profile_step --case transformer-train [--precision mixed_bfloat16]
-    python -m benchmarks.profile_step --case transformer-train --anchors   # PyTorch's batches, the job's step
+    python -m benchmarks.profile_step --case transformer-train --anchors   # the anchors' batches
     python -m benchmarks.profile_step --case transformer-beam4
     python -m benchmarks.profile_step --case seq2seq-beam4
     python -m benchmarks.profile_step --case transformer-greedy1 --searches 20 [--compiled]
@@ -23,19 +23,19 @@ Cases, on Multi30k de-en from ../shared/data/multi30k/raw (8000-token
 WordPiece vocabularies learned from the training text, about 20 s;
 `--synthetic` uses random ids of the same lengths instead):
 
-- `transformer-train`: `TransformerBackbone(..., preset="small")`, batch 64,
-  `model.fit` steps with the job's optimizer (`transformer_adam`) and the label-smoothed loss, over the first `--steps` batches of the
-  pipeline held in memory (tf.data runs far ahead of training), warmed up on those same batches so no step retraces.
+- `transformer-train`: `TransformerBackbone(..., preset="small")`, batch 64, `model.fit` steps with
+  the job's optimizer (`transformer_adam`) and the label-smoothed loss, over the first `--steps`
+  batches of the pipeline held in memory (tf.data runs far ahead of training), warmed up on those
+  same batches so no step retraces.
 - `seq2seq-train`: `Seq2SeqBackbone(..., preset="small", attention="bahdanau")`,
   batch 128, the same loss and optimizer.
 - `transformer-greedy1`: greedy search of one source (the first test
   sentence), the latency case, otherwise as the beam cases.
-- `transformer-beam4`, `seq2seq-beam4`: `keras_attn.decoding.beam_search`,
-  width 4, over 32 test2016 sources through `decoding.Stepper`, a
-  `tf.function` with the export's `(None, None)` signature and the export's step budget (`max_decode_length`, 1.5 S + 10).
-  The weights are random, so `eos_id=-1` (never emitted) makes every search
-  run its whole budget; times are per decode step (one token for all 128
-  hypotheses).
+- `transformer-beam4`, `seq2seq-beam4`: `keras_attn.decoding.beam_search`, width 4, over
+  32 test2016 sources through `decoding.Stepper`, a `tf.function` with the export's
+  `(None, None)` signature and the export's step budget (`max_decode_length`, 1.5 S +
+  10). The weights are random, so `eos_id=-1` (never emitted) makes every search run its
+  whole budget; times are per decode step (one token for all 128 hypotheses).
 
 - `encoder-block`, `decoder-block`: one layer's forward + backward step as
   `benchmarks/layers.py` times it (batch 32, length 64, width 256, 8 heads,
@@ -74,8 +74,15 @@ from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, t
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
-CASES = ("transformer-train", "seq2seq-train", "transformer-beam4", "seq2seq-beam4", "transformer-greedy1",
-         "encoder-block", "decoder-block")
+CASES = (
+    "transformer-train",
+    "seq2seq-train",
+    "transformer-beam4",
+    "seq2seq-beam4",
+    "transformer-greedy1",
+    "encoder-block",
+    "decoder-block",
+)
 BLOCK_CASES = {"encoder-block": "encoder block", "decoder-block": "decoder block + cross"}
 BATCH = {"transformer": 64, "seq2seq": 128}
 MAX_LENGTH, VOCAB, BEAM_WIDTH, DECODE_BATCH = 64, 8000, 4, 32
@@ -102,14 +109,20 @@ class SyntheticTokenizer(tokenizers.SubwordTokenizer):
         super().__init__()
         self.seed = seed
         self.lowercase = False
-        self._vocabulary = list(SPECIAL_TOKENS) + [f"piece{i}" for i in range(len(SPECIAL_TOKENS), VOCAB)]
+        self._vocabulary = list(SPECIAL_TOKENS) + [
+            f"piece{i}" for i in range(len(SPECIAL_TOKENS), VOCAB)
+        ]
         self._tokens = tf.constant(self._vocabulary)
 
     def tokenize(self, strings):
         words = tf.strings.split(strings)
         lengths = tf.cast(tf.math.ceil(tf.cast(words.row_lengths(), tf.float32) * 1.15), tf.int64)
         ids = tf.random.stateless_uniform(
-            [tf.reduce_sum(lengths)], [self.seed, 0], minval=len(SPECIAL_TOKENS), maxval=VOCAB, dtype=tf.int32
+            [tf.reduce_sum(lengths)],
+            [self.seed, 0],
+            minval=len(SPECIAL_TOKENS),
+            maxval=VOCAB,
+            dtype=tf.int32,
         )
         return tf.RaggedTensor.from_row_lengths(ids, lengths)
 
@@ -137,8 +150,13 @@ def build_model(kind, vocab_sizes, dropout):
 
 def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimizer):
     data = translation.translation_dataset(
-        train.sources, train.targets, source_tokenizer, target_tokenizer,
-        batch_size=BATCH[kind], max_length=MAX_LENGTH, repeat=True,
+        train.sources,
+        train.targets,
+        source_tokenizer,
+        target_tokenizer,
+        batch_size=BATCH[kind],
+        max_length=MAX_LENGTH,
+        repeat=True,
     )
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.1)
@@ -166,13 +184,16 @@ def training_case(kind, train, source_tokenizer, target_tokenizer, steps, optimi
 
 
 def anchors_training_case(kind, steps, precision):
-    """The job's own training step (`benchmarks/anchors`' harness) on the anchors' cached batches: the batches
-    `python -m benchmarks.anchors.torch_transformer --profile` (or `torch_seq2seq`) profiles PyTorch on."""
+    """The job's own training step (`benchmarks/anchors`' harness) on the anchors'
+    cached batches: the batches `python -m benchmarks.anchors.torch_transformer
+    --profile` (or `torch_seq2seq`) profiles PyTorch on."""
     from benchmarks.anchors import harness
 
     batches, spec = harness.load(kind)
     batches = batches[:steps]
-    train = harness.job_steps(harness.job_config(kind, mixed_precision=precision == "mixed_bfloat16"), spec, batches)
+    train = harness.job_steps(
+        harness.job_config(kind, mixed_precision=precision == "mixed_bfloat16"), spec, batches
+    )
 
     def run():
         iterator = iter(harness.held(batches))
@@ -182,8 +203,10 @@ def anchors_training_case(kind, steps, precision):
 
     run()  # every batch shape traced and compiled (the loss's XLA cluster) before the timing
     lengths = np.mean([(b["source"].shape[1], b["target_in"].shape[1]) for b in batches], axis=0)
-    shape = (f"the anchors' batches ({kind}: {len(batches[0]['source'])} a batch), padded lengths S {lengths[0]:.1f} "
-             f"/ T {lengths[1]:.1f} (mean)")
+    shape = (
+        f"the anchors' batches ({kind}: {len(batches[0]['source'])} a batch), padded lengths S "
+        f"{lengths[0]:.1f} / T {lengths[1]:.1f} (mean)"
+    )
     return run, steps, "training step", shape
 
 
@@ -208,8 +231,17 @@ def block_case(case_name, anchor, steps):
     return run, steps, "training step", f"{who}, batch {batch}, length {length}, width {width}"
 
 
-def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, warmup, width=BEAM_WIDTH,
-              compiled=False):
+def beam_case(
+    kind,
+    train,
+    test,
+    source_tokenizer,
+    target_tokenizer,
+    searches,
+    warmup,
+    width=BEAM_WIDTH,
+    compiled=False,
+):
     vocab_sizes = (source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model = build_model(kind, vocab_sizes, dropout=0.0)
     stepper = decoding.Stepper(model)
@@ -225,7 +257,11 @@ def beam_case(kind, train, test, source_tokenizer, target_tokenizer, searches, w
         if compiled_search:  # as the export's translate_compiled: one XLA program
             return compiled_search(source, width)
         return decoding.search(
-            stepper, source, decoding.max_decode_length(source, cap=MAX_LENGTH), width, eos_id=-1,
+            stepper,
+            source,
+            decoding.max_decode_length(source, cap=MAX_LENGTH),
+            width,
+            eos_id=-1,
         )
 
     for _ in range(warmup):
@@ -338,29 +374,80 @@ def executor_time(plane):
 # Categories (what kind of op) and regions (where in the model).
 
 CONTROL_TYPES = {
-    "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond", "Identity", "IdentityN",
-    "StopGradient", "NoOp", "ControlTrigger", "_SwitchN",
+    "Enter",
+    "Exit",
+    "Merge",
+    "Switch",
+    "NextIteration",
+    "LoopCond",
+    "Identity",
+    "IdentityN",
+    "StopGradient",
+    "NoOp",
+    "ControlTrigger",
+    "_SwitchN",
 }
 REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "ArgMax", "ArgMin", "Cumsum"}
 SHAPE_TYPES = {
-    "Reshape", "Transpose", "_MklTranspose", "ConcatV2", "Concat", "Split", "SplitV", "Pack",
-    "Unpack", "Slice", "StridedSlice", "StridedSliceGrad", "Shape", "ShapeN", "Size", "Rank",
-    "ExpandDims", "Squeeze", "Tile", "BroadcastTo", "BroadcastArgs", "BroadcastGradientArgs",
-    "Range", "Const", "Pad", "PadV2", "ZerosLike", "OnesLike", "Fill", "Where",
-    "TensorScatterUpdate", "DynamicStitch", "InvertPermutation", "_MklReshape",
+    "Reshape",
+    "Transpose",
+    "_MklTranspose",
+    "ConcatV2",
+    "Concat",
+    "Split",
+    "SplitV",
+    "Pack",
+    "Unpack",
+    "Slice",
+    "StridedSlice",
+    "StridedSliceGrad",
+    "Shape",
+    "ShapeN",
+    "Size",
+    "Rank",
+    "ExpandDims",
+    "Squeeze",
+    "Tile",
+    "BroadcastTo",
+    "BroadcastArgs",
+    "BroadcastGradientArgs",
+    "Range",
+    "Const",
+    "Pad",
+    "PadV2",
+    "ZerosLike",
+    "OnesLike",
+    "Fill",
+    "Where",
+    "TensorScatterUpdate",
+    "DynamicStitch",
+    "InvertPermutation",
+    "_MklReshape",
 }
 IO_TYPES = {
-    "ReadVariableOp", "VarHandleOp", "_Recv", "_Send", "_Arg", "_Retval", "_HostRecv", "_HostSend",
-    "IteratorGetNext", "OptionalGetValue", "OptionalHasValue", "IteratorGetNextAsOptional",
+    "ReadVariableOp",
+    "VarHandleOp",
+    "_Recv",
+    "_Send",
+    "_Arg",
+    "_Retval",
+    "_HostRecv",
+    "_HostSend",
+    "IteratorGetNext",
+    "OptionalGetValue",
+    "OptionalHasValue",
+    "IteratorGetNextAsOptional",
     "IteratorGetNextSync",
 }
 OPTIMIZER = re.compile(r"(^|/)(adam|optimizer|sgd)(/|_\d|$)")
 
 
 def is_optimizer(op_type, op_name):
-    return bool(OPTIMIZER.search(op_name.lower())) or op_type.startswith(
-        ("ResourceApply", "ResourceScatter")
-    ) or op_type in ("AssignAddVariableOp", "AssignSubVariableOp", "AssignVariableOp")
+    return (
+        bool(OPTIMIZER.search(op_name.lower()))
+        or op_type.startswith(("ResourceApply", "ResourceScatter"))
+        or op_type in ("AssignAddVariableOp", "AssignSubVariableOp", "AssignVariableOp")
+    )
 
 
 def category(op_type, op_name):
@@ -455,20 +542,37 @@ def main():
     parser.add_argument("--case", choices=CASES, required=True)
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"])
     parser.add_argument("--steps", type=int, default=10, help="training steps profiled")
-    parser.add_argument("--anchor", action="store_true",
-                        help="block cases: profile keras-hub's block instead of ours")
-    parser.add_argument("--optimizer", choices=["fused", "keras"], default="fused",
-                        help="training: the job's FusedAdam or keras.optimizers.Adam")
+    parser.add_argument(
+        "--anchor",
+        action="store_true",
+        help="block cases: profile keras-hub's block instead of ours",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=["fused", "keras"],
+        default="fused",
+        help="training: the job's FusedAdam or keras.optimizers.Adam",
+    )
     parser.add_argument("--searches", type=int, default=2, help="beam searches profiled")
     parser.add_argument("--warmup", type=int, default=2, help="searches run first (beam cases)")
-    parser.add_argument("--compiled", action="store_true",
-                        help="the search compiled by XLA (decoding.CompiledSearch), as translate_compiled runs it")
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="the search compiled by XLA (decoding.CompiledSearch), as translate_compiled runs it",
+    )
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--by", choices=["region", "op", "type"], default="region",
-                        help="top table: op type × model region, every op by name, or op type")
+    parser.add_argument(
+        "--by",
+        choices=["region", "op", "type"],
+        default="region",
+        help="top table: op type × model region, every op by name, or op type",
+    )
     parser.add_argument("--synthetic", action="store_true", help="random ids, Multi30k's lengths")
-    parser.add_argument("--anchors", action="store_true",
-                        help="training cases: the job's step on benchmarks/anchors' cached batches (PyTorch's)")
+    parser.add_argument(
+        "--anchors",
+        action="store_true",
+        help="training cases: the job's step on benchmarks/anchors' cached batches (PyTorch's)",
+    )
     parser.add_argument("--no-xprof", action="store_true", help="read the XSpace without xprof")
     parser.add_argument("--logdir", default=None, help="keep the trace here (TensorBoard/xprof)")
     args = parser.parse_args()
@@ -493,8 +597,15 @@ def main():
             )
         else:
             run, steps, unit, shape = beam_case(
-                kind, train, test, source_tokenizer, target_tokenizer, args.searches, args.warmup,
-                width=1 if what.startswith("greedy") else BEAM_WIDTH, compiled=args.compiled,
+                kind,
+                train,
+                test,
+                source_tokenizer,
+                target_tokenizer,
+                args.searches,
+                args.warmup,
+                width=1 if what.startswith("greedy") else BEAM_WIDTH,
+                compiled=args.compiled,
             )
     setup = time.perf_counter() - started
 
@@ -512,8 +623,10 @@ def main():
         try:
             rows = xprof_op_stats(xplane)
         except Exception as error:  # noqa: BLE001  (whatever went wrong: read it ourselves)
-            print(f"xprof could not read the trace ({type(error).__name__}: {error}); "
-                  "reading it directly")
+            print(
+                f"xprof could not read the trace ({type(error).__name__}: {error}); "
+                "reading it directly"
+            )
             rows, source = own_op_stats(plane), "XSpace read directly"
     data_rows = [row for row in rows if row[0] == "Dataset"]
     rows = [row for row in rows if row[0] not in ("Dataset", "IDLE")]
@@ -554,8 +667,10 @@ def main():
     print(f"\n| op type | {where} | calls / {unit} | ms / {unit} | % |")
     print("|---|---|---:|---:|---:|")
     for key, us in groups.most_common(args.top):
-        print(f"| {key} | {calls[key] / steps:.1f} | {us / 1e3 / steps:.2f} "
-              f"| {100 * us / total_us:.1f} |")
+        print(
+            f"| {key} | {calls[key] / steps:.1f} | {us / 1e3 / steps:.2f} "
+            f"| {100 * us / total_us:.1f} |"
+        )
     if args.logdir:
         print(f"\ntrace: {xplane}")
 

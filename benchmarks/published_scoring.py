@@ -40,7 +40,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../shared/data/multi30k/raw"))
+DATA = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../shared/data/multi30k/raw")
+)
 PUBLISHED_CAPS = (49, 24)  # words kept by a 50- and a 25-step loop that drops its last token
 BEAMS = (1, 4)
 
@@ -142,19 +144,28 @@ def scores(translations, references, tokenize, caps):
     row = {"sacrebleu_13a_lc": round(evaluation.bleu(translations, references)["bleu_tok_lc"], 2)}
     reference_tokens = [tokenize(r) for r in references]
     for cap in caps:
-        row[f"bleu_cap_{cap}"] = round(corpus_bleu([h[:cap] for h in hypotheses], reference_tokens), 2)
+        row[f"bleu_cap_{cap}"] = round(
+            corpus_bleu([h[:cap] for h in hypotheses], reference_tokens), 2
+        )
         row[f"cut_by_cap_{cap}"] = sum(len(h) > cap for h in hypotheses)
     row["words"] = sum(map(len, hypotheses))
     return row
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("export", help="an export folder, saved_models/<name>/<version>")
     parser.add_argument("--src", default=os.path.join(DATA, "test_2016_flickr.de.gz"))
     parser.add_argument("--ref", default=os.path.join(DATA, "test_2016_flickr.en.gz"))
-    parser.add_argument("--caps", type=int, nargs="+", default=list(PUBLISHED_CAPS),
-                        help="output words kept, each scored apart (default: 49 and 24, as published)")
+    parser.add_argument(
+        "--caps",
+        type=int,
+        nargs="+",
+        default=list(PUBLISHED_CAPS),
+        help="output words kept, each scored apart (default: 49 and 24, as published)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--out", default=None, help="also write the scores as JSON here")
     args = parser.parse_args()
@@ -165,7 +176,7 @@ def main():
     try:
         tokenize = spacy_tokenizer()
     except ImportError:
-        parser.error("spaCy is not installed: pip install -e \".[bench]\"")
+        parser.error('spaCy is not installed: pip install -e ".[bench]"')
 
     from pipelines import text
 
@@ -175,10 +186,17 @@ def main():
         parser.error(str(error))
     saved_model = load(args.export)
     result = {"export": args.export, "src": args.src, "ref": args.ref, "sentences": len(test)}
-    result["greedy_ended_by_our_budget"] = ended_by_budget(saved_model, test.sources, args.batch_size)
-    print(f"{args.export}: {len(test)} sentences of {args.src}; greedy translations ended by our own "
-          f"step budget (no [EOS]): {result['greedy_ended_by_our_budget']}")
-    print("decoding   SacreBLEU 13a lc (uncut)   " + "   ".join(f"BLEU, cap {c} (cut)" for c in args.caps))
+    result["greedy_ended_by_our_budget"] = ended_by_budget(
+        saved_model, test.sources, args.batch_size
+    )
+    print(
+        f"{args.export}: {len(test)} sentences of {args.src}; greedy translations ended by our own "
+        f"step budget (no [EOS]): {result['greedy_ended_by_our_budget']}"
+    )
+    print(
+        "decoding   SacreBLEU 13a lc (uncut)   "
+        + "   ".join(f"BLEU, cap {c} (cut)" for c in args.caps)
+    )
     for beam_width in BEAMS:
         started = time.perf_counter()
         translations = translate(saved_model, test.sources, beam_width, args.batch_size)
@@ -186,7 +204,9 @@ def main():
         row["seconds"] = round(time.perf_counter() - started, 1)
         name = "greedy" if beam_width == 1 else f"beam {beam_width}"
         result[name] = row
-        cells = "   ".join(f"{row[f'bleu_cap_{c}']:>9.2f} ({row[f'cut_by_cap_{c}']:>3})" for c in args.caps)
+        cells = "   ".join(
+            f"{row[f'bleu_cap_{c}']:>9.2f} ({row[f'cut_by_cap_{c}']:>3})" for c in args.caps
+        )
         print(f"{name:<10} {row['sacrebleu_13a_lc']:>24.2f}   {cells}")
     if args.out:
         with open(args.out, "w") as f:

@@ -1,4 +1,5 @@
-"""How long a published training recipe takes here: one `Seq2SeqLM` step on a batch of the recipe's size.
+"""How long a published training recipe takes here: one `Seq2SeqLM`
+step on a batch of the recipe's size.
 
     python -m benchmarks.recipe_speed --precision float32 mixed_bfloat16
 
@@ -21,7 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--precision", nargs="+", default=["float32", "mixed_bfloat16"])
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--hidden-dim", type=int, default=128)
@@ -46,8 +49,14 @@ def main():
     for precision in args.precision:
         keras.mixed_precision.set_global_policy(precision)
         backbone = TransformerBackbone(
-            args.vocab_size, args.vocab_size, num_layers=args.num_layers, hidden_dim=args.hidden_dim,
-            num_heads=args.num_heads, intermediate_dim=args.intermediate_dim, dropout=0.3, share_embeddings=True,
+            args.vocab_size,
+            args.vocab_size,
+            num_layers=args.num_layers,
+            hidden_dim=args.hidden_dim,
+            num_heads=args.num_heads,
+            intermediate_dim=args.intermediate_dim,
+            dropout=0.3,
+            share_embeddings=True,
             max_sequence_length=128,
         )
         model = Seq2SeqLM(backbone)
@@ -56,9 +65,12 @@ def main():
         started = time.perf_counter()
         model.fit(batch, steps_per_epoch=args.steps, epochs=1, verbose=0)
         seconds = (time.perf_counter() - started) / args.steps
-        print(f"{precision}: {model.count_params():,} parameters, {1000 * seconds:.0f} ms a step of "
-              f"{args.batch} x {args.length} ids a side, {args.batch * args.length / seconds:,.0f} target tokens/s; "
-              f"{args.updates} updates: {args.updates * seconds / 60:.0f} min", flush=True)
+        print(
+            f"{precision}: {model.count_params():,} parameters, {1000 * seconds:.0f} ms a step of "
+            f"{args.batch} x {args.length} ids a side, {args.batch * args.length / seconds:,.0f} "
+            f"target tokens/s; {args.updates} updates: {args.updates * seconds / 60:.0f} min",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

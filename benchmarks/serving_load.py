@@ -1,4 +1,5 @@
-"""`keras-attn serve` under load: latency, throughput, errors and memory with 1-64 concurrent clients.
+"""`keras-attn serve` under load: latency, throughput, errors and
+memory with 1-64 concurrent clients.
 
     python -m benchmarks.serving_load --translation saved_models/transformer/1 --seconds 20
     python -m benchmarks.serving_load --translation EXPORT --bert EXPORT --clients 1,8,32,64
@@ -50,10 +51,17 @@ import time
 
 from keras_attn.serving.versions import read_metadata
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw")
+DATA = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "multi30k", "raw"
+)
 SOAK_CHUNK = 2500  # the soak reads the server's memory after every this many requests
-HOSTILE = ["", {"b64": base64.b64encode(b"\xff\xfe ein \xc3(").decode()}, "ein hund " * 1250,
-           "a\x00b\x07c\x1bd\u202e", "ein 🐕 läuft 🏃‍♂️ 👩🏽‍🔬"]
+HOSTILE = [
+    "",
+    {"b64": base64.b64encode(b"\xff\xfe ein \xc3(").decode()},
+    "ein hund " * 1250,
+    "a\x00b\x07c\x1bd\u202e",
+    "ein 🐕 läuft 🏃‍♂️ 👩🏽‍🔬",
+]
 
 
 def sentences():
@@ -63,11 +71,15 @@ def sentences():
             return [line.strip() for line in file]
     from pipelines import synthetic
 
-    return synthetic.translation_corpus(seed=0, train_size=10, valid_size=10, test_size=1000)["test"].sources
+    return synthetic.translation_corpus(seed=0, train_size=10, valid_size=10, test_size=1000)[
+        "test"
+    ].sources
 
 
 def bert_export(root):
-    """An untrained BERT mini fill-mask export under `root`/bert (the speed of the preset's graph)."""
+    """An untrained BERT mini fill-mask export under `root`/bert
+    (the speed of the preset's graph).
+    """
     from keras_attn import serving
     from keras_attn.models import BertMaskedLM
     from pipelines import tokenizers
@@ -75,7 +87,9 @@ def bert_export(root):
 
     words = [line.lower() for line in sentences()[:500]]
     vocabulary = tokenizers.learn_wordpiece_vocabulary(words, 4000, lowercase=True)
-    task = BertMaskedLM.from_preset("mini", BertPreprocessor(vocabulary, max_length=64, lowercase=True))
+    task = BertMaskedLM.from_preset(
+        "mini", BertPreprocessor(vocabulary, max_length=64, lowercase=True)
+    )
     return serving.export(serving.BertServer(task), str(root), "bert")
 
 
@@ -94,8 +108,11 @@ def model_bounds(export, texts, sentences=256):
     texts = texts[:sentences]
     bounds = {}
     for beam in (1, 4):
+
         def call(batch):
-            return translate(text=tf.constant(batch), beam_width=tf.constant(beam))["translation"].numpy()
+            return translate(text=tf.constant(batch), beam_width=tf.constant(beam))[
+                "translation"
+            ].numpy()
 
         call(texts[:32]), call(texts[:1])  # warm-up
         alone = []
@@ -107,13 +124,14 @@ def model_bounds(export, texts, sentences=256):
         one_at_a_time = len(texts) / (time.perf_counter() - started)
         started = time.perf_counter()
         for start in range(0, len(texts), 32):
-            call(texts[start:start + 32])
+            call(texts[start : start + 32])
         batched = len(texts) / (time.perf_counter() - started)
         alone.sort()
         bounds["greedy" if beam == 1 else f"beam {beam}"] = {
             "p50_ms": round(1000 * statistics.median(alone), 1),
             "p99_ms": round(1000 * alone[int(0.99 * (len(alone) - 1))], 1),
-            "one_at_a_time_per_s": round(one_at_a_time, 1), "batches_of_32_per_s": round(batched, 1),
+            "one_at_a_time_per_s": round(one_at_a_time, 1),
+            "batches_of_32_per_s": round(batched, 1),
             "batching_gain": round(batched / one_at_a_time, 2),
         }
         print("model alone:", json.dumps(bounds), flush=True)
@@ -161,15 +179,33 @@ async def load(url, request_for, clients, seconds, max_requests):
 
 
 def start_server(root, port, max_batch_size, compiled_model=None):
-    """`keras-attn serve` on `root`, once it answers; with `compiled_model`, once that model's one-text programs
-    are compiled too (its log line), so that no cell shares the cores with XLA's compiler."""
+    """`keras-attn serve` on `root`, once it answers; with `compiled_model`,
+    once that model's one-text programs are compiled too (its log line), so
+    that no cell shares the cores with XLA's compiler."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "keras_attn.cli", "serve", root, "--port", str(port), "--poll-seconds", "0",
-         "--max-batch-size", str(max_batch_size), "--max-request-bytes", str(1 << 20)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "keras_attn.cli",
+            "serve",
+            root,
+            "--port",
+            str(port),
+            "--poll-seconds",
+            "0",
+            "--max-batch-size",
+            str(max_batch_size),
+            "--max-request-bytes",
+            str(1 << 20),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     lines = queue.Queue()  # the server's log, read all along so that its pipe never fills
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stdout], daemon=True
+    ).start()
     line = lines.get(timeout=600)
     if "serving on" not in line:
         sys.exit(f"the server did not start: {line}")
@@ -183,18 +219,33 @@ def start_server(root, port, max_batch_size, compiled_model=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--translation", required=True, help="a translation export (saved_models/<name>/<version>)")
-    parser.add_argument("--bert", help="a BERT export with fill_mask (default: an untrained BERT mini)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--translation", required=True, help="a translation export (saved_models/<name>/<version>)"
+    )
+    parser.add_argument(
+        "--bert", help="a BERT export with fill_mask (default: an untrained BERT mini)"
+    )
     parser.add_argument("--clients", default="1,8,32,64")
     parser.add_argument("--seconds", type=float, default=20.0, help="per cell")
     parser.add_argument("--max-requests", type=int, default=20000, help="per cell")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--soak", type=int, default=10000,
-                        help="then this many greedy translations at 32 clients, with batching: errors and memory")
-    parser.add_argument("--soak-only", action="store_true", help="only the soak (no cells, no run without batching)")
-    parser.add_argument("--ctranslate2", action="store_true",
-                        help="also serve the export converted for CTranslate2 (float32) and load it alike")
+    parser.add_argument(
+        "--soak",
+        type=int,
+        default=10000,
+        help="then this many greedy translations at 32 clients, with batching: errors and memory",
+    )
+    parser.add_argument(
+        "--soak-only", action="store_true", help="only the soak (no cells, no run without batching)"
+    )
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="also serve the export converted for CTranslate2 (float32) and load it alike",
+    )
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
 
@@ -215,26 +266,72 @@ def main():
         return index % 10 == 9
 
     def text(index):
-        return HOSTILE[(index // 10) % len(HOSTILE)] if is_hostile(index) else texts[index % len(texts)]
+        return (
+            HOSTILE[(index // 10) % len(HOSTILE)]
+            if is_hostile(index)
+            else texts[index % len(texts)]
+        )
 
     bounds = None if args.soak_only else model_bounds(args.translation, texts)
     workloads = {
-        "translate, greedy": ("translation", lambda i: {"signature_name": "translate",
-                                                         "inputs": {"text": [text(i)], "beam_width": 1}}),
-        "translate, greedy, one sentence": ("translation", lambda i: {"signature_name": "translate",
-                                                                       "inputs": {"text": [texts[0]], "beam_width": 1}}),
-        "translate, beam 4": ("translation", lambda i: {"signature_name": "translate",
-                                                         "inputs": {"text": [text(i)], "beam_width": 4}}),
-        **({"CTranslate2 translate, greedy": ("translation-ct2", lambda i: {
-                "signature_name": "translate", "inputs": {"text": [text(i)], "beam_width": 1}}),
-            "CTranslate2 translate, beam 4": ("translation-ct2", lambda i: {
-                "signature_name": "translate", "inputs": {"text": [text(i)], "beam_width": 4}})}
-           if args.ctranslate2 else {}),
-        "BERT fill-mask, top 5": ("bert", lambda i: {"signature_name": "fill_mask", "inputs": {
-            "text": [text(i) if is_hostile(i) else f"{texts[i % len(texts)].lower()} [MASK] ."], "top_k": 5}}),
+        "translate, greedy": (
+            "translation",
+            lambda i: {
+                "signature_name": "translate",
+                "inputs": {"text": [text(i)], "beam_width": 1},
+            },
+        ),
+        "translate, greedy, one sentence": (
+            "translation",
+            lambda i: {
+                "signature_name": "translate",
+                "inputs": {"text": [texts[0]], "beam_width": 1},
+            },
+        ),
+        "translate, beam 4": (
+            "translation",
+            lambda i: {
+                "signature_name": "translate",
+                "inputs": {"text": [text(i)], "beam_width": 4},
+            },
+        ),
+        **(
+            {
+                "CTranslate2 translate, greedy": (
+                    "translation-ct2",
+                    lambda i: {
+                        "signature_name": "translate",
+                        "inputs": {"text": [text(i)], "beam_width": 1},
+                    },
+                ),
+                "CTranslate2 translate, beam 4": (
+                    "translation-ct2",
+                    lambda i: {
+                        "signature_name": "translate",
+                        "inputs": {"text": [text(i)], "beam_width": 4},
+                    },
+                ),
+            }
+            if args.ctranslate2
+            else {}
+        ),
+        "BERT fill-mask, top 5": (
+            "bert",
+            lambda i: {
+                "signature_name": "fill_mask",
+                "inputs": {
+                    "text": [
+                        text(i) if is_hostile(i) else f"{texts[i % len(texts)].lower()} [MASK] ."
+                    ],
+                    "top_k": 5,
+                },
+            },
+        ),
     }
     rows, soak = [], None
-    compiled_model = "translation" if read_metadata(args.translation).get("compiled_search") else None
+    compiled_model = (
+        "translation" if read_metadata(args.translation).get("compiled_search") else None
+    )
     for batching in (32,) if args.soak_only else (32, 1):
         server = start_server(root, args.port, batching, compiled_model)
         try:
@@ -245,21 +342,34 @@ def main():
                     if workload.endswith("one sentence") and clients > 1:
                         continue  # the server's own spread: one client, nothing varying
                     before = rss_mb(server.pid)
-                    latencies, errors, wall = asyncio.run(load(url, request_for, clients, args.seconds,
-                                                               args.max_requests))
+                    latencies, errors, wall = asyncio.run(
+                        load(url, request_for, clients, args.seconds, args.max_requests)
+                    )
                     after = rss_mb(server.pid)
                     mixed = not workload.endswith("one sentence")
-                    ordered = sorted(t for index, t in latencies.items() if not (mixed and is_hostile(index)))
-                    hostile = sorted(t for index, t in latencies.items() if mixed and is_hostile(index))
+                    ordered = sorted(
+                        t for index, t in latencies.items() if not (mixed and is_hostile(index))
+                    )
+                    hostile = sorted(
+                        t for index, t in latencies.items() if mixed and is_hostile(index)
+                    )
                     row = {
-                        "batching": batching > 1, "workload": workload, "clients": clients,
-                        "requests": len(latencies) + len(errors), "errors": len(errors),
+                        "batching": batching > 1,
+                        "workload": workload,
+                        "clients": clients,
+                        "requests": len(latencies) + len(errors),
+                        "errors": len(errors),
                         "answers_per_s": round(len(latencies) / wall, 1),
                         "p50_ms": round(1000 * statistics.median(ordered), 1) if ordered else None,
-                        "p99_ms": round(1000 * ordered[int(0.99 * (len(ordered) - 1))], 1) if ordered else None,
-                        "hostile_p50_ms": round(1000 * statistics.median(hostile), 1) if hostile else None,
+                        "p99_ms": round(1000 * ordered[int(0.99 * (len(ordered) - 1))], 1)
+                        if ordered
+                        else None,
+                        "hostile_p50_ms": round(1000 * statistics.median(hostile), 1)
+                        if hostile
+                        else None,
                         "hostile_max_ms": round(1000 * hostile[-1], 1) if hostile else None,
-                        "rss_mb_before": round(before), "rss_mb_after": round(after),
+                        "rss_mb_before": round(before),
+                        "rss_mb_after": round(after),
                         "error_examples": sorted(set(errors))[:3],
                     }
                     rows.append(row)
@@ -267,31 +377,52 @@ def main():
             if batching > 1 and args.soak:
                 url = f"http://127.0.0.1:{args.port}/v1/models/translation:predict"
                 rss, answered, errors, wall = [round(rss_mb(server.pid))], 0, [], 0.0
-                for _ in range(max(args.soak // SOAK_CHUNK, 1)):  # growth that levels off, or a leak
+                # growth that levels off, or a leak
+                for _ in range(max(args.soak // SOAK_CHUNK, 1)):
                     latencies, chunk_errors, chunk_wall = asyncio.run(
-                        load(url, workloads["translate, greedy"][1], 32, 3600, min(args.soak, SOAK_CHUNK)))
+                        load(
+                            url,
+                            workloads["translate, greedy"][1],
+                            32,
+                            3600,
+                            min(args.soak, SOAK_CHUNK),
+                        )
+                    )
                     answered, wall = answered + len(latencies), wall + chunk_wall
                     errors += chunk_errors
                     rss.append(round(rss_mb(server.pid)))
-                soak = {"requests": answered + len(errors), "errors": len(errors), "seconds": round(wall),
-                        f"rss_mb_every_{SOAK_CHUNK}": rss, "error_examples": sorted(set(errors))[:3]}
+                soak = {
+                    "requests": answered + len(errors),
+                    "errors": len(errors),
+                    "seconds": round(wall),
+                    f"rss_mb_every_{SOAK_CHUNK}": rss,
+                    "error_examples": sorted(set(errors))[:3],
+                }
                 print("soak:", json.dumps(soak), flush=True)
         finally:
             server.terminate()
             server.wait(timeout=120)
     shutil.rmtree(root, ignore_errors=True)
     print("\nThe model alone (in process, first 256 sentences):", json.dumps(bounds))
-    print("\n| batching | workload | clients | requests | errors | answers/s | p50 ms | p99 ms | hostile p50, max ms "
-          "| RSS MB before → after |")
+    print(
+        "\n| batching | workload | clients | requests | errors | answers/s | p50 ms | p99 ms | "
+        "hostile p50, max ms | RSS MB before → after |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
-        print(f"| {'on' if r['batching'] else 'off'} | {r['workload']} | {r['clients']} | {r['requests']} | "
-              f"{r['errors']} | {r['answers_per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
-              f"{r['hostile_p50_ms']}, {r['hostile_max_ms']} | "
-              f"{r['rss_mb_before']} → {r['rss_mb_after']} |")
+        print(
+            f"| {'on' if r['batching'] else 'off'} | {r['workload']} | {r['clients']} | "
+            f"{r['requests']} | {r['errors']} | {r['answers_per_s']} | {r['p50_ms']} | "
+            f"{r['p99_ms']} | {r['hostile_p50_ms']}, {r['hostile_max_ms']} | {r['rss_mb_before']} "
+            f"→ {r['rss_mb_after']} |"
+        )
     if args.out:
         with open(args.out, "w") as file:
-            json.dump({"model_alone": bounds, "cells": rows, "soak": soak if args.soak else None}, file, indent=1)
+            json.dump(
+                {"model_alone": bounds, "cells": rows, "soak": soak if args.soak else None},
+                file,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

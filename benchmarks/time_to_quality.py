@@ -14,8 +14,9 @@ After training, each epoch is scored the way a run stopped there would be:
 the weights of the epoch with the lowest validation loss so far (the model
 selection uses val only), on val and on test2016, tokenized-lowercased
 BLEU (close to the published scores' scoring, not the same: see
-benchmarks/REFERENCES.md and benchmarks/published_scoring.py). Prints a row per epoch, the first epoch whose chosen model
-reaches `--bar` on test2016, and the final model's BLEU by source length.
+benchmarks/REFERENCES.md and benchmarks/published_scoring.py). Prints a row
+per epoch, the first epoch whose chosen model reaches `--bar` on test2016,
+and the final model's BLEU by source length.
 Start from an empty run folder: the times of a resumed run would miss its
 first part. The data is read from ../shared/data/multi30k, never copied.
 """
@@ -30,11 +31,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402  (after TF_CPP_MIN_LOG_LEVEL)
-from benchmarks.multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 
+from benchmarks.multi30k import DATA, add_model_arguments, bleu_by_source_length, job_config  # noqa: E402
 from keras_attn import evaluation, serving  # noqa: E402
+from keras_attn.config import Seq2SeqConfig, TranslationConfig  # noqa: E402
 from keras_attn.jobs import translation  # noqa: E402
-from keras_attn.config import TranslationConfig, Seq2SeqConfig  # noqa: E402
 from keras_attn.training.precision import describe_precision, resolve_mixed_precision  # noqa: E402
 
 
@@ -57,7 +58,9 @@ class EpochSnapshots(keras.callbacks.Callback):
         seconds = time.time() - self.started - self.excluded
         writing = time.time()
         self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
-        self.rows.append({"epoch": epoch + 1, "seconds": round(seconds, 1), "val_loss": float(logs["val_loss"])})
+        self.rows.append(
+            {"epoch": epoch + 1, "seconds": round(seconds, 1), "val_loss": float(logs["val_loss"])}
+        )
         with open(os.path.join(self.folder, "epochs.json"), "w") as f:
             json.dump(self.rows, f, indent=1)
         self.excluded += time.time() - writing
@@ -81,7 +84,9 @@ class Seq2SeqSnapshotConfig(_Snapshots, Seq2SeqConfig):
 
 
 def score_epochs(config, model, rows, corpora):
-    """Scores, for each epoch, the task (`Seq2SeqLM`) chosen on val so far; returns the table rows."""
+    """Scores, for each epoch, the task (`Seq2SeqLM`) chosen on val
+    so far; returns the table rows.
+    """
     translator = serving.Translator(model)
     scored = {}
     table = []
@@ -92,28 +97,40 @@ def score_epochs(config, model, rows, corpora):
             model.load_weights(os.path.join(config.snapshot_dir, f"epoch-{chosen}.weights.h5"))
             scored[chosen] = {
                 split: evaluation.bleu(
-                    translation.translate_all(translator, corpora[split].sources, config.beam_width),
+                    translation.translate_all(
+                        translator, corpora[split].sources, config.beam_width
+                    ),
                     corpora[split].targets,
                 )["bleu_tok_lc"]
                 for split in ("valid", "test")
             }
         table.append(
-            dict(row, chosen_epoch=chosen, val_bleu=round(scored[chosen]["valid"], 2),
-                 test_bleu=round(scored[chosen]["test"], 2))
+            dict(
+                row,
+                chosen_epoch=chosen,
+                val_bleu=round(scored[chosen]["valid"], 2),
+                test_bleu=round(scored[chosen]["test"], 2),
+            )
         )
     return table
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_model_arguments(parser)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=800)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights, data order and dropout")
+    parser.add_argument(
+        "--precision", choices=["auto", "float32", "mixed_bfloat16"], default="auto"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the initial weights, data order and dropout"
+    )
     parser.add_argument("--bar", type=float, default=36.5, help="test2016 lc-BLEU to reach")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--out", default=None, help="write the table as JSON here")
@@ -123,10 +140,22 @@ def main():
 
     mixed_precision = resolve_mixed_precision(args.precision)
     config = job_config(
-        "de-en", args, transformer_config=SnapshotConfig, seq2seq_config=Seq2SeqSnapshotConfig,
-        preset="small", epochs=args.epochs, batch_size=args.batch_size, max_sequence_length=64,
-        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, dropout=args.dropout,
-        mixed_precision=mixed_precision, seed=args.seed, run_dir=args.run_dir, verbose=2, export=False,
+        "de-en",
+        args,
+        transformer_config=SnapshotConfig,
+        seq2seq_config=Seq2SeqSnapshotConfig,
+        preset="small",
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        max_sequence_length=64,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        dropout=args.dropout,
+        mixed_precision=mixed_precision,
+        seed=args.seed,
+        run_dir=args.run_dir,
+        verbose=2,
+        export=False,
         snapshot_dir=os.path.join(args.run_dir, "epochs"),
     )
     print(describe_precision(mixed_precision))
@@ -138,13 +167,15 @@ def main():
     print("epoch  train s  val loss  chosen  val BLEU  test2016 BLEU")
     for row in table:
         print(
-            f"{row['epoch']:5d}  {row['seconds']:7.0f}  {row['val_loss']:8.4f}  {row['chosen_epoch']:6d}"
-            f"  {row['val_bleu']:8.2f}  {row['test_bleu']:13.2f}"
+            f"{row['epoch']:5d}  {row['seconds']:7.0f}  {row['val_loss']:8.4f}  "
+            f"{row['chosen_epoch']:6d}  {row['val_bleu']:8.2f}  {row['test_bleu']:13.2f}"
         )
     reached = next((row for row in table if row["test_bleu"] >= args.bar), None)
     if reached:
-        print(f"test2016 lc-BLEU {reached['test_bleu']} >= {args.bar} after epoch {reached['epoch']}, "
-              f"{reached['seconds']:.0f} s of training")
+        print(
+            f"test2016 lc-BLEU {reached['test_bleu']} >= {args.bar} after epoch "
+            f"{reached['epoch']}, {reached['seconds']:.0f} s of training"
+        )
     else:
         print(f"test2016 lc-BLEU never reached {args.bar}")
     corpus = corpora["test"]
@@ -152,9 +183,16 @@ def main():
     print("the final model (chosen on val) by source length:", json.dumps(by_length))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "epochs": table, "bleu_by_source_length": by_length,
-                       "final_test": {k: v for k, v in result.metrics.items() if k != "hypotheses"}},
-                      f, indent=1)
+            json.dump(
+                {
+                    "command": " ".join(sys.argv),
+                    "epochs": table,
+                    "bleu_by_source_length": by_length,
+                    "final_test": {k: v for k, v in result.metrics.items() if k != "hypotheses"},
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from keras_attn.config import TranslationConfig  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
@@ -39,12 +40,24 @@ CASES = ("float32:plain", "float32:xla", "mixed_bfloat16:plain", "mixed_bfloat16
 def job_config(run_dir, precision, xla, batch_size):
     path = lambda split, lang: str(DATA / f"{split}.{lang}.gz")  # noqa: E731
     return TranslationConfig(
-        src=path("train", "de"), tgt=path("train", "en"),
-        valid_src=path("val", "de"), valid_tgt=path("val", "en"),
-        test_src=path("test_2016_flickr", "de"), test_tgt=path("test_2016_flickr", "en"),
-        preset="small", epochs=1, batch_size=batch_size, max_sequence_length=64, beam_width=1, samples=0,
-        mixed_precision=precision == "mixed_bfloat16", jit_compile=xla, run_dir=str(run_dir),
-        export=False, verbose=2, backup_every=0,
+        src=path("train", "de"),
+        tgt=path("train", "en"),
+        valid_src=path("val", "de"),
+        valid_tgt=path("val", "en"),
+        test_src=path("test_2016_flickr", "de"),
+        test_tgt=path("test_2016_flickr", "en"),
+        preset="small",
+        epochs=1,
+        batch_size=batch_size,
+        max_sequence_length=64,
+        beam_width=1,
+        samples=0,
+        mixed_precision=precision == "mixed_bfloat16",
+        jit_compile=xla,
+        run_dir=str(run_dir),
+        export=False,
+        verbose=2,
+        backup_every=0,
     )
 
 
@@ -58,8 +71,13 @@ def batch_shapes(config, length_multiples):
     counts = {}
     for multiple in length_multiples:
         epoch = translation.translation_epochs(
-            train.sources, train.targets, source_tokenizer, target_tokenizer,
-            batch_size=config.batch_size, max_length=config.max_sequence_length, seed=config.seed,
+            train.sources,
+            train.targets,
+            source_tokenizer,
+            target_tokenizer,
+            batch_size=config.batch_size,
+            max_length=config.max_sequence_length,
+            seed=config.seed,
             length_multiple=multiple,
         )(0)
         counts[multiple] = len({(tuple(x["source"].shape), tuple(y.shape)) for x, y in epoch})
@@ -80,15 +98,21 @@ def run_case(case, root, vocabularies, batch_size):
     line = next(line for line in printed.getvalue().splitlines() if line.startswith("epoch 1/1"))
     ms_per_step = float(re.search(r"\((\d+) ms/step\)", line).group(1))
     return dict(
-        seconds=result.metrics["train_seconds"], ms_per_step=ms_per_step,
-        val_loss=result.history["val_loss"][-1], steps=result.steps,
+        seconds=result.metrics["train_seconds"],
+        ms_per_step=ms_per_step,
+        val_loss=result.history["val_loss"][-1],
+        steps=result.steps,
     )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    parser.add_argument("--repeats", type=int, default=2, help="in order, then in reverse order, ...")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="in order, then in reverse order, ..."
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
     if not DATA.is_dir():
@@ -101,9 +125,11 @@ def main():
         os.makedirs(first.run_dir)
         multiple = translation.XLA_LENGTH_MULTIPLE
         shapes = batch_shapes(first, (1, multiple))
-        print(f"load average {os.getloadavg()[0]:.1f}; distinct batch shapes in an epoch: "
-              f"{shapes[1]} as batched, {shapes[multiple]} rounded to multiples of {multiple} (XLA)",
-              flush=True)
+        print(
+            f"load average {os.getloadavg()[0]:.1f}; distinct batch shapes in an epoch: "
+            f"{shapes[1]} as batched, {shapes[multiple]} rounded to multiples of {multiple} (XLA)",
+            flush=True,
+        )
         vocabularies = sorted((root / "vocabularies").glob("vocab.*.txt"))
         results = {case: [] for case in args.cases}
         for repeat in range(args.repeats):
@@ -111,9 +137,12 @@ def main():
                 started = time.strftime("%H:%M:%S")
                 result = run_case(case, root, vocabularies, args.batch_size)
                 results[case].append(result)
-                print(f"{started} {case:<22} {result['seconds']:5.0f} s  {result['ms_per_step']:5.0f} ms/step  "
-                      f"val_loss {result['val_loss']:.4f}  ({result['steps']} steps, load "
-                      f"{os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"{started} {case:<22} {result['seconds']:5.0f} s  "
+                    f"{result['ms_per_step']:5.0f} ms/step  val_loss {result['val_loss']:.4f}  "
+                    f"({result['steps']} steps, load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
         base = min(r["seconds"] for r in results[args.cases[0]])
         print(f"best of {args.repeats}, relative to {args.cases[0]}:")
         for case, runs in results.items():

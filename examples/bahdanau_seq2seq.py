@@ -29,7 +29,6 @@ from keras_attn.special_tokens import PAD_ID  # noqa: E402
 from pipelines.synthetic import reversal_task  # noqa: E402
 
 
-
 def bahdanau_seq2seq(vocabulary_size, hidden_dim):
     """Embedding → bidirectional LSTM → LSTM decoder attending with vᵀ tanh(W s + U h).
 
@@ -38,19 +37,29 @@ def bahdanau_seq2seq(vocabulary_size, hidden_dim):
     (teacher forcing), step by step inside, attending to the h_j at each step.
     """
     return Seq2SeqBackbone(
-        vocabulary_size, vocabulary_size, hidden_dim=hidden_dim, bidirectional=True,
-        attention="bahdanau", dropout=0.0,
+        vocabulary_size,
+        vocabulary_size,
+        hidden_dim=hidden_dim,
+        bidirectional=True,
+        attention="bahdanau",
+        dropout=0.0,
     )
 
 
 def exact_match(model, source, target):
     """Greedy decoding with the cached stepper; the share of outputs equal to the target."""
-    tokens = decoding.greedy_search(decoding.Stepper(model), source, target.shape[1])["tokens"].numpy()
+    tokens = decoding.greedy_search(decoding.Stepper(model), source, target.shape[1])[
+        "tokens"
+    ].numpy()
     lengths = (target != PAD_ID).sum(1) - 1  # output tokens, [EOS] included
-    return float(np.mean([
-        tokens.shape[1] >= n and np.array_equal(tokens[i, :n], target[i, 1 : n + 1])
-        for i, n in enumerate(lengths)
-    ]))
+    return float(
+        np.mean(
+            [
+                tokens.shape[1] >= n and np.array_equal(tokens[i, :n], target[i, 1 : n + 1])
+                for i, n in enumerate(lengths)
+            ]
+        )
+    )
 
 
 def main(argv=None):
@@ -76,8 +85,11 @@ def main(argv=None):
         )
     # fit splits each global batch of 64 between the replicas.
     model.fit(
-        {"source": source, "target_in": target[:, :-1]}, target[:, 1:],
-        batch_size=64, epochs=epochs, verbose=0 if tiny else "auto",
+        {"source": source, "target_in": target[:, :-1]},
+        target[:, 1:],
+        batch_size=64,
+        epochs=epochs,
+        verbose=0 if tiny else "auto",
     )
     test_source, test_target = reversal_task(200, vocabulary_size, longest, seed=1)
     score = exact_match(model, test_source, test_target)

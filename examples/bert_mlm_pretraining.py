@@ -1,4 +1,5 @@
-"""BERT's masked-language-model pretraining, built from `keras_attn.layers`, trained with `model.fit`.
+"""BERT's masked-language-model pretraining, built from
+`keras_attn.layers`, trained with `model.fit`.
 
 The model is BERT's encoder (`BertEmbedding`, `TransformerEncoderBlock`s
 with GELU) and its MLM head (`MaskedLMHead`, whose output weights are the
@@ -32,23 +33,30 @@ def bert_mlm(vocabulary_size, max_length, hidden_dim, num_layers, num_heads):
     segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
     mask_positions = keras.Input((None,), dtype="int32", name="mask_positions")
     # Token + segment + learned position embeddings; [PAD] (id 0) becomes the Keras mask.
-    embedding = layers.BertEmbedding(vocabulary_size, max_length, num_segments=2, hidden_dim=hidden_dim)
+    embedding = layers.BertEmbedding(
+        vocabulary_size, max_length, num_segments=2, hidden_dim=hidden_dim
+    )
     x = embedding(token_ids, segment_ids)
     for _ in range(num_layers):  # post-norm blocks, as in BERT
         x = layers.TransformerEncoderBlock(
             num_heads, intermediate_dim=4 * hidden_dim, activation="gelu", layer_norm_epsilon=1e-12
         )(x)
     # Logits at the masked positions only, projected with the token embedding table itself.
-    logits = layers.MaskedLMHead(vocabulary_size, token_embedding=embedding.token_embedding)(x, mask_positions)
+    logits = layers.MaskedLMHead(vocabulary_size, token_embedding=embedding.token_embedding)(
+        x, mask_positions
+    )
     return keras.Model(
-        {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": mask_positions}, logits
+        {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": mask_positions},
+        logits,
     )
 
 
 def masked_batches(corpus, preprocessor, epoch, **settings):
     """(features, original tokens, weights): the weights are 0 where a row has fewer masks."""
     data = pretraining.pretraining_dataset(corpus, preprocessor, epoch=epoch, **settings)
-    return data.map(lambda features, labels: (features, labels["mlm_labels"], labels["mlm_weights"]))
+    return data.map(
+        lambda features, labels: (features, labels["mlm_labels"], labels["mlm_weights"])
+    )
 
 
 def main(argv=None):
@@ -75,7 +83,9 @@ def main(argv=None):
 
     # Epoch e's pairs and masks come from a dataset of its own: a new mask every epoch.
     steps = int(masked_batches(train, preprocessor, 0, **settings).cardinality())
-    data = tf.data.Dataset.range(epochs).flat_map(lambda epoch: masked_batches(train, preprocessor, epoch, **settings))
+    data = tf.data.Dataset.range(epochs).flat_map(
+        lambda epoch: masked_batches(train, preprocessor, epoch, **settings)
+    )
 
     model = bert_mlm(len(vocabulary), max_length, hidden_dim, num_layers, num_heads=2)
     model.compile(

@@ -1,4 +1,5 @@
-"""The Keras-native way: presets, `fit` under MirroredStrategy, `generate` and `fill_mask`, `.keras` files.
+"""The Keras-native way: presets, `fit` under MirroredStrategy,
+`generate` and `fill_mask`, `.keras` files.
 
 A Transformer translator for the built-in corpus and a BERT for the
 built-in documents, built with the library's classes instead of the
@@ -45,7 +46,8 @@ from pipelines import pretraining, synthetic, synthetic_documents, translation  
 from pipelines.preprocessors import BertPreprocessor, TranslationPreprocessor  # noqa: E402
 from pipelines.tokenizers import learn_wordpiece_vocabulary  # noqa: E402
 
-FILL_MASK = "The sharp knife is [MASK] to the heavy pan."  # the built-in documents' objects sit beside each other
+# The built-in documents' objects sit beside each other.
+FILL_MASK = "The sharp knife is [MASK] to the heavy pan."
 
 
 def main(argv=None):
@@ -55,15 +57,19 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="where the .keras file and the SavedModel go")
     args = parser.parse_args(argv)
     tiny = args.tiny or os.environ.get("KERAS_ATTN_EXAMPLES_TINY") == "1"
-    pairs, epochs, size = (1024, 1, dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64)) if tiny else (
-        8000, 4, {})
+    pairs, epochs, size = (
+        (1024, 1, dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64))
+        if tiny
+        else (8000, 4, {})
+    )
     out = Path(args.out or tempfile.mkdtemp(prefix="keras-native-"))
 
     keras.utils.set_random_seed(0)
     corpus = synthetic.translation_corpus(seed=0, train_size=pairs, valid_size=64, test_size=8)
     train = corpus["train"]
     preprocessor = TranslationPreprocessor(
-        learn_wordpiece_vocabulary(train.sources, 1000), learn_wordpiece_vocabulary(train.targets, 1000),
+        learn_wordpiece_vocabulary(train.sources, 1000),
+        learn_wordpiece_vocabulary(train.targets, 1000),
         max_length=32,
     )
     strategy = tf.distribute.MirroredStrategy(args.devices)
@@ -72,8 +78,13 @@ def main(argv=None):
         model = Seq2SeqLM.from_preset("tiny", preprocessor, **size)
         model.compile(warmup_steps=50)
     batches = translation.translation_dataset(
-        train.sources, train.targets, preprocessor.source_tokenizer, preprocessor.target_tokenizer,
-        batch_size=64, max_length=preprocessor.max_length, drop_remainder=True,
+        train.sources,
+        train.targets,
+        preprocessor.source_tokenizer,
+        preprocessor.target_tokenizer,
+        batch_size=64,
+        max_length=preprocessor.max_length,
+        drop_remainder=True,
     )
     model.fit(batches, epochs=epochs, verbose=0 if tiny else 2)
 
@@ -84,38 +95,62 @@ def main(argv=None):
 
     model.save(out / "translator.keras")
     reloaded = keras.saving.load_model(out / "translator.keras")
-    same_after_reload = reloaded.generate(sources) == greedy and reloaded.generate(sources, beam_width=4) == beam
+    same_after_reload = (
+        reloaded.generate(sources) == greedy and reloaded.generate(sources, beam_width=4) == beam
+    )
 
     path = serving.export(serving.Translator(model), out / "saved_models", "translator")
     saved_model = tf.saved_model.load(path)  # kept: a dropped SavedModel loses its variables
-    served = saved_model.translate(text=tf.constant(sources), beam_width=tf.constant(4))["translation"]
+    served = saved_model.translate(text=tf.constant(sources), beam_width=tf.constant(4))[
+        "translation"
+    ]
     served = [text.decode("utf-8") for text in served.numpy()]
-    print(f"reloaded .keras translates the same: {same_after_reload}; the SavedModel ({path}) too: {served == beam}")
-    return {"greedy": greedy, "beam": beam, "reloaded_same": same_after_reload, "served": served,
-            "replicas": strategy.num_replicas_in_sync, "bert": bert(strategy, out, tiny)}
+    print(
+        f"reloaded .keras translates the same: {same_after_reload}; the SavedModel ({path}) too: "
+        f"{served == beam}"
+    )
+    return {
+        "greedy": greedy,
+        "beam": beam,
+        "reloaded_same": same_after_reload,
+        "served": served,
+        "replicas": strategy.num_replicas_in_sync,
+        "bert": bert(strategy, out, tiny),
+    }
 
 
 def bert(strategy, out, tiny):
     """BERT pretraining on the built-in documents, then `fill_mask`: step 6 of the module's list."""
-    documents, epochs, size = (400, 2, dict(num_layers=1, hidden_dim=32, num_heads=2)) if tiny else (3000, 8, {})
+    documents, epochs, size = (
+        (400, 2, dict(num_layers=1, hidden_dim=32, num_heads=2)) if tiny else (3000, 8, {})
+    )
     documents = synthetic_documents.document_corpus(documents, seed=0)
     sentences = [sentence for document in documents for sentence in document]
     preprocessor = BertPreprocessor(
-        learn_wordpiece_vocabulary(sentences, 1000, lowercase=True), max_length=64, lowercase=True,
+        learn_wordpiece_vocabulary(sentences, 1000, lowercase=True),
+        max_length=64,
+        lowercase=True,
     )
     with strategy.scope():
         model = BertPretrainer.from_preset("tiny", preprocessor, **size)
         model.compile(learning_rate=2e-3)
     corpus = pretraining.tokenize_documents(documents, preprocessor.tokenizer)
 
-    # epoch -> its batches (new pairs and masks every epoch), of the preprocessor's vocabulary and length
+    # epoch -> its batches (new pairs and masks every epoch), of the
+    # preprocessor's vocabulary and length
     pairs = pretraining.pretraining_epochs(corpus, preprocessor, batch_size=32)
-    model.fit(tf.data.Dataset.range(epochs).flat_map(pairs), epochs=epochs,
-              steps_per_epoch=int(pairs(0).cardinality()), verbose=0 if tiny else 2)
+    model.fit(
+        tf.data.Dataset.range(epochs).flat_map(pairs),
+        epochs=epochs,
+        steps_per_epoch=int(pairs(0).cardinality()),
+        verbose=0 if tiny else 2,
+    )
     answers = model.fill_mask([FILL_MASK], top_k=3)
     print(f"{FILL_MASK} → {answers[0]['filled']}  ({answers[0]['masks'][0]})")
     model.save(out / "bert.keras")
-    same_after_reload = keras.saving.load_model(out / "bert.keras").fill_mask([FILL_MASK], top_k=3) == answers
+    same_after_reload = (
+        keras.saving.load_model(out / "bert.keras").fill_mask([FILL_MASK], top_k=3) == answers
+    )
     print(f"reloaded .keras fills the same: {same_after_reload}")
     return {"answers": answers, "reloaded_same": same_after_reload}
 

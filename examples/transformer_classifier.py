@@ -42,7 +42,9 @@ def order_data(count, vocabulary_size, longest, seed):
 def transformer_classifier(vocabulary_size, longest, hidden_dim, num_layers):
     tokens = keras.Input((None,), dtype="int32")
     # Token + sinusoidal position embedding; mask_zero makes [PAD] a Keras mask.
-    x = layers.TokenAndPositionEmbedding(vocabulary_size, longest, hidden_dim, mask_zero=True)(tokens)
+    x = layers.TokenAndPositionEmbedding(vocabulary_size, longest, hidden_dim, mask_zero=True)(
+        tokens
+    )
     for _ in range(num_layers):
         x = layers.TransformerEncoderBlock(num_heads=4, intermediate_dim=2 * hidden_dim)(x)
     x = keras.layers.GlobalAveragePooling1D()(x)  # the mean over real tokens only

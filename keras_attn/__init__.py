@@ -1,10 +1,10 @@
 """keras-attn: attention models in TensorFlow/Keras, from tf.data to SavedModel serving.
 
 Importing it registers the package's Keras classes (the layers; with TensorFlow as the backend, the
-backbones and tasks too, whose loading registers the preprocessors), so that `keras.saving.load_model`
-reads its `.keras` files, as importing keras-hub does for its own. TensorFlow's start-up lines are held
-back while it loads, and its native log is quiet (`TF_CPP_MIN_LOG_LEVEL=3`) unless that variable is set
-before the import.
+backbones and tasks too, whose loading registers the preprocessors), so that
+`keras.saving.load_model` reads its `.keras` files, as importing keras-hub does for its own.
+TensorFlow's start-up lines are held back while it loads, and its native log is quiet
+(`TF_CPP_MIN_LOG_LEVEL=3`) unless that variable is set before the import.
 """
 
 import os

@@ -1,17 +1,17 @@
 """The `keras-attn` command line.
 
     keras-attn train transformer|seq2seq [--src F --tgt F | --data F.tsv] [options]
-    keras-attn translate MODEL_DIR [TEXT ...]        (stdin when no TEXT; MODEL_DIR may be an export-ct2 folder)
-    keras-attn evaluate MODEL_DIR [--src F --ref F]  (default: its run's test split)
-    keras-attn export-ct2 MODEL_DIR OUT [--quantization int8]   (a Transformer's run folder or export)
-    keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png   (an IMAGE for a captioning export)
+    keras-attn translate MODEL_DIR [TEXT ...]   (stdin when no TEXT; or an export-ct2 folder)
+    keras-attn evaluate MODEL_DIR [--src F --ref F]   (default: its run's test split)
+    keras-attn export-ct2 MODEL_DIR OUT [--quantization int8]   (a Transformer's run or export)
+    keras-attn plot-attention MODEL_DIR TEXT --out runs/attention.png   (or an IMAGE: a captioner)
     keras-attn train captioner [--data FOLDER --captions FILE] [options]
     keras-attn caption MODEL_DIR IMAGE [IMAGE ...]
     keras-attn pretrain bert [--data FILES_OR_DIRS ...] [options]
-    keras-attn fill-mask MODEL_DIR [TEXT ...]        (stdin when no TEXT)
-    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (an export, a run folder, a checkpoint)
+    keras-attn fill-mask MODEL_DIR [TEXT ...]   (stdin when no TEXT)
+    keras-attn finetune MODEL_DIR --train F.tsv [--valid F.tsv] [--test F.tsv]   (or a checkpoint)
     keras-attn classify MODEL_DIR [TEXT ...] [--top-k K]   (TEXT_A<TAB>TEXT_B for a pair)
-    keras-attn import FOLDER OUT                     (a Hugging Face BERT or Marian folder as our export)
+    keras-attn import FOLDER OUT   (a Hugging Face BERT or Marian folder as our export)
 
 Options and arguments may come in any order; options are never abbreviated.
 
@@ -31,14 +31,15 @@ from keras_attn.quiet import stderr_held
 
 PROG = "keras-attn"
 
+
 def _quiet_tensorflow():
     """Imports TensorFlow without its start-up logging reaching the user."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     with stderr_held():
+        import keras  # noqa: F401
         import tensorflow  # noqa: F401
         import tensorflow_text  # noqa: F401
-        import keras  # noqa: F401
 
 
 def _checked(convert, holds, requirement):
@@ -72,8 +73,9 @@ _rate = _checked(float, lambda value: 0 < value < 1, "in (0, 1)")
 
 
 class _Parser(argparse.ArgumentParser):
-    """An `ArgumentParser` with no abbreviated options, whose errors are one line naming the command
-    and pointing to its `--help`: `keras-attn: error: translate: ... (see keras-attn translate --help)`.
+    """An `ArgumentParser` with no abbreviated options, whose errors are
+    one line naming the command and pointing to its `--help`: `keras-attn:
+    error: translate: ... (see keras-attn translate --help)`.
 
     (With abbreviations `--epoch 3` would be taken as `--epochs 3`.)
     """
@@ -113,25 +115,44 @@ class _CommandParser(_Parser):
         finally:
             self._intermixing = False
         if extras:  # refused here, so that the message points to this command's --help
-            close = difflib.get_close_matches(extras[0], _options(self), n=1) if extras[0].startswith("--") else []
+            close = (
+                difflib.get_close_matches(extras[0], _options(self), n=1)
+                if extras[0].startswith("--")
+                else []
+            )
             hint = f"; did you mean {close[0]}?" if close else ""
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return namespace, extras
 
     def _family_first(self, args):
-        """`args` with the family's name moved first (`train --epochs 2 seq2seq` is `train seq2seq --epochs 2`);
-        refuses in one line the flags that belong to other families only."""
+        """`args` with the family's name moved first (`train --epochs 2 seq2seq` is `train seq2seq
+        --epochs 2`); refuses in one line the flags that belong to other families only."""
         families = self._subparsers._group_actions[0].choices
-        with_values = {option for parser in families.values() for action in parser._actions if action.nargs != 0
-                       for option in action.option_strings}
-        at = next((at for at, word in enumerate(args) if word in families
-                   and (at == 0 or args[at - 1] not in with_values)), None)
+        with_values = {
+            option
+            for parser in families.values()
+            for action in parser._actions
+            if action.nargs != 0
+            for option in action.option_strings
+        }
+        at = next(
+            (
+                at
+                for at, word in enumerate(args)
+                if word in families and (at == 0 or args[at - 1] not in with_values)
+            ),
+            None,
+        )
         if at is None:
             return args
-        family, rest = args[at], args[:at] + args[at + 1:]
+        family, rest = args[at], args[:at] + args[at + 1 :]
         given = dict.fromkeys(word.split("=")[0] for word in rest if word.startswith("--"))
-        foreign = [flag for flag in given if flag not in _options(families[family])
-                   and any(flag in _options(parser) for parser in families.values())]
+        foreign = [
+            flag
+            for flag in given
+            if flag not in _options(families[family])
+            and any(flag in _options(parser) for parser in families.values())
+        ]
         if foreign:
             owners = [name for name, parser in families.items() if _options(parser) & set(foreign)]
             command = self.prog.removeprefix(PROG).strip()
@@ -148,9 +169,17 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-_CHECKS = {config.FRACTION: _fraction, config.RATE: _rate, config.POSITIVE: _positive,
-           config.NON_NEGATIVE: _non_negative}
-_WHOLE_NUMBERS = {"at_least": _at_least, "between": _between}  # the constraints written as (kind, bounds...)
+_CHECKS = {
+    config.FRACTION: _fraction,
+    config.RATE: _rate,
+    config.POSITIVE: _positive,
+    config.NON_NEGATIVE: _non_negative,
+}
+# the constraints written as (kind, bounds...)
+_WHOLE_NUMBERS = {
+    "at_least": _at_least,
+    "between": _between,
+}
 
 
 def _decay_parameter(text):
@@ -175,7 +204,8 @@ def _convert(name, value):
 
 
 def _add_config_flags(parser, config_class, only=None):
-    """Adds to `parser` a flag for each field of `config_class` that has help (`only`: those of these names).
+    """Adds to `parser` a flag for each field of `config_class` that
+    has help (`only`: those of these names).
 
     Flags keep argparse's SUPPRESS as default: only what is given reaches
     the config, which supplies the rest (its defaults are shown in `--help`).
@@ -186,10 +216,15 @@ def _add_config_flags(parser, config_class, only=None):
         if only is not None and field.name not in only:
             continue
         group = metadata["group"]
-        where = groups.get(group) or groups.setdefault(group, parser.add_argument_group(group) if group else parser)
+        where = groups.get(group) or groups.setdefault(
+            group, parser.add_argument_group(group) if group else parser
+        )
         default = metadata.get("cli_default", field.default)
-        help = metadata["help"] if any(default is hidden for hidden in (None, False, True)) else (
-            f"{metadata['help']} (default: {default})")
+        help = (
+            metadata["help"]
+            if any(default is hidden for hidden in (None, False, True))
+            else (f"{metadata['help']} (default: {default})")
+        )
         options = dict(help=help.replace("%", "%%"), default=argparse.SUPPRESS)
         for key in ("choices", "nargs", "metavar", "required"):
             if key in metadata:
@@ -226,23 +261,35 @@ def _config_from(args, config_class):
 
 
 def _refuse_export_flags_with_no_export(args, config_class):
-    """--export ROOT or --force-export beside --no-export: the job would export nothing and ignore them.
+    """--export ROOT or --force-export beside --no-export: the job
+    would export nothing and ignore them.
 
-    Refused here, where only the flags given are in `args`: a config made in Python may keep its export
-    settings while turning the export off.
+    Refused here, where only the flags given are in `args`: a config made in Python may keep its
+    export settings while turning the export off.
     """
     if vars(args).get("export") is not False:
         return
     fields = {field.name: field for field, _ in config.flags(config_class)}
-    ignored = [config.flag_name(fields[name]) for name in ("export_root", "force_export") if name in vars(args)]
+    ignored = [
+        config.flag_name(fields[name])
+        for name in ("export_root", "force_export")
+        if name in vars(args)
+    ]
     if ignored:
-        raise UserError(f"{', '.join(ignored)}: not with {config.flag_name(fields['export'])}, which exports nothing")
+        raise UserError(
+            f"{', '.join(ignored)}: not with {config.flag_name(fields['export'])}, which exports "
+            "nothing"
+        )
 
 
-TRAIN_JOBS = {job.family: job for job in (config.TranslationConfig, config.Seq2SeqConfig, config.CaptionConfig)}
+TRAIN_JOBS = {
+    job.family: job
+    for job in (config.TranslationConfig, config.Seq2SeqConfig, config.CaptionConfig)
+}
 TRAINS = {  # what `train FAMILY` trains
     "transformer": "the Transformer (Vaswani et al. 2017) to translate",
-    "seq2seq": "an RNN encoder-decoder with attention (Bahdanau et al. 2015, Luong et al. 2015) to translate",
+    "seq2seq": "an RNN encoder-decoder with attention (Bahdanau et al. 2015, Luong et al. 2015) "
+    "to translate",
     "captioner": "an image captioner with visual attention (Show, Attend and Tell, Xu et al. 2015)",
 }
 
@@ -259,70 +306,144 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name, description):
-        return commands.add_parser(name, help=description, description=description, formatter_class=_HelpFormatter)
+        return commands.add_parser(
+            name, help=description, description=description, formatter_class=_HelpFormatter
+        )
 
     train = command("train", "train a model, evaluate it and export it")
-    families = train.add_subparsers(dest="job", metavar="FAMILY", required=True, parser_class=_CommandParser,
-                                    help="the model to train; keras-attn train FAMILY --help lists its flags")
+    families = train.add_subparsers(
+        dest="job",
+        metavar="FAMILY",
+        required=True,
+        parser_class=_CommandParser,
+        help="the model to train; keras-attn train FAMILY --help lists its flags",
+    )
     for family, config_class in TRAIN_JOBS.items():
-        _add_config_flags(families.add_parser(family, help=TRAINS[family], formatter_class=_HelpFormatter,
-                                              description=f"train {TRAINS[family]}, evaluate it and export it"),
-                          config_class)
+        _add_config_flags(
+            families.add_parser(
+                family,
+                help=TRAINS[family],
+                formatter_class=_HelpFormatter,
+                description=f"train {TRAINS[family]}, evaluate it and export it",
+            ),
+            config_class,
+        )
 
     translate = command("translate", "translate with an exported model")
-    translate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2")
-    translate.add_argument("text", nargs="*", default=[],
-                           help="sentences (default: one per line on standard input); an empty one translates to an empty line")
+    translate.add_argument(
+        "model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2"
+    )
+    translate.add_argument(
+        "text",
+        nargs="*",
+        default=[],
+        help=(
+            "sentences (default: one per line on standard input); an empty one translates to an "
+            "empty line"
+        ),
+    )
     _add_beam_width(translate, default=4)
 
-    ct2 = command("export-ct2", "convert a Transformer's run folder or export into a CTranslate2 model folder (its "
-                                "fast decoding; keras-attn translate OUT tokenizes as the model did)")
-    ct2.add_argument("model_dir", help="a run folder of keras-attn train transformer (runs/<name>: its best weights) "
-                                       "or its export (saved_models/<name>/<version>)")
+    ct2 = command(
+        "export-ct2",
+        "convert a Transformer's run folder or export into a CTranslate2 model folder (its "
+        "fast decoding; keras-attn translate OUT tokenizes as the model did)",
+    )
+    ct2.add_argument(
+        "model_dir",
+        help="a run folder of keras-attn train transformer (runs/<name>: its best weights) "
+        "or its export (saved_models/<name>/<version>)",
+    )
     ct2.add_argument("out", help="the CTranslate2 model folder to write")
-    ct2.add_argument("--quantization", choices=config.CT2_QUANTIZATIONS, help="store the weights as this type (default: float32)")
+    ct2.add_argument(
+        "--quantization",
+        choices=config.CT2_QUANTIZATIONS,
+        help="store the weights as this type (default: float32)",
+    )
     ct2.add_argument("--force", action="store_true", help="replace an existing OUT")
 
     evaluate = command("evaluate", "exact match, BLEU and chrF of an exported model on a test set")
-    evaluate.add_argument("model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2 "
-                                            "(with --src and --ref)")
-    evaluate.add_argument("--src", help=f"source sentences, one a line (default: the test split its run wrote, runs/<name>/{run_folder.TEST_SOURCE})")
-    evaluate.add_argument("--ref", help=f"reference translations, line-aligned with --src (default: runs/<name>/{run_folder.TEST_REFERENCE})")
+    evaluate.add_argument(
+        "model_dir",
+        help="an export (saved_models/<name>/<version>) or a folder of export-ct2 "
+        "(with --src and --ref)",
+    )
+    evaluate.add_argument(
+        "--src",
+        help=(
+            "source sentences, one a line (default: the test split its run wrote, "
+            f"runs/<name>/{run_folder.TEST_SOURCE})"
+        ),
+    )
+    evaluate.add_argument(
+        "--ref",
+        help=(
+            "reference translations, line-aligned with --src (default: "
+            f"runs/<name>/{run_folder.TEST_REFERENCE})"
+        ),
+    )
     _add_beam_width(evaluate, default=4)
-    evaluate.add_argument("--tokenized", action="store_true",
-                          help="also score the text as tokenized, words split at whitespace only, as multi-bleu.perl "
-                               "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)")
+    evaluate.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="also score the text as tokenized, words split at whitespace only, as multi-bleu.perl "
+        "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)",
+    )
 
     caption = command("caption", "caption images with an exported captioner (one caption a line)")
-    caption.add_argument("model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>")
+    caption.add_argument(
+        "model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>"
+    )
     caption.add_argument("images", nargs="+", metavar="IMAGE", help="PNG, JPEG, GIF or BMP files")
     _add_beam_width(caption, default=1)
 
-    plot = command("plot-attention", "cross-attention heat maps of one translation, or one caption's attention per "
-                                     "word over the image, decoded greedily (a beam may decode otherwise)")
+    plot = command(
+        "plot-attention",
+        "cross-attention heat maps of one translation, or one caption's attention per "
+        "word over the image, decoded greedily (a beam may decode otherwise)",
+    )
     plot.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    plot.add_argument("text", help="the sentence to translate and plot; for a captioning export, an image file")
-    plot.add_argument("--out", default="attention.png",
-                      help="image to write (.png, .pdf, .svg, ...); missing folders are created")
+    plot.add_argument(
+        "text", help="the sentence to translate and plot; for a captioning export, an image file"
+    )
+    plot.add_argument(
+        "--out",
+        default="attention.png",
+        help="image to write (.png, .pdf, .svg, ...); missing folders are created",
+    )
     _add_bert_commands(command)
 
-    imported = command("import", "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
-                                 "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
-                                 "translator (OPUS-MT: also source.spm, target.spm, vocab.json)")
-    imported.add_argument("folder", help="the Hugging Face model folder (what save_pretrained or hf download "
-                                         "writes)")
-    imported.add_argument("out", help="the model folder under an export root (saved_models/<name>): the export is "
-                                      "its next version")
-    _add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})  # (for a Marian translator)
+    imported = command(
+        "import",
+        "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
+        "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
+        "translator (OPUS-MT: also source.spm, target.spm, vocab.json)",
+    )
+    imported.add_argument(
+        "folder", help="the Hugging Face model folder (what save_pretrained or hf download writes)"
+    )
+    imported.add_argument(
+        "out",
+        help="the model folder under an export root (saved_models/<name>): the export is "
+        "its next version",
+    )
+    # (for a Marian translator)
+    _add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})
 
-    serve = command("serve", "serve every export under a model root with TensorFlow Serving's REST API")
+    serve = command(
+        "serve", "serve every export under a model root with TensorFlow Serving's REST API"
+    )
     _add_config_flags(serve, config.ServeConfig)
     return parser
 
 
 def _add_beam_width(parser, default):
-    parser.add_argument("--beam-width", type=_between(1, config.MAX_BEAM_WIDTH), default=default,
-                        help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})")
+    parser.add_argument(
+        "--beam-width",
+        type=_between(1, config.MAX_BEAM_WIDTH),
+        default=default,
+        help=f"beam search width (1: greedy; at most {config.MAX_BEAM_WIDTH})",
+    )
 
 
 def _add_bert_commands(command):
@@ -332,20 +453,43 @@ def _add_bert_commands(command):
 
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
-    fill.add_argument("text", nargs="*", default=[], help="texts with [MASK] in them (default: one per line on standard input)")
-    fill.add_argument("--top-k", type=_between(1, config.MAX_TOP_K), default=5, help=f"candidates shown per mask (at most {config.MAX_TOP_K})")
+    fill.add_argument(
+        "text",
+        nargs="*",
+        default=[],
+        help="texts with [MASK] in them (default: one per line on standard input)",
+    )
+    fill.add_argument(
+        "--top-k",
+        type=_between(1, config.MAX_TOP_K),
+        default=5,
+        help=f"candidates shown per mask (at most {config.MAX_TOP_K})",
+    )
 
-    finetune = command("finetune", "fine-tune a pretrained BERT (export, run folder, or Hugging Face or keras-hub "
-                                   "folder) as a classifier and export it")
+    finetune = command(
+        "finetune",
+        "fine-tune a pretrained BERT (export, run folder, or Hugging Face or keras-hub "
+        "folder) as a classifier and export it",
+    )
     _add_config_flags(finetune, config.FinetuneConfig)
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
-    classify.add_argument("model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>")
-    classify.add_argument("text", nargs="*", default=[],
-                          help="texts, TEXT_A<TAB>TEXT_B for a pair (default: one per line on standard input); "
-                               "pairs only for a model fine-tuned on pairs, single texts for one fine-tuned on those")
-    classify.add_argument("--top-k", type=_at_least(1), default=1,
-                          help="labels shown per text, most probable first, each with its probability")
+    classify.add_argument(
+        "model_dir", help="an export of keras-attn finetune: saved_models/<name>/<version>"
+    )
+    classify.add_argument(
+        "text",
+        nargs="*",
+        default=[],
+        help="texts, TEXT_A<TAB>TEXT_B for a pair (default: one per line on standard input); "
+        "pairs only for a model fine-tuned on pairs, single texts for one fine-tuned on those",
+    )
+    classify.add_argument(
+        "--top-k",
+        type=_at_least(1),
+        default=1,
+        help="labels shown per text, most probable first, each with its probability",
+    )
 
 
 def main(argv=None):
@@ -374,7 +518,11 @@ def main(argv=None):
         where = f"{error.filename}: " if error.filename else ""
         return _fail(f"{where}{error.strerror or error}")
     except KeyboardInterrupt:
-        again = "; run the same command again to resume" if args.command in ("train", "pretrain", "finetune") else ""
+        again = (
+            "; run the same command again to resume"
+            if args.command in ("train", "pretrain", "finetune")
+            else ""
+        )
         print(f"keras-attn: interrupted{again}", file=sys.stderr)
         return 130
 
@@ -388,7 +536,9 @@ def _silence_stdout():
 
 
 def _fail(message):
-    """Says `message` as a user's mistake, in one line (`keras-attn: error: ...`); returns the exit code, 2."""
+    """Says `message` as a user's mistake, in one line (`keras-attn:
+    error: ...`); returns the exit code, 2.
+    """
     print(f"{PROG}: error: {' '.join(str(message).splitlines())}", file=sys.stderr)
     return 2
 
@@ -405,7 +555,9 @@ def _train(args):
     if result.export_path:
         print(f"try: keras-attn translate {result.export_path} {shlex.quote(result.samples[0][0])}")
         test_split = run_folder.path(job.run_dir, run_folder.TEST_SOURCE)
-        print(f"     keras-attn evaluate {result.export_path}   (scores its test split, {test_split})")
+        print(
+            f"     keras-attn evaluate {result.export_path}   (scores its test split, {test_split})"
+        )
     return 0
 
 
@@ -427,21 +579,31 @@ def _train_captioner(job):
     if not _report_samples(result, "captions"):
         return 0
     if result.export_path:
-        print(f"try: keras-attn caption {result.export_path} IMAGE.png   (PNG, JPEG, GIF or BMP files)")
+        print(
+            f"try: keras-attn caption {result.export_path} IMAGE.png   (PNG, JPEG, GIF or BMP "
+            "files)"
+        )
     return 0
 
 
 def _load(model_dir):
-    """The translation export in `model_dir`, or a one-line `UserError` saying what it is instead."""
+    """The translation export in `model_dir`, or a one-line
+    `UserError` saying what it is instead.
+    """
     loaded = _load_saved_model(model_dir)
     if not {"translate", "attention"} <= set(loaded.signatures):
         if "caption" in loaded.signatures:
-            raise UserError(f"{model_dir}: a captioning export, not a translation one (keras-attn caption "
-                            f"{model_dir} IMAGE)")
-        raise UserError(f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)")
+            raise UserError(
+                f"{model_dir}: a captioning export, not a translation one (keras-attn caption "
+                f"{model_dir} IMAGE)"
+            )
+        raise UserError(
+            f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)"
+        )
     import tensorflow as tf
 
-    with stderr_held():  # each signature's first call makes its tokenizers' kernels: SentencePiece's log a line
+    # each signature's first call makes its tokenizers' kernels: SentencePiece's log a line
+    with stderr_held():
         loaded.signatures["translate"](text=tf.constant([""]), beam_width=tf.constant(1))
         loaded.signatures["attention"](text=tf.constant([""]))
     return loaded
@@ -457,21 +619,30 @@ def _load_saved_model(model_dir):
         return tf.saved_model.load(model_dir)
     except Exception as error:  # corrupt, unreadable, or needs ops this process lacks
         message = getattr(error, "message", None) or str(error) or type(error).__name__
-        raise UserError(f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})") from None
+        raise UserError(
+            f"{model_dir}: cannot be loaded as a SavedModel ({message.strip().splitlines()[0]})"
+        ) from None
 
 
 def _check_export_folder(model_dir, also=""):
-    """Refuses, before loading anything, a `model_dir` that is no SavedModel folder (`also`: what else it is not)."""
+    """Refuses, before loading anything, a `model_dir` that is no
+    SavedModel folder (`also`: what else it is not).
+    """
     if not os.path.exists(model_dir):
         raise UserError(f"{model_dir}: no such folder")
     if not os.path.isdir(model_dir):
-        raise UserError(f"{model_dir}: is a file, not an export folder (saved_models/<name>/<version>)")
+        raise UserError(
+            f"{model_dir}: is a file, not an export folder (saved_models/<name>/<version>)"
+        )
     from keras_attn.serving.versions import SAVED_MODEL, is_saved_model_folder
 
     if not is_saved_model_folder(model_dir):
         versions = sorted((e for e in os.listdir(model_dir) if e.isdigit()), key=int)
         hint = f"; its versions: {', '.join(versions)}" if versions else ""
-        raise UserError(f"{model_dir}: not a SavedModel folder (no {SAVED_MODEL}){' ' + also if also else ''}{hint}")
+        raise UserError(
+            f"{model_dir}: not a SavedModel folder (no "
+            f"{SAVED_MODEL}){' ' + also if also else ''}{hint}"
+        )
 
 
 def _read_lines(path):
@@ -481,8 +652,8 @@ def _read_lines(path):
 
 
 def _translate_lines(translator, lines, beam_width, batch_size=64):
-    """Yields `(translation, truncated)` for each of `lines` (str or bytes), by an export (its signatures) or a
-    `CTranslate2Translator`."""
+    """Yields `(translation, truncated)` for each of `lines` (str or bytes), by an export (its
+    signatures) or a `CTranslate2Translator`."""
     import tensorflow as tf
 
     for start in range(0, len(lines), batch_size):
@@ -498,7 +669,9 @@ def _translate_lines(translator, lines, beam_width, batch_size=64):
 
 
 def _load_translator(model_dir):
-    """An export, or the `CTranslate2Translator` of a folder `export-ct2` wrote (it holds CTranslate2's model.bin)."""
+    """An export, or the `CTranslate2Translator` of a folder
+    `export-ct2` wrote (it holds CTranslate2's model.bin).
+    """
     from keras_attn.serving.versions import is_ctranslate2_folder
 
     if not is_ctranslate2_folder(model_dir):
@@ -509,8 +682,9 @@ def _load_translator(model_dir):
 
 
 def _input_lines(texts):
-    """The texts to translate, fill or classify as UTF-8 bytes: the arguments, else the lines of standard input
-    (refused in one line, `<stdin>:N: invalid UTF-8 ...`, as `evaluate` refuses a file, where not UTF-8)."""
+    """The texts to translate, fill or classify as UTF-8 bytes: the arguments,
+    else the lines of standard input (refused in one line, `<stdin>:N: invalid
+    UTF-8 ...`, as `evaluate` refuses a file, where not UTF-8)."""
     from pipelines.text import decode_line
 
     if texts:
@@ -518,9 +692,14 @@ def _input_lines(texts):
     if sys.stdin is None:
         return []
     if sys.stdin.isatty():
-        print("keras-attn: reading sentences from standard input, one a line (Ctrl-D to end)", file=sys.stderr)
-    return [decode_line(line, "<stdin>", number).rstrip("\r\n").encode()
-            for number, line in enumerate(sys.stdin.buffer, start=1)]
+        print(
+            "keras-attn: reading sentences from standard input, one a line (Ctrl-D to end)",
+            file=sys.stderr,
+        )
+    return [
+        decode_line(line, "<stdin>", number).rstrip("\r\n").encode()
+        for number, line in enumerate(sys.stdin.buffer, start=1)
+    ]
 
 
 def _translate(args):
@@ -531,7 +710,10 @@ def _translate(args):
     ):
         print(translation)
         if truncated:
-            print(f"keras-attn: input {number} was longer than the model accepts and was truncated", file=sys.stderr)
+            print(
+                f"keras-attn: input {number} was longer than the model accepts and was truncated",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -540,11 +722,14 @@ def _export_ct2(args):
     from keras_attn.jobs.translation import export_to_ctranslate2
     from keras_attn.serving.ctranslate2_export import check_output_folder
 
-    check_output_folder(args.out, args.force, "--force")  # said before loading the model, with the flag's name
+    # said before loading the model, with the flag's name
+    check_output_folder(args.out, args.force, "--force")
     check_writable_folder(args.out, "OUT")
     export_to_ctranslate2(args.model_dir, args.out, args.quantization, args.force)
-    print(f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of {args.model_dir}'s weights "
-          f"(keras-attn translate {args.out} ... translates with it)")
+    print(
+        f"{args.out}: a CTranslate2 model ({args.quantization or 'float32'}) of "
+        f"{args.model_dir}'s weights (keras-attn translate {args.out} ... translates with it)"
+    )
     return 0
 
 
@@ -554,8 +739,10 @@ def _import(args):
 
     _check_import_out(args.out, args.folder)
     if huggingface.is_folder(args.folder) and keras_hub.is_preset(args.folder):
-        raise UserError(f"{args.folder}: a keras-hub preset folder, which holds no masked-LM head to export; "
-                        f"keras-attn finetune {args.folder} fine-tunes its encoder")
+        raise UserError(
+            f"{args.folder}: a keras-hub preset folder, which holds no masked-LM head to export; "
+            f"keras-attn finetune {args.folder} fine-tunes its encoder"
+        )
     kind = huggingface.model_type(args.folder)
     if kind == "bert":
         task = bert.pretrained_task(args.folder)
@@ -563,12 +750,17 @@ def _import(args):
     elif kind == "marian":
         task = marian.load_task(args.folder)
         translator = serving.Translator(
-            task, compiled_search=getattr(args, "compiled_search", config.TranslationConfig.compiled_search)
+            task,
+            compiled_search=getattr(
+                args, "compiled_search", config.TranslationConfig.compiled_search
+            ),
         )
         module, reads = translator, "keras-attn translate {} ... translates with it"
     else:
-        raise UserError(f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "
-                        "'marian' (the folders import reads)")
+        raise UserError(
+            f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "
+            "'marian' (the folders import reads)"
+        )
     out = os.path.normpath(args.out)
     path = serving.export(module, os.path.dirname(out) or ".", os.path.basename(out))
     print(f"{path}: {type(task).__name__} of {args.folder} ({reads.format(path)})")
@@ -576,7 +768,9 @@ def _import(args):
 
 
 def _check_import_out(out, folder):
-    """Refuses in one line an OUT that is not a model's folder under an export root, where versions go."""
+    """Refuses in one line an OUT that is not a model's folder under
+    an export root, where versions go.
+    """
     from keras_attn.jobs.common import check_writable_folder
     from keras_attn.serving.versions import is_saved_model_folder
 
@@ -588,10 +782,16 @@ def _check_import_out(out, folder):
         raise UserError(f"{out} (OUT): holds or lies in the imported folder {folder}")
     export = next((above for above in (path, *path.parents) if is_saved_model_folder(above)), None)
     if export is not None:
-        raise UserError(f"{out} (OUT): lies in the export {export}; give the model's folder above its versions")
-    if os.path.isdir(path) and any(not name.isdigit() and not name.startswith(".")
-                                   and os.path.isdir(os.path.join(path, name)) for name in os.listdir(path)):
-        raise UserError(f"{out} (OUT): holds folders other than versions (an export root?); give ROOT/<name>")
+        raise UserError(
+            f"{out} (OUT): lies in the export {export}; give the model's folder above its versions"
+        )
+    if os.path.isdir(path) and any(
+        not name.isdigit() and not name.startswith(".") and os.path.isdir(os.path.join(path, name))
+        for name in os.listdir(path)
+    ):
+        raise UserError(
+            f"{out} (OUT): holds folders other than versions (an export root?); give ROOT/<name>"
+        )
 
 
 def _evaluate(args):
@@ -600,7 +800,9 @@ def _evaluate(args):
     source_path, reference_path = _test_split(args)
     sources, references = _read_lines(source_path), _read_lines(reference_path)
     if len(sources) != len(references):
-        raise UserError(f"{source_path} has {len(sources)} lines but {reference_path} has {len(references)}")
+        raise UserError(
+            f"{source_path} has {len(sources)} lines but {reference_path} has {len(references)}"
+        )
     if not sources:
         raise UserError(f"{source_path}: no sentences to score")
     translator = _load_translator(args.model_dir)
@@ -612,8 +814,10 @@ def _evaluate(args):
     print(f"chrF signature: {scores['chrf_signature']}")
     if args.tokenized:
         tokenized = tokenized_bleu(hypotheses, references)
-        print(f"BLEU on the text as tokenized: {tokenized['bleu_tokenized']:.2f} "
-              f"(signature: {tokenized['bleu_tokenized_signature']})")
+        print(
+            f"BLEU on the text as tokenized: {tokenized['bleu_tokenized']:.2f} "
+            f"(signature: {tokenized['bleu_tokenized_signature']})"
+        )
     return 0
 
 
@@ -647,7 +851,9 @@ def _plot_attention(args):
     if not args.text.strip():
         raise UserError("nothing to plot: the text is empty")
     translator = _load(args.model_dir)
-    out = translator.signatures["attention"](text=tf.constant([args.text.encode("utf-8", "surrogateescape")]))
+    out = translator.signatures["attention"](
+        text=tf.constant([args.text.encode("utf-8", "surrogateescape")])
+    )
     source = [t.decode() for t in out["source_tokens"].numpy()[0] if t not in (b"", b"[PAD]")]
     output = [t.decode() for t in out["output_tokens"].numpy()[0] if t not in (b"", b"[PAD]")]
     if not source:
@@ -660,7 +866,10 @@ def _plot_attention(args):
         plot_cross_attention(weights, source, output, args.out, title=translation)
     except OSError as error:
         raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
-    print(f"{translation}\nwrote {args.out} (the attention of greedy decoding, as translate --beam-width 1)")
+    print(
+        f"{translation}\nwrote {args.out} (the attention of greedy decoding, as translate "
+        "--beam-width 1)"
+    )
     return 0
 
 
@@ -674,16 +883,27 @@ def _plot_caption_attention(args, loaded):
     words = [token for token in out["output_tokens"] if token not in ("[EOS]", "[PAD]")]
     if not words:
         raise UserError("nothing to plot: the caption is empty")
-    if not out["attention"].any():  # attention weights sum to 1 a word: all zero only without attention
-        raise UserError(f"{args.model_dir}: a captioner without attention (--attention none): nothing to plot")
+    # attention weights sum to 1 a word: all zero only without attention
+    if not out["attention"].any():
+        raise UserError(
+            f"{args.model_dir}: a captioner without attention (--attention none): nothing to plot"
+        )
     image = _decoded_pixels(encoded)
-    figure = caption_attention_figure(image, words, out["attention"][:len(words)].reshape(len(words), -1),
-                                      out["attention"].shape[1:], title=out["caption"])
+    figure = caption_attention_figure(
+        image,
+        words,
+        out["attention"][: len(words)].reshape(len(words), -1),
+        out["attention"].shape[1:],
+        title=out["caption"],
+    )
     try:
         save_figure(figure, args.out)
     except OSError as error:
         raise UserError(f"{args.out}: cannot be written ({error.strerror or error})") from None
-    print(f"{out['caption']}\nwrote {args.out} (the attention of greedy decoding, as caption --beam-width 1)")
+    print(
+        f"{out['caption']}\nwrote {args.out} (the attention of greedy decoding, as caption "
+        "--beam-width 1)"
+    )
     return 0
 
 
@@ -712,8 +932,11 @@ def _finetune(args):
     from keras_attn.jobs.bert_loader import is_checkpoint_folder
 
     if not run_folder.is_run_folder(args.model_dir) and not is_checkpoint_folder(args.model_dir):
-        _check_export_folder(args.model_dir, f"nor a pretraining run folder (no {run_folder.SETTINGS}) nor a "
-                                             f"Hugging Face or keras-hub BERT folder (no {CONFIG})")
+        _check_export_folder(
+            args.model_dir,
+            f"nor a pretraining run folder (no {run_folder.SETTINGS}) nor a "
+            f"Hugging Face or keras-hub BERT folder (no {CONFIG})",
+        )
     result = bert.finetune(_config_from(args, config.FinetuneConfig))
     _say_exported(result)
     if result.export_path:
@@ -725,14 +948,21 @@ def _say_exported(result):
     if result.export_path and result.new_export:
         print(f"\nexported to {result.export_path}")
     elif result.export_path:
-        print(f"\nnot exported: {result.export_path} already holds this model (same weights and vocabulary)")
+        print(
+            f"\nnot exported: {result.export_path} already holds this model (same weights and "
+            "vocabulary)"
+        )
 
 
 def _load_bert(model_dir, signature, command):
     """The BERT export in `model_dir` with `signature`, or a one-line `UserError`."""
     loaded = _load_saved_model(model_dir)
     if signature not in loaded.signatures:
-        kind = "a fine-tuned BERT export (keras-attn finetune)" if signature == "classify" else "a BERT pretraining export"
+        kind = (
+            "a fine-tuned BERT export (keras-attn finetune)"
+            if signature == "classify"
+            else "a BERT pretraining export"
+        )
         raise UserError(f"{model_dir}: not {kind}; {command} needs its {signature} signature")
     return loaded
 
@@ -741,13 +971,17 @@ def _caption(args):
     images = [_read_image_file(path) for path in args.images]
     loaded = _load_saved_model(args.model_dir)
     if "caption" not in loaded.signatures:
-        raise UserError(f"{args.model_dir}: not a captioning export (keras-attn train captioner); it has no caption "
-                        "signature")
+        raise UserError(
+            f"{args.model_dir}: not a captioning export (keras-attn train captioner); it has no "
+            "caption signature"
+        )
     code = 0
     for path, out in zip(args.images, _caption_images(loaded, images, args.beam_width)):
         print(out["caption"])
         if not out["readable"]:
-            code = _fail(f"{path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)")
+            code = _fail(
+                f"{path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"
+            )
     return code
 
 
@@ -760,17 +994,24 @@ def _read_image_file(path):
 
 
 def _caption_images(loaded, images, beam_width, batch_size=16):
-    """Yields, for each encoded image, its `caption` (str), `readable`, `output_tokens` and `attention` (NumPy)."""
+    """Yields, for each encoded image, its `caption` (str),
+    `readable`, `output_tokens` and `attention` (NumPy).
+    """
     import tensorflow as tf
 
     for start in range(0, len(images), batch_size):
-        out = loaded.signatures["caption"](image=tf.constant(images[start:start + batch_size], tf.string),
-                                           beam_width=tf.constant(beam_width, tf.int32))
+        out = loaded.signatures["caption"](
+            image=tf.constant(images[start : start + batch_size], tf.string),
+            beam_width=tf.constant(beam_width, tf.int32),
+        )
         out = {key: value.numpy() for key, value in out.items()}
         for row in range(len(out["caption"])):
-            yield {"caption": out["caption"][row].decode("utf-8", "replace"), "readable": bool(out["readable"][row]),
-                   "output_tokens": [t.decode() for t in out["output_tokens"][row]],
-                   "attention": out["attention"][row]}
+            yield {
+                "caption": out["caption"][row].decode("utf-8", "replace"),
+                "readable": bool(out["readable"][row]),
+                "output_tokens": [t.decode() for t in out["output_tokens"][row]],
+                "attention": out["attention"][row],
+            }
 
 
 def _fill_mask(args):
@@ -780,7 +1021,8 @@ def _fill_mask(args):
     lines = _input_lines(args.text)
     for start in range(0, len(lines), 64):
         out = model.signatures["fill_mask"](
-            text=tf.constant(lines[start : start + 64], tf.string), top_k=tf.constant(args.top_k, tf.int32)
+            text=tf.constant(lines[start : start + 64], tf.string),
+            top_k=tf.constant(args.top_k, tf.int32),
         )
         for row, filled in enumerate(out["filled"].numpy()):
             print(filled.decode("utf-8", "replace"))
@@ -788,11 +1030,17 @@ def _fill_mask(args):
             for index in range(min(masks, out["tokens"].shape[1])):
                 candidates = [
                     f"{token.decode('utf-8', 'replace')} {score:.3f}"
-                    for token, score in zip(out["tokens"].numpy()[row, index], out["scores"].numpy()[row, index])
+                    for token, score in zip(
+                        out["tokens"].numpy()[row, index], out["scores"].numpy()[row, index]
+                    )
                 ]
                 print(f"  [MASK] {index + 1}: " + ", ".join(candidates))
             if masks > out["tokens"].shape[1]:
-                print(f"keras-attn: input {start + row + 1}: only its first {out['tokens'].shape[1]} masks are predicted", file=sys.stderr)
+                print(
+                    f"keras-attn: input {start + row + 1}: only its first "
+                    f"{out['tokens'].shape[1]} masks are predicted",
+                    file=sys.stderr,
+                )
             if not masks:
                 print(f"keras-attn: input {start + row + 1} has no [MASK]", file=sys.stderr)
     return 0
@@ -807,13 +1055,18 @@ def _classify(args):
     model = _load_bert(args.model_dir, "classify", "classify")
     known = read_classifier(args.model_dir)  # {} for an export of an older keras-attn
     if args.top_k > 1 and "labels" not in known:
-        raise UserError(f"--top-k {args.top_k}: {args.model_dir} does not list its labels (exported by an older keras-attn)")
+        raise UserError(
+            f"--top-k {args.top_k}: {args.model_dir} does not list its labels (exported by an "
+            "older keras-attn)"
+        )
     lines = _input_lines(args.text)
     _check_pairs(lines, known.get("pairs"), args.model_dir)
     for line in lines:
         if b"\t" in line:
             text_a, text_b = line.split(b"\t", 1)
-            out = model.signatures["classify_pair"](text_a=tf.constant([text_a]), text_b=tf.constant([text_b]))
+            out = model.signatures["classify_pair"](
+                text_a=tf.constant([text_a]), text_b=tf.constant([text_b])
+            )
         else:
             out = model.signatures["classify"](text=tf.constant([line]))
         probabilities = out["probabilities"].numpy()[0]
@@ -826,14 +1079,18 @@ def _classify(args):
 
 
 def _check_pairs(lines, pairs, model_dir):
-    """Refuses a TAB pair given to a model fine-tuned on single texts, or a single text to one fine-tuned on pairs."""
+    """Refuses a TAB pair given to a model fine-tuned on single texts,
+    or a single text to one fine-tuned on pairs.
+    """
     if pairs is None:  # an export that does not say
         return
     for number, line in enumerate(lines, start=1):
         if line.strip() and (b"\t" in line) != pairs:
             given = "a TEXT_A<TAB>TEXT_B pair" if b"\t" in line else "a single text (no TAB)"
             wanted = "pairs, TEXT_A<TAB>TEXT_B" if pairs else "single texts (a TAB makes a pair)"
-            raise UserError(f"input {number} is {given}, but {model_dir} was fine-tuned on {wanted}")
+            raise UserError(
+                f"input {number} is {given}, but {model_dir} was fine-tuned on {wanted}"
+            )
 
 
 def _serve(args):

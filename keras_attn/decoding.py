@@ -87,8 +87,8 @@ class Stepper:
 
     @property
     def preallocates(self):
-        """Whether the backbone's caches can be preallocated (`initial_cache(..., length=)`: the Transformer's),
-        which the searches with `cache_length` and `CompiledSearch` need."""
+        """Whether the backbone's caches can be preallocated (`initial_cache(..., length=)`: the
+        Transformer's), which the searches with `cache_length` and `CompiledSearch` need."""
         return "length" in inspect.signature(self.backbone.initial_cache).parameters
 
     def initial_state(self, source, beam_width=1, cache_length=None):
@@ -100,7 +100,10 @@ class Stepper:
         """
         encoded = self.backbone.call_encoder(source, rows_per_source=beam_width)
         length = {} if cache_length is None else {"length": cache_length}
-        return {"encoded": encoded, "cache": self.backbone.initial_cache(encoded, rows_per_source=beam_width, **length)}
+        return {
+            "encoded": encoded,
+            "cache": self.backbone.initial_cache(encoded, rows_per_source=beam_width, **length),
+        }
 
     def step(self, token_ids, state, index, return_attention_scores=False, preallocated=False):
         """Feeds `token_ids` `(R,)` at position `index`.
@@ -110,7 +113,8 @@ class Stepper:
             weights `[(R, heads, S)]`, one per decoder layer, when
             `return_attention_scores`.
         """
-        kwargs = {"preallocated": True} if preallocated else {}  # (a backbone without it takes no such argument)
+        # (a backbone without it takes no such argument)
+        kwargs = {"preallocated": True} if preallocated else {}
         logits, cache, attention = self.backbone.call_decoder_with_cache(
             token_ids, state["encoded"], state["cache"], index, **kwargs
         )
@@ -119,7 +123,13 @@ class Stepper:
 
 
 def greedy_search(
-    stepper, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID, return_attention=False, cache_length=None
+    stepper,
+    source,
+    max_length,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    return_attention=False,
+    cache_length=None,
 ):
     """Decodes by taking the most likely token at every step.
 
@@ -164,7 +174,9 @@ def greedy_search(
     """
     if cache_length is not None:
         if return_attention:
-            raise ValueError("greedy_search: return_attention needs the growing caches (cache_length=None)")
+            raise ValueError(
+                "greedy_search: return_attention needs the growing caches (cache_length=None)"
+            )
         return _fixed_shape_greedy_search(stepper, source, max_length, cache_length, bos_id, eos_id)
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
@@ -185,13 +197,17 @@ def greedy_search(
             done=rows["done"] | tf.equal(token, eos_id) | (index + 1 >= rows["budget"]),
             tokens=rows["tokens"].write(index, tf.scatter_nd(where, token, [batch])),
             scores=tf.tensor_scatter_nd_add(rows["scores"], where, log_prob),
-            lengths=tf.tensor_scatter_nd_add(rows["lengths"], where, tf.cast(~rows["done"], tf.int32)),
+            lengths=tf.tensor_scatter_nd_add(
+                rows["lengths"], where, tf.cast(~rows["done"], tf.int32)
+            ),
         )
         if return_attention:
             attention = tf.cast(tf.stack(attention, axis=1), tf.float32)  # (R, layers, heads, S)
             attention = tf.where(rows["done"][:, None, None, None], 0.0, attention)
             shape = tf.concat([[batch], tf.shape(attention)[1:]], 0)
-            updated["attention"] = rows["attention"].write(index, tf.scatter_nd(where, attention, shape))
+            updated["attention"] = rows["attention"].write(
+                index, tf.scatter_nd(where, attention, shape)
+            )
         state, updated = _drop_finished_rows(state, updated)
         return index + 1, state, updated
 
@@ -207,23 +223,21 @@ def greedy_search(
     rows["tokens"] = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
     if return_attention:
         rows["attention"] = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-    rows = _decode_loop(
-        body, stepper.initial_state(source), rows, tf.reduce_max(budget)
-    )
+    rows = _decode_loop(body, stepper.initial_state(source), rows, tf.reduce_max(budget))
     outputs = {
         "tokens": _batch_major(rows["tokens"], tf.zeros([batch, 0], tf.int32)),
         "scores": rows["scores"],
         "lengths": rows["lengths"],
     }
     if return_attention:
-        outputs["attention"] = _batch_major(
-            rows["attention"], tf.zeros([batch, 0, 0, 0, 0])
-        )
+        outputs["attention"] = _batch_major(rows["attention"], tf.zeros([batch, 0, 0, 0, 0]))
     return outputs
 
 
 def _fixed_shape_greedy_search(stepper, source, max_length, cache_length, bos_id, eos_id):
-    """`greedy_search(..., cache_length=)`: no row leaves the batch and the caches are written in place."""
+    """`greedy_search(..., cache_length=)`: no row leaves the batch
+    and the caches are written in place.
+    """
     source = tf.convert_to_tensor(source)
     batch = tf.shape(source)[0]
     budget = tf.minimum(_row_budgets(max_length, batch), cache_length)
@@ -246,13 +260,17 @@ def _fixed_shape_greedy_search(stepper, source, max_length, cache_length, bos_id
         tf.zeros([batch], tf.int32),
     )
     steps, _, _, _, tokens, scores, lengths = tf.while_loop(
-        lambda index, state, last, done, *_: ~tf.reduce_all(done), body, loop, maximum_iterations=cache_length
+        lambda index, state, last, done, *_: ~tf.reduce_all(done),
+        body,
+        loop,
+        maximum_iterations=cache_length,
     )
     return {"tokens": tf.transpose(tokens), "scores": scores, "lengths": lengths, "steps": steps}
 
 
 def _drop_finished_rows(state, rows):
-    """Greedy search's state and rows without the finished rows, once a quarter of them have finished.
+    """Greedy search's state and rows without the finished rows, once
+    a quarter of them have finished.
 
     Later steps then compute only the rows still decoding (a batch's
     sentences end at different steps); the rows' totals and outputs are
@@ -352,7 +370,8 @@ def beam_search(
         longest = cache_length
     else:
         longest = tf.maximum(tf.reduce_max(budget), 0)  # 0 for an empty batch
-    preallocated = {"preallocated": True} if fixed else {}  # (steppers without caches to preallocate take none)
+    # (steppers without caches to preallocate take none)
+    preallocated = {"preallocated": True} if fixed else {}
 
     def body(index, state, beams):
         sources = tf.shape(beams["done"])[0]  # those still searched (`_drop_stopped_sources`)
@@ -381,8 +400,7 @@ def beam_search(
             (tf.zeros_like(frozen), extension_scores > -_INF),
         )
         parent, token, scores, grows = [
-            tf.gather(tf.concat(pair, axis=1), pick, batch_dims=1)
-            for pair in candidates
+            tf.gather(tf.concat(pair, axis=1), pick, batch_dims=1) for pair in candidates
         ]
         token = tf.where(grows, token, PAD_ID)  # (B, W)
 
@@ -404,19 +422,28 @@ def beam_search(
         normalized = scores / gnmt_length_penalty(lengths, alpha)
         best_finished = tf.reduce_max(tf.where(finished, normalized, -_INF), axis=1)
         bound = scores / tf.maximum(
-            gnmt_length_penalty(lengths + 1, alpha), gnmt_length_penalty(beams["budget"], alpha)[:, None]
+            gnmt_length_penalty(lengths + 1, alpha),
+            gnmt_length_penalty(beams["budget"], alpha)[:, None],
         )
         alive = (scores > -_INF) & ~finished
         can_improve = alive & (bound > best_finished[:, None])
         done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= beams["budget"])
         beams = dict(
-            beams, last=token, scores=scores, finished=finished, lengths=lengths, history=history, done=done,
+            beams,
+            last=token,
+            scores=scores,
+            finished=finished,
+            lengths=lengths,
+            history=history,
+            done=done,
         )
         if not fixed:
             new_state, beams = _drop_stopped_sources(new_state, beams, width)
         return index + 1, new_state, beams
 
-    state = stepper.initial_state(source, beam_width=width, **({"cache_length": cache_length} if fixed else {}))
+    state = stepper.initial_state(
+        source, beam_width=width, **({"cache_length": cache_length} if fixed else {})
+    )
     # Only beam 0 is alive at first, so the first extensions all differ.
     first_scores = tf.where(tf.range(width) == 0, 0.0, -_INF)
     beams = {
@@ -429,9 +456,11 @@ def beam_search(
         "budget": budget,
         "source_index": tf.range(batch),  # the source of each row of these tensors
     }
-    beams["stopped"] = {name: beams[name] for name in _BEAMS_KEPT}  # per source, of those no longer searched
+    # per source, of those no longer searched
+    beams["stopped"] = {name: beams[name] for name in _BEAMS_KEPT}
     beams = _decode_loop(body, state, beams, longest)
-    beams = _keep_stopped(beams, tf.range(tf.shape(beams["done"])[0]))  # and of those searched to the end
+    # and of those searched to the end
+    beams = _keep_stopped(beams, tf.range(tf.shape(beams["done"])[0]))
     beams = beams["stopped"]
     log_probs, lengths = beams["scores"], beams["lengths"]
     scores = log_probs / gnmt_length_penalty(lengths, alpha)
@@ -457,7 +486,8 @@ _BEAMS_KEPT = ("scores", "finished", "lengths", "history")  # what beam search's
 
 
 def _drop_stopped_sources(state, beams, width):
-    """Beam search's state and beams without the sources that have stopped, once a quarter of them have.
+    """Beam search's state and beams without the sources that have
+    stopped, once a quarter of them have.
 
     Their hypotheses are kept in `beams["stopped"]` (per source, by
     `source_index`). The state's tensors hold `width` rows a source, or one
@@ -467,11 +497,15 @@ def _drop_stopped_sources(state, beams, width):
     alive = tf.where(~beams["done"])[:, 0]
 
     def keep_alive():
-        alive_rows = tf.reshape(alive[:, None] * tf.cast(width, tf.int64) + tf.range(tf.cast(width, tf.int64)), [-1])
+        alive_rows = tf.reshape(
+            alive[:, None] * tf.cast(width, tf.int64) + tf.range(tf.cast(width, tf.int64)), [-1]
+        )
 
         def rows_of(x):
             one_per_source = tf.equal(tf.shape(x)[0], sources)
-            return tf.cond(one_per_source, lambda: tf.gather(x, alive), lambda: tf.gather(x, alive_rows))
+            return tf.cond(
+                one_per_source, lambda: tf.gather(x, alive), lambda: tf.gather(x, alive_rows)
+            )
 
         stopped = _keep_stopped(beams, tf.where(beams["done"])[:, 0])["stopped"]
         per_source = {name: tf.gather(x, alive) for name, x in beams.items() if name != "stopped"}
@@ -486,15 +520,19 @@ def _keep_stopped(beams, which):
 
     def update(kept, current):
         return tf.cond(  # (scattering into a tensor of no elements fails: a history of no steps)
-            tf.size(kept) > 0, lambda: tf.tensor_scatter_nd_update(kept, where, tf.gather(current, which)),
+            tf.size(kept) > 0,
+            lambda: tf.tensor_scatter_nd_update(kept, where, tf.gather(current, which)),
             lambda: kept,
         )
 
-    return dict(beams, stopped={name: update(beams["stopped"][name], beams[name]) for name in _BEAMS_KEPT})
+    return dict(
+        beams, stopped={name: update(beams["stopped"][name], beams[name]) for name in _BEAMS_KEPT}
+    )
 
 
 def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
-    """Greedy search for a beam width of 1, else beam search: the best output of each source and its score.
+    """Greedy search for a beam width of 1, else beam search: the best
+    output of each source and its score.
 
     Beam search of width 1 finds greedy search's outputs (see `beam_search`)
     with more work a step (8% more time for one sentence); `beam_width` may
@@ -506,12 +544,17 @@ def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALT
         `{"tokens": (B, L) int32, "scores": (B,)}`, scores as beam search's:
         log-probability / lp.
     """
+
     def greedy():
         outputs = greedy_search(stepper, source, max_length, eos_id=eos_id)
-        return outputs["tokens"], outputs["scores"] / gnmt_length_penalty(outputs["lengths"], length_penalty)
+        return outputs["tokens"], outputs["scores"] / gnmt_length_penalty(
+            outputs["lengths"], length_penalty
+        )
 
     def beam():
-        outputs = beam_search(stepper, source, max_length, beam_width, length_penalty=length_penalty, eos_id=eos_id)
+        outputs = beam_search(
+            stepper, source, max_length, beam_width, length_penalty=length_penalty, eos_id=eos_id
+        )
         return outputs["tokens"], outputs["scores"]
 
     if isinstance(beam_width, int):
@@ -567,8 +610,7 @@ def _decode_loop(body, state, sequences, max_length):
     """
     max_length = tf.cast(max_length, tf.int32)
     _, _, sequences = tf.while_loop(
-        lambda index, state, sequences: (index < max_length)
-        & ~tf.reduce_all(sequences["done"]),
+        lambda index, state, sequences: (index < max_length) & ~tf.reduce_all(sequences["done"]),
         body,
         (tf.constant(0), state, sequences),
         shape_invariants=(
@@ -587,7 +629,9 @@ def _row_budgets(max_length, batch):
 
 
 def _greedy_step(logits, done, bos_id):
-    """`(token, its log-probability)` of each row: the most likely; finished rows get [PAD] at no cost."""
+    """`(token, its log-probability)` of each row: the most likely;
+    finished rows get [PAD] at no cost.
+    """
     log_probs = _log_probs(logits, bos_id)
     token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
     token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -673,7 +717,15 @@ def _best_first(scores, finished):
 # --------------------------------------------------------------------------
 # The search compiled by XLA.
 
-SOURCE_BUCKETS = (16, 32, 64, 128, 256, 512)  # the source lengths CompiledSearch pads to (and its max_length)
+# the source lengths CompiledSearch pads to (and its max_length)
+SOURCE_BUCKETS = (
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+)
 
 
 class CompiledSearch:
@@ -707,15 +759,21 @@ class CompiledSearch:
     Example:
 
         >>> from keras_attn.models import TransformerBackbone
-        >>> stepper = Stepper(TransformerBackbone(1000, 1000, preset="tiny", max_sequence_length=64))
-        >>> compiled = CompiledSearch(stepper, max_length=64)
-        >>> compiled.source_lengths, compiled.cache_lengths  # a source of 17 to 32 tokens: caches of 58 steps
+        >>> backbone = TransformerBackbone(1000, 1000, preset="tiny", max_sequence_length=64)
+        >>> compiled = CompiledSearch(Stepper(backbone), max_length=64)
+        >>> # a source of 17 to 32 tokens: caches of 58 steps
+        >>> compiled.source_lengths, compiled.cache_lengths
         ((16, 32, 64), (34, 58, 64))
         >>> outputs = compiled(np.array([[5, 6, 7, 3]], "int32"), beam_width=4)  # doctest: +SKIP
     """
 
     def __init__(self, stepper, max_length, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
-        self.stepper, self.max_length, self.length_penalty, self.eos_id = stepper, max_length, length_penalty, eos_id
+        self.stepper, self.max_length, self.length_penalty, self.eos_id = (
+            stepper,
+            max_length,
+            length_penalty,
+            eos_id,
+        )
         self.source_lengths = tuple(n for n in SOURCE_BUCKETS if n < max_length) + (max_length,)
         with tf.init_scope():  # (eagerly, even while a signature is traced)
             self.cache_lengths = tuple(int(_budget(n, cap=max_length)) for n in self.source_lengths)
@@ -723,24 +781,39 @@ class CompiledSearch:
         self.beam_program = graph.function(self._beam, jit_compile=True)
 
     def _cache_length(self, source):
-        # The budget of a source that fills the padded width: from the shape, which XLA compiles as a constant.
+        # The budget of a source that fills the padded width: from the
+        # shape, which XLA compiles as a constant.
         return _budget(tf.shape(source)[1], cap=self.max_length)
 
     def _greedy(self, source, budget):
-        outputs = greedy_search(self.stepper, source, budget, eos_id=self.eos_id,
-                                cache_length=self._cache_length(source))
+        outputs = greedy_search(
+            self.stepper,
+            source,
+            budget,
+            eos_id=self.eos_id,
+            cache_length=self._cache_length(source),
+        )
         scores = outputs["scores"] / gnmt_length_penalty(outputs["lengths"], self.length_penalty)
         return outputs["tokens"], scores, outputs["steps"]
 
     def _beam(self, source, budget, beam_width):
-        # `beam_width` is an argument of the program: XLA takes it as a constant, one program per value.
-        outputs = beam_search(self.stepper, source, budget, beam_width, length_penalty=self.length_penalty,
-                              eos_id=self.eos_id, cache_length=self._cache_length(source))
+        # `beam_width` is an argument of the program: XLA takes it as
+        # a constant, one program per value.
+        outputs = beam_search(
+            self.stepper,
+            source,
+            budget,
+            beam_width,
+            length_penalty=self.length_penalty,
+            eos_id=self.eos_id,
+            cache_length=self._cache_length(source),
+        )
         return outputs["tokens"], outputs["scores"], outputs["steps"]
 
     def warm_up(self, beam_width=1, rows=1):
-        """Compiles the programs of `rows` sources at `beam_width` for every source bucket, so requests of that
-        shape compile nothing; returns the bucket lengths. (Runs each program once, on [UNK] sources.)"""
+        """Compiles the programs of `rows` sources at `beam_width` for every
+        source bucket, so requests of that shape compile nothing; returns
+        the bucket lengths. (Runs each program once, on [UNK] sources.)"""
         runs = []
         for length in self.source_lengths:
             with tf.control_dependencies(runs):  # one at a time
@@ -762,10 +835,14 @@ class CompiledSearch:
         source = tf.convert_to_tensor(source, tf.int32)
         batch, length = tf.shape(source)[0], tf.shape(source)[1]
         checked = tf.debugging.assert_less_equal(
-            length, self.max_length, message=f"CompiledSearch takes sources of at most {self.max_length} tokens"
+            length,
+            self.max_length,
+            message=f"CompiledSearch takes sources of at most {self.max_length} tokens",
         )
         with tf.control_dependencies([checked]):
-            bucket = tf.gather(self.source_lengths, tf.searchsorted(self.source_lengths, length[None])[0])
+            bucket = tf.gather(
+                self.source_lengths, tf.searchsorted(self.source_lengths, length[None])[0]
+            )
         budget = max_decode_length(source, cap=self.max_length)
         rows = _next_power_of_two(batch)
         budget = tf.pad(budget, [[0, rows - batch]])  # padding rows: done before the first step

@@ -1,4 +1,6 @@
-"""Translation quality: exact match, BLEU (computed three ways) and chrF; captioning's, against several references."""
+"""Translation quality: exact match, BLEU (computed three ways) and
+chrF; captioning's, against several references.
+"""
 
 import sacrebleu
 
@@ -35,7 +37,8 @@ def bleu(hypotheses, references):
 
 
 def tokenized_bleu(hypotheses, references):
-    """Corpus BLEU-4 of text tokenized as its references are, words split at whitespace and nothing else done.
+    """Corpus BLEU-4 of text tokenized as its references are, words
+    split at whitespace and nothing else done.
 
     What `multi-bleu.perl` (Moses) and fairseq's scorer compute, and how the
     published Multi30k figures on Moses-tokenized, lowercased text are
@@ -49,7 +52,10 @@ def tokenized_bleu(hypotheses, references):
 
     Example:
 
-        >>> round(tokenized_bleu(["a dog runs on the grass ."], ["a dog runs on the green grass ."])["bleu_tokenized"], 1)
+        >>> scores = tokenized_bleu(
+        ...     ["a dog runs on the grass ."], ["a dog runs on the green grass ."]
+        ... )
+        >>> round(scores["bleu_tokenized"], 1)
         61.3
     """
     _check_aligned(hypotheses, references)
@@ -99,7 +105,8 @@ def format_scores(scores):
 
 
 def caption_scores(hypotheses, references):
-    """What `keras-attn train captioner` reports: each image's caption against all of that image's captions.
+    """What `keras-attn train captioner` reports: each image's caption
+    against all of that image's captions.
 
     Returns:
         `"exact_match"`: the fraction of captions equal to one of their
@@ -113,7 +120,8 @@ def caption_scores(hypotheses, references):
 
     Example:
 
-        >>> scores = caption_scores(["a red circle left of a square"], [["a blue square", "a red circle left of a square"]])
+        >>> references = [["a blue square", "a red circle left of a square"]]
+        >>> scores = caption_scores(["a red circle left of a square"], references)
         >>> scores["exact_match"], round(scores["bleu"])
         (1.0, 100)
     """
@@ -127,8 +135,10 @@ def caption_scores(hypotheses, references):
     normal = lambda text: " ".join(text.lower().split())  # noqa: E731
     exact = sum(normal(h) in {normal(r) for r in refs} for h, refs in zip(hypotheses, references))
     return {
-        "exact_match": exact / len(hypotheses), "bleu": metric.corpus_score(list(hypotheses), streams).score,
-        "signature": str(metric.get_signature()), "images": len(hypotheses),
+        "exact_match": exact / len(hypotheses),
+        "bleu": metric.corpus_score(list(hypotheses), streams).score,
+        "signature": str(metric.get_signature()),
+        "images": len(hypotheses),
     }
 
 

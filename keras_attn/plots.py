@@ -6,8 +6,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 
 def cross_attention_figure(weights, source_tokens, output_tokens, title=None):
@@ -40,7 +40,9 @@ def cross_attention_figure(weights, source_tokens, output_tokens, title=None):
     for layer in range(layers):
         for head in range(heads):
             axis = axes[layer][head]
-            image = axis.imshow(weights[:, layer, head, :], cmap="viridis", vmin=0, vmax=1, aspect="auto")
+            image = axis.imshow(
+                weights[:, layer, head, :], cmap="viridis", vmin=0, vmax=1, aspect="auto"
+            )
             axis.set_xticks(range(len(source_tokens)))
             axis.set_xticklabels(source_tokens, rotation=90, fontsize=7)
             axis.set_yticks(range(len(output_tokens)))
@@ -74,14 +76,24 @@ def caption_attention_figure(image, words, weights, grid_shape, title=None):
     height, width = image.shape[:2]
     panels = max(len(words), 1)
     per_row = min(panels, 6)
-    figure, axes = plt.subplots(-(-panels // per_row), per_row, figsize=(1.9 * per_row, 2.1 * -(-panels // per_row)),
-                                squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        -(-panels // per_row),
+        per_row,
+        figsize=(1.9 * per_row, 2.1 * -(-panels // per_row)),
+        squeeze=False,
+        layout="constrained",
+    )
     for axis in axes.flat:
         axis.axis("off")
     for axis, word, weight in zip(axes.flat, words, weights):
         axis.imshow(image)
-        axis.imshow(np.asarray(weight).reshape(rows, columns), cmap="magma", alpha=0.6,
-                    extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation="nearest")
+        axis.imshow(
+            np.asarray(weight).reshape(rows, columns),
+            cmap="magma",
+            alpha=0.6,
+            extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+            interpolation="nearest",
+        )
         axis.set_title(word, fontsize=9)
     if title:
         figure.suptitle(title, fontsize=9)

@@ -20,8 +20,8 @@ PRESETS = {
         "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
     },
     "seq2seq": {
-        # (Embeddings as wide as the LSTM: `Seq2SeqBackbone`'s embedding_dim defaults to hidden_dim.)
-        # Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
+        # (Embeddings as wide as the LSTM: `Seq2SeqBackbone`'s embedding_dim defaults to
+        # hidden_dim.) Quick runs on a laptop CPU, e.g. the built-in corpus: 1 × 128 LSTM.
         "tiny": dict(num_layers=1, hidden_dim=128),
         # Multi30k-sized, trains on a laptop CPU: 2 × 256 LSTM.
         "small": dict(num_layers=2, hidden_dim=256),
@@ -64,7 +64,9 @@ def architecture(family, preset, defaults, **given):
     """
     presets = PRESETS[family]
     if preset is not None and preset not in presets:
-        raise ValueError(f"unknown {family} preset {preset!r}; the presets are {', '.join(presets)}.")
+        raise ValueError(
+            f"unknown {family} preset {preset!r}; the presets are {', '.join(presets)}."
+        )
     values = {**defaults, **(presets[preset] if preset is not None else {})}
     values.update({key: value for key, value in given.items() if value is not None})
     return values

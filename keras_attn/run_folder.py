@@ -34,7 +34,8 @@ UPDATES = "updates"
 STOPPED = "STOPPED"
 VOCABULARY = "vocab.txt"
 TEST_SOURCE, TEST_REFERENCE = "test.src", "test.ref"
-# Settings that run folders started before 2026-12-04 recorded under the command line's shorter names.
+# Settings that run folders started before 2026-12-04 recorded under
+# the command line's shorter names.
 FORMER_NAMES = {"vocab_size": "vocabulary_size", "max_length": "max_sequence_length"}
 
 
@@ -44,7 +45,8 @@ def path(run_dir, name):
 
 
 def vocabulary_paths(run_dir, extension=".txt"):
-    """A translation run's vocabulary files, source then target: `vocab.source.txt`, `vocab.target.txt`.
+    """A translation run's vocabulary files, source then target:
+    `vocab.source.txt`, `vocab.target.txt`.
 
     SentencePiece's models end in `.model` instead.
     """
@@ -57,7 +59,8 @@ def is_run_folder(folder):
 
 
 def read_settings(run_dir):
-    """The settings a run was bound to (`settings.json`), or `{}` when it has none or they do not parse.
+    """The settings a run was bound to (`settings.json`), or `{}` when
+    it has none or they do not parse.
 
     Keys are the config's field names (`FORMER_NAMES` renamed).
     """
@@ -66,4 +69,8 @@ def read_settings(run_dir):
             settings = json.load(file)
     except (OSError, ValueError):
         return {}
-    return {FORMER_NAMES.get(key, key): value for key, value in settings.items()} if isinstance(settings, dict) else {}
+    return (
+        {FORMER_NAMES.get(key, key): value for key, value in settings.items()}
+        if isinstance(settings, dict)
+        else {}
+    )

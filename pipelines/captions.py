@@ -1,4 +1,5 @@
-"""Captioning's data: captions files, and the tf.data pipeline from (image, caption) pairs to batches.
+"""Captioning's data: captions files, and the tf.data pipeline from
+(image, caption) pairs to batches.
 
     (uint8 image, caption) ─order of the epoch─► batch ─► pixels to [0, 1],
     caption to ids, [BOS]/[EOS], padding (the preprocessor, in the graph)
@@ -24,7 +25,9 @@ from pipelines.prefetch import prefetched
 from pipelines.text import DataError, _decoded_lines, tsv_rows
 
 NO_BOX = -1.0  # the box coordinates of a token that names no region
-REGIONS_FIELD = "[[first_word, end_word, x0, y0, x1, y1], ...]"  # a caption's regions, as its file writes them
+REGIONS_FIELD = (
+    "[[first_word, end_word, x0, y0, x1, y1], ...]"  # a caption's regions, as its file writes them
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +40,9 @@ class CaptionedImages:
         images: for each caption, its image's index in `paths`.
         skipped_empty: captions dropped because they were empty or blank.
         origin: the captions file.
-        regions: for each caption, the regions its words name, `[(first_word, end_word, (x0, y0, x1, y1))]` in
-            its image's pixels (`()` where the file gives none; no entries at all when no caption has any).
+        regions: for each caption, the regions its words name, `[(first_word,
+            end_word, (x0, y0, x1, y1))]` in its image's pixels (`()` where
+            the file gives none; no entries at all when no caption has any).
     """
 
     paths: list
@@ -55,9 +59,13 @@ class CaptionedImages:
         """The captions `rows` with only the images they describe."""
         kept = sorted({self.images[row] for row in rows})
         index = {image: i for i, image in enumerate(kept)}
-        return CaptionedImages([self.paths[i] for i in kept], [self.captions[row] for row in rows],
-                               [index[self.images[row]] for row in rows], origin=origin,
-                               regions=[self.regions[row] for row in rows] if self.regions else [])
+        return CaptionedImages(
+            [self.paths[i] for i in kept],
+            [self.captions[row] for row in rows],
+            [index[self.images[row]] for row in rows],
+            origin=origin,
+            regions=[self.regions[row] for row in rows] if self.regions else [],
+        )
 
 
 def read_captions(path, image_folder=None):
@@ -102,16 +110,32 @@ def read_captions(path, image_folder=None):
     if _is_json(path):
         rows = _coco_rows(path)
     else:
-        rows = [(name, caption, json_list(field, f"{path}:{number}") if field else None, f"{path}:{number}")
-                for number, (name, caption, field) in enumerate(tsv_rows(path, 0, 1, optional_column=2), start=1)]
-    kept = [(name, caption.strip(), field, where) for name, caption, field, where in rows if name and caption.strip()]
+        rows = [
+            (
+                name,
+                caption,
+                json_list(field, f"{path}:{number}") if field else None,
+                f"{path}:{number}",
+            )
+            for number, (name, caption, field) in enumerate(
+                tsv_rows(path, 0, 1, optional_column=2), start=1
+            )
+        ]
+    kept = [
+        (name, caption.strip(), field, where)
+        for name, caption, field, where in rows
+        if name and caption.strip()
+    ]
     index = {}
     for name, *_ in kept:
         index.setdefault(name, len(index))
     regions = [read_regions(field, caption, where) for _, caption, field, where in kept]
     return CaptionedImages(
-        paths=[os.path.join(folder, name) for name in index], captions=[caption for _, caption, _, _ in kept],
-        images=[index[name] for name, *_ in kept], skipped_empty=len(rows) - len(kept), origin=str(path),
+        paths=[os.path.join(folder, name) for name in index],
+        captions=[caption for _, caption, _, _ in kept],
+        images=[index[name] for name, *_ in kept],
+        skipped_empty=len(rows) - len(kept),
+        origin=str(path),
         regions=regions if any(regions) else [],
     )
 
@@ -121,27 +145,40 @@ def json_list(field, where):
     try:
         return json.loads(field)
     except ValueError as error:
-        raise DataError(f"{where}: the regions are not valid JSON ({error}); expected {REGIONS_FIELD}") from None
+        raise DataError(
+            f"{where}: the regions are not valid JSON ({error}); expected {REGIONS_FIELD}"
+        ) from None
 
 
 def read_regions(field, caption, where):
-    """A caption's regions field (parsed JSON, or None) → `((first_word, end_word, (x0, y0, x1, y1)), ...)`."""
+    """A caption's regions field (parsed JSON, or None) →
+    `((first_word, end_word, (x0, y0, x1, y1)), ...)`.
+    """
     if field is None:
         return ()
     words = len(caption.split())
     regions = []
     for region in field if isinstance(field, list) else [field]:
-        ok = isinstance(region, list) and len(region) == 6 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in region)
+        ok = (
+            isinstance(region, list)
+            and len(region) == 6
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in region)
+        )
         if not ok:
-            raise DataError(f"{where}: the regions must be {REGIONS_FIELD}, got {json.dumps(region)}")
+            raise DataError(
+                f"{where}: the regions must be {REGIONS_FIELD}, got {json.dumps(region)}"
+            )
         first, end, x0, y0, x1, y1 = region
         if not (first == int(first) and end == int(end) and 0 <= first < end <= words):
-            raise DataError(f"{where}: region {json.dumps(region)}: words {first} to {end} are not a span of "
-                            f"the caption's {words} words (end_word is exclusive)")
+            raise DataError(
+                f"{where}: region {json.dumps(region)}: words {first} to {end} are not a span of "
+                f"the caption's {words} words (end_word is exclusive)"
+            )
         if not (0 <= x0 <= x1 and 0 <= y0 <= y1):
-            raise DataError(f"{where}: region {json.dumps(region)}: the box must have 0 <= x0 <= x1 and "
-                            "0 <= y0 <= y1 (pixels)")
+            raise DataError(
+                f"{where}: region {json.dumps(region)}: the box must have 0 <= x0 <= x1 and "
+                "0 <= y0 <= y1 (pixels)"
+            )
         regions.append((int(first), int(end), (float(x0), float(y0), float(x1), float(y1))))
     return tuple(regions)
 
@@ -155,13 +192,22 @@ def resized_regions(regions, sizes, image_size):
         >>> resized_regions([((0, 1, (0, 0, 9, 19)),), ()], [(20, 10), (5, 5)], 40)
         [((0, 1, (0.0, 0.0, 39.0, 39.0)),), ()]
     """
+
     def scaled(box, height, width):
         x0, y0, x1, y1 = box
         across, down = image_size / width, image_size / height
-        return x0 * across, y0 * down, (x1 + 1) * across - 1, (y1 + 1) * down - 1  # pixels cover [x, x + 1)
+        # pixels cover [x, x + 1)
+        return (
+            x0 * across,
+            y0 * down,
+            (x1 + 1) * across - 1,
+            (y1 + 1) * down - 1,
+        )
 
-    return [tuple((first, end, scaled(box, *size)) for first, end, box in named)
-            for named, size in zip(regions, sizes)]
+    return [
+        tuple((first, end, scaled(box, *size)) for first, end, box in named)
+        for named, size in zip(regions, sizes)
+    ]
 
 
 def _is_json(path):
@@ -174,7 +220,9 @@ def _is_json(path):
 
 
 def _coco_rows(path):
-    """`(image file name, caption, regions or None, where)` of each annotation of a COCO captions JSON file."""
+    """`(image file name, caption, regions or None, where)` of each
+    annotation of a COCO captions JSON file.
+    """
     try:
         document = json.loads("".join(_decoded_lines(path)))
         files = {image["id"]: image["file_name"] for image in document["images"]}
@@ -182,73 +230,104 @@ def _coco_rows(path):
     except ValueError as error:
         raise DataError(f"{path}: not valid JSON ({error})") from None
     except (KeyError, TypeError) as error:
-        raise DataError(f"{path}: not COCO's captions layout (an object with \"images\" of "
-                        f"{{\"id\", \"file_name\"}} and \"annotations\" of {{\"image_id\", \"caption\"}}; "
-                        f"missing {error})") from None
+        raise DataError(
+            f'{path}: not COCO\'s captions layout (an object with "images" of '
+            f'{{"id", "file_name"}} and "annotations" of {{"image_id", "caption"}}; '
+            f"missing {error})"
+        ) from None
     rows = []
     for number, annotation in enumerate(annotations):
         try:
-            rows.append((files[annotation["image_id"]], str(annotation["caption"]), annotation.get("regions"),
-                         f"{path}: annotation {number}"))
+            rows.append(
+                (
+                    files[annotation["image_id"]],
+                    str(annotation["caption"]),
+                    annotation.get("regions"),
+                    f"{path}: annotation {number}",
+                )
+            )
         except KeyError as error:
-            raise DataError(f"{path}: annotation {number}: no image with id {error}"
-                            if annotation.get("image_id") is not None and "caption" in annotation
-                            else f"{path}: annotation {number}: missing {error}") from None
+            raise DataError(
+                f"{path}: annotation {number}: no image with id {error}"
+                if annotation.get("image_id") is not None and "caption" in annotation
+                else f"{path}: annotation {number}: missing {error}"
+            ) from None
     return rows
 
 
 def word_starts(captions, tokenizer):
-    """Where each word of each caption (split at spaces) starts among its tokens: for each caption, its words'
-    first token indices and then its token count (a word may be several tokens: "red" is r ##e ##d in a small
-    vocabulary). The step that writes a word's first token is that index.
+    """Where each word of each caption (split at spaces) starts among its tokens: for each caption,
+    its words' first token indices and then its token count (a word may be several tokens: "red" is
+    r ##e ##d in a small vocabulary). The step that writes a word's first token is that index.
 
     Example:
 
         >>> from pipelines.tokenizers import WordPieceTokenizer
-        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]", "[MASK]", "a", "r",
-        ...                                 "##e", "##d", "circle"])
+        >>> specials = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]", "[MASK]"]
+        >>> tokenizer = WordPieceTokenizer([*specials, "a", "r", "##e", "##d", "circle"])
         >>> [starts.tolist() for starts in word_starts(["a red circle"], tokenizer)]
         [[0, 1, 4, 5]]
     """
     words = [caption.split() for caption in captions]
     every_word = [word for caption_words in words for word in caption_words]
-    pieces = (tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy() if every_word
-              else np.zeros(0, np.int64))
-    ends = np.cumsum([len(caption_words) for caption_words in words])  # each caption's words in `pieces`
-    return [np.concatenate([[0], np.cumsum(pieces[end - len(caption_words):end])]).astype(int)
-            for caption_words, end in zip(words, ends)]
+    pieces = (
+        tokenizer.tokenize(tf.constant(every_word, tf.string)).row_lengths().numpy()
+        if every_word
+        else np.zeros(0, np.int64)
+    )
+    # each caption's words in `pieces`
+    ends = np.cumsum([len(caption_words) for caption_words in words])
+    return [
+        np.concatenate([[0], np.cumsum(pieces[end - len(caption_words) : end])]).astype(int)
+        for caption_words, end in zip(words, ends)
+    ]
 
 
 def word_boxes(captions, regions, preprocessor):
-    """The box each token of each caption names: `(N, max_length, 4)` float32 `(x0, y0, x1, y1)` in pixels of the
-    preprocessor's `image_size` square, `NO_BOX` for tokens that name none (what `caption_dataset` supervises the
+    """The box each token of each caption names: `(N, max_length, 4)` float32
+    `(x0, y0, x1, y1)` in pixels of the preprocessor's `image_size` square,
+    `NO_BOX` for tokens that name none (what `caption_dataset` supervises the
     attention with; the model turns boxes into masks over its grid).
 
     Args:
         captions: `N` captions.
-        regions: for each caption, `[(first_word, end_word, (x0, y0, x1, y1))]`: the words `first_word` to
-            `end_word - 1` (split at spaces) name the box, in pixels of the preprocessor's `image_size` square
-            (`resized_regions` brings a file's to it).
+        regions: for each caption, `[(first_word, end_word, (x0, y0, x1, y1))]`: the words
+            `first_word` to `end_word - 1` (split at spaces) name the box, in pixels of the
+            preprocessor's `image_size` square (`resized_regions` brings a file's to it).
         preprocessor: the `CaptionPreprocessor` whose tokens the rows follow.
 
     Example:
 
         >>> from pipelines.preprocessors import CaptionPreprocessor
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=4)
+        >>> vocabulary = learn_wordpiece_vocabulary(["a red circle"], 30)
+        >>> preprocessor = CaptionPreprocessor(vocabulary, image_size=4)
         >>> boxes = word_boxes(["a red circle"], [[(1, 3, (0, 0, 1, 1))]], preprocessor)
         >>> boxes.shape, boxes[0, :4].tolist()
-        ((1, 32, 4), [[-1.0, -1.0, -1.0, -1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0]])
+        ((1, 32, 4), [[-1.0, -1.0, -1.0, -1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0],
+                      [-1.0, -1.0, -1.0, -1.0]])
     """
     boxes = np.full((len(captions), preprocessor.max_length, 4), NO_BOX, np.float32)
-    for n, (named, starts) in enumerate(zip(regions, word_starts(captions, preprocessor.tokenizer))):
+    for n, (named, starts) in enumerate(
+        zip(regions, word_starts(captions, preprocessor.tokenizer))
+    ):
         for first, end, box in named or ():
-            boxes[n, starts[first]:min(starts[end], preprocessor.max_length)] = box
+            boxes[n, starts[first] : min(starts[end], preprocessor.max_length)] = box
     return boxes
 
 
-def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False,
-                    image_rows=None, order=None, boxes=None):
+def caption_dataset(
+    images,
+    captions,
+    preprocessor,
+    batch_size,
+    shuffle=True,
+    seed=0,
+    drop_remainder=False,
+    image_rows=None,
+    order=None,
+    boxes=None,
+):
     """Batches for teacher-forced training of a captioner.
 
     Args:
@@ -275,15 +354,19 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
 
         >>> from pipelines.preprocessors import CaptionPreprocessor
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=16)
-        >>> inputs, target_out = next(iter(caption_dataset(
-        ...     np.zeros((3, 16, 16, 3), "uint8"), ["a red circle"] * 3, preprocessor, batch_size=2)))
+        >>> vocabulary = learn_wordpiece_vocabulary(["a red circle"], 30)
+        >>> preprocessor = CaptionPreprocessor(vocabulary, image_size=16)
+        >>> images = np.zeros((3, 16, 16, 3), "uint8")
+        >>> data = caption_dataset(images, ["a red circle"] * 3, preprocessor, batch_size=2)
+        >>> inputs, target_out = next(iter(data))
         >>> inputs["image"].shape, inputs["target_in"].shape, target_out.shape
         (TensorShape([2, 16, 16, 3]), TensorShape([2, 4]), TensorShape([2, 4]))
     """
     image_rows = np.arange(len(images)) if image_rows is None else image_rows
     if len(image_rows) != len(captions):
-        raise ValueError(f"{len(image_rows)} image rows but {len(captions)} captions: one image row per caption")
+        raise ValueError(
+            f"{len(image_rows)} image rows but {len(captions)} captions: one image row per caption"
+        )
     pairs = np.arange(len(image_rows)) if order is None else np.asarray(order)
     dataset = tf.data.Dataset.from_tensor_slices(pairs)
     if shuffle and order is None:
@@ -299,14 +382,18 @@ def caption_dataset(images, captions, preprocessor, batch_size, shuffle=True, se
         if boxes is None:
             return inputs, packed["target_out"]
         length = tf.shape(packed["target_out"])[1]
-        return inputs, {"target_out": packed["target_out"], "boxes": tf.gather(boxes, pair)[:, :length]}
+        return inputs, {
+            "target_out": packed["target_out"],
+            "boxes": tf.gather(boxes, pair)[:, :length],
+        }
 
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     return prefetched(dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE))
 
 
 def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_rows=None, boxes=None):
-    """`caption_dataset` one epoch at a time: `epochs(e)` is epoch `e`'s batches, in an order of its own.
+    """`caption_dataset` one epoch at a time: `epochs(e)` is epoch
+    `e`'s batches, in an order of its own.
 
     The order is a function of `seed` and `e` only (NumPy's), the same in
     every process and every time, so a run that resumes in the middle of an
@@ -316,8 +403,10 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
 
         >>> from pipelines.preprocessors import CaptionPreprocessor
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a", "b"], 30), image_size=4)
-        >>> epochs = caption_epochs(np.zeros((5, 4, 4, 3), "uint8"), list("ababa"), preprocessor, batch_size=2)
+        >>> vocabulary = learn_wordpiece_vocabulary(["a", "b"], 30)
+        >>> preprocessor = CaptionPreprocessor(vocabulary, image_size=4)
+        >>> images = np.zeros((5, 4, 4, 3), "uint8")
+        >>> epochs = caption_epochs(images, list("ababa"), preprocessor, batch_size=2)
         >>> len(epochs(0)), [len(t[1]) for t in epochs(1)]
         (3, [2, 2, 1])
     """
@@ -331,7 +420,14 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
 
     def epoch_batches(epoch):
         order = np.random.default_rng([seed, epoch]).permutation(count)
-        return caption_dataset(images, captions, preprocessor, batch_size, image_rows=image_rows, order=order,
-                               boxes=boxes)
+        return caption_dataset(
+            images,
+            captions,
+            preprocessor,
+            batch_size,
+            image_rows=image_rows,
+            order=order,
+            boxes=boxes,
+        )
 
     return epoch_batches

@@ -91,7 +91,8 @@ def read_labelled_tsv(path):
 
 
 def check_like_training(data, label_ids, training=None):
-    """Refuses a `LabelledTexts` with labels not in `label_ids`, or (given the `training` data) other columns.
+    """Refuses a `LabelledTexts` with labels not in `label_ids`, or
+    (given the `training` data) other columns.
 
     Raises:
         text.DataError: `path: labels not in the training data: ...`, or
@@ -99,14 +100,20 @@ def check_like_training(data, label_ids, training=None):
     """
     unknown = sorted({label for label in data.labels if label not in label_ids})
     if unknown:
-        raise text.DataError(f"{data.origin}: labels not in the training data: {', '.join(unknown[:5])}")
+        raise text.DataError(
+            f"{data.origin}: labels not in the training data: {', '.join(unknown[:5])}"
+        )
     kinds = ["single texts (label<TAB>text)", "pairs (label<TAB>text_a<TAB>text_b)"]
     if training is not None and (data.texts_b is None) != (training.texts_b is None):
-        raise text.DataError(f"{data.origin}: {kinds[data.texts_b is not None]}, but {training.origin} holds "
-                             f"{kinds[training.texts_b is not None]}")
+        raise text.DataError(
+            f"{data.origin}: {kinds[data.texts_b is not None]}, but {training.origin} holds "
+            f"{kinds[training.texts_b is not None]}"
+        )
 
 
-def classification_dataset(data, label_ids, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False):
+def classification_dataset(
+    data, label_ids, preprocessor, batch_size, shuffle=True, seed=0, drop_remainder=False
+):
     """Batches `({"token_ids", "segment_ids"}, label id)` of a `LabelledTexts`.
 
     Args:

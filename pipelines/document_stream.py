@@ -1,4 +1,5 @@
-"""BERT's documents read as a stream: blocks of documents, pairs and masks in tf.data, bounded memory.
+"""BERT's documents read as a stream: blocks of documents, pairs and
+masks in tf.data, bounded memory.
 
     files, in an order of the epoch's ─► documents, as each file's lines are read
         ─► blocks of about `BLOCK_CHARS` characters ─► tokenize ─► `TokenizedDocuments`
@@ -26,12 +27,22 @@ from pipelines.prefetch import prefetched
 # About this many characters of text a block (some 2M tokens of English, a few thousand documents).
 BLOCK_CHARS = 2**23
 _TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
-_INDEX_BITS = 32  # a pair's index: its block's number above these bits, its place in the block below
+_INDEX_BITS = (
+    32  # a pair's index: its block's number above these bits, its place in the block below
+)
 
 
-def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, counts=None, held_out=None,
-                    **reading):
-    """Yields `TokenizedDocuments` of consecutive documents of `files`, about `block_chars` characters each.
+def document_blocks(
+    files,
+    tokenizer,
+    order_seed=None,
+    block_chars=BLOCK_CHARS,
+    counts=None,
+    held_out=None,
+    **reading,
+):
+    """Yields `TokenizedDocuments` of consecutive documents of
+    `files`, about `block_chars` characters each.
 
     Args:
         files: document files (`documents.document_files`).
@@ -52,16 +63,23 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
         >>> from pathlib import Path
         >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
         >>> _ = Path("a.txt").write_text("The cat sat. It slept!\\n\\nA dog ran. It barked.\\n")
-        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(["The cat sat. It slept! A dog ran. It barked."], 60))
+        >>> texts = ["The cat sat. It slept! A dog ran. It barked."]
+        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts, 60))
         >>> [block.num_documents for block in document_blocks(["a.txt"], tokenizer)]
         [2]
     """
     counts = counts if counts is not None else documents.Documents([])
-    order = list(files) if order_seed is None else [files[i] for i in np.random.default_rng(order_seed).permutation(len(files))]
+    order = (
+        list(files)
+        if order_seed is None
+        else [files[i] for i in np.random.default_rng(order_seed).permutation(len(files))]
+    )
     pending, characters = [], 0
     for path in order:
         skipped = held_out[1] if held_out and path == held_out[0] else 0
-        for document in itertools.islice(documents.file_documents(path, counts, **reading), skipped, None):
+        for document in itertools.islice(
+            documents.file_documents(path, counts, **reading), skipped, None
+        ):
             pending.append(document)
             characters += sum(len(sentence) for sentence in document)
             if characters >= block_chars:
@@ -77,7 +95,9 @@ def document_blocks(files, tokenizer, order_seed=None, block_chars=BLOCK_CHARS, 
 
 @contextlib.contextmanager
 def reported():
-    """Turns a `text.DataError` raised while a stream of documents is read (inside TensorFlow) into itself."""
+    """Turns a `text.DataError` raised while a stream of documents is
+    read (inside TensorFlow) into itself.
+    """
     try:
         yield
     except tf.errors.OpError as error:
@@ -100,7 +120,11 @@ def estimated_pairs(files, tokenizer, max_length, sample_chars=2**20):
                     break
         if characters >= sample_chars:
             break
-    tokens = int(tokenizer.tokenize(tf.constant([line for line in sample if line] or [""])).flat_values.shape[0])
+    tokens = int(
+        tokenizer.tokenize(
+            tf.constant([line for line in sample if line] or [""])
+        ).flat_values.shape[0]
+    )
     total = sum(text.text_bytes(path) for path in files) * tokens / max(characters, 1)
     return max(1, int(total) // max(1, max_length - 3))
 
@@ -144,29 +168,54 @@ def streamed_pretraining_epochs(
     max_length, tokenizer = preprocessor.max_length, preprocessor.tokenizer
     max_predictions = max_predictions or pretraining.default_max_predictions(mask_rate, max_length)
     steps = max(1, num_pairs // batch_size)
-    signature = (tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64),
-                 tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64))
+    signature = (
+        tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([None], tf.int64),
+        tf.TensorSpec([None], tf.int64),
+        tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([], tf.int64),
+    )
 
     def one_pass(epoch, *key):
         order_seed = int(np.random.SeedSequence([seed, epoch, *key]).generate_state(1)[0])
         first_block = 2**20 if key else 0  # a top-up pass's blocks draw other numbers
 
         def blocks():
-            cut = document_blocks(files, tokenizer, order_seed, block_chars, held_out=held_out, **reading)
+            cut = document_blocks(
+                files, tokenizer, order_seed, block_chars, held_out=held_out, **reading
+            )
             for number, block in enumerate(cut):
-                yield (block.ids, block.sentence_starts, block.document_starts, first_block + number,
-                       pretraining.pairs_per_epoch(block, max_length))
+                yield (
+                    block.ids,
+                    block.sentence_starts,
+                    block.document_starts,
+                    first_block + number,
+                    pretraining.pairs_per_epoch(block, max_length),
+                )
 
         def pairs_of_block(ids, starts, document_starts, number, count):
             make_pair = pretraining.pair_maker(
-                ids, starts, document_starts, max_length, seed, epoch, short_sequence_probability,
-                next_probability, first_index=number * 2**_INDEX_BITS,
+                ids,
+                starts,
+                document_starts,
+                max_length,
+                seed,
+                epoch,
+                short_sequence_probability,
+                next_probability,
+                first_index=number * 2**_INDEX_BITS,
             )
             return tf.data.Dataset.range(count).map(make_pair, num_parallel_calls=tf.data.AUTOTUNE)
 
-        pairs = tf.data.Dataset.from_generator(blocks, output_signature=signature).flat_map(pairs_of_block)
-        mask = pretraining.masker(tokenizer.vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch)
-        return pairs.map(mask, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
+        pairs = tf.data.Dataset.from_generator(blocks, output_signature=signature).flat_map(
+            pairs_of_block
+        )
+        mask = pretraining.masker(
+            tokenizer.vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch
+        )
+        return pairs.map(mask, num_parallel_calls=tf.data.AUTOTUNE).batch(
+            batch_size, drop_remainder=True
+        )
 
     def epoch_batches(epoch):
         batches = one_pass(epoch).concatenate(one_pass(epoch, _TOP_UP).repeat()).take(steps)

@@ -61,8 +61,8 @@ class Documents:
         """One line: what was read and what was handled."""
         return (
             f"{len(self.documents)} documents, {len(self.sentences)} sentences "
-            f"({self.single_sentence} one-sentence documents, {self.long_sentences} long sentences cut, "
-            f"{self.headings} headings dropped, {self.empty_files} empty files)"
+            f"({self.single_sentence} one-sentence documents, {self.long_sentences} long "
+            f"sentences cut, {self.headings} headings dropped, {self.empty_files} empty files)"
         )
 
 
@@ -118,7 +118,9 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
         paths = [paths]
     result = Documents([], origin=", ".join(str(path) for path in paths))
     for path in document_files(paths):
-        result.documents.extend(file_documents(path, result, one_document_per_file, max_sentence_words))
+        result.documents.extend(
+            file_documents(path, result, one_document_per_file, max_sentence_words)
+        )
     if not result.documents:
         raise text.DataError(f"{result.origin}: no text ({result.empty_files} empty files)")
     return result

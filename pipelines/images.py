@@ -10,8 +10,10 @@ aspect ratio is not kept).
 
     >>> encoded = tf.io.encode_png(np.full((20, 30, 3), 200, "uint8"))
     >>> pixels, readable = decode_images(tf.stack([encoded, b"not an image"]), 8)
-    >>> pixels.shape, readable.numpy().tolist(), int(pixels[0, 0, 0, 0]), int(pixels[1].numpy().max())
-    (TensorShape([2, 8, 8, 3]), [True, False], 200, 0)
+    >>> pixels.shape, readable.numpy().tolist()
+    (TensorShape([2, 8, 8, 3]), [True, False])
+    >>> int(pixels[0, 0, 0, 0]), int(pixels[1].numpy().max())
+    (200, 0)
 """
 
 import numpy as np
@@ -33,38 +35,55 @@ def header_pixels(encoded):
     b = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
 
     def number(start, size, big_endian):  # an unsigned integer of `size` bytes at `start`
-        digits = b[start:start + size][::-1] if big_endian else b[start:start + size]
+        digits = b[start : start + size][::-1] if big_endian else b[start : start + size]
         return tf.reduce_sum(digits * 256 ** tf.range(size, dtype=tf.int64))
 
     def starts_with(magic):
-        return tf.reduce_all(tf.equal(b[:len(magic)], list(magic)))
+        return tf.reduce_all(tf.equal(b[: len(magic)], list(magic)))
 
     def signed32(value):
-        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))  # BMP: negative height = top-down rows
+        # BMP: negative height = top-down rows
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
 
     def jpeg():
         shape = tf.image.extract_jpeg_shape(encoded, output_type=tf.int64)
         return shape[0] * shape[1]
 
-    return tf.case([
-        (starts_with(b"\x89PNG\r\n\x1a\n"), lambda: number(16, 4, True) * number(20, 4, True)),
-        (starts_with(b"GIF8"), lambda: number(6, 2, False) * number(8, 2, False)),
-        (starts_with(b"BM"), lambda: signed32(number(18, 4, False)) * signed32(number(22, 4, False))),
-        (starts_with(b"\xff\xd8\xff"), jpeg),
-    ], default=lambda: tf.constant(-1, tf.int64), exclusive=True)
+    return tf.case(
+        [
+            (starts_with(b"\x89PNG\r\n\x1a\n"), lambda: number(16, 4, True) * number(20, 4, True)),
+            (starts_with(b"GIF8"), lambda: number(6, 2, False) * number(8, 2, False)),
+            (
+                starts_with(b"BM"),
+                lambda: signed32(number(18, 4, False)) * signed32(number(22, 4, False)),
+            ),
+            (starts_with(b"\xff\xd8\xff"), jpeg),
+        ],
+        default=lambda: tf.constant(-1, tf.int64),
+        exclusive=True,
+    )
 
 
 def decode_image(encoded, image_size):
-    """One encoded image → `(image_size, image_size, 3)` uint8; raises `InvalidArgumentError` if unreadable."""
+    """One encoded image → `(image_size, image_size, 3)` uint8; raises
+    `InvalidArgumentError` if unreadable.
+    """
     return resized(decoded(encoded), image_size)
 
 
 def decoded(encoded):
-    """One encoded image → `(height, width, 3)` uint8 at its own size; raises `InvalidArgumentError` if unreadable."""
+    """One encoded image → `(height, width, 3)` uint8 at its own size;
+    raises `InvalidArgumentError` if unreadable.
+    """
     pixels = header_pixels(encoded)
     known = tf.logical_and(pixels > 0, pixels <= MAX_PIXELS)
-    with tf.control_dependencies([tf.debugging.Assert(known, ["not a PNG, JPEG, GIF or BMP image of at most",
-                                                              MAX_PIXELS, "pixels"])]):
+    with tf.control_dependencies(
+        [
+            tf.debugging.Assert(
+                known, ["not a PNG, JPEG, GIF or BMP image of at most", MAX_PIXELS, "pixels"]
+            )
+        ]
+    ):
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
     image.set_shape([None, None, 3])
     return image
@@ -83,10 +102,16 @@ def decode_images(encoded, image_size):
     decoding fails; those rows get black pixels and `readable=False`.
     """
     rows = tf.shape(encoded)[0]
-    decoded = tf.data.Dataset.from_tensor_slices((tf.range(rows), encoded)).map(
-        lambda row, one: (row, decode_image(one, image_size))).ignore_errors()
-    sentinel = tf.data.Dataset.from_tensors((tf.constant(-1), tf.zeros([image_size, image_size, 3], tf.uint8)))
-    read, images = decoded.concatenate(sentinel).batch(2**31 - 1).get_single_element()  # the sentinel: never empty
+    decoded = (
+        tf.data.Dataset.from_tensor_slices((tf.range(rows), encoded))
+        .map(lambda row, one: (row, decode_image(one, image_size)))
+        .ignore_errors()
+    )
+    sentinel = tf.data.Dataset.from_tensors(
+        (tf.constant(-1), tf.zeros([image_size, image_size, 3], tf.uint8))
+    )
+    # the sentinel: never empty
+    read, images = decoded.concatenate(sentinel).batch(2**31 - 1).get_single_element()
     read, images = read[:-1, None], images[:-1]
     pixels = tf.scatter_nd(read, images, [rows, image_size, image_size, 3])
     return pixels, tf.scatter_nd(read, tf.ones(tf.shape(read)[:1], tf.bool), [rows])
@@ -111,9 +136,15 @@ def read_images(paths, image_size):
         image = decoded(tf.io.read_file(path))
         return row, resized(image, image_size), tf.shape(image, tf.int64)[:2]
 
-    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths)), tf.constant(paths, tf.string)))
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.range(len(paths)), tf.constant(paths, tf.string))
+    )
     # A missing file fails in read_file: dropped too.
-    for rows, images, shapes in files.map(read, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().batch(
-            256).as_numpy_iterator():
+    for rows, images, shapes in (
+        files.map(read, num_parallel_calls=tf.data.AUTOTUNE)
+        .ignore_errors()
+        .batch(256)
+        .as_numpy_iterator()
+    ):
         pixels[rows], readable[rows], sizes[rows] = images, True, shapes
     return pixels, readable, sizes

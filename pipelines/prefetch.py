@@ -18,8 +18,10 @@ def prefetched(dataset):
     Example:
 
         >>> batches = prefetched(tf.data.Dataset.range(4).batch(2))
-        >>> [batch.tolist() for batch in batches.as_numpy_iterator()], batches.options().autotune.enabled
-        ([[0, 1], [2, 3]], False)
+        >>> [batch.tolist() for batch in batches.as_numpy_iterator()]
+        [[0, 1], [2, 3]]
+        >>> batches.options().autotune.enabled
+        False
     """
     return without_autotuning(dataset.prefetch(tf.data.AUTOTUNE))
 

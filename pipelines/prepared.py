@@ -1,4 +1,5 @@
-"""Prepared shards: a streamed corpus tokenized once, so later epochs and later runs skip tokenizing.
+"""Prepared shards: a streamed corpus tokenized once, so later epochs
+and later runs skip tokenizing.
 
 What fairseq's `preprocess` and the Model Garden's TFRecords do: `prepare`
 writes one TFRecord file of `tf.train.Example`s a shard of a
@@ -10,9 +11,9 @@ written. The folder is bound to the corpus (its files' names and sizes)
 and to the vocabularies: a later run with other data or another
 vocabulary is refused, one with the same reuses it.
 
-    folder/prepared.json                   what it was prepared from (written first)
-    folder/shard-00007-of-00032.tfrecord   the pairs of shard 7, renamed into place when whole
-    folder/pairs.json                      the pairs of each shard (written last: the folder is complete)
+    folder/prepared.json                  what it was prepared from (written first)
+    folder/shard-00007-of-00032.tfrecord  the pairs of shard 7, renamed into place when whole
+    folder/pairs.json                     the pairs of each shard (written last: then whole)
 
 A `PreparedCorpus` reads the files as `ShardedCorpus` reads the text, in
 the same orders, so the batches of an epoch are the same from either.
@@ -40,10 +41,16 @@ def shard_path(folder, index, shards):
 
 
 def binding(corpus, source_tokenizer, target_tokenizer):
-    """What a prepared folder holds, as a digest: the corpus's files (names, sizes) and the vocabularies."""
-    files = [[os.path.basename(path), os.path.getsize(path)] for shard in corpus.shards for path in shard]
+    """What a prepared folder holds, as a digest: the corpus's files
+    (names, sizes) and the vocabularies.
+    """
+    files = [
+        [os.path.basename(path), os.path.getsize(path)] for shard in corpus.shards for path in shard
+    ]
     columns = [corpus.source_column, corpus.target_column] if corpus.is_tsv else None
-    tokenizers = [[tokenizer.spec, tokenizer.lowercase] for tokenizer in (source_tokenizer, target_tokenizer)]
+    tokenizers = [
+        [tokenizer.spec, tokenizer.lowercase] for tokenizer in (source_tokenizer, target_tokenizer)
+    ]
     return hashlib.sha256(json.dumps([files, columns, tokenizers]).encode()).hexdigest()
 
 
@@ -60,7 +67,9 @@ def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
     os.makedirs(folder, exist_ok=True)
     _check_binding(folder, key)
     shards = len(corpus.shards)
-    text.write_text_atomically(os.path.join(folder, BINDING_FILE), json.dumps({"binding": key, "shards": shards}))
+    text.write_text_atomically(
+        os.path.join(folder, BINDING_FILE), json.dumps({"binding": key, "shards": shards})
+    )
     pairs, written = [], 0
     with corpus.reported():
         for index in range(shards):
@@ -71,7 +80,10 @@ def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
             pairs.append(_write_shard(corpus, index, source_tokenizer, target_tokenizer, path))
             written += 1
     text.write_text_atomically(os.path.join(folder, PAIRS_FILE), json.dumps({"pairs": pairs}))
-    log(f"prepared: {sum(pairs)} pairs of {shards} shards tokenized in {folder} ({written} shards written now)")
+    log(
+        f"prepared: {sum(pairs)} pairs of {shards} shards tokenized in {folder} ({written} shards "
+        "written now)"
+    )
     return PreparedCorpus.load(folder, key)
 
 
@@ -96,14 +108,24 @@ class PreparedCorpus:
             with open(os.path.join(folder, PAIRS_FILE)) as file:
                 pairs = json.load(file)["pairs"]
         except FileNotFoundError:
-            raise text.DataError(f"{folder}: not completely prepared ({PAIRS_FILE} missing)") from None
-        return cls(tuple(shard_path(folder, index, len(pairs)) for index in range(len(pairs))), tuple(pairs))
+            raise text.DataError(
+                f"{folder}: not completely prepared ({PAIRS_FILE} missing)"
+            ) from None
+        return cls(
+            tuple(shard_path(folder, index, len(pairs)) for index in range(len(pairs))),
+            tuple(pairs),
+        )
 
     def records(self, order_seed=None, worker=0, workers=1):
         """Serialized pairs (strings), in the order `ShardedCorpus.pairs` gives the text pairs."""
         files = tf.constant(self.files)
-        return streaming.interleaved(len(self.files), lambda index: tf.data.TFRecordDataset(files[index]),
-                                     order_seed, worker, workers)
+        return streaming.interleaved(
+            len(self.files),
+            lambda index: tf.data.TFRecordDataset(files[index]),
+            order_seed,
+            worker,
+            workers,
+        )
 
     @contextlib.contextmanager
     def reported(self):
@@ -113,18 +135,22 @@ class PreparedCorpus:
         except tf.errors.DataLossError as error:
             folder = os.path.dirname(self.files[0])
             message = error.message.splitlines()[0]
-            raise text.DataError(f"{folder}: a prepared shard is damaged ({message}); "
-                                 "delete the folder to prepare it again") from None
+            raise text.DataError(
+                f"{folder}: a prepared shard is damaged ({message}); "
+                "delete the folder to prepare it again"
+            ) from None
 
 
 def tokenized(records, max_length):
-    """`(source, target_in, target_out)` id rows of serialized pairs, as `TranslationPreprocessor` gives
-    for their text."""
+    """`(source, target_in, target_out)` id rows of serialized pairs,
+    as `TranslationPreprocessor` gives for their text."""
 
     def parse(batch):
         ids = tf.io.parse_example(batch, _RECORD)
-        return (pack_source(ids["source"], max_length),
-                *pack_target(ids["target"], max_length).values())
+        return (
+            pack_source(ids["source"], max_length),
+            *pack_target(ids["target"], max_length).values(),
+        )
 
     return records.batch(_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
@@ -134,12 +160,16 @@ def _write_shard(corpus, index, source_tokenizer, target_tokenizer, path):
         ids = source_tokenizer.tokenize(source), target_tokenizer.tokenize(target)
         return tuple((side.values, side.row_splits) for side in ids)
 
-    batches = corpus.shard_pairs(index).batch(_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    batches = (
+        corpus.shard_pairs(index).batch(_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    )
     count, temporary = 0, path + ".tmp"
     with tf.io.TFRecordWriter(temporary) as writer:
         for (sources, source_splits), (targets, target_splits) in batches.as_numpy_iterator():
-            sources, targets = (np.split(ids, splits[1:-1]) for ids, splits in
-                                ((sources, source_splits), (targets, target_splits)))
+            sources, targets = (
+                np.split(ids, splits[1:-1])
+                for ids, splits in ((sources, source_splits), (targets, target_splits))
+            )
             for source, target in zip(sources, targets):
                 writer.write(_example(source, target))
                 count += 1
@@ -148,13 +178,17 @@ def _write_shard(corpus, index, source_tokenizer, target_tokenizer, path):
 
 
 def _example(source, target):
-    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
-               for name, ids in (("source", source), ("target", target))}
+    feature = {
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
+        for name, ids in (("source", source), ("target", target))
+    }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
 def _count(path):
-    return int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    return int(
+        tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+    )
 
 
 def _check_binding(folder, key):
@@ -164,5 +198,7 @@ def _check_binding(folder, key):
     except FileNotFoundError:
         return
     if found != key:
-        raise text.DataError(f"{folder}: prepared from other data or another vocabulary; "
-                             "give a new folder, or delete this one")
+        raise text.DataError(
+            f"{folder}: prepared from other data or another vocabulary; "
+            "give a new folder, or delete this one"
+        )

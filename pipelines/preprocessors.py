@@ -56,14 +56,24 @@ class TranslationPreprocessor(keras.layers.Layer):
         array([b'a dog'], dtype=object)
     """
 
-    def __init__(self, source_tokenizer, target_tokenizer=None, max_length=64, lowercase=False, source_eos=False,
-                 **kwargs):
+    def __init__(
+        self,
+        source_tokenizer,
+        target_tokenizer=None,
+        max_length=64,
+        lowercase=False,
+        source_eos=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self._convert_input_args = False  # strings stay strings
         self._allow_non_tensor_positional_args = True
         self.source_tokenizer = _tokenizer(source_tokenizer, lowercase)
-        self.target_tokenizer = self.source_tokenizer if target_tokenizer is None else _tokenizer(
-            target_tokenizer, lowercase)
+        self.target_tokenizer = (
+            self.source_tokenizer
+            if target_tokenizer is None
+            else _tokenizer(target_tokenizer, lowercase)
+        )
         self.max_length = max_length
         self.source_eos = source_eos
         self.built = True
@@ -128,7 +138,8 @@ class CaptionPreprocessor(keras.layers.Layer):
     Example:
 
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = CaptionPreprocessor(learn_wordpiece_vocabulary(["a red circle"], 30), image_size=32)
+        >>> vocabulary = learn_wordpiece_vocabulary(["a red circle"], 30)
+        >>> preprocessor = CaptionPreprocessor(vocabulary, image_size=32)
         >>> packed = preprocessor(np.zeros((1, 64, 64, 3), "uint8"), tf.constant(["a red circle"]))
         >>> packed["image"].shape, packed["target_in"].shape
         (TensorShape([1, 32, 32, 3]), TensorShape([1, 4]))
@@ -146,8 +157,11 @@ class CaptionPreprocessor(keras.layers.Layer):
     def images(self, images):
         """`(B, H, W, 3)` pixels → float32 in [0, 1] at the model's size."""
         images = tf.convert_to_tensor(images)
-        pixels = tf.image.convert_image_dtype(images, tf.float32) if images.dtype == tf.uint8 else tf.cast(
-            images, tf.float32)
+        pixels = (
+            tf.image.convert_image_dtype(images, tf.float32)
+            if images.dtype == tf.uint8
+            else tf.cast(images, tf.float32)
+        )
         size = [self.image_size, self.image_size]
         if pixels.shape[1:3] != size:
             pixels = tf.clip_by_value(tf.image.resize(pixels, size, antialias=True), 0.0, 1.0)
@@ -165,13 +179,18 @@ class CaptionPreprocessor(keras.layers.Layer):
 
     def get_config(self):
         return {
-            **super().get_config(), "tokenizer": self.tokenizer.spec, "image_size": self.image_size,
-            "max_length": self.max_length, "lowercase": self.tokenizer.lowercase,
+            **super().get_config(),
+            "tokenizer": self.tokenizer.spec,
+            "image_size": self.image_size,
+            "max_length": self.max_length,
+            "lowercase": self.tokenizer.lowercase,
         }
 
 
 def pack_source(source, max_length):
-    """A source's ids `(B, None)` (ragged) cut to `max_length`: int32 `(B, S ≥ 1)` padded with [PAD]."""
+    """A source's ids `(B, None)` (ragged) cut to `max_length`: int32
+    `(B, S ≥ 1)` padded with [PAD].
+    """
     source = source[:, :max_length]
     # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
     # when no source of a batch has a token (e.g. only zero-width spaces).
@@ -180,7 +199,8 @@ def pack_source(source, max_length):
 
 
 def pack_target(target, max_length):
-    """Teacher forcing's pair of a target: `target_in` ([BOS] and the target), `target_out` (it and [EOS]).
+    """Teacher forcing's pair of a target: `target_in` ([BOS] and the
+    target), `target_out` (it and [EOS]).
 
     Args:
         target: `(B, None)` ragged token ids.
@@ -192,8 +212,12 @@ def pack_target(target, max_length):
     bos = tf.fill([target.nrows(), 1], tf.constant(BOS_ID, target.dtype))
     eos = tf.fill([target.nrows(), 1], tf.constant(EOS_ID, target.dtype))
     return {
-        "target_in": tf.cast(tf.concat([bos, target], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32),
-        "target_out": tf.cast(tf.concat([target, eos], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32),
+        "target_in": tf.cast(
+            tf.concat([bos, target], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32
+        ),
+        "target_out": tf.cast(
+            tf.concat([target, eos], axis=1)[:, :max_length].to_tensor(PAD_ID), tf.int32
+        ),
     }
 
 
@@ -255,7 +279,8 @@ class BertPreprocessor(keras.layers.Layer):
     Example:
 
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
+        >>> vocabulary = learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60)
+        >>> preprocessor = BertPreprocessor(vocabulary, 16)
         >>> rows = preprocessor(tf.constant(["a dog runs ."]), tf.constant(["a cat sits ."]))
         >>> rows["segment_ids"].numpy()
         array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], dtype=int32)
@@ -270,7 +295,9 @@ class BertPreprocessor(keras.layers.Layer):
         self.built = True
 
     def pack(self, text_a, text_b=None):
-        """`(token_ids (B, T), segment_ids (B, T), truncated (B,))`: `call`'s rows and which were cut."""
+        """`(token_ids (B, T), segment_ids (B, T), truncated (B,))`:
+        `call`'s rows and which were cut.
+        """
         texts = [text_a] if text_b is None else [text_a, text_b]
         return pack([self.tokenizer.tokenize(text) for text in texts], self.max_length)
 
@@ -287,9 +314,12 @@ class BertPreprocessor(keras.layers.Layer):
         piece_ids = self.tokenizer.tokenize(pieces.flat_values)
         piece_rows = pieces.value_rowids()
         piece_index = tf.range(tf.shape(piece_rows, out_type=tf.int64)[0])
-        last = tf.equal(piece_index + 1, tf.gather(pieces.row_splits[1:], piece_rows))  # a row's last piece
+        # a row's last piece
+        last = tf.equal(piece_index + 1, tf.gather(pieces.row_splits[1:], piece_rows))
         followed_by_mask = tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(tf.cast(~last, tf.int32))], tf.constant(MASK_ID, piece_ids.dtype)),
+            tf.fill(
+                [tf.reduce_sum(tf.cast(~last, tf.int32))], tf.constant(MASK_ID, piece_ids.dtype)
+            ),
             tf.cast(~last, tf.int64),
         )
         ids = tf.concat([piece_ids, followed_by_mask], axis=1)
@@ -311,12 +341,14 @@ class BertPreprocessor(keras.layers.Layer):
 
 
 def _tokenizer(tokenizer_or_spec, lowercase, strip_accents=False):
-    """A tokenizer, or one rebuilt from its `spec`: a WordPiece vocabulary, a SentencePiece model or a Marian
-    tokenizer's."""
+    """A tokenizer, or one rebuilt from its `spec`: a WordPiece
+    vocabulary, a SentencePiece model or a Marian tokenizer's."""
     if isinstance(tokenizer_or_spec, SubwordTokenizer):
         return tokenizer_or_spec
     if isinstance(tokenizer_or_spec, dict) and "marian" in tokenizer_or_spec:
         return MarianTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
     if isinstance(tokenizer_or_spec, dict):
         return SentencePieceTokenizer.from_spec(tokenizer_or_spec, lowercase=lowercase)
-    return WordPieceTokenizer(list(tokenizer_or_spec), lowercase=lowercase, strip_accents=strip_accents)
+    return WordPieceTokenizer(
+        list(tokenizer_or_spec), lowercase=lowercase, strip_accents=strip_accents
+    )

@@ -144,11 +144,18 @@ def sentence_pairs(
     """
     _check_pairable(corpus.num_documents, len(corpus.anchors()), max_length)
     make_pair = pair_maker(
-        tf.constant(corpus.ids, tf.int32), tf.constant(corpus.sentence_starts, tf.int64),
-        tf.constant(corpus.document_starts, tf.int64), max_length, seed, epoch,
-        short_sequence_probability, next_probability,
+        tf.constant(corpus.ids, tf.int32),
+        tf.constant(corpus.sentence_starts, tf.int64),
+        tf.constant(corpus.document_starts, tf.int64),
+        max_length,
+        seed,
+        epoch,
+        short_sequence_probability,
+        next_probability,
     )
-    return tf.data.Dataset.range(num_pairs).map(make_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return tf.data.Dataset.range(num_pairs).map(
+        make_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
 
 
 def _check_pairable(documents, anchors, max_length):
@@ -163,13 +170,25 @@ def _check_pairable(documents, anchors, max_length):
 
 
 def is_pairable(corpus):
-    """Whether `sentence_pairs` can draw from `corpus`: two documents, one of two sentences or more."""
+    """Whether `sentence_pairs` can draw from `corpus`: two
+    documents, one of two sentences or more.
+    """
     return corpus.num_documents >= 2 and len(corpus.anchors()) > 0
 
 
-def pair_maker(ids, starts, document_starts, max_length, seed, epoch, short_sequence_probability,
-               next_probability, first_index=0):
-    """`make_pair(index)` of `sentence_pairs` over a corpus given as tensors (`TokenizedDocuments`' fields).
+def pair_maker(
+    ids,
+    starts,
+    document_starts,
+    max_length,
+    seed,
+    epoch,
+    short_sequence_probability,
+    next_probability,
+    first_index=0,
+):
+    """`make_pair(index)` of `sentence_pairs` over a corpus given as
+    tensors (`TokenizedDocuments`' fields).
 
     The pair's random numbers are keyed by `first_index + index` (its `"index"` too): a stream of
     corpora (`pipelines.document_stream`) gives each block its own range of indices.
@@ -196,7 +215,9 @@ def pair_maker(ids, starts, document_starts, max_length, seed, epoch, short_sequ
             [], key, low, high, dtype=tf.int64
         )
         short = tf.random.stateless_uniform([], keys[0]) < short_sequence_probability
-        target = tf.where(short, uniform(keys[1], 2, max_tokens + 1), tf.constant(max_tokens, tf.int64))
+        target = tf.where(
+            short, uniform(keys[1], 2, max_tokens + 1), tf.constant(max_tokens, tf.int64)
+        )
         first = tf.gather(anchors, uniform(keys[2], 0, tf.size(anchors, tf.int64)))
         document = sentence_document[first]
         end = chunk_end(first, document_starts[document + 1], target)
@@ -209,15 +230,22 @@ def pair_maker(ids, starts, document_starts, max_length, seed, epoch, short_sequ
         other += tf.cast(other >= document, tf.int64)
         b_random = uniform(keys[6], document_starts[other], document_starts[other + 1])
         b_random_end = chunk_end(
-            b_random, document_starts[other + 1],
+            b_random,
+            document_starts[other + 1],
             tf.maximum(target - tf.size(tokens_a, tf.int64), 1),
         )
         b_first = tf.where(random_next, b_random, a_end)
         b_end = tf.where(random_next, b_random_end, end)
-        tokens_a, tokens_b = _truncate_pair(tokens_a, sentences(b_first, b_end), max_tokens, keys[7])
+        tokens_a, tokens_b = _truncate_pair(
+            tokens_a, sentences(b_first, b_end), max_tokens, keys[7]
+        )
         token_ids = tf.concat([[CLS_ID], tokens_a, [SEP_ID], tokens_b, [SEP_ID]], 0)
         segment_ids = tf.concat(
-            [tf.zeros([tf.size(tokens_a) + 2], tf.int32), tf.ones([tf.size(tokens_b) + 1], tf.int32)], 0
+            [
+                tf.zeros([tf.size(tokens_a) + 2], tf.int32),
+                tf.ones([tf.size(tokens_b) + 1], tf.int32),
+            ],
+            0,
         )
         padding = [[0, max_length - tf.size(token_ids)]]
         return {
@@ -256,14 +284,17 @@ def _truncate_pair(tokens_a, tokens_b, max_tokens, key):
     keys = tf.random.experimental.stateless_split(key, 2)
 
     def cut(tokens, remove, key):
-        front = tf.random.stateless_binomial([], key, tf.cast(remove, tf.float32), 0.5, output_dtype=tf.int32)
+        front = tf.random.stateless_binomial(
+            [], key, tf.cast(remove, tf.float32), 0.5, output_dtype=tf.int32
+        )
         return tokens[front : tf.size(tokens) - (remove - front)]
 
     return cut(tokens_a, remove_a, keys[0]), cut(tokens_b, remove_b, keys[1])
 
 
 def default_max_predictions(mask_rate, max_length):
-    """The most masked tokens per pair that never cut `mask_rate`: the rate of `max_length`, rounded up.
+    """The most masked tokens per pair that never cut `mask_rate`: the
+    rate of `max_length`, rounded up.
 
     BERT's `max_predictions_per_seq`: 20 for 128 tokens at 15%.
     """
@@ -350,7 +381,9 @@ def masker(
             "mask_positions": tf.ensure_shape(tf.pad(positions, padding), [max_predictions]),
         }
         labels = {
-            "mlm_labels": tf.ensure_shape(tf.pad(tf.gather(token_ids, positions), padding), [max_predictions]),
+            "mlm_labels": tf.ensure_shape(
+                tf.pad(tf.gather(token_ids, positions), padding), [max_predictions]
+            ),
             "mlm_weights": tf.ensure_shape(
                 tf.pad(tf.ones_like(positions, tf.float32), padding), [max_predictions]
             ),
@@ -408,7 +441,8 @@ def pretraining_dataset(
         >>> documents = document_corpus(200)
         >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(sum(documents, []), 500))
         >>> corpus = tokenize_documents(documents, tokenizer)
-        >>> data = pretraining_dataset(corpus, BertPreprocessor(tokenizer, max_length=128), batch_size=32)
+        >>> preprocessor = BertPreprocessor(tokenizer, max_length=128)
+        >>> data = pretraining_dataset(corpus, preprocessor, batch_size=32)
         >>> features, labels = next(iter(data))
         >>> features["token_ids"].shape, labels["mlm_labels"].shape
         (TensorShape([32, 128]), TensorShape([32, 20]))
@@ -416,8 +450,13 @@ def pretraining_dataset(
     max_length, vocabulary = preprocessor.max_length, preprocessor.tokenizer.vocabulary
     num_pairs = num_pairs or pairs_per_epoch(corpus, max_length)
     pairs = sentence_pairs(
-        corpus, max_length, num_pairs, seed=seed, epoch=epoch,
-        short_sequence_probability=short_sequence_probability, next_probability=next_probability,
+        corpus,
+        max_length,
+        num_pairs,
+        seed=seed,
+        epoch=epoch,
+        short_sequence_probability=short_sequence_probability,
+        next_probability=next_probability,
     )
     max_predictions = max_predictions or default_max_predictions(mask_rate, max_length)
     mask = masker(vocabulary, max_predictions, mask_rate, whole_word, seed=seed, epoch=epoch)

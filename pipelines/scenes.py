@@ -37,8 +37,12 @@ import numpy as np
 IMAGE_SIZE = 64
 SHAPES = ("circle", "square", "triangle", "diamond")
 COLOURS = {
-    "red": (0.9, 0.12, 0.1), "green": (0.15, 0.8, 0.15), "blue": (0.2, 0.35, 1.0),
-    "yellow": (0.95, 0.88, 0.1), "purple": (0.7, 0.2, 0.9), "white": (0.95, 0.95, 0.95),
+    "red": (0.9, 0.12, 0.1),
+    "green": (0.15, 0.8, 0.15),
+    "blue": (0.2, 0.35, 1.0),
+    "yellow": (0.95, 0.88, 0.1),
+    "purple": (0.7, 0.2, 0.9),
+    "white": (0.95, 0.95, 0.95),
 }
 SIZES = {"small": (4, 5), "large": (8, 10)}  # half-widths in pixels, from-to
 HELD_OUT = (("red", "circle"), ("green", "square"), ("blue", "triangle"), ("yellow", "diamond"))
@@ -66,29 +70,42 @@ class Scenes:
 
 
 def word_regions(caption, boxes):
-    """The words of `caption` that name each object, with its box: `[(first_word, end_word, box)]`, one per object
-    in caption order, spanning its size, colour and shape words (what `captions.word_boxes` reads).
+    """The words of `caption` that name each object, with its box:
+    `[(first_word, end_word, box)]`, one per object in caption order, spanning
+    its size, colour and shape words (what `captions.word_boxes` reads).
 
     Example:
 
-        >>> word_regions("a small red circle left of a large blue square", [(1, 2, 9, 10), (30, 2, 50, 22)])
+        >>> caption = "a small red circle left of a large blue square"
+        >>> word_regions(caption, [(1, 2, 9, 10), (30, 2, 50, 22)])
         [(1, 4, (1, 2, 9, 10)), (7, 10, (30, 2, 50, 22))]
     """
     shapes = [i for i, word in enumerate(caption.split()) if word in SHAPES]
     return [(i - 2, i + 1, tuple(int(v) for v in box)) for i, box in zip(shapes, boxes)]
 
 
-def scenes_corpus(seed=0, train_size=SPLIT_SIZES["train"], valid_size=SPLIT_SIZES["valid"],
-                  test_size=SPLIT_SIZES["test"], held_out_size=SPLIT_SIZES["held_out"], max_objects=MAX_OBJECTS):
-    """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects` objects each,
-    drawn from `seed`."""
+def scenes_corpus(
+    seed=0,
+    train_size=SPLIT_SIZES["train"],
+    valid_size=SPLIT_SIZES["valid"],
+    test_size=SPLIT_SIZES["test"],
+    held_out_size=SPLIT_SIZES["held_out"],
+    max_objects=MAX_OBJECTS,
+):
+    """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects`
+    objects each, drawn from `seed`."""
     rng = np.random.default_rng(seed)
     sizes = {"train": train_size, "valid": valid_size, "test": test_size, "held_out": held_out_size}
-    return {split: draw_scenes(rng, count, split == "held_out", max_objects) for split, count in sizes.items()}
+    return {
+        split: draw_scenes(rng, count, split == "held_out", max_objects)
+        for split, count in sizes.items()
+    }
 
 
 def draw_scenes(rng, count, held_out=False, max_objects=MAX_OBJECTS):
-    """`count` scenes of 1 to `max_objects` objects: with `held_out`, each has a `HELD_OUT` pair; else none has one."""
+    """`count` scenes of 1 to `max_objects` objects: with `held_out`,
+    each has a `HELD_OUT` pair; else none has one.
+    """
     images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     captions, boxes, counts = [], [], np.empty(count, np.int32)
     for i in range(count):
@@ -101,7 +118,9 @@ def draw_scenes(rng, count, held_out=False, max_objects=MAX_OBJECTS):
 
 
 def _objects(rng, held_out, max_objects):
-    """1 to `max_objects` objects (dicts), sorted left to right, placed until the caption is unambiguous."""
+    """1 to `max_objects` objects (dicts), sorted left to right,
+    placed until the caption is unambiguous.
+    """
     count = int(rng.integers(1, max_objects + 1))
     while True:
         objects = [_attributes(rng) for _ in range(count)]
@@ -115,8 +134,12 @@ def _objects(rng, held_out, max_objects):
 def _attributes(rng):
     size = str(rng.choice(list(SIZES)))
     low, high = SIZES[size]
-    return {"size": size, "colour": str(rng.choice(list(COLOURS))), "shape": str(rng.choice(SHAPES)),
-            "radius": int(rng.integers(low, high + 1))}
+    return {
+        "size": size,
+        "colour": str(rng.choice(list(COLOURS))),
+        "shape": str(rng.choice(SHAPES)),
+        "radius": int(rng.integers(low, high + 1)),
+    }
 
 
 def _place(rng, objects, tries=50):
@@ -137,12 +160,19 @@ def _place(rng, objects, tries=50):
 
 def _apart(box, centre, other):
     x0, y0, x1, y1 = other["box"]
-    separate = box[2] + MIN_GAP <= x0 or x1 + MIN_GAP <= box[0] or box[3] + MIN_GAP <= y0 or y1 + MIN_GAP <= box[1]
+    separate = (
+        box[2] + MIN_GAP <= x0
+        or x1 + MIN_GAP <= box[0]
+        or box[3] + MIN_GAP <= y0
+        or y1 + MIN_GAP <= box[1]
+    )
     return separate and abs(centre[0] - other["x"]) >= MIN_GAP
 
 
 def _relation(a, b):
-    """Where `b` (to the right of `a`) stands from `a`: "left of", "above", "below", or None if unclear."""
+    """Where `b` (to the right of `a`) stands from `a`: "left of",
+    "above", "below", or None if unclear.
+    """
     dx, dy = b["x"] - a["x"], b["y"] - a["y"]
     if dx >= 1.5 * abs(dy):
         return "left of"

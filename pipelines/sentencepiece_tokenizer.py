@@ -1,4 +1,5 @@
-"""SentencePiece subwords (Kudo and Richardson 2018): BPE or unigram, learned in Python, applied in TF.
+"""SentencePiece subwords (Kudo and Richardson 2018): BPE or unigram,
+learned in Python, applied in TF.
 
 The model is learned by the `sentencepiece` library (byte-pair encoding,
 Sennrich et al. 2016, or the unigram language model, Kudo 2018) over raw
@@ -27,12 +28,16 @@ from pathlib import Path
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the kernels)
-from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as kernels
+from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+    gen_sentencepiece_tokenizer as kernels,
+)
 
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from pipelines.tokenizers import SubwordTokenizer
 
-PREFIX = " "  # put before every text and taken off after: the first word gets its ▁ as the others do
+PREFIX = (
+    " "  # put before every text and taken off after: the first word gets its ▁ as the others do
+)
 
 
 def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", lowercase=False):
@@ -48,7 +53,8 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
 
     Example:
 
-        >>> model = learn_sentencepiece_model(["A man in a blue shirt.", "Two men, one dog."] * 20, 300)
+        >>> texts = ["A man in a blue shirt.", "Two men, one dog."] * 20
+        >>> model = learn_sentencepiece_model(texts, 300)
         >>> SentencePieceTokenizer(model).vocabulary[:8]
         ['[PAD]', '[UNK]', '[BOS]', '[EOS]', '[CLS]', '[SEP]', '[MASK]', '<0x00>']
     """
@@ -58,12 +64,15 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
     model = io.BytesIO()
     try:
         _train(lines, model, vocabulary_size, model_type)
-    except RuntimeError as error:  # "Vocabulary size is smaller than required_chars. 200 vs 284. Increase ..."
+    # "Vocabulary size is smaller than required_chars. 200 vs 284. Increase ..."
+    except RuntimeError as error:
         if "required_chars" not in str(error):
             raise
         needed = re.search(r" vs (\d+)", str(error)).group(1)
-        raise ValueError(f"vocabulary_size={vocabulary_size} is below the {needed} pieces the text needs (each of its "
-                         "characters, the 256 bytes and the special tokens)") from None
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} is below the {needed} pieces the text needs (each "
+            "of its characters, the 256 bytes and the special tokens)"
+        ) from None
     return model.getvalue()
 
 
@@ -72,18 +81,31 @@ def _train(lines, model, vocabulary_size, model_type):
 
     pieces = dict(zip(("pad", "unk", "bos", "eos"), SPECIAL_TOKENS))
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=lines, model_writer=model, vocab_size=vocabulary_size, model_type=model_type,
-        character_coverage=1.0, byte_fallback=True, normalization_rule_name="identity",
-        remove_extra_whitespaces=False, add_dummy_prefix=False, split_digits=False,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        sentence_iterator=lines,
+        model_writer=model,
+        vocab_size=vocabulary_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        byte_fallback=True,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        split_digits=False,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
         **{f"{name}_piece": piece for name, piece in pieces.items()},
-        control_symbols=list(SPECIAL_TOKENS[len(pieces):]), hard_vocab_limit=False,
-        num_threads=os.cpu_count() or 1, minloglevel=2,
+        control_symbols=list(SPECIAL_TOKENS[len(pieces) :]),
+        hard_vocab_limit=False,
+        num_threads=os.cpu_count() or 1,
+        minloglevel=2,
     )
 
 
 class SentencePieceTokenizer(SubwordTokenizer):
-    """A SentencePiece model that runs in the TF graph (tf.data, SavedModel), as `WordPieceTokenizer` does.
+    """A SentencePiece model that runs in the TF graph (tf.data,
+    SavedModel), as `WordPieceTokenizer` does.
 
     Text is made valid UTF-8 (invalid bytes become U+FFFD), optionally
     lowercased, and split into the model's pieces; `detokenize` joins them
@@ -101,9 +123,10 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     Example:
 
-        >>> tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(["A man in a blue shirt."] * 20, 300))
-        >>> tokenizer.detokenize(tokenizer.tokenize(["A  man, in a blue shirt."]))
-        <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A  man, in a blue shirt.'], dtype=object)>
+        >>> model = learn_sentencepiece_model(["A man in a blue shirt."] * 20, 300)
+        >>> tokenizer = SentencePieceTokenizer(model)
+        >>> tokenizer.detokenize(tokenizer.tokenize(["A  man, in a blue shirt."])).numpy()
+        array([b'A  man, in a blue shirt.'], dtype=object)
     """
 
     def __init__(self, model, lowercase=False, name=None):
@@ -113,19 +136,23 @@ class SentencePieceTokenizer(SubwordTokenizer):
         self.model = bytes(model)
         self.lowercase = lowercase
         pieces = kernels.sentencepiece_id_to_string_op(
-            self._model(), tf.range(kernels.sentencepiece_vocab_size_op(self._model())))
+            self._model(), tf.range(kernels.sentencepiece_vocab_size_op(self._model()))
+        )
         self._vocabulary = [piece.decode("utf-8") for piece in pieces.numpy()]
-        if tuple(self._vocabulary[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-            raise ValueError(f"SentencePieceTokenizer: the model's first pieces must be {list(SPECIAL_TOKENS)}, "
-                             f"got {self._vocabulary[:len(SPECIAL_TOKENS)]}.")
+        if tuple(self._vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise ValueError(
+                f"SentencePieceTokenizer: the model's first pieces must be {list(SPECIAL_TOKENS)}, "
+                f"got {self._vocabulary[: len(SPECIAL_TOKENS)]}."
+            )
         self._tokens = tf.constant(self._vocabulary, tf.string)
 
     def _model(self):
-        # The model's resource, made by an op of the graph that uses it (or eagerly, per call), never once up
-        # front as tensorflow_text.SentencepieceTokenizer does: its kernel owns the resource, and
-        # tf.random.set_seed (keras.utils.set_random_seed) empties the eager kernel cache, which deletes a
-        # resource made eagerly under every graph still using it (tensorflow/text#570). A graph's own op makes
-        # its resource again whenever its kernels are made again.
+        # The model's resource, made by an op of the graph that uses it (or eagerly, per
+        # call), never once up front as tensorflow_text.SentencepieceTokenizer does: its
+        # kernel owns the resource, and tf.random.set_seed (keras.utils.set_random_seed)
+        # empties the eager kernel cache, which deletes a resource made eagerly under
+        # every graph still using it (tensorflow/text#570). A graph's own op makes its
+        # resource again whenever its kernels are made again.
         return kernels.sentencepiece_op(model=self.model)
 
     @property
@@ -136,11 +163,18 @@ class SentencePieceTokenizer(SubwordTokenizer):
     def normalize(self, strings):
         """Valid UTF-8 (U+FFFD for invalid bytes), lowercased with `lowercase`."""
         strings = tf.strings.unicode_transcode(
-            tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+            tf.convert_to_tensor(strings, tf.string),
+            "UTF-8",
+            "UTF-8",
+            errors="replace",
+            replacement_char=0xFFFD,
+        )
         return tf.strings.lower(strings, encoding="utf-8") if self.lowercase else strings
 
     def tokenize(self, strings):
-        """Piece ids: a `(B, None)` int32 `tf.RaggedTensor` for a batch, a 1-D tensor for a scalar string."""
+        """Piece ids: a `(B, None)` int32 `tf.RaggedTensor` for a
+        batch, a 1-D tensor for a scalar string.
+        """
         strings = self.normalize(strings)
         strings = tf.where(tf.equal(strings, ""), strings, tf.strings.join([PREFIX, strings]))
         if strings.shape.rank == 0:
@@ -149,23 +183,39 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     def _pieces(self, strings):
         ids, splits = kernels.sentencepiece_tokenize_op(
-            self._model(), strings, nbest_size=0, alpha=1.0, add_bos=False, add_eos=False, reverse=False,
-            out_type=tf.int32)
+            self._model(),
+            strings,
+            nbest_size=0,
+            alpha=1.0,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+            out_type=tf.int32,
+        )
         return tf.RaggedTensor.from_row_splits(ids, splits, validate=False)
 
     def detokenize(self, ids):
-        """The text of piece ids `(B, None)` ragged or `(B, T)` dense (padding dropped), or of a 1-D sequence.
+        """The text of piece ids `(B, None)` ragged or `(B, T)` dense
+        (padding dropped), or of a 1-D sequence.
 
         Special tokens and ids outside the model are dropped.
         """
         ids, single = self._ordinary_ids(ids)
-        text = kernels.sentencepiece_detokenize_op(self._model(), ids.flat_values, ids.row_splits, add_bos=False,
-                                                   add_eos=False, reverse=False)
+        text = kernels.sentencepiece_detokenize_op(
+            self._model(),
+            ids.flat_values,
+            ids.row_splits,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+        )
         text = tf.strings.regex_replace(text, "^" + PREFIX, "")
         return text[0] if single else text
 
     def save(self, path):
-        """Writes the model to `path` (a `.model` file the `sentencepiece` library also reads), atomically."""
+        """Writes the model to `path` (a `.model` file the
+        `sentencepiece` library also reads), atomically.
+        """
         path = Path(path)
         temporary = path.with_name(path.name + ".tmp")
         temporary.write_bytes(self.model)
@@ -180,4 +230,3 @@ class SentencePieceTokenizer(SubwordTokenizer):
     def from_spec(cls, spec, lowercase=False):
         """The tokenizer of a `spec`."""
         return cls(base64.b64decode(spec["sentencepiece"]), lowercase=lowercase)
-

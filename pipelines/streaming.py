@@ -34,15 +34,19 @@ _LINE_BATCH = 1024
 # Shards read at once (each a TextLineDataset in the interleave).
 READ_CYCLE = 8
 # Python's `str.strip()` whitespace, as one RE2 class: a streamed line is stripped as a read one is.
-_WHITESPACE = "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in map(chr, range(0x110000)) if c.isspace()) + "]"
+_WHITESPACE = (
+    "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in map(chr, range(0x110000)) if c.isspace()) + "]"
+)
 _BYTE_ORDER_MARK = "^\\x{feff}"
-# A bad line's assertion carries this and the shard's index, found again in TensorFlow's error message.
+# A bad line's assertion carries this and the shard's index, found
+# again in TensorFlow's error message.
 _BAD_SHARD = "keras-attn: bad input in shard"
 _BAD_SHARD_PATTERN = re.compile(re.escape(_BAD_SHARD) + r"\] \[(\d+)\]")
 
 
 def corpus_files(spec):
-    """The files `spec` names: one file, a glob (`data/train-*.de.gz`) or a folder (its files, sorted).
+    """The files `spec` names: one file, a glob (`data/train-*.de.gz`)
+    or a folder (its files, sorted).
 
     Raises:
         DataError: a glob that matches no file, an empty folder, a missing file.
@@ -58,7 +62,8 @@ def corpus_files(spec):
     spec = str(spec)
     if os.path.isdir(spec):
         files = sorted(
-            os.path.join(spec, name) for name in os.listdir(spec)
+            os.path.join(spec, name)
+            for name in os.listdir(spec)
             if not name.startswith(".") and os.path.isfile(os.path.join(spec, name))
         )
         if not files:
@@ -115,7 +120,9 @@ class ShardedCorpus:
     def parallel(cls, source_spec, target_spec):
         sources, targets = corpus_files(source_spec), corpus_files(target_spec)
         if len(sources) != len(targets):
-            raise text.DataError(f"{source_spec} names {len(sources)} files but {target_spec} names {len(targets)}")
+            raise text.DataError(
+                f"{source_spec} names {len(sources)} files but {target_spec} names {len(targets)}"
+            )
         return cls(tuple(zip(sources, targets)))
 
     @classmethod
@@ -151,19 +158,31 @@ class ShardedCorpus:
         return self._read_shard(index).filter(_usable)
 
     def head(self, pairs):
-        """A `text.ParallelCorpus` of the first usable pairs of each shard, `pairs` in all (or fewer), in memory."""
+        """A `text.ParallelCorpus` of the first usable pairs of each
+        shard, `pairs` in all (or fewer), in memory.
+        """
         each = -(-pairs // len(self.shards))
         shards = tf.data.Dataset.range(len(self.shards))
-        firsts = shards.interleave(lambda index: self._read_shard(index).filter(_usable).take(each),
-                                   cycle_length=1, num_parallel_calls=tf.data.AUTOTUNE)
+        firsts = shards.interleave(
+            lambda index: self._read_shard(index).filter(_usable).take(each),
+            cycle_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
         with self.reported():
-            read = [(source.decode(), target.decode()) for source, target in firsts.take(pairs).as_numpy_iterator()]
-        return text.ParallelCorpus([source for source, _ in read], [target for _, target in read],
-                                   source_origin=f"{self} (a sample)", target_origin=f"{self} (a sample)")
+            read = [
+                (source.decode(), target.decode())
+                for source, target in firsts.take(pairs).as_numpy_iterator()
+            ]
+        return text.ParallelCorpus(
+            [source for source, _ in read],
+            [target for _, target in read],
+            source_origin=f"{self} (a sample)",
+            target_origin=f"{self} (a sample)",
+        )
 
     def estimated_pairs(self, sample_lines=10_000):
-        """About how many pairs the corpus holds, without reading it: its (source) files' text bytes over
-        the mean bytes of a line among the first `sample_lines` of its first shards."""
+        """About how many pairs the corpus holds, without reading it: its (source) files' text bytes
+        over the mean bytes of a line among the first `sample_lines` of its first shards."""
         sampled = self.shards[:4]
         lines, sample_bytes = 0, 0
         for shard in sampled:
@@ -174,23 +193,35 @@ class ShardedCorpus:
             except (OSError, EOFError, zlib.error):
                 self._check_in_python(shard)  # raises the one-line DataError
                 raise
-        return max(1, round(sum(text.text_bytes(shard[0]) for shard in self.shards) * lines / max(sample_bytes, 1)))
+        return max(
+            1,
+            round(
+                sum(text.text_bytes(shard[0]) for shard in self.shards)
+                * lines
+                / max(sample_bytes, 1)
+            ),
+        )
 
     def scan(self):
         """Reads the whole corpus once: a `Scan` of its pairs; a bad line raises `DataError`."""
+
         def count(totals, batch):
             empty = tf.reduce_sum(tf.cast(~_usable(*batch), tf.int64))
             return totals[0] + tf.size(batch[0], tf.int64) - empty, totals[1] + empty
 
         with self.reported():
-            pairs, empty = self.pairs(skip_empty=False).batch(_LINE_BATCH).reduce(
-                (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), count
+            pairs, empty = (
+                self.pairs(skip_empty=False)
+                .batch(_LINE_BATCH)
+                .reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), count)
             )
         return Scan(int(pairs), int(empty))
 
     @contextlib.contextmanager
     def reported(self):
-        """Turns a bad line met by a stream of this corpus into `text.DataError` (file, line, problem)."""
+        """Turns a bad line met by a stream of this corpus into
+        `text.DataError` (file, line, problem).
+        """
         try:
             yield
         except tf.errors.OpError as error:
@@ -208,16 +239,29 @@ class ShardedCorpus:
 
     def _read_shard(self, index):
         paths = tf.constant([list(shard) for shard in self.shards])
-        compressions = tf.constant([["GZIP" if _is_gzip(path) else "" for path in shard] for shard in self.shards])
+        compressions = tf.constant(
+            [["GZIP" if _is_gzip(path) else "" for path in shard] for shard in self.shards]
+        )
 
         def lines(side):
-            numbered = tf.data.TextLineDataset(paths[index, side], compression_type=compressions[index, side])
-            return numbered.enumerate(start=1).batch(_LINE_BATCH).map(
-                lambda numbers, batch: _checked(numbers, batch, index), num_parallel_calls=tf.data.AUTOTUNE
+            numbered = tf.data.TextLineDataset(
+                paths[index, side], compression_type=compressions[index, side]
+            )
+            return (
+                numbered.enumerate(start=1)
+                .batch(_LINE_BATCH)
+                .map(
+                    lambda numbers, batch: _checked(numbers, batch, index),
+                    num_parallel_calls=tf.data.AUTOTUNE,
+                )
             )
 
         if self.is_tsv:
-            return lines(0).map(lambda batch: self._columns(batch, index), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+            return (
+                lines(0)
+                .map(lambda batch: self._columns(batch, index), num_parallel_calls=tf.data.AUTOTUNE)
+                .unbatch()
+            )
         # A source line without a target line (or the reverse) is found where one side ends first.
         ended = tf.data.Dataset.from_tensors(tf.constant([], tf.string)).repeat()
         both = tf.data.Dataset.zip(lines(0).concatenate(ended), lines(1).concatenate(ended))
@@ -230,19 +274,23 @@ class ShardedCorpus:
         return both.map(stripped, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
     def _columns(self, lines, shard):
-        """`(source, target)` columns of a batch of TSV lines, stripped; both empty for a blank line."""
+        """`(source, target)` columns of a batch of TSV lines,
+        stripped; both empty for a blank line.
+        """
         needed = max(self.source_column, self.target_column) + 1
         blank = _strip(lines) == ""
         columns = tf.strings.split(lines, "\t")
-        tf.debugging.Assert(tf.reduce_all(blank | (columns.row_lengths() >= needed)), [_BAD_SHARD, shard])
+        tf.debugging.Assert(
+            tf.reduce_all(blank | (columns.row_lengths() >= needed)), [_BAD_SHARD, shard]
+        )
         columns = columns.to_tensor(default_value="", shape=[None, needed])
         return _strip(columns[:, self.source_column]), _strip(columns[:, self.target_column])
 
 
 def interleaved(shards, read_shard, order_seed=None, worker=0, workers=1):
-    """The elements of `read_shard(index)` for `shards` shards, read `READ_CYCLE` at a time, one from each
-    in turn, in an order drawn with `order_seed` (`None`: in index order); this worker's part (see
-    `ShardedCorpus.pairs`)."""
+    """The elements of `read_shard(index)` for `shards` shards, read `READ_CYCLE` at a time, one
+    from each in turn, in an order drawn with `order_seed` (`None`: in index order); this worker's
+    part (see `ShardedCorpus.pairs`)."""
     order = np.arange(shards)
     if order_seed is not None:
         order = np.random.default_rng(order_seed).permutation(order)
@@ -250,15 +298,23 @@ def interleaved(shards, read_shard, order_seed=None, worker=0, workers=1):
     if by_file:
         order = order[worker::workers]
     elements = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).interleave(
-        read_shard, cycle_length=min(READ_CYCLE, len(order)), block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+        read_shard,
+        cycle_length=min(READ_CYCLE, len(order)),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     return elements if by_file else elements.shard(workers, worker)
 
 
 def _checked(numbers, lines, shard):
     """A batch of lines, checked to be UTF-8, without a first line's byte order mark."""
-    valid = tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD) == lines
+    valid = (
+        tf.strings.unicode_transcode(
+            lines, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        == lines
+    )
     tf.debugging.Assert(tf.reduce_all(valid), [_BAD_SHARD, shard])
     return tf.where(numbers == 1, tf.strings.regex_replace(lines, _BYTE_ORDER_MARK, ""), lines)
 

@@ -66,78 +66,224 @@ MAX_WORDS = 30
 
 # (singular, plural)
 _NOUNS = [
-    ("man", "men"), ("woman", "women"), ("child", "children"), ("boy", "boys"),
-    ("girl", "girls"), ("dog", "dogs"), ("cat", "cats"), ("horse", "horses"),
-    ("bird", "birds"), ("cow", "cows"), ("farmer", "farmers"),
-    ("teacher", "teachers"), ("doctor", "doctors"), ("student", "students"),
-    ("baby", "babies"), ("king", "kings"), ("queen", "queens"),
-    ("soldier", "soldiers"), ("sailor", "sailors"), ("singer", "singers"),
-    ("painter", "painters"), ("driver", "drivers"), ("cook", "cooks"),
-    ("nurse", "nurses"), ("baker", "bakers"), ("friend", "friends"),
-    ("neighbor", "neighbors"), ("stranger", "strangers"), ("wolf", "wolves"),
-    ("fox", "foxes"), ("bear", "bears"), ("lion", "lions"), ("tiger", "tigers"),
-    ("monkey", "monkeys"), ("rabbit", "rabbits"), ("mouse", "mice"),
-    ("duck", "ducks"), ("goat", "goats"), ("pig", "pigs"), ("frog", "frogs"),
-    ("house", "houses"), ("car", "cars"), ("tree", "trees"), ("book", "books"),
-    ("table", "tables"), ("chair", "chairs"), ("door", "doors"),
-    ("window", "windows"), ("garden", "gardens"), ("river", "rivers"),
-    ("mountain", "mountains"), ("city", "cities"), ("village", "villages"),
-    ("road", "roads"), ("bridge", "bridges"), ("ship", "ships"),
-    ("boat", "boats"), ("train", "trains"), ("letter", "letters"),
-    ("song", "songs"), ("picture", "pictures"), ("apple", "apples"),
-    ("bottle", "bottles"), ("cup", "cups"), ("box", "boxes"), ("bag", "bags"),
-    ("hat", "hats"), ("coat", "coats"), ("shoe", "shoes"), ("key", "keys"),
-    ("ball", "balls"), ("flower", "flowers"), ("stone", "stones"),
-    ("lamp", "lamps"), ("clock", "clocks"), ("bed", "beds"), ("bell", "bells"),
-    ("basket", "baskets"), ("knife", "knives"), ("plate", "plates"),
-    ("shirt", "shirts"), ("candle", "candles"), ("ring", "rings"),
-    ("map", "maps"), ("bicycle", "bicycles"), ("computer", "computers"),
-    ("phone", "phones"), ("camera", "cameras"), ("guitar", "guitars"),
-    ("drum", "drums"), ("kite", "kites"), ("tent", "tents"), ("wall", "walls"),
-    ("field", "fields"), ("forest", "forests"), ("lake", "lakes"),
-    ("island", "islands"), ("castle", "castles"), ("tower", "towers"),
+    ("man", "men"),
+    ("woman", "women"),
+    ("child", "children"),
+    ("boy", "boys"),
+    ("girl", "girls"),
+    ("dog", "dogs"),
+    ("cat", "cats"),
+    ("horse", "horses"),
+    ("bird", "birds"),
+    ("cow", "cows"),
+    ("farmer", "farmers"),
+    ("teacher", "teachers"),
+    ("doctor", "doctors"),
+    ("student", "students"),
+    ("baby", "babies"),
+    ("king", "kings"),
+    ("queen", "queens"),
+    ("soldier", "soldiers"),
+    ("sailor", "sailors"),
+    ("singer", "singers"),
+    ("painter", "painters"),
+    ("driver", "drivers"),
+    ("cook", "cooks"),
+    ("nurse", "nurses"),
+    ("baker", "bakers"),
+    ("friend", "friends"),
+    ("neighbor", "neighbors"),
+    ("stranger", "strangers"),
+    ("wolf", "wolves"),
+    ("fox", "foxes"),
+    ("bear", "bears"),
+    ("lion", "lions"),
+    ("tiger", "tigers"),
+    ("monkey", "monkeys"),
+    ("rabbit", "rabbits"),
+    ("mouse", "mice"),
+    ("duck", "ducks"),
+    ("goat", "goats"),
+    ("pig", "pigs"),
+    ("frog", "frogs"),
+    ("house", "houses"),
+    ("car", "cars"),
+    ("tree", "trees"),
+    ("book", "books"),
+    ("table", "tables"),
+    ("chair", "chairs"),
+    ("door", "doors"),
+    ("window", "windows"),
+    ("garden", "gardens"),
+    ("river", "rivers"),
+    ("mountain", "mountains"),
+    ("city", "cities"),
+    ("village", "villages"),
+    ("road", "roads"),
+    ("bridge", "bridges"),
+    ("ship", "ships"),
+    ("boat", "boats"),
+    ("train", "trains"),
+    ("letter", "letters"),
+    ("song", "songs"),
+    ("picture", "pictures"),
+    ("apple", "apples"),
+    ("bottle", "bottles"),
+    ("cup", "cups"),
+    ("box", "boxes"),
+    ("bag", "bags"),
+    ("hat", "hats"),
+    ("coat", "coats"),
+    ("shoe", "shoes"),
+    ("key", "keys"),
+    ("ball", "balls"),
+    ("flower", "flowers"),
+    ("stone", "stones"),
+    ("lamp", "lamps"),
+    ("clock", "clocks"),
+    ("bed", "beds"),
+    ("bell", "bells"),
+    ("basket", "baskets"),
+    ("knife", "knives"),
+    ("plate", "plates"),
+    ("shirt", "shirts"),
+    ("candle", "candles"),
+    ("ring", "rings"),
+    ("map", "maps"),
+    ("bicycle", "bicycles"),
+    ("computer", "computers"),
+    ("phone", "phones"),
+    ("camera", "cameras"),
+    ("guitar", "guitars"),
+    ("drum", "drums"),
+    ("kite", "kites"),
+    ("tent", "tents"),
+    ("wall", "walls"),
+    ("field", "fields"),
+    ("forest", "forests"),
+    ("lake", "lakes"),
+    ("island", "islands"),
+    ("castle", "castles"),
+    ("tower", "towers"),
     ("market", "markets"),
 ]
 _ADJECTIVES = [
-    "big", "small", "old", "young", "red", "blue", "green", "yellow", "black",
-    "white", "happy", "sad", "tall", "short", "fast", "slow", "quiet", "loud",
-    "beautiful", "ugly", "clever", "lazy", "brave", "tired", "hungry", "angry",
-    "rich", "poor", "strong", "weak", "warm", "cold", "new", "dark", "bright",
-    "heavy", "light", "clean", "dirty", "soft", "hard", "sweet", "strange",
-    "famous", "friendly", "wild", "gentle", "busy", "empty", "tiny",
+    "big",
+    "small",
+    "old",
+    "young",
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "black",
+    "white",
+    "happy",
+    "sad",
+    "tall",
+    "short",
+    "fast",
+    "slow",
+    "quiet",
+    "loud",
+    "beautiful",
+    "ugly",
+    "clever",
+    "lazy",
+    "brave",
+    "tired",
+    "hungry",
+    "angry",
+    "rich",
+    "poor",
+    "strong",
+    "weak",
+    "warm",
+    "cold",
+    "new",
+    "dark",
+    "bright",
+    "heavy",
+    "light",
+    "clean",
+    "dirty",
+    "soft",
+    "hard",
+    "sweet",
+    "strange",
+    "famous",
+    "friendly",
+    "wild",
+    "gentle",
+    "busy",
+    "empty",
+    "tiny",
 ]
 # (singular present, plural present, past)
 _TRANSITIVE_VERBS = [
-    ("sees", "see", "saw"), ("likes", "like", "liked"),
-    ("finds", "find", "found"), ("holds", "hold", "held"),
-    ("carries", "carry", "carried"), ("watches", "watch", "watched"),
-    ("paints", "paint", "painted"), ("follows", "follow", "followed"),
-    ("helps", "help", "helped"), ("visits", "visit", "visited"),
-    ("buys", "buy", "bought"), ("sells", "sell", "sold"),
-    ("opens", "open", "opened"), ("calls", "call", "called"),
-    ("hears", "hear", "heard"), ("loves", "love", "loved"),
-    ("hates", "hate", "hated"), ("wants", "want", "wanted"),
-    ("brings", "bring", "brought"), ("takes", "take", "took"),
-    ("builds", "build", "built"), ("breaks", "break", "broke"),
-    ("throws", "throw", "threw"), ("catches", "catch", "caught"),
-    ("draws", "draw", "drew"), ("pushes", "push", "pushed"),
-    ("pulls", "pull", "pulled"), ("washes", "wash", "washed"),
-    ("feeds", "feed", "fed"), ("chases", "chase", "chased"),
+    ("sees", "see", "saw"),
+    ("likes", "like", "liked"),
+    ("finds", "find", "found"),
+    ("holds", "hold", "held"),
+    ("carries", "carry", "carried"),
+    ("watches", "watch", "watched"),
+    ("paints", "paint", "painted"),
+    ("follows", "follow", "followed"),
+    ("helps", "help", "helped"),
+    ("visits", "visit", "visited"),
+    ("buys", "buy", "bought"),
+    ("sells", "sell", "sold"),
+    ("opens", "open", "opened"),
+    ("calls", "call", "called"),
+    ("hears", "hear", "heard"),
+    ("loves", "love", "loved"),
+    ("hates", "hate", "hated"),
+    ("wants", "want", "wanted"),
+    ("brings", "bring", "brought"),
+    ("takes", "take", "took"),
+    ("builds", "build", "built"),
+    ("breaks", "break", "broke"),
+    ("throws", "throw", "threw"),
+    ("catches", "catch", "caught"),
+    ("draws", "draw", "drew"),
+    ("pushes", "push", "pushed"),
+    ("pulls", "pull", "pulled"),
+    ("washes", "wash", "washed"),
+    ("feeds", "feed", "fed"),
+    ("chases", "chase", "chased"),
 ]
 _INTRANSITIVE_VERBS = [
-    ("sleeps", "sleep", "slept"), ("runs", "run", "ran"),
-    ("walks", "walk", "walked"), ("sings", "sing", "sang"),
-    ("dances", "dance", "danced"), ("laughs", "laugh", "laughed"),
-    ("cries", "cry", "cried"), ("smiles", "smile", "smiled"),
-    ("waits", "wait", "waited"), ("swims", "swim", "swam"),
-    ("jumps", "jump", "jumped"), ("falls", "fall", "fell"),
-    ("sits", "sit", "sat"), ("stands", "stand", "stood"),
-    ("works", "work", "worked"), ("plays", "play", "played"),
-    ("rests", "rest", "rested"), ("shouts", "shout", "shouted"),
-    ("arrives", "arrive", "arrived"), ("travels", "travel", "traveled"),
+    ("sleeps", "sleep", "slept"),
+    ("runs", "run", "ran"),
+    ("walks", "walk", "walked"),
+    ("sings", "sing", "sang"),
+    ("dances", "dance", "danced"),
+    ("laughs", "laugh", "laughed"),
+    ("cries", "cry", "cried"),
+    ("smiles", "smile", "smiled"),
+    ("waits", "wait", "waited"),
+    ("swims", "swim", "swam"),
+    ("jumps", "jump", "jumped"),
+    ("falls", "fall", "fell"),
+    ("sits", "sit", "sat"),
+    ("stands", "stand", "stood"),
+    ("works", "work", "worked"),
+    ("plays", "play", "played"),
+    ("rests", "rest", "rested"),
+    ("shouts", "shout", "shouted"),
+    ("arrives", "arrive", "arrived"),
+    ("travels", "travel", "traveled"),
 ]
 _PREPOSITIONS = [
-    "in", "on", "near", "under", "behind", "beside", "with", "without", "from",
+    "in",
+    "on",
+    "near",
+    "under",
+    "behind",
+    "beside",
+    "with",
+    "without",
+    "from",
     "above",
 ]
 _CONJUNCTIONS = ["and", "but", "while", "because", "although"]
@@ -146,7 +292,10 @@ _ENDINGS = {("m", "sg"): "o", ("f", "sg"): "a", ("m", "pl"): "i", ("f", "pl"): "
 _ARTICLE_STEMS = {"the": "l", "a": "un", "this": "est"}
 _VERB_TENSE = {"present": "e", "past": "i"}
 _VERB_AGREEMENT = {
-    ("m", "sg"): "s", ("f", "sg"): "sa", ("m", "pl"): "n", ("f", "pl"): "na",
+    ("m", "sg"): "s",
+    ("f", "sg"): "sa",
+    ("m", "pl"): "n",
+    ("f", "pl"): "na",
 }
 _RELATIVE = ("that", "ke")
 
@@ -197,9 +346,7 @@ def translation_corpus(seed=0, train_size=20000, valid_size=500, test_size=500):
                 sources.append(source)
                 targets.append(target)
         origin = f"synthetic translation corpus (seed={seed}, {name})"
-        splits[name] = ParallelCorpus(
-            sources, targets, 0, origin + " source", origin + " target"
-        )
+        splits[name] = ParallelCorpus(sources, targets, 0, origin + " source", origin + " target")
     return {name: splits[name] for name in ("train", "valid", "test")}
 
 
@@ -328,9 +475,7 @@ class _Lexicon:
             self.nouns[singular] = tuple(_noun_forms(stem))
             self.genders[singular] = "mf"[_digest("gender:" + singular)[0] % 2]
         self.adjectives = {
-            adjective: self._unique(
-                "adjective:" + adjective, self._closed_stem, _adjective_forms
-            )
+            adjective: self._unique("adjective:" + adjective, self._closed_stem, _adjective_forms)
             for adjective in _ADJECTIVES
         }
         self.verbs = {
@@ -344,9 +489,7 @@ class _Lexicon:
             for preposition in _PREPOSITIONS
         }
         self.conjunctions = {
-            conjunction: self._unique(
-                "conjunction:" + conjunction, self._open_word, lambda w: [w]
-            )
+            conjunction: self._unique("conjunction:" + conjunction, self._open_word, lambda w: [w])
             for conjunction in _CONJUNCTIONS
         }
 
@@ -369,9 +512,7 @@ class _Lexicon:
         return stem
 
     def _closed_stem(self, digest):
-        return self._syllable(digest[0]) + self._syllable(digest[1]) + "lmnrst"[
-            digest[2] % 6
-        ]
+        return self._syllable(digest[0]) + self._syllable(digest[1]) + "lmnrst"[digest[2] % 6]
 
     def _verb_stem(self, digest):
         return self._syllable(digest[0]) + self._CONSONANTS[digest[1] % 14]
@@ -426,5 +567,9 @@ def reversal_task(count, vocabulary_size, longest, seed, first_symbol=4):
         length = rng.integers(3, longest + 1)
         symbols = rng.integers(first_symbol, vocabulary_size, size=length)
         source[row, :length], source[row, length] = symbols, EOS_ID
-        target[row, 0], target[row, 1 : length + 1], target[row, length + 1] = BOS_ID, symbols[::-1], EOS_ID
+        target[row, 0], target[row, 1 : length + 1], target[row, length + 1] = (
+            BOS_ID,
+            symbols[::-1],
+            EOS_ID,
+        )
     return source, target

@@ -51,8 +51,7 @@ class ParallelCorpus:
     def __post_init__(self):
         if len(self.sources) != len(self.targets):
             raise ValueError(
-                f"ParallelCorpus: {len(self.sources)} sources but "
-                f"{len(self.targets)} targets."
+                f"ParallelCorpus: {len(self.sources)} sources but {len(self.targets)} targets."
             )
 
     def __len__(self):
@@ -182,7 +181,8 @@ def tsv_rows(path, source_column=0, target_column=1, optional_column=None):
 
 
 def count_lines(path):
-    """The number of lines of a text file (plain or gzip), read as a stream and checked as `read_lines` checks it.
+    """The number of lines of a text file (plain or gzip), read as a
+    stream and checked as `read_lines` checks it.
 
     Raises:
         DataError: as `read_lines`.
@@ -191,7 +191,9 @@ def count_lines(path):
 
 
 def check_aligned(source_path, target_path):
-    """Raises `read_parallel`'s `DataError` if two files differ in line count or are not valid text."""
+    """Raises `read_parallel`'s `DataError` if two files differ in
+    line count or are not valid text.
+    """
     source_lines, target_lines = count_lines(source_path), count_lines(target_path)
     if source_lines != target_lines:
         raise _misaligned(source_path, source_lines, target_path, target_lines)
@@ -256,8 +258,9 @@ def open_bytes(path):
 
 
 def text_bytes(path):
-    """The bytes of text in a file: its size, or a gzip file's uncompressed size (its last 4 bytes: the last
-    member's size modulo 2**32; three times the compressed size where that cannot be right)."""
+    """The bytes of text in a file: its size, or a gzip file's
+    uncompressed size (its last 4 bytes: the last member's size modulo
+    2**32; three times the compressed size where that cannot be right)."""
     size = os.path.getsize(path)
     if not is_gzip(path):
         return size
@@ -286,17 +289,15 @@ def decode_line(raw, path, number):
     except UnicodeDecodeError as error:
         column = len(raw[: error.start].decode("utf-8")) + 1
         raise DataError(
-            f"{path}:{number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} "
-            f"at column {column})"
+            f"{path}:{number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column {column})"
         ) from None
     return line.removeprefix("\ufeff") if number == 1 else line
 
 
 def write_text_atomically(path, content):
-    """Writes `content` to `path` through a temporary file and a rename: a reader finds the old file or
-    the new one, never half of it."""
+    """Writes `content` to `path` through a temporary file and a rename: a reader finds the old file
+    or the new one, never half of it."""
     temporary = path + ".tmp"
     with open(temporary, "w") as file:
         file.write(content)
     os.replace(temporary, path)
-

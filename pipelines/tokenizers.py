@@ -24,7 +24,14 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_attn.special_tokens import (  # noqa: F401  (this module's users import them from here too)
-    BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID,
+    BOS_ID,
+    CLS_ID,
+    EOS_ID,
+    MASK_ID,
+    PAD_ID,
+    SEP_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
 )
 
 SUBWORD_PREFIX = "##"
@@ -134,7 +141,8 @@ def huggingface_tokenizer(vocabulary=None, lowercase=False):
 
 
 class SubwordTokenizer(tf.Module):
-    """What the in-graph subword tokenizers share: a vocabulary indexed by id, and ids back to their tokens.
+    """What the in-graph subword tokenizers share: a vocabulary
+    indexed by id, and ids back to their tokens.
 
     A subclass sets `self._vocabulary` (a list of `str`, `SPECIAL_TOKENS`
     first), `self._tokens` (the same as a string tensor) and `lowercase`,
@@ -156,25 +164,33 @@ class SubwordTokenizer(tf.Module):
         """Token strings of ids, same shape; unknown ids give `[UNK]`."""
         ids = tf.cast(as_ids(ids), tf.int32)
         known = lambda i: tf.where((i >= 0) & (i < self.vocabulary_size), i, UNK_ID)  # noqa: E731
-        ids = ids.with_flat_values(known(ids.flat_values)) if isinstance(ids, tf.RaggedTensor) else known(ids)
+        ids = (
+            ids.with_flat_values(known(ids.flat_values))
+            if isinstance(ids, tf.RaggedTensor)
+            else known(ids)
+        )
         return tf.gather(self._tokens, ids)
 
     def _ordinary_ids(self, ids):
-        """What `detokenize` reads of `ids` (`(B, None)` ragged or `(B, T)` dense, or one 1-D sequence):
-        `((B, None)` ragged int32 ids without special tokens and ids outside the vocabulary, whether one
-        sequence was given)."""
+        """What `detokenize` reads of `ids` (`(B, None)` ragged or `(B, T)` dense, or one 1-D
+        sequence): `((B, None)` ragged int32 ids without special tokens and ids outside the
+        vocabulary, whether one sequence was given)."""
         ids = tf.cast(as_ids(ids), tf.int32)
         single = ids.shape.rank == 1
         if single:
             ids = tf.expand_dims(ids, 0)
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
-        return tf.ragged.boolean_mask(ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size)), single
+        return tf.ragged.boolean_mask(
+            ids, (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size)
+        ), single
 
     def tokens(self, ids):
         """Token strings of a 1-D sequence of ids, as a list of `str` (for plots)."""
-        return [self._vocabulary[i] if 0 <= i < self.vocabulary_size else SPECIAL_TOKENS[UNK_ID]
-                for i in (int(i) for i in tf.reshape(ids, [-1]).numpy())]
+        return [
+            self._vocabulary[i] if 0 <= i < self.vocabulary_size else SPECIAL_TOKENS[UNK_ID]
+            for i in (int(i) for i in tf.reshape(ids, [-1]).numpy())
+        ]
 
 
 class WordPieceTokenizer(SubwordTokenizer):
@@ -212,8 +228,8 @@ class WordPieceTokenizer(SubwordTokenizer):
         >>> texts = ["A man in a blue shirt.", "Two men, one dog."]
         >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(texts, 100))
         >>> ids = tokenizer.tokenize(["A man, in a blue shirt."])
-        >>> tokenizer.detokenize(ids)
-        <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'A man, in a blue shirt.'], dtype=object)>
+        >>> tokenizer.detokenize(ids).numpy()
+        array([b'A man, in a blue shirt.'], dtype=object)
     """
 
     def __init__(self, vocabulary, lowercase=False, strip_accents=False, name=None):
@@ -255,7 +271,9 @@ class WordPieceTokenizer(SubwordTokenizer):
             strings = tf.strings.regex_replace(strings, "Σ", "σ")
             strings = tf.strings.lower(strings, encoding="utf-8")
         if self.strip_accents:
-            strings = tf.strings.regex_replace(tf_text.normalize_utf8(strings, "NFD"), r"\p{Mn}", "")
+            strings = tf.strings.regex_replace(
+                tf_text.normalize_utf8(strings, "NFD"), r"\p{Mn}", ""
+            )
         return strings
 
     def tokenize(self, strings):
@@ -303,9 +321,7 @@ class WordPieceTokenizer(SubwordTokenizer):
         ids = tf.cast(ids, tf.int32)
         keep = (ids >= len(SPECIAL_TOKENS)) & (ids < self.vocabulary_size)
         ids = tf.ragged.boolean_mask(ids, keep | tf.equal(ids, UNK_ID))
-        text = tf.strings.reduce_join(
-            tf.gather(self._tokens, ids), axis=-1, separator=" "
-        )
+        text = tf.strings.reduce_join(tf.gather(self._tokens, ids), axis=-1, separator=" ")
         for pattern, rewrite, passes in _DETOKENIZE_RULES:
             for _ in range(passes):
                 text = tf.strings.regex_replace(text, pattern, rewrite)
@@ -356,6 +372,4 @@ def _check_vocabulary(vocabulary):
         )
     duplicates = len(vocabulary) - len(set(vocabulary))
     if duplicates:
-        raise ValueError(
-            f"WordPieceTokenizer: the vocabulary has {duplicates} duplicate tokens."
-        )
+        raise ValueError(f"WordPieceTokenizer: the vocabulary has {duplicates} duplicate tokens.")

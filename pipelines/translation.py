@@ -28,7 +28,8 @@ A corpus too large for that (`streamed_translation_epochs`, over a
 
 or, from shards tokenized once (`pipelines.prepared`), the same batches:
 
-    prepared shards, in that order ─► shuffle records ─► parse, cut, add BOS/EOS ─► sort pools ─► batches
+    prepared shards, in that order ─► shuffle records ─► parse, cut,
+    add BOS/EOS ─► sort pools ─► batches
 
 (4.5M pairs: 11.7 s to the first batch and 1.3 GB at most, where the cached
 pipeline took 82 s and 11 GB: `benchmarks/corpus_scale.py`.)
@@ -123,21 +124,38 @@ def translation_dataset(
         >>> from pipelines.synthetic import translation_corpus
         >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
         >>> corpus = translation_corpus(train_size=200)["train"]
-        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
+        >>> vocabulary = learn_wordpiece_vocabulary(corpus.sources + corpus.targets)
+        >>> tokenizer = WordPieceTokenizer(vocabulary)
         >>> dataset = translation_dataset(corpus.sources, corpus.targets, tokenizer, tokenizer,
         ...                               batch_size=64, max_length=64)
         >>> inputs, target_out = next(iter(dataset))
         >>> len(inputs["source"]), inputs["target_in"].shape == target_out.shape
         (64, True)
     """
-    _check(sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens)
-    pairs = _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, cache)
+    _check(
+        sources, targets, max_length, "translation_dataset", bucket, drop_remainder, batch_tokens
+    )
+    pairs = _tokenized_pairs(
+        sources, targets, source_tokenizer, target_tokenizer, max_length, cache
+    )
     batches = _batches(
-        pairs, len(sources), batch_size, shuffle, seed, bucket, repeat, drop_remainder,
-        reshuffle_each_iteration, _width(max_length, length_multiple),
+        pairs,
+        len(sources),
+        batch_size,
+        shuffle,
+        seed,
+        bucket,
+        repeat,
+        drop_remainder,
+        reshuffle_each_iteration,
+        _width(max_length, length_multiple),
         _budget(batch_tokens, max_length, length_multiple),
     )
-    return batches if repeat or batch_tokens else _declared(batches, len(sources), batch_size, drop_remainder)
+    return (
+        batches
+        if repeat or batch_tokens
+        else _declared(batches, len(sources), batch_size, drop_remainder)
+    )
 
 
 def translation_epochs(
@@ -177,8 +195,11 @@ def translation_epochs(
         >>> from pipelines.synthetic import translation_corpus
         >>> from pipelines.tokenizers import WordPieceTokenizer, learn_wordpiece_vocabulary
         >>> corpus = translation_corpus(train_size=200)["train"]
-        >>> tokenizer = WordPieceTokenizer(learn_wordpiece_vocabulary(corpus.sources + corpus.targets))
-        >>> epochs = translation_epochs(corpus.sources, corpus.targets, tokenizer, tokenizer, 64, 64)
+        >>> vocabulary = learn_wordpiece_vocabulary(corpus.sources + corpus.targets)
+        >>> tokenizer = WordPieceTokenizer(vocabulary)
+        >>> epochs = translation_epochs(
+        ...     corpus.sources, corpus.targets, tokenizer, tokenizer, 64, 64
+        ... )
         >>> remaining = epochs(3).skip(2)  # epoch 3 after its first 2 steps
         >>> len(epochs(3)), len(remaining)
         (4, 2)
@@ -188,12 +209,23 @@ def translation_epochs(
 
     def shuffled_pass(*key):
         return _batches(
-            pairs, len(sources), batch_size, True, _pass_seed(seed, key), bucket, False, drop_remainder, False,
-            _width(max_length, length_multiple), _budget(batch_tokens, max_length, length_multiple),
+            pairs,
+            len(sources),
+            batch_size,
+            True,
+            _pass_seed(seed, key),
+            bucket,
+            False,
+            drop_remainder,
+            False,
+            _width(max_length, length_multiple),
+            _budget(batch_tokens, max_length, length_multiple),
         )
 
     if batch_tokens is None:
-        return lambda epoch: _declared(shuffled_pass(epoch), len(sources), batch_size, drop_remainder)
+        return lambda epoch: _declared(
+            shuffled_pass(epoch), len(sources), batch_size, drop_remainder
+        )
     return _of_length(shuffled_pass, int(shuffled_pass(0).reduce(0, lambda count, _: count + 1)))
 
 
@@ -248,28 +280,47 @@ def streamed_translation_epochs(
             strings = corpus.records(order_seed=pass_seed, worker=part, workers=workers)
         else:
             strings = corpus.pairs(order_seed=pass_seed, worker=part, workers=workers)
-        # Strings are shuffled, not ids: the buffer fills at reading speed and holds a third of the bytes.
-        # A pass that tops up an epoch gives a few batches: a pool's worth of buffer fills fast enough.
+        # Strings are shuffled, not ids: the buffer fills at reading speed
+        # and holds a third of the bytes. A pass that tops up an epoch
+        # gives a few batches: a pool's worth of buffer fills fast enough.
         buffer = POOL_BATCHES * batch_size if _TOP_UP in key[1:] else shuffle_buffer
-        strings = strings.shuffle(min(buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False)
+        strings = strings.shuffle(
+            min(buffer, max(pairs, 1)), seed=pass_seed, reshuffle_each_iteration=False
+        )
         if prepared_ids:
             ids = prepared.tokenized(strings, max_length)
         else:
             ids = _tokenized(strings, source_tokenizer, target_tokenizer, max_length)
-        return _batches(ids, pairs, batch_size, True, pass_seed, True, False, False, False,
-                        _width(max_length, length_multiple), budget, shuffled=True)
+        return _batches(
+            ids,
+            pairs,
+            batch_size,
+            True,
+            pass_seed,
+            True,
+            False,
+            False,
+            False,
+            _width(max_length, length_multiple),
+            budget,
+            shuffled=True,
+        )
 
     if budget is None:
         return _of_length(shuffled_pass, -(-pairs // batch_size))
     # Every worker estimates from worker 0's part: all then declare epochs of one length.
-    sample = shuffled_pass(0, part=0).take(ESTIMATE_BATCHES).map(lambda inputs, _: tf.shape(inputs["source"])[0])
+    sample = (
+        shuffled_pass(0, part=0)
+        .take(ESTIMATE_BATCHES)
+        .map(lambda inputs, _: tf.shape(inputs["source"])[0])
+    )
     sizes = list(sample.as_numpy_iterator())
     return _of_length(shuffled_pass, max(1, round(pairs * len(sizes) / sum(sizes))))
 
 
 def _of_length(shuffled_pass, steps):
-    """`epoch -> ` the first `steps` batches of `shuffled_pass(epoch)`, topped up from another pass (again
-    as often as needed) if short."""
+    """`epoch -> ` the first `steps` batches of `shuffled_pass(epoch)`, topped up from another pass
+    (again as often as needed) if short."""
 
     def epoch_batches(epoch):
         batches = shuffled_pass(epoch).concatenate(shuffled_pass(epoch, _TOP_UP).repeat())
@@ -279,7 +330,9 @@ def _of_length(shuffled_pass, steps):
 
 
 def _pass_seed(seed, key):
-    """The seed of one shuffled pass over the data, keyed by the epoch (and `_TOP_UP` for a top-up)."""
+    """The seed of one shuffled pass over the data, keyed by the
+    epoch (and `_TOP_UP` for a top-up).
+    """
     return int(np.random.SeedSequence([seed, *key]).generate_state(1)[0])
 
 
@@ -305,7 +358,9 @@ def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, max_l
 
 
 def _tokenized(strings, source_tokenizer, target_tokenizer, max_length):
-    """`(source, target_in, target_out)` id rows of a dataset of `(source, target)` strings, in its order."""
+    """`(source, target_in, target_out)` id rows of a dataset of
+    `(source, target)` strings, in its order.
+    """
     preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, max_length)
 
     def tokenize(source_text, target_text):
@@ -318,8 +373,20 @@ def _tokenized(strings, source_tokenizer, target_tokenizer, max_length):
     return dataset.unbatch()
 
 
-def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remainder, reshuffle, width, budget=None,
-             shuffled=False):
+def _batches(
+    pairs,
+    count,
+    batch_size,
+    shuffle,
+    seed,
+    bucket,
+    repeat,
+    drop_remainder,
+    reshuffle,
+    width,
+    budget=None,
+    shuffled=False,
+):
     """Shuffled, bucketed, padded and trimmed batches of `count` tokenized pairs.
 
     `width(length)` is the number of columns of a batch whose longest row has `length` ids
@@ -332,7 +399,9 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
     if repeat:
         dataset = dataset.repeat()
     if bucket:
-        dataset = _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget)
+        dataset = _sorted_pool_batches(
+            dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget
+        )
     else:
         dataset = dataset.padded_batch(
             batch_size,
@@ -341,7 +410,8 @@ def _batches(pairs, count, batch_size, shuffle, seed, bucket, repeat, drop_remai
         )
     dataset = dataset.map(
         lambda s, t_in, t_out: (
-            {"source": _trim(s, width), "target_in": _trim(t_in, width)}, _trim(t_out, width)
+            {"source": _trim(s, width), "target_in": _trim(t_in, width)},
+            _trim(t_out, width),
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
@@ -359,7 +429,9 @@ def _declared(batches, count, batch_size, drop_remainder):
     return batches.apply(tf.data.experimental.assert_cardinality(steps))
 
 
-def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget=None):
+def _sorted_pool_batches(
+    dataset, batch_size, drop_remainder, shuffle, seed, reshuffle, budget=None
+):
     """Batches of similar length: sorts pools of pairs, then cuts them."""
     pool_size = POOL_BATCHES * (batch_size if budget is None else budget.pool_rows(batch_size))
 
@@ -386,7 +458,9 @@ def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, res
             if budget is None or not budget.fixed_rows:
                 return ids
             # Rows of padding complete a short batch (their ids are all PAD, which no loss counts).
-            return tuple(tf.pad(x, [[0, size - (end - start)], [0, 0]], constant_values=PAD_ID) for x in ids)
+            return tuple(
+                tf.pad(x, [[0, size - (end - start)], [0, 0]], constant_values=PAD_ID) for x in ids
+            )
 
         return tf.data.Dataset.from_tensor_slices((starts, ends, sizes)).map(batch)
 
@@ -398,9 +472,7 @@ def _sorted_pool_batches(dataset, batch_size, drop_remainder, shuffle, seed, res
             lambda *ids: tuple(tf.ensure_shape(x, [batch_size, None]) for x in ids)
         )
     if shuffle:  # sorted pools emit their batches shortest first: mix them
-        dataset = dataset.shuffle(
-            POOL_BATCHES, seed=seed, reshuffle_each_iteration=reshuffle
-        )
+        dataset = dataset.shuffle(POOL_BATCHES, seed=seed, reshuffle_each_iteration=reshuffle)
     return dataset
 
 
@@ -410,18 +482,23 @@ class _Budget:
     def __init__(self, tokens, max_length, length_multiple):
         self.tokens = tokens
         self.max_length = max_length
-        # Columns are counted as the batch will be padded (`length_multiple`), at least in steps of 8.
+        # Columns are counted as the batch will be padded
+        # (`length_multiple`), at least in steps of 8.
         self.step = max(length_multiple, BUDGET_GRANULARITY)
         # Padded columns (for XLA) want few shapes: the last batch of a run of equal
         # column counts is then padded with empty rows to its run's number of pairs.
         self.fixed_rows = length_multiple > 1
 
     def pool_rows(self, batch_size):
-        """Pairs per batch when every pair is as long as allowed: a pool holds at least `POOL_BATCHES` batches' worth."""
+        """Pairs per batch when every pair is as long as allowed: a pool holds at least
+        `POOL_BATCHES` batches' worth.
+        """
         return max(1, min(batch_size, self.tokens // self.max_length))
 
     def cuts(self, lengths, batch_size):
-        """`(starts, ends, rows)` of the batches of a pool whose longer sides have the (sorted) `lengths`."""
+        """`(starts, ends, rows)` of the batches of a pool whose
+        longer sides have the (sorted) `lengths`.
+        """
         columns = tf.minimum(-(-lengths // self.step) * self.step, self.max_length)
         rows_per_batch = tf.clip_by_value(self.tokens // columns, 1, batch_size)
         index = tf.range(tf.shape(lengths)[0])

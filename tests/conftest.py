@@ -82,7 +82,9 @@ def _iterate_without_autotuning():
     from pipelines.prefetch import without_autotuning
 
     create = iterator_ops.OwnedIterator._create_iterator
-    iterator_ops.OwnedIterator._create_iterator = lambda self, dataset: create(self, without_autotuning(dataset))
+    iterator_ops.OwnedIterator._create_iterator = lambda self, dataset: create(
+        self, without_autotuning(dataset)
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,8 +95,8 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: the order within a file is kept
 
 
-# Each documentation page's code is a unit of work of its own (it runs in processes of its own), so that the
-# pages spread over both workers instead of all landing in one with their file.
+# Each documentation page's code is a unit of work of its own (it runs in processes of its own), so
+# that the pages spread over both workers instead of all landing in one with their file.
 PAGE_BY_PAGE = "tests/test_docs.py::test_the_pages_code_runs["
 
 
@@ -110,8 +112,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session", autouse=True)
 def _forking_process_stopped():
-    """The process that `tests.fresh_process` forks scripts from ends with the session (and is waited for, so that
-    the CPU time of its processes counts as the test process's children's)."""
+    """The process that `tests.fresh_process` forks scripts from ends with the session (and is
+    waited for, so that the CPU time of its processes counts as the test process's children's)."""
     yield
     from tests import fresh_process
 

@@ -1,19 +1,20 @@
 """Runs a documentation page's code blocks in order, in the current folder.
 
-    python tests/docs_runner.py BLOCKS.json         # [{"language": "bash"|"python", "code": ..., "where": ...}]
+    python tests/docs_runner.py BLOCKS.json   # [{"language": "bash"|"python", "code", "where"}]
     python tests/docs_runner.py --keras-attn ARGS   # what `keras-attn ARGS` in a bash block runs
 
-Bash blocks run with `bash -euo pipefail`, where `keras-attn` is this script's `--keras-attn`; python blocks
-run in this process, in one namespace, like a notebook's cells. Ends with the failing block's place and exit
-code 1.
+Bash blocks run with `bash -euo pipefail`, where `keras-attn` is this script's `--keras-attn`;
+python blocks run in this process, in one namespace, like a notebook's cells. Ends with the failing
+block's place and exit code 1.
 
-`--keras-attn` appends small settings to the training commands, so that each trains for seconds: a few
-updates (one epoch) on a small built-in corpus, validated and tested on 50 examples, scored greedily (the
-page's own flags come first; argparse keeps an option's last value). It runs the command in a process forked
-from one that has imported keras_attn (and so TensorFlow) and run nothing yet: a command's process starts as a
-new `keras-attn` process would after its imports, in the block's folder, environment, standard input and
-outputs, and saves the 4-5 s of importing TensorFlow each time. (Environment variables that TensorFlow reads
-only when imported, such as `TF_CPP_MIN_LOG_LEVEL`, keep the runner's values.)
+`--keras-attn` appends small settings to the training commands, so that each trains for seconds: a
+few updates (one epoch) on a small built-in corpus, validated and tested on 50 examples, scored
+greedily (the page's own flags come first; argparse keeps an option's last value). It runs the
+command in a process forked from one that has imported keras_attn (and so TensorFlow) and run
+nothing yet: a command's process starts as a new `keras-attn` process would after its imports, in
+the block's folder, environment, standard input and outputs, and saves the 4-5 s of importing
+TensorFlow each time. (Environment variables that TensorFlow reads only when imported, such as
+`TF_CPP_MIN_LOG_LEVEL`, keep the runner's values.)
 """
 
 import json
@@ -28,11 +29,34 @@ import tempfile
 from pathlib import Path
 
 SMALL = {
-    ("train", "transformer"): ["--builtin-size", "600", "--builtin-eval-size", "50", "--max-updates", "8",
-                               "--beam-width", "1"],
-    ("train", "seq2seq"): ["--builtin-size", "600", "--builtin-eval-size", "50", "--max-updates", "8",
-                           "--beam-width", "1"],
-    ("train", "captioner"): ["--builtin-scenes", "600", "--builtin-eval-size", "50", "--max-updates", "8"],
+    ("train", "transformer"): [
+        "--builtin-size",
+        "600",
+        "--builtin-eval-size",
+        "50",
+        "--max-updates",
+        "8",
+        "--beam-width",
+        "1",
+    ],
+    ("train", "seq2seq"): [
+        "--builtin-size",
+        "600",
+        "--builtin-eval-size",
+        "50",
+        "--max-updates",
+        "8",
+        "--beam-width",
+        "1",
+    ],
+    ("train", "captioner"): [
+        "--builtin-scenes",
+        "600",
+        "--builtin-eval-size",
+        "50",
+        "--max-updates",
+        "8",
+    ],
     ("pretrain", "bert"): ["--builtin-documents", "60", "--max-updates", "8"],
     ("finetune",): ["--max-updates", "8"],
 }
@@ -45,30 +69,38 @@ pip() {{ echo "(skipped by the documentation test: pip $*)"; }}
 
 def small_settings(args):
     for command, flags in SMALL.items():
-        if tuple(args[:len(command)]) == command:
+        if tuple(args[: len(command)]) == command:
             return flags
     return []
 
 
 def keras_attn(args):
-    """Has the forking process run `keras-attn ARGS` (with the small settings of a training command); its exit code.
+    """Has the forking process run `keras-attn ARGS` (with the small
+    settings of a training command); its exit code.
 
     The command gets this process's folder, environment, standard input and outputs.
     """
     with socket.socket(socket.AF_UNIX) as connection:
         connection.connect(os.environ[SERVER])
-        request = json.dumps({"args": [*args, *small_settings(args)], "cwd": os.getcwd(), "env": dict(os.environ)})
+        request = json.dumps(
+            {"args": [*args, *small_settings(args)], "cwd": os.getcwd(), "env": dict(os.environ)}
+        )
         socket.send_fds(connection, [request.encode()], [0, 1, 2])
         connection.shutdown(socket.SHUT_WR)
         code = connection.recv(16)
     if not code:
-        print(f"docs_runner: keras-attn {' '.join(args)} ended without an exit code (killed?)", file=sys.stderr)
+        print(
+            f"docs_runner: keras-attn {' '.join(args)} ended without an exit code (killed?)",
+            file=sys.stderr,
+        )
         return 1
     return int(code)
 
 
 def _serve(listener, parent_gone):
-    """Forks a process for each command sent to `listener`, until `parent_gone` reads end of file."""
+    """Forks a process for each command sent to `listener`, until
+    `parent_gone` reads end of file.
+    """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped as they end
     while True:
         ready = select.select([listener, parent_gone], [], [])[0]
@@ -84,7 +116,9 @@ def _serve(listener, parent_gone):
 
 
 def _run_command(connection):
-    """In a forked process: runs the command `connection` sends, sends back its exit code, and ends."""
+    """In a forked process: runs the command `connection` sends,
+    sends back its exit code, and ends.
+    """
     from keras_attn import cli
 
     message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
@@ -114,7 +148,9 @@ def _run_command(connection):
 
 
 def start_server():
-    """Starts the forking process (after importing keras_attn here); sets `SERVER` for the blocks' commands."""
+    """Starts the forking process (after importing keras_attn here);
+    sets `SERVER` for the blocks' commands.
+    """
     import keras_attn.cli  # noqa: F401  (TensorFlow and the package, imported once for every command)
 
     folder = tempfile.mkdtemp(prefix="keras-attn-docs-")

@@ -1,15 +1,16 @@
-"""Scripts run "in a fresh process with TensorFlow alone", each in a process forked from one that has imported
-TensorFlow and nothing else.
+"""Scripts run "in a fresh process with TensorFlow alone", each in a process forked from one that
+has imported TensorFlow and nothing else.
 
-The tests that reload an export where keras_attn is not imported (TensorFlow, tensorflow-text and what the script
-itself imports) run their script with `run` instead of a new `python -c`: the process each script gets has imported
-TensorFlow, as the script's first lines would, and nothing of keras_attn, pipelines or tensorflow-text, and the
-4-5 s of importing TensorFlow are spent once per test process instead of once per script. (Environment variables
-that TensorFlow reads only when imported, such as `TF_CPP_MIN_LOG_LEVEL`, keep the forking process's values: 3.)
+The tests that reload an export where keras_attn is not imported (TensorFlow, tensorflow-text and
+what the script itself imports) run their script with `run` instead of a new `python -c`: the
+process each script gets has imported TensorFlow, as the script's first lines would, and nothing of
+keras_attn, pipelines or tensorflow-text, and the 4-5 s of importing TensorFlow are spent once per
+test process instead of once per script. (Environment variables that TensorFlow reads only when
+imported, such as `TF_CPP_MIN_LOG_LEVEL`, keep the forking process's values: 3.)
 
-Run as a script, this file is the forking process: it reads one request a line on standard input (JSON: the script,
-its arguments, standard input, environment variables, folder and timeout) and answers each on standard output (JSON:
-exit code, whether it timed out, standard output and error).
+Run as a script, this file is the forking process: it reads one request a line on standard input
+(JSON: the script, its arguments, standard input, environment variables, folder and timeout) and
+answers each on standard output (JSON: exit code, whether it timed out, standard output and error).
 """
 
 import json
@@ -24,19 +25,29 @@ _LOCK = threading.Lock()
 
 
 def run(script, *args, input="", env=None, cwd=None, timeout=300):
-    """`subprocess.CompletedProcess` of `python -c script *args` (text in and out, `input` on its standard input, the
-    variables of `env` added to its environment, in the folder `cwd`) run in a process forked from one that has
-    imported TensorFlow only."""
+    """`subprocess.CompletedProcess` of `python -c script *args` (text in and out, `input` on its
+    standard input, the variables of `env` added to its environment, in the folder `cwd`) run in a
+    process forked from one that has imported TensorFlow only."""
     global _SERVER
     with _LOCK:
         if _SERVER is None or _SERVER.poll() is not None:
             _SERVER = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,  # TensorFlow's start-up lines; each script's own are its answer's
-                text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                [sys.executable, os.path.abspath(__file__)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                # TensorFlow's start-up lines; each script's own are in its answer
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
             )
-        request = {"script": script, "args": [str(a) for a in args], "input": input, "env": env or {},
-                   "cwd": cwd and str(cwd), "timeout": timeout}
+        request = {
+            "script": script,
+            "args": [str(a) for a in args],
+            "input": input,
+            "env": env or {},
+            "cwd": cwd and str(cwd),
+            "timeout": timeout,
+        }
         _SERVER.stdin.write(json.dumps(request) + "\n")
         _SERVER.stdin.flush()
         answer = _SERVER.stdout.readline()
@@ -50,8 +61,8 @@ def run(script, *args, input="", env=None, cwd=None, timeout=300):
 
 
 def stop():
-    """Ends this test process's forking process and waits for it (so that its processes' CPU time counts as this
-    process's children's)."""
+    """Ends this test process's forking process and waits for it (so that its processes' CPU time
+    counts as this process's children's)."""
     global _SERVER
     with _LOCK:
         if _SERVER is not None:
@@ -61,20 +72,26 @@ def stop():
 
 
 def _child(script, args, env, cwd, standard):
-    """In the forked process: runs `script` as `python -c` would, with standard input, output and error in files."""
+    """In the forked process: runs `script` as `python -c` would, with
+    standard input, output and error in files.
+    """
     import traceback
 
     for target, fd in enumerate(standard):
         os.dup2(fd, target)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.argv = ["-c", *args]
-    sys.path[0] = ""  # as for `python -c`: the working folder first (this file's folder is the forking process's)
+    # As for `python -c`: the working folder first (this file's folder is the forking process's).
+    sys.path[0] = ""
     os.environ.update(env)
     if cwd:
         os.chdir(cwd)
     code = 0
     try:
-        exec(compile(script, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
+        exec(
+            compile(script, "<string>", "exec"),
+            {"__name__": "__main__", "__builtins__": __builtins__},
+        )  # noqa: S102
     except SystemExit as exit:
         if isinstance(exit.code, str):
             print(exit.code, file=sys.stderr)
@@ -96,7 +113,11 @@ def _serve():
     answers = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
-        with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with (
+            tempfile.TemporaryFile() as given,
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+        ):
             given.write(request["input"].encode())
             given.seek(0)
             answers.flush()
@@ -119,8 +140,17 @@ def _serve():
             for file in (out, err):
                 file.seek(0)
                 outputs.append(file.read().decode("utf-8", "replace"))
-        answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
-                                  "stdout": outputs[0], "stderr": outputs[1]}) + "\n")
+        answers.write(
+            json.dumps(
+                {
+                    "returncode": os.waitstatus_to_exitcode(status),
+                    "timed_out": timed_out,
+                    "stdout": outputs[0],
+                    "stderr": outputs[1],
+                }
+            )
+            + "\n"
+        )
         answers.flush()
 
 

@@ -1,4 +1,6 @@
-"""Helpers of the streaming tests: a generated corpus written as shards, and the memory a drain adds."""
+"""Helpers of the streaming tests: a generated corpus written as
+shards, and the memory a drain adds.
+"""
 
 import os
 import threading
@@ -6,19 +8,28 @@ import time
 
 
 def write_shards(folder, corpus, shards):
-    """`corpus`'s (`synthetic.translation_corpus`) training pairs as `shards` TSV files `folder/shards/train-N.tsv`,
-    its validation pairs as `folder/valid.src` and `valid.tgt`; returns them as the job's data settings."""
+    """`corpus`'s (`synthetic.translation_corpus`) training pairs as `shards` TSV files
+    `folder/shards/train-N.tsv`, its validation pairs as `folder/valid.src` and `valid.tgt`; returns
+    them as the job's data settings."""
     (folder / "shards").mkdir()
     for shard in range(shards):
         pairs = zip(corpus["train"].sources[shard::shards], corpus["train"].targets[shard::shards])
-        (folder / "shards" / f"train-{shard}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+        (folder / "shards" / f"train-{shard}.tsv").write_text(
+            "".join(f"{s}\t{t}\n" for s, t in pairs)
+        )
     for side, lines in (("src", corpus["valid"].sources), ("tgt", corpus["valid"].targets)):
         (folder / f"valid.{side}").write_text("".join(line + "\n" for line in lines))
-    return dict(data=str(folder / "shards"), valid_src=str(folder / "valid.src"), valid_tgt=str(folder / "valid.tgt"))
+    return dict(
+        data=str(folder / "shards"),
+        valid_src=str(folder / "valid.src"),
+        valid_tgt=str(folder / "valid.tgt"),
+    )
 
 
 def peak_growth_mb(drain):
-    """The most the process's resident memory rose above its level before while `drain()` ran (every 5 ms)."""
+    """The most the process's resident memory rose above its level
+    before while `drain()` ran (every 5 ms).
+    """
     before, peak, done = _resident_mb(), [0.0], threading.Event()
 
     def sample():

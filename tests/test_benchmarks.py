@@ -1,5 +1,5 @@
-"""benchmarks/ keeps the scripts that back a figure: each answers `--help`, a benchmark page names it, and a measure
-that a figure reads is checked on a case built by hand."""
+"""benchmarks/ keeps the scripts that back a figure: each answers `--help`, a benchmark page names
+it, and a measure that a figure reads is checked on a case built by hand."""
 
 import importlib.util
 import json
@@ -16,14 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
 # Run by the PyTorch anchors in processes of their own, never by a user.
 INTERNAL = {"benchmarks.anchors.harness"}
-NEEDS = {"torch": ("benchmarks.anchors.",)}  # a script that imports this at its top (the `bench` extra)
+# a script that imports this at its top (the `bench` extra)
+NEEDS = {"torch": ("benchmarks.anchors.",)}
 
 
 def _scripts():
     found = []
     for path in sorted((ROOT / "benchmarks").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        if 'if __name__ == "__main__"' in path.read_text(encoding="utf-8") and module not in INTERNAL:
+        if (
+            'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
+            and module not in INTERNAL
+        ):
             found.append(module)
     return found
 
@@ -37,8 +41,11 @@ def _pages_text():
 
 def test_every_script_is_named_by_a_benchmark_page():
     named = _pages_text()
-    assert [script for script in SCRIPTS if f"python -m {script} " not in named and
-            f"python -m {script}\n" not in named] == []
+    assert [
+        script
+        for script in SCRIPTS
+        if f"python -m {script} " not in named and f"python -m {script}\n" not in named
+    ] == []
 
 
 def test_every_script_a_page_names_exists():
@@ -47,8 +54,11 @@ def test_every_script_a_page_names_exists():
 
 
 def _runnable(script):
-    missing = [package for package, prefixes in NEEDS.items()
-               if script.startswith(prefixes) and importlib.util.find_spec(package) is None]
+    missing = [
+        package
+        for package, prefixes in NEEDS.items()
+        if script.startswith(prefixes) and importlib.util.find_spec(package) is None
+    ]
     return not missing
 
 
@@ -72,13 +82,21 @@ print(json.dumps(answers))
 @pytest.mark.slow
 def test_every_script_answers_help():
     scripts = [script for script in SCRIPTS if _runnable(script)]
-    done = fresh_process.run(_HELP_ALL, *scripts, cwd=ROOT)  # TensorFlow imported already, as most scripts import it
+    # TensorFlow imported already, as most scripts import it
+    done = fresh_process.run(_HELP_ALL, *scripts, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     answers = json.loads(done.stdout.splitlines()[-1])
-    failed = {script: code for script, (code, text) in answers.items() if code not in (0, None) or "usage:" not in text}
+    failed = {
+        script: code
+        for script, (code, text) in answers.items()
+        if code not in (0, None) or "usage:" not in text
+    }
     assert failed == {}
     if len(scripts) < len(SCRIPTS):
-        pytest.skip(f"{len(SCRIPTS) - len(scripts)} scripts need the bench extra (torch): pip install -e '.[bench]'")
+        pytest.skip(
+            f"{len(SCRIPTS) - len(scripts)} scripts need the bench extra (torch): pip install -e "
+            "'.[bench]'"
+        )
 
 
 def test_captioning_grounding_reads_each_word_at_its_first_token():
@@ -93,8 +111,16 @@ def test_captioning_grounding_reads_each_word_at_its_first_token():
     caption = "a small red circle"
     weights = np.zeros((7, 4))  # (tokens and [EOS], a 2x2 grid's cells)
     weights[:, 3] = 1  # every step looks at the bottom-right cell ...
-    weights[[1, 2, 5]] = [1, 0, 0, 0]  # ... but those writing "small", "r" and "circle": the top-left, the box
-    by_size = grounding([weights], [caption], [caption], [np.array([[0, 0, 1, 1]])], (2, 2), 4, tokenizer)
+    # ... but those writing "small", "r" and "circle": the top-left, the box
+    weights[[1, 2, 5]] = [
+        1,
+        0,
+        0,
+        0,
+    ]
+    by_size = grounding(
+        [weights], [caption], [caption], [np.array([[0, 0, 1, 1]])], (2, 2), 4, tokenizer
+    )
     hits, words, _, mass, objects, _ = by_size["all"]
     assert (hits, words, mass, objects) == (3, 3, 1, 1)
 
@@ -102,24 +128,35 @@ def test_captioning_grounding_reads_each_word_at_its_first_token():
 def test_the_cpu_is_named_by_its_first_processors_family_model_and_speed_flags(tmp_path):
     from benchmarks.measures import describe_cpu
 
-    processor = ("processor\t: {n}\nmodel name\t: Intel(R) Xeon(R) Processor\ncpu family\t: 6\nmodel\t\t: {model}\n"
-                 "flags\t\t: fpu avx2 avx512f {extra}\n")
-    (tmp_path / "cpuinfo").write_text(processor.format(n=0, model=207, extra="amx_tile amx_bf16") + "\n"
-                                      + processor.format(n=1, model=167, extra="avx512_bf16"))
+    processor = (
+        "processor\t: {n}\nmodel name\t: Intel(R) Xeon(R) Processor\ncpu family\t: 6\nmodel\t\t: "
+        "{model}\nflags\t\t: fpu avx2 avx512f {extra}\n"
+    )
+    (tmp_path / "cpuinfo").write_text(
+        processor.format(n=0, model=207, extra="amx_tile amx_bf16")
+        + "\n"
+        + processor.format(n=1, model=167, extra="avx512_bf16")
+    )
     described = describe_cpu(str(tmp_path / "cpuinfo"))
     assert described.startswith("Intel(R) Xeon(R) Processor, family 6 model 207, ")
-    assert described.endswith(", flags: avx512f amx_bf16 amx_tile")  # avx512_bf16 is the second processor's
+    # avx512_bf16 is the second processor's
+    assert described.endswith(", flags: avx512f amx_bf16 amx_tile")
     assert "unreadable" in describe_cpu(str(tmp_path / "missing"))
 
 
 def test_the_pytorch_anchors_processes_import_no_tensorflow():
-    """Each framework is timed in a process that imports only its own: TensorFlow's import alone holds about
-    700 MB, which would count in PyTorch's memory (and `import keras_attn` imports it)."""
+    """Each framework is timed in a process that imports only its own:
+    TensorFlow's import alone holds about 700 MB, which would count in
+    PyTorch's memory (and `import keras_attn` imports it)."""
     modules = ["benchmarks.anchors.harness"]
     if importlib.util.find_spec("torch") is not None:
         modules += ["benchmarks.anchors.torch_transformer", "benchmarks.anchors.torch_seq2seq"]
-    imported = ("import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n"
-                "print('tensorflow' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", imported, *modules], cwd=ROOT, capture_output=True, text=True)
+    imported = (
+        "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n"
+        "print('tensorflow' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", imported, *modules], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False"]

@@ -14,7 +14,8 @@ COMMANDS = {  # argv with only what is required → the config it builds
 }
 
 
-# A flag that does something only beside others is given with them (and compared with a config of them alone).
+# A flag that does something only beside others is given with them
+# (and compared with a config of them alone).
 COMPANIONS = {
     "decay_parameters": ["--scheduled-sampling", "linear"],
     "score": ["--attention", "luong"],
@@ -31,7 +32,8 @@ def _built(argv, *flags):
 def test_a_command_without_flags_builds_the_configs_defaults(argv, monkeypatch):
     from keras_attn.training import precision
 
-    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)  # --precision auto on a bfloat16 machine
+    # --precision auto on a bfloat16 machine
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)
     required = {"model_dir": "runs/bert", "train": "train.tsv"} if argv[0] == "finetune" else {}
     expected = COMMANDS[argv](**required, mixed_precision=True)
     assert _built(argv) == expected
@@ -42,7 +44,8 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
     """Each field with help is a flag, whose value lands in that field (and nowhere else)."""
     from keras_attn.training import precision
 
-    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)  # so --precision float32 changes a field
+    # so --precision float32 changes a field
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: True)
     config_class = COMMANDS[argv]
     examples = {int: "12", float: "0.5", str: "x"}  # within every check
     for field, metadata in config.flags(config_class):
@@ -67,22 +70,35 @@ def test_every_flag_reaches_its_field(argv, monkeypatch):
         else:
             given, expected = [flag, examples[field.type]], field.type(examples[field.type])
         built = _built(argv, *companions, *given)
-        changed = {f.name for f in dataclasses.fields(built) if getattr(built, f.name) != getattr(baseline, f.name)}
+        changed = {
+            f.name
+            for f in dataclasses.fields(built)
+            if getattr(built, f.name) != getattr(baseline, f.name)
+        }
         assert getattr(built, field.name) == expected, flag
         derived = {"run_dir"} if field.name == "name" else set()  # runs/<name>
-        derived |= {"batch_size"} if field.name == "batch_tokens" else set()  # as many pairs as the budget holds
+        # as many pairs as the budget holds
+        derived |= {"batch_size"} if field.name == "batch_tokens" else set()
         assert changed == {field.name} | derived, flag
 
 
-@pytest.mark.parametrize("config_class", [config.TranslationConfig, config.Seq2SeqConfig, config.PretrainConfig])
+@pytest.mark.parametrize(
+    "config_class", [config.TranslationConfig, config.Seq2SeqConfig, config.PretrainConfig]
+)
 def test_a_config_refuses_what_is_not_among_a_flags_choices(config_class):
     """Also when made in Python, where argparse does not check: one line naming the flag."""
     from keras_attn.errors import UserError
 
-    chosen = [field for field, metadata in config.flags(config_class) if "choices" in metadata and field.type is not bool]
+    chosen = [
+        field
+        for field, metadata in config.flags(config_class)
+        if "choices" in metadata and field.type is not bool
+    ]
     assert len(chosen) >= 2
     for field in chosen:
-        with pytest.raises(UserError, match=f"^{config.flag_name(field)} must be one of .*, got 'huge'$"):
+        with pytest.raises(
+            UserError, match=f"^{config.flag_name(field)} must be one of .*, got 'huge'$"
+        ):
             config_class(**{field.name: "huge"})
 
 
@@ -93,14 +109,23 @@ def test_a_flag_is_named_as_the_command_line_spells_it():
     assert config.flag_name(fields["batch_size"]) == "--batch-size"
 
 
-@pytest.mark.parametrize("family, config_class",
-                         [("captioner", config.CaptionConfig), ("seq2seq", config.Seq2SeqConfig)])
-def test_xla_is_refused_where_the_model_trains_through_a_loop(tmp_path, capsys, family, config_class):
-    """XLA's forward pass cannot hand a TensorFlow loop's saved steps to the gradient (a traceback from TensorFlow)."""
+@pytest.mark.parametrize(
+    "family, config_class", [("captioner", config.CaptionConfig), ("seq2seq", config.Seq2SeqConfig)]
+)
+def test_xla_is_refused_where_the_model_trains_through_a_loop(
+    tmp_path, capsys, family, config_class
+):
+    """XLA's forward pass cannot hand a TensorFlow loop's saved steps
+    to the gradient (a traceback from TensorFlow).
+    """
     with pytest.raises(SystemExit, match="2"):  # argparse's
-        cli.main(["train", family, "--jit-compile", "--run-dir", str(tmp_path / "run"), "--no-export"])
+        cli.main(
+            ["train", family, "--jit-compile", "--run-dir", str(tmp_path / "run"), "--no-export"]
+        )
     error = capsys.readouterr().err
-    assert error.startswith(f"keras-attn: error: train {family}: --jit-compile: for train transformer only"), error
+    assert error.startswith(
+        f"keras-attn: error: train {family}: --jit-compile: for train transformer only"
+    ), error
     refusal = f"jit_compile: the {family} trains through the loop of its recurrence"
     with pytest.raises(errors.UserError, match=refusal):
         config_class(jit_compile=True, run_dir=str(tmp_path / "run"))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks.measures import uncached_greedy_search
 from keras_attn.decoding import (
     BOS_ID,
     EOS_ID,
@@ -13,11 +14,10 @@ from keras_attn.decoding import (
     beam_search,
     gnmt_length_penalty,
     greedy_search,
-    search,
     max_decode_length,
+    search,
 )
 from keras_attn.models import Seq2SeqBackbone, TransformerBackbone
-from benchmarks.measures import uncached_greedy_search
 
 SIGNATURE = [tf.TensorSpec([None, None], tf.int32)]  # as in an exported model
 
@@ -45,9 +45,7 @@ class TrieStepper:
         for prefix, table in tree.items():
             for token, p in table.items():
                 probs[self.nodes[prefix], token] = p
-                children[self.nodes[prefix], token] = self.nodes.get(
-                    prefix + (token,), leaf
-                )
+                children[self.nodes[prefix], token] = self.nodes.get(prefix + (token,), leaf)
         with np.errstate(divide="ignore"):
             self.log_probs = tf.constant(np.log(probs), tf.float32)
         self.children = tf.constant(children, tf.int32)
@@ -127,9 +125,7 @@ def test_beam_search_finds_what_greedy_misses():
     greedy = greedy_search(stepper, ONE_SOURCE, max_length=6)
     np.testing.assert_array_equal(greedy["tokens"], [[A, C, EOS_ID]])
     np.testing.assert_allclose(greedy["scores"], [log_prob(0.6, 0.34, 1.0)], atol=1e-6)
-    beam = beam_search(
-        stepper, ONE_SOURCE, max_length=6, beam_width=2, length_penalty=0.0
-    )
+    beam = beam_search(stepper, ONE_SOURCE, max_length=6, beam_width=2, length_penalty=0.0)
     # Two steps only: then A C (-1.59) could no longer beat B [EOS] (-1.02).
     np.testing.assert_array_equal(beam["tokens"], [[B, EOS_ID]])
     np.testing.assert_allclose(beam["scores"], [log_prob(0.4, 0.9)], atol=1e-6)
@@ -140,12 +136,14 @@ def test_beam_search_finds_what_greedy_misses():
     "alpha, best, other",
     [(0.0, SHORT, LONG[:2]), (1.0, LONG, SHORT + [PAD_ID, PAD_ID])],
 )
-def test_finished_hypotheses_are_frozen_and_ranked_with_length_penalty(
-    alpha, best, other
-):
+def test_finished_hypotheses_are_frozen_and_ranked_with_length_penalty(alpha, best, other):
     stepper = TrieStepper(SHORT_OR_LONG)
     out = beam_search(
-        stepper, ONE_SOURCE, max_length=8, beam_width=2, length_penalty=alpha,
+        stepper,
+        ONE_SOURCE,
+        max_length=8,
+        beam_width=2,
+        length_penalty=alpha,
         return_all_beams=True,
     )
     np.testing.assert_array_equal(out["tokens"][0, : len(best)], best)
@@ -169,9 +167,7 @@ def test_finished_hypotheses_are_frozen_and_ranked_with_length_penalty(
 
 def test_a_finished_hypothesis_keeps_its_place():
     stepper = TrieStepper(OUTSCORED_WHEN_FINISHED)
-    out = beam_search(
-        stepper, ONE_SOURCE, max_length=8, beam_width=2, length_penalty=0.0
-    )
+    out = beam_search(stepper, ONE_SOURCE, max_length=8, beam_width=2, length_penalty=0.0)
     np.testing.assert_array_equal(out["tokens"], [SHORT + [PAD_ID, PAD_ID]])
     np.testing.assert_allclose(out["log_probs"], [-2.0], atol=1e-5)
 
@@ -181,7 +177,11 @@ def test_a_finished_hypothesis_beats_one_cut_off_by_max_length():
         {(): {A: 0.5, B: 0.5}, (A,): {EOS_ID: 0.5, C: 0.5}, (B,): {C: 0.9, D: 0.1}}
     )
     out = beam_search(
-        stepper, ONE_SOURCE, max_length=2, beam_width=2, length_penalty=0.0,
+        stepper,
+        ONE_SOURCE,
+        max_length=2,
+        beam_width=2,
+        length_penalty=0.0,
         return_all_beams=True,
     )
     np.testing.assert_array_equal(out["beam_tokens"], [[SHORT, [B, C]]])
@@ -230,7 +230,9 @@ def test_max_length_as_a_tensor_input_zero_included():
 
 def test_pad_and_bos_are_never_emitted():
     stepper = TrieStepper({(): {BOS_ID: 0.6, PAD_ID: 0.3, A: 0.1}})
-    np.testing.assert_array_equal(greedy_search(stepper, ONE_SOURCE, max_length=4)["tokens"], [[A, EOS_ID]])
+    np.testing.assert_array_equal(
+        greedy_search(stepper, ONE_SOURCE, max_length=4)["tokens"], [[A, EOS_ID]]
+    )
     beam = beam_search(stepper, ONE_SOURCE, max_length=4, beam_width=3)
     np.testing.assert_array_equal(beam["tokens"], [[A, EOS_ID]])
 
@@ -238,15 +240,21 @@ def test_pad_and_bos_are_never_emitted():
 def test_beam_width_larger_than_the_choices():
     # Only two tokens follow [BOS]: the other beams stay empty (-inf).
     stepper = TrieStepper(GREEDY_TRAP)
-    out = beam_search(stepper, ONE_SOURCE, max_length=6, beam_width=6,
-                      length_penalty=0.0, return_all_beams=True)
+    out = beam_search(
+        stepper, ONE_SOURCE, max_length=6, beam_width=6, length_penalty=0.0, return_all_beams=True
+    )
     np.testing.assert_array_equal(out["tokens"], [[B, EOS_ID]])
     finite = np.isfinite(out["beam_scores"][0])
     np.testing.assert_array_equal(finite, [True] * 5 + [False])
     np.testing.assert_allclose(
         np.sort(out["beam_log_probs"][0, :5])[::-1],
-        [log_prob(0.4, 0.9), log_prob(0.6, 0.34), log_prob(0.6, 0.33),
-         log_prob(0.6, 0.33), log_prob(0.4, 0.1)],
+        [
+            log_prob(0.4, 0.9),
+            log_prob(0.6, 0.34),
+            log_prob(0.6, 0.33),
+            log_prob(0.6, 0.33),
+            log_prob(0.4, 0.1),
+        ],
         atol=1e-5,
     )
 
@@ -271,8 +279,15 @@ def model():
     keras.utils.set_random_seed(7)
     # An untied output projection: a random tied model just repeats its input.
     return TransformerBackbone(
-        40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32, num_heads=4,
-        intermediate_dim=64, dropout=0.0, tie_output=False,
+        40,
+        40,
+        max_sequence_length=32,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        tie_output=False,
     )
 
 
@@ -308,11 +323,11 @@ def test_stepper_steps_give_the_full_model_logits(model, stepper):
         )
         np.testing.assert_allclose(logits, full[:, index], atol=1e-4)
         # Beam search reorders only the tensors a step changed.
-        for new, old in zip(tf.nest.flatten(new_state["encoded"]), tf.nest.flatten(state["encoded"])):
-            assert new is old
         for new, old in zip(
-            tf.nest.flatten(new_state["cache"]), tf.nest.flatten(state["cache"])
+            tf.nest.flatten(new_state["encoded"]), tf.nest.flatten(state["encoded"])
         ):
+            assert new is old
+        for new, old in zip(tf.nest.flatten(new_state["cache"]), tf.nest.flatten(state["cache"])):
             assert new.shape == (4, 4, index + 1, 8)  # one more step
         state = new_state
 
@@ -350,9 +365,7 @@ def test_greedy_stops_when_every_row_has_ended(stepper):
 
 def test_beam_width_one_is_greedy(stepper, eos_id):
     greedy = greedy_search(stepper, SOURCE, MAX_LENGTH, eos_id=eos_id)
-    beam = beam_search(
-        stepper, SOURCE, MAX_LENGTH, beam_width=1, length_penalty=0.6, eos_id=eos_id
-    )
+    beam = beam_search(stepper, SOURCE, MAX_LENGTH, beam_width=1, length_penalty=0.6, eos_id=eos_id)
     np.testing.assert_array_equal(beam["tokens"], greedy["tokens"])
     np.testing.assert_array_equal(beam["lengths"], greedy["lengths"])
     np.testing.assert_allclose(beam["log_probs"], greedy["scores"], rtol=1e-6)
@@ -383,24 +396,27 @@ def test_beam_scores_are_the_model_log_probs(model, stepper, eos_id):
 
 
 @pytest.mark.slow
-def test_searches_in_tf_function_with_a_tensor_beam_width_and_in_a_saved_model_signature(stepper, eos_id, tmp_path):
+def test_searches_in_tf_function_with_a_tensor_beam_width_and_in_a_saved_model_signature(
+    stepper, eos_id, tmp_path
+):
     greedy = tf.function(
         lambda source: greedy_search(stepper, source, MAX_LENGTH, eos_id=eos_id),
         input_signature=SIGNATURE,
     )
     beam = tf.function(
         lambda source, width: beam_search(
-            stepper, source, max_decode_length(source, cap=MAX_LENGTH),
-            beam_width=width, eos_id=eos_id,
+            stepper,
+            source,
+            max_decode_length(source, cap=MAX_LENGTH),
+            beam_width=width,
+            eos_id=eos_id,
         ),
         input_signature=SIGNATURE + [tf.TensorSpec([], tf.int32)],
     )
     eager_greedy = greedy_search(stepper, SOURCE, MAX_LENGTH, eos_id=eos_id)
     np.testing.assert_array_equal(greedy(SOURCE)["tokens"], eager_greedy["tokens"])
     for width in (1, 3):
-        eager = beam_search(
-            stepper, SOURCE, MAX_LENGTH, beam_width=width, eos_id=eos_id
-        )
+        eager = beam_search(stepper, SOURCE, MAX_LENGTH, beam_width=width, eos_id=eos_id)
         graph = beam(SOURCE, tf.constant(width))
         np.testing.assert_array_equal(graph["tokens"], eager["tokens"])
         np.testing.assert_allclose(graph["scores"], eager["scores"], rtol=1e-5)
@@ -443,7 +459,9 @@ def test_max_decode_length_is_per_source():
     # The sources have 7, 3, 5 and 6 tokens ([EOS] included).
     lengths = np.array([7, 3, 5, 6])
     np.testing.assert_array_equal(max_decode_length(SOURCE), np.ceil(1.5 * lengths) + 10)
-    np.testing.assert_array_equal(max_decode_length(SOURCE, ratio=1.2, extra=0), np.ceil(1.2 * lengths))
+    np.testing.assert_array_equal(
+        max_decode_length(SOURCE, ratio=1.2, extra=0), np.ceil(1.2 * lengths)
+    )
     np.testing.assert_array_equal(max_decode_length(SOURCE, cap=17), [17, 15, 17, 17])
     np.testing.assert_array_equal(max_decode_length(np.zeros((2, 5), "int32")), [10, 10])
     traced = tf.function(max_decode_length, input_signature=SIGNATURE)
@@ -539,8 +557,9 @@ def test_beam_search_equals_exhaustive_search(alpha, max_length):
     source = np.array([[b, 9, 3] for b in range(COUNT)], "int32")
     # Wide enough to keep every prefix: 4^4 alive at depth 4, plus all finished.
     width = sum(4**d for d in range(DEPTH + 1)) + 4**DEPTH
-    out = beam_search(tries, source, max_length, beam_width=width,
-                      length_penalty=alpha, return_all_beams=True)
+    out = beam_search(
+        tries, source, max_length, beam_width=width, length_penalty=alpha, return_all_beams=True
+    )
     for b in range(COUNT):
         best_score, best = tries.exhaustive(b, max_length, alpha)[0]
         length = len(best)
@@ -592,8 +611,8 @@ CONFIGS = {
 
 
 def _teacher_forced(model, stepper, steps=8, **preallocated):
-    """The full pass's logits and the cached steps'; `preallocated`: `initial_state`'s `beam_width` and
-    `cache_length` for caches of a fixed length."""
+    """The full pass's logits and the cached steps'; `preallocated`: `initial_state`'s `beam_width`
+    and `cache_length` for caches of a fixed length."""
     rng = np.random.default_rng(1)
     target_in = np.concatenate(
         [np.full((4, 1), BOS_ID), rng.integers(4, 40, size=(4, steps - 1))], axis=1
@@ -603,7 +622,10 @@ def _teacher_forced(model, stepper, steps=8, **preallocated):
     cached = []
     for index in range(steps):
         logits, state = stepper.step(
-            tf.constant(target_in[:, index]), state, tf.constant(index), preallocated=bool(preallocated)
+            tf.constant(target_in[:, index]),
+            state,
+            tf.constant(index),
+            preallocated=bool(preallocated),
         )
         cached.append(np.asarray(logits, "float32"))
     return full, np.stack(cached, axis=1)
@@ -611,8 +633,17 @@ def _teacher_forced(model, stepper, steps=8, **preallocated):
 
 def _small_transformer(**options):
     keras.utils.set_random_seed(3)
-    return TransformerBackbone(40, 40, max_sequence_length=32, num_layers=2, hidden_dim=32,
-                       num_heads=4, intermediate_dim=64, dropout=0.0, **options)
+    return TransformerBackbone(
+        40,
+        40,
+        max_sequence_length=32,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
@@ -623,12 +654,16 @@ def test_cached_steps_equal_the_teacher_forced_pass(config):
 
 
 PREALLOCATED_CONFIGS = {  # and Marian's (an imported OPUS-MT model): tied, with an output bias
-    **CONFIGS, "marian": dict(share_embeddings=True, output_bias=True, position="sinusoidal_halves", activation="silu"),
+    **CONFIGS,
+    "marian": dict(
+        share_embeddings=True, output_bias=True, position="sinusoidal_halves", activation="silu"
+    ),
 }
 
 
 @pytest.mark.parametrize("config", sorted(PREALLOCATED_CONFIGS))
-@pytest.mark.parametrize("beam_width", [1, tf.constant(1)])  # a tensor: as for a beam, the output table transposed
+# a tensor: as for a beam, the output table transposed
+@pytest.mark.parametrize("beam_width", [1, tf.constant(1)])
 def test_preallocated_cached_steps_equal_the_teacher_forced_pass(config, beam_width):
     model = _small_transformer(**PREALLOCATED_CONFIGS[config])
     stepper = Stepper(model)
@@ -677,12 +712,17 @@ def test_extra_padding_columns_leave_the_logits_unchanged(model):
 
 @pytest.mark.slow
 def test_search_gives_beam_searchs_outputs_and_scores_the_greedy_way_for_width_one(stepper, eos_id):
-    """`search`: greedy search for width 1 (a Python int or a tensor), with beam search's length-normalized scores;
-    one traced graph for every width."""
+    """`search`: greedy search for width 1 (a Python int or a tensor), with beam search's
+    length-normalized scores; one traced graph for every width."""
     in_graph = tf.function(lambda source, w: search(stepper, source, MAX_LENGTH, w, 0.6, eos_id))
     for width in (1, 3):
-        beam = beam_search(stepper, SOURCE, MAX_LENGTH, beam_width=width, length_penalty=0.6, eos_id=eos_id)
-        for found in (search(stepper, SOURCE, MAX_LENGTH, width, 0.6, eos_id), in_graph(SOURCE, tf.constant(width))):
+        beam = beam_search(
+            stepper, SOURCE, MAX_LENGTH, beam_width=width, length_penalty=0.6, eos_id=eos_id
+        )
+        for found in (
+            search(stepper, SOURCE, MAX_LENGTH, width, 0.6, eos_id),
+            in_graph(SOURCE, tf.constant(width)),
+        ):
             np.testing.assert_array_equal(found["tokens"], beam["tokens"])
             np.testing.assert_allclose(found["scores"], beam["scores"], rtol=1e-6)
     assert in_graph.experimental_get_tracing_count() == 1
@@ -694,6 +734,7 @@ NEVER = -1  # an end token never emitted: every row runs to its budget
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_a_sentence_translates_the_same_alone_and_in_a_batch(stepper, search):
     """Per-row step budgets: longer neighbours do not give a sentence more steps."""
+
     def run(source):
         budget = max_decode_length(source, ratio=1.0, extra=2)
         if search == "greedy":

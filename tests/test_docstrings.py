@@ -16,7 +16,9 @@ import pytest
 import tensorflow as tf
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted(path for package in ("keras_attn", "pipelines") for path in (ROOT / package).rglob("*.py"))
+SOURCES = sorted(
+    path for package in ("keras_attn", "pipelines") for path in (ROOT / package).rglob("*.py")
+)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -36,15 +38,21 @@ def test_each_slow_example_is_a_module_with_examples():
     assert SLOW_EXAMPLES <= set(WITH_EXAMPLES), SLOW_EXAMPLES - set(WITH_EXAMPLES)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.slow) if name in SLOW_EXAMPLES else name for name in WITH_EXAMPLES
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_EXAMPLES else name
+        for name in WITH_EXAMPLES
+    ],
+)
 def test_examples_run(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     report = []
-    for test in doctest.DocTestFinder().find(module, extraglobs={"np": np, "keras": keras, "tf": tf}):
+    for test in doctest.DocTestFinder().find(
+        module, extraglobs={"np": np, "keras": keras, "tf": tf}
+    ):
         runner.run(test, out=report.append)
     assert runner.tries > 0, f"{name}: its `>>>` lines were not found"
     assert runner.failures == 0, "".join(report)

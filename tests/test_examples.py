@@ -1,9 +1,9 @@
 """The scripts in examples/ run on tiny settings, in this process, and learn their tasks.
 
-Their runs are in the `long` tier, as the documentation's code is (`python -m pytest -m long tests/test_examples.py`):
-together about 70 s of one core, and each part they use is tested on its own in the suite (the tasks' learning,
-their Keras files, exports and searches, two replicas against one device). The suite checks that each is a
-documented script.
+Their runs are in the `long` tier, as the documentation's code is (`python -m pytest -m long
+tests/test_examples.py`): together about 70 s of one core, and each part they use is tested on its
+own in the suite (the tasks' learning, their Keras files, exports and searches, two replicas against
+one device). The suite checks that each is a documented script.
 """
 
 import importlib.util
@@ -18,7 +18,9 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def example(name):
-    spec = importlib.util.spec_from_file_location(f"examples_{name}", os.path.join(EXAMPLES, f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"examples_{name}", os.path.join(EXAMPLES, f"{name}.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -57,14 +59,20 @@ def test_bert_mlm_pretraining_learns_the_builtin_documents(capsys):
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(capsys, monkeypatch, tmp_path):
+def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(
+    capsys, monkeypatch, tmp_path
+):
     shared = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])  # see the Bahdanau example's test
     monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda devices=None: shared)
-    result = example("keras_native").main(["--tiny", "--devices", "/cpu:0", "/cpu:1", "--out", str(tmp_path)])
+    result = example("keras_native").main(
+        ["--tiny", "--devices", "/cpu:0", "/cpu:1", "--out", str(tmp_path)]
+    )
     assert result["replicas"] == 2
     assert result["reloaded_same"] and result["served"] == result["beam"], result
     assert len(result["greedy"]) == len(result["beam"]) == 8
-    assert (tmp_path / "translator.keras").is_file() and (tmp_path / "saved_models" / "translator" / "1").is_dir()
+    assert (tmp_path / "translator.keras").is_file() and (
+        tmp_path / "saved_models" / "translator" / "1"
+    ).is_dir()
     bert = result["bert"]
     assert bert["reloaded_same"] and (tmp_path / "bert.keras").is_file()
     [answer] = bert["answers"]
@@ -73,7 +81,9 @@ def test_keras_native_translator_round_trips_through_keras_file_and_saved_model(
     assert answer["filled"].startswith("the sharp knife is") and best in answer["filled"]
 
 
-@pytest.mark.parametrize("name", ["bahdanau_seq2seq", "transformer_classifier", "bert_mlm_pretraining", "keras_native"])
+@pytest.mark.parametrize(
+    "name", ["bahdanau_seq2seq", "transformer_classifier", "bert_mlm_pretraining", "keras_native"]
+)
 def test_examples_are_documented_scripts(name):
     module = example(name)
     assert module.__doc__ and "--tiny" in module.__doc__

@@ -44,12 +44,16 @@ def test_runtime_dependencies_are_what_the_package_imports():
     distributions = packages_distributions()
     imported = set()
     for name in _imported_top_level_names():
-        assert name in distributions, f"{name}: imported by the package, but no installed distribution provides it"
+        assert name in distributions, (
+            f"{name}: imported by the package, but no installed distribution provides it"
+        )
         # A name several distributions provide (tensorflow) counts as the declared one.
         candidates = {canonicalize_name(d) for d in distributions[name]}
         imported |= (candidates & declared) or candidates
     assert imported - declared == set(), "imported at run time but not in `dependencies`"
-    assert declared - imported - NOT_IMPORTED == set(), "in `dependencies` but never imported at run time"
+    assert declared - imported - NOT_IMPORTED == set(), (
+        "in `dependencies` but never imported at run time"
+    )
 
 
 def test_license_file_is_the_declared_apache_license():
@@ -102,17 +106,27 @@ def test_the_layout_names_every_top_level_folder():
     ).stdout.splitlines()
     folders = {path.split("/")[0] + "/" for path in tracked if "/" in path}
     layout = _layout_section()
-    assert sorted(f for f in folders if not _named(layout, f)) == [], "missing from the design page's layout"
+    assert sorted(f for f in folders if not _named(layout, f)) == [], (
+        "missing from the design page's layout"
+    )
 
 
-# What the commands and the documentation's examples write in the working folder: their defaults (runs/<name>,
-# saved_models/<name>/<version>, plot-attention's attention.png) and export-ct2's folder in the examples, ct2/.
-WRITTEN = ["runs/transformer/settings.json", "saved_models/transformer/1/saved_model.pb", "attention.png",
-           "ct2/transformer/model.bin"]
+# What the commands and the documentation's examples write in the working folder: their defaults
+# (runs/<name>, saved_models/<name>/<version>, plot-attention's attention.png) and export-ct2's
+# folder in the examples, ct2/.
+WRITTEN = [
+    "runs/transformer/settings.json",
+    "saved_models/transformer/1/saved_model.pb",
+    "attention.png",
+    "ct2/transformer/model.bin",
+]
 
 
 @pytest.mark.parametrize("path", WRITTEN)
 def test_what_the_commands_write_in_the_working_folder_is_ignored_by_git(path):
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    assert subprocess.run(["git", "check-ignore", "--quiet", "--no-index", path], cwd=ROOT).returncode == 0
+    assert (
+        subprocess.run(["git", "check-ignore", "--quiet", "--no-index", path], cwd=ROOT).returncode
+        == 0
+    )

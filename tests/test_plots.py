@@ -24,7 +24,10 @@ def test_heat_maps_have_a_colour_bar_and_axis_titles():
         assert len(maps) == 6 and len(bars) == 1  # one map per layer and head, one shared bar
         bottom_left = maps[3]  # layer 2, head 1
         assert bottom_left.get_title() == "layer 2, head 1"
-        assert bottom_left.get_xlabel() == "source tokens" and bottom_left.get_ylabel() == "target tokens"
+        assert (
+            bottom_left.get_xlabel() == "source tokens"
+            and bottom_left.get_ylabel() == "target tokens"
+        )
         assert [t.get_text() for t in bottom_left.get_xticklabels()] == SOURCE
         assert [t.get_text() for t in bottom_left.get_yticklabels()] == OUTPUT
         assert bars[0].get_ylim() == (0.0, 1.0)

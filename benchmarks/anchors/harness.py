@@ -1,28 +1,31 @@
-"""What the PyTorch anchors share: the job's batches written once, our step timed in a process of its own, A/B/A/B.
+"""What the PyTorch anchors share: the job's batches written once, our step timed apart, A/B/A/B.
 
-    python -m benchmarks.anchors.harness --write --model transformer             # the anchors do it when missing
-    python -m benchmarks.anchors.harness --run mixed_bfloat16 --model transformer   # one of our timing processes
+    python -m benchmarks.anchors.harness --write --model transformer  # the anchors do it if missing
+    python -m benchmarks.anchors.harness --run mixed_bfloat16 --model transformer  # one of ours
 
-Both frameworks train on the same batches: the translation job's (`keras_attn.jobs.translation`) on Multi30k
-en→de, the Moses-tokenized lowercased text of ../shared/data/multi30k/tok with one 10,000-piece SentencePiece BPE
-vocabulary for both languages, as
+Both frameworks train on the same batches: the translation job's (`keras_attn.jobs.translation`) on
+Multi30k en→de, the Moses-tokenized lowercased text of ../shared/data/multi30k/tok with one
+10,000-piece SentencePiece BPE vocabulary for both languages, as
 
-    python -m benchmarks.multi30k --direction en-de --tokenized --subword bpe --shared-vocab --vocab-size 10000
+    python -m benchmarks.multi30k --direction en-de --tokenized --subword bpe --shared-vocab \
+        --vocab-size 10000
 
-trains on them, at preset "small" in batches of the job's 64 pairs. The first `BATCHES` batches of the job's
-epoch 0 are written once to an .npz (in `--cache`, default /tmp/keras_attn_anchors, with the run folder that holds
-the vocabulary), with what the other framework needs to build the same model and optimizer: each backbone layer's
-`get_config`, the loss's and the optimizer's, and the learning rate of each of those steps under the job's
-schedule. Our side trains as the job does: the runner's `TrainingSteps` (loss, metrics, `FusedAdam`) on the task of
-`jobs.translation.build_task`, compiled by `compile_task`.
+trains on them, at preset "small" in batches of the job's 64 pairs. The first `BATCHES`
+batches of the job's epoch 0 are written once to an .npz (in `--cache`, default
+/tmp/keras_attn_anchors, with the run folder that holds the vocabulary), with what the other
+framework needs to build the same model and optimizer: each backbone layer's `get_config`,
+the loss's and the optimizer's, and the learning rate of each of those steps under the job's
+schedule. Our side trains as the job does: the runner's `TrainingSteps` (loss, metrics,
+`FusedAdam`) on the task of `jobs.translation.build_task`, compiled by `compile_task`.
 
-Each framework is timed in a process of its own, which imports only its own framework (TensorFlow alone takes
-about 700 MB of RSS), with the same number of intra-op threads. TensorFlow keeps its default inter-op threads,
-one a core, as the jobs do (`--inter-op`): its graph executor runs independent ops side by side, which PyTorch's
-eager mode, issuing its ops one at a time, cannot; `--inter-op 1` runs ours one op at a time too. The
-processes alternate A/B/A/B (every other round in reverse order), so only ratios of interleaved repeats count;
-each reports its target tokens/s (padding excluded), its process CPU time over wall time (the cores it kept
-busy) and its RSS: once built (framework, model and optimizer), after the steps, and at its peak.
+Each framework is timed in a process of its own, which imports only its own framework (TensorFlow
+alone takes about 700 MB of RSS), with the same number of intra-op threads. TensorFlow keeps its
+default inter-op threads, one a core, as the jobs do (`--inter-op`): its graph executor runs
+independent ops side by side, which PyTorch's eager mode, issuing its ops one at a time, cannot;
+`--inter-op 1` runs ours one op at a time too. The processes alternate A/B/A/B (every other round in
+reverse order), so only ratios of interleaved repeats count; each reports its target tokens/s
+(padding excluded), its process CPU time over wall time (the cores it kept busy) and its RSS: once
+built (framework, model and optimizer), after the steps, and at its peak.
 """
 
 import argparse
@@ -40,8 +43,8 @@ import numpy as np
 
 
 def _special_tokens():
-    """`keras_attn/special_tokens.py` on its own: through the package it would import TensorFlow (importing
-    keras_attn registers its Keras classes), which a PyTorch process must not hold."""
+    """`keras_attn/special_tokens.py` on its own: through the package it would import TensorFlow
+    (importing keras_attn registers its Keras classes), which a PyTorch process must not hold."""
     folder = importlib.util.find_spec("keras_attn").submodule_search_locations[0]  # (runs nothing)
     path = os.path.join(folder, "special_tokens.py")
     spec = importlib.util.spec_from_file_location("keras_attn_special_tokens", path)
@@ -64,18 +67,28 @@ def cache_file(family, cache=CACHE):
 
 
 def job_config(family, cache=CACHE, **settings):
-    """The job's config for Multi30k en→de (`benchmarks.multi30k.job_config`) as the anchors train it."""
+    """The job's config for Multi30k en→de
+    (`benchmarks.multi30k.job_config`) as the anchors train it.
+    """
     from benchmarks import multi30k
 
     settings = {"dropout": 0.1, "run_dir": os.path.join(cache, family), **settings}
     return multi30k.job_config(
-        "en-de", argparse.Namespace(model=family), tokenized=True, subword="bpe", shared_vocab=True,
-        vocabulary_size=10000, preset="small", **settings,
+        "en-de",
+        argparse.Namespace(model=family),
+        tokenized=True,
+        subword="bpe",
+        shared_vocab=True,
+        vocabulary_size=10000,
+        preset="small",
+        **settings,
     )
 
 
 def write(family, cache=CACHE):
-    """Writes the first `BATCHES` batches of the job's epoch 0 and what builds the same model elsewhere."""
+    """Writes the first `BATCHES` batches of the job's epoch 0 and
+    what builds the same model elsewhere.
+    """
     from keras_attn.jobs import translation
     from keras_attn.training.runner import prepare
     from pipelines import translation as pipeline
@@ -86,11 +99,19 @@ def write(family, cache=CACHE):
     tokenizers = translation.build_tokenizers(config, train)
     # As the job's `make_datasets` on one replica.
     epochs = pipeline.translation_epochs(
-        train.sources, train.targets, *tokenizers, batch_size=config.batch_size,
-        max_length=config.max_sequence_length, seed=config.seed,
+        train.sources,
+        train.targets,
+        *tokenizers,
+        batch_size=config.batch_size,
+        max_length=config.max_sequence_length,
+        seed=config.seed,
     )
     batches = [
-        {"source": inputs["source"].numpy(), "target_in": inputs["target_in"].numpy(), "target_out": targets.numpy()}
+        {
+            "source": inputs["source"].numpy(),
+            "target_in": inputs["target_in"].numpy(),
+            "target_out": targets.numpy(),
+        }
         for inputs, targets in epochs(0).take(BATCHES)
     ]
     total_steps = len(epochs(0)) * config.epochs  # the runner's (without --max-updates)
@@ -104,19 +125,37 @@ def write(family, cache=CACHE):
     spec = dict(
         backbone=task.backbone.get_config(),
         layers={layer.name: layer.get_config() for layer in task.backbone.layers},
-        loss=task.loss.get_config(), optimizer=optimizer.get_config(), rates=rates, total_steps=total_steps,
+        loss=task.loss.get_config(),
+        optimizer=optimizer.get_config(),
+        rates=rates,
+        total_steps=total_steps,
         steps_per_epoch=len(epochs(0)),
     )
-    arrays = {f"{key}_{i}": value for i, batch in enumerate(batches) for key, value in batch.items()}
+    arrays = {
+        f"{key}_{i}": value for i, batch in enumerate(batches) for key, value in batch.items()
+    }
     np.savez(cache_file(family, cache), spec=json.dumps(spec, default=str), **arrays)
 
 
 def load(family, cache=CACHE):
-    """`(batches, spec)`: the batches as dicts of int32 arrays and what `write` recorded; written first if missing."""
+    """`(batches, spec)`: the batches as dicts of int32 arrays and
+    what `write` recorded; written first if missing.
+    """
     path = cache_file(family, cache)
     if not os.path.exists(path):  # in a process of its own: the caller may be a PyTorch process
-        subprocess.run([sys.executable, "-m", "benchmarks.anchors.harness", "--write", "--model", family,
-                        "--cache", cache], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.anchors.harness",
+                "--write",
+                "--model",
+                family,
+                "--cache",
+                cache,
+            ],
+            check=True,
+        )
     with np.load(path) as arrays:
         spec = json.loads(str(arrays["spec"]))
         keys = ("source", "target_in", "target_out")
@@ -125,17 +164,22 @@ def load(family, cache=CACHE):
 
 
 def build_task(config):
-    """The job's `Seq2SeqLM` for `config` (`jobs.translation.build_task`), with its run folder's vocabulary."""
+    """The job's `Seq2SeqLM` for `config`
+    (`jobs.translation.build_task`), with its run folder's vocabulary.
+    """
     from keras_attn.jobs import translation
     from pipelines.preprocessors import TranslationPreprocessor
 
     tokenizers = translation.build_tokenizers(config, train=None, chief=False, wait_seconds=0)
-    return translation.build_task(config, TranslationPreprocessor(*tokenizers, config.max_sequence_length),
-                                  config.dropout)
+    return translation.build_task(
+        config, TranslationPreprocessor(*tokenizers, config.max_sequence_length), config.dropout
+    )
 
 
 def job_steps(config, spec, batches):
-    """The job's compiled task and the runner's `TrainingSteps` on it, as `runner.train` builds them."""
+    """The job's compiled task and the runner's `TrainingSteps` on it,
+    as `runner.train` builds them.
+    """
     from keras_attn.jobs import translation
     from keras_attn.training.runner import prepare
     from keras_attn.training.steps import TrainingSteps, build_metrics
@@ -159,19 +203,24 @@ def held(batches):
 
     ids = tf.TensorSpec((None, None), tf.int32)
     return tf.data.Dataset.from_generator(
-        lambda: map(as_keras_batch, batches), output_signature=({"source": ids, "target_in": ids}, ids)
+        lambda: map(as_keras_batch, batches),
+        output_signature=({"source": ids, "target_in": ids}, ids),
     ).prefetch(2)
 
 
 def measure(train_step, batches, warmup, steps, warm_pass=False):
-    """Tokens/s of `train_step(i)` over batches `warmup ... warmup + steps - 1` (target tokens, padding excluded).
+    """Tokens/s of `train_step(i)` over batches `warmup ... warmup +
+    steps - 1` (target tokens, padding excluded).
 
-    `train_step(i)` trains on batch `i` and returns a value `float` reads once the step is done. With
-    `warm_pass`, those batches are trained on once more, untimed, first: every batch shape's compilation
-    (XLA's in our loss, `torch.compile`'s recompiles) is then out of the timing, as in a long run.
+    `train_step(i)` trains on batch `i` and returns a value `float` reads once
+    the step is done. With `warm_pass`, those batches are trained on once
+    more, untimed, first: every batch shape's compilation (XLA's in our loss,
+    `torch.compile`'s recompiles) is then out of the timing, as in a long run.
     """
     if warmup + steps > len(batches):
-        raise SystemExit(f"--warmup {warmup} + --steps {steps}: only {len(batches)} batches are written")
+        raise SystemExit(
+            f"--warmup {warmup} + --steps {steps}: only {len(batches)} batches are written"
+        )
     built_rss_mb = resident_mb()  # the framework imported, the model and its optimizer built
     for i in [*range(warmup), *(range(warmup, warmup + steps) if warm_pass else [])]:
         float(train_step(i))
@@ -180,10 +229,18 @@ def measure(train_step, batches, warmup, steps, warm_pass=False):
         last = train_step(i)
     float(last)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
-    tokens = sum(int(np.count_nonzero(batch["target_out"] != PAD_ID)) for batch in batches[warmup:warmup + steps])
-    return dict(tokens_per_second=tokens / seconds, step_ms=seconds / steps * 1000, cores=cpu_seconds / seconds,
-                built_rss_mb=built_rss_mb, end_rss_mb=resident_mb(),
-                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    tokens = sum(
+        int(np.count_nonzero(batch["target_out"] != PAD_ID))
+        for batch in batches[warmup : warmup + steps]
+    )
+    return dict(
+        tokens_per_second=tokens / seconds,
+        step_ms=seconds / steps * 1000,
+        cores=cpu_seconds / seconds,
+        built_rss_mb=built_rss_mb,
+        end_rss_mb=resident_mb(),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
 
 
 def resident_mb():
@@ -192,21 +249,32 @@ def resident_mb():
         return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
 
 
-def time_ours(family, precision, threads=THREADS, warmup=5, steps=30, cache=CACHE, inter_op=INTER_OP,
-              warm_pass=False):
+def time_ours(
+    family,
+    precision,
+    threads=THREADS,
+    warmup=5,
+    steps=30,
+    cache=CACHE,
+    inter_op=INTER_OP,
+    warm_pass=False,
+):
     """Our training tokens/s on the written batches (`measure`), the job's step in `precision`.
 
-    `threads` intra-op threads and `inter_op` threads that run independent ops side by side (0: TensorFlow's
-    default, one a core; 1: one op at a time, as PyTorch's eager mode issues them).
+    `threads` intra-op threads and `inter_op` threads that run independent ops side by side (0:
+    TensorFlow's default, one a core; 1: one op at a time, as PyTorch's eager mode issues them).
     """
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     batches, spec = load(family, cache)
-    train = job_steps(job_config(family, cache, mixed_precision=precision == "mixed_bfloat16"), spec, batches)
-    timed = batches[warmup:warmup + steps]
-    iterator = iter(held(batches[:warmup] + (timed if warm_pass else []) + timed))  # in `measure`'s order
+    train = job_steps(
+        job_config(family, cache, mixed_precision=precision == "mixed_bfloat16"), spec, batches
+    )
+    timed = batches[warmup : warmup + steps]
+    # in `measure`'s order
+    iterator = iter(held(batches[:warmup] + (timed if warm_pass else []) + timed))
     return measure(lambda i: train.train(iterator)["loss"], batches, warmup, steps, warm_pass)
 
 
@@ -236,21 +304,30 @@ def alternate_processes(commands, rounds, log=print):
                 result = json.loads(process.stdout.strip().splitlines()[-1])
             result["load"] = load_average
             results[name].append(result)
-            shown = result.get("error") or (f"{result['tokens_per_second']:.0f} tokens/s, {result['step_ms']:.0f} "
-                                            f"ms/step, {result['cores']:.2f} cores busy")
+            shown = result.get("error") or (
+                f"{result['tokens_per_second']:.0f} tokens/s, {result['step_ms']:.0f} "
+                f"ms/step, {result['cores']:.2f} cores busy"
+            )
             log(f"round {round_ + 1}: {name:24} {shown} (load {load_average:.2f})", flush=True)
     return results
 
 
 def ours_for(variant):
-    """The variant of ours that `variant` (`"torch:bfloat16"`, `"torch.compile:float32"`) is compared with."""
+    """The variant of ours that `variant` (`"torch:bfloat16"`,
+    `"torch.compile:float32"`) is compared with.
+    """
     return f"{OURS}:{'mixed_bfloat16' if variant.endswith('bfloat16') else 'float32'}"
 
 
 def table(results):
-    """A Markdown table of `alternate_processes`'s results: medians, spreads, and ours over each PyTorch variant."""
-    rows = ["| variant | tokens/s, median (min-max) | ms/step | cores busy | RSS built / after the steps / peak "
-            "| ours / it: median ratio (per round) |", "|---|---:|---:|---:|---:|---:|"]
+    """A Markdown table of `alternate_processes`'s results: medians,
+    spreads, and ours over each PyTorch variant.
+    """
+    rows = [
+        "| variant | tokens/s, median (min-max) | ms/step | cores busy | RSS built / after the "
+        "steps / peak | ours / it: median ratio (per round) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     rates = {name: [r.get("tokens_per_second") for r in runs] for name, runs in results.items()}
     for name, runs in results.items():
         good = [rate for rate in rates[name] if rate is not None]
@@ -260,20 +337,32 @@ def table(results):
         median = statistics.median(good)
         step = statistics.median(r["step_ms"] for r in runs if "step_ms" in r)
         cores = statistics.median(r["cores"] for r in runs if "cores" in r)
-        rss = " / ".join(f"{max(r[key] for r in runs if key in r):,.0f}"
-                         for key in ("built_rss_mb", "end_rss_mb", "peak_rss_mb"))
+        rss = " / ".join(
+            f"{max(r[key] for r in runs if key in r):,.0f}"
+            for key in ("built_rss_mb", "end_rss_mb", "peak_rss_mb")
+        )
         ratio = ""
         ours = [rate for rate in rates.get(ours_for(name), []) if rate is not None]
         if not name.startswith(OURS + ":") and ours:
-            rounds = [a / b for a, b in zip(rates[ours_for(name)], rates[name]) if a is not None and b is not None]
-            ratio = f"{statistics.median(ours) / median:.2f}x ({', '.join(f'{r:.2f}' for r in rounds)})"
-        rows.append(f"| {name} | {median:.0f} ({min(good):.0f}-{max(good):.0f}) | {step:.0f} | {cores:.2f} | "
-                    f"{rss} MB | {ratio} |")
+            rounds = [
+                a / b
+                for a, b in zip(rates[ours_for(name)], rates[name])
+                if a is not None and b is not None
+            ]
+            ratio = (
+                f"{statistics.median(ours) / median:.2f}x ({', '.join(f'{r:.2f}' for r in rounds)})"
+            )
+        rows.append(
+            f"| {name} | {median:.0f} ({min(good):.0f}-{max(good):.0f}) | {step:.0f} | "
+            f"{cores:.2f} | {rss} MB | {ratio} |"
+        )
     return "\n".join(rows)
 
 
 def describe_machine(threads):
-    """The CPU (`benchmarks.measures.describe_cpu`), the load average and the frameworks' versions, in one line."""
+    """The CPU (`benchmarks.measures.describe_cpu`), the load average
+    and the frameworks' versions, in one line.
+    """
     from importlib.metadata import version
 
     from benchmarks.measures import describe_cpu
@@ -284,40 +373,90 @@ def describe_machine(threads):
 
 
 def ours_command(family, precision, args):
-    return [sys.executable, "-m", "benchmarks.anchors.harness", "--run", precision, "--model", family,
-            *process_flags(args)]
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.anchors.harness",
+        "--run",
+        precision,
+        "--model",
+        family,
+        *process_flags(args),
+    ]
 
 
 def process_flags(args):
     """The flags a timing process takes from the driver's."""
-    return ["--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-            "--cache", args.cache, "--inter-op", str(args.inter_op), *(["--warm-pass"] if args.warm_pass else [])]
+    return [
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--cache",
+        args.cache,
+        "--inter-op",
+        str(args.inter_op),
+        *(["--warm-pass"] if args.warm_pass else []),
+    ]
 
 
 def add_timing_flags(parser):
-    parser.add_argument("--threads", type=int, default=THREADS, help="intra-op threads of both frameworks")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (traces, compilations)")
+    parser.add_argument(
+        "--threads", type=int, default=THREADS, help="intra-op threads of both frameworks"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="untimed steps first (traces, compilations)"
+    )
     parser.add_argument("--steps", type=int, default=30, help="timed steps")
-    parser.add_argument("--cache", default=CACHE, help="where the batches and the vocabulary are kept")
-    parser.add_argument("--warm-pass", action="store_true",
-                        help="train on the timed batches once, untimed, first (per-shape compilations out)")
-    parser.add_argument("--inter-op", type=int, default=INTER_OP,
-                        help="our side: TensorFlow's inter-op threads (0: its default, one a core, as the jobs run)")
+    parser.add_argument(
+        "--cache", default=CACHE, help="where the batches and the vocabulary are kept"
+    )
+    parser.add_argument(
+        "--warm-pass",
+        action="store_true",
+        help="train on the timed batches once, untimed, first (per-shape compilations out)",
+    )
+    parser.add_argument(
+        "--inter-op",
+        type=int,
+        default=INTER_OP,
+        help=(
+            "our side: TensorFlow's inter-op threads (0: its default, one a core, as the jobs run)"
+        ),
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", choices=["transformer", "seq2seq"], default="transformer")
     parser.add_argument("--write", action="store_true", help="write the batches")
-    parser.add_argument("--run", choices=["float32", "mixed_bfloat16"], help="time our step in this precision")
+    parser.add_argument(
+        "--run", choices=["float32", "mixed_bfloat16"], help="time our step in this precision"
+    )
     add_timing_flags(parser)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if args.write:
         write(args.model, args.cache)
     if args.run:
-        print(json.dumps(time_ours(args.model, args.run, args.threads, args.warmup, args.steps, args.cache,
-                                   args.inter_op, args.warm_pass)))
+        print(
+            json.dumps(
+                time_ours(
+                    args.model,
+                    args.run,
+                    args.threads,
+                    args.warmup,
+                    args.steps,
+                    args.cache,
+                    args.inter_op,
+                    args.warm_pass,
+                )
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -29,26 +29,37 @@ BATCH, WIDTH = 64, 256
 
 
 def keras_to_block_order(columns):
-    """Keras's gate columns (input, forget, candidate, output) in `BlockLSTMV2`'s order (input, candidate, forget,
-    output)."""
+    """Keras's gate columns (input, forget, candidate, output) in `BlockLSTMV2`'s order (input,
+    candidate, forget, output)."""
     i, f, g, o = tf.split(columns, 4, axis=-1)
     return tf.concat([i, g, f, o], axis=-1)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both frameworks")
-    parser.add_argument("--length", type=int, default=14,
-                        help="source tokens a sentence (the anchors' batches pad to about 14)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads of both frameworks"
+    )
+    parser.add_argument(
+        "--length",
+        type=int,
+        default=14,
+        help="source tokens a sentence (the anchors' batches pad to about 14)",
+    )
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     torch.set_num_threads(args.threads)
-    print(f"{describe_cpu()}; tensorflow {tf.__version__}, torch {torch.__version__}, {args.threads} thread(s)")
+    print(
+        f"{describe_cpu()}; tensorflow {tf.__version__}, torch {torch.__version__}, "
+        f"{args.threads} thread(s)"
+    )
 
     rng = np.random.default_rng(0)
     inputs = rng.normal(size=(BATCH, args.length, WIDTH)).astype("float32")
-    kernel, recurrent_kernel = (rng.normal(scale=0.05, size=(WIDTH, 4 * WIDTH)).astype("float32") for _ in range(2))
+    kernel, recurrent_kernel = (
+        rng.normal(scale=0.05, size=(WIDTH, 4 * WIDTH)).astype("float32") for _ in range(2)
+    )
     bias = rng.normal(scale=0.05, size=4 * WIDTH).astype("float32")
 
     x = tf.constant(inputs)
@@ -63,8 +74,11 @@ def main():
 
     @tf.function
     def ours():
-        return gradients(lambda w, u, b: masked_rnn(
-            "lstm", x, mask, {"kernel": w, "recurrent_kernel": u, "bias": b})[0])
+        return gradients(
+            lambda w, u, b: masked_rnn(
+                "lstm", x, mask, {"kernel": w, "recurrent_kernel": u, "bias": b}
+            )[0]
+        )
 
     @tf.function
     def block():
@@ -72,10 +86,18 @@ def main():
 
         def outputs_of(w, u, b):
             *_, h = tf.raw_ops.BlockLSTMV2(
-                seq_len_max=tf.constant(args.length, tf.int64), x=tf.transpose(x, (1, 0, 2)),
-                cs_prev=zeros, h_prev=zeros, w=keras_to_block_order(tf.concat([w, u], 0)),
-                wci=no_peephole, wcf=no_peephole, wco=no_peephole, b=keras_to_block_order(b),
-                cell_clip=0.0, use_peephole=False)
+                seq_len_max=tf.constant(args.length, tf.int64),
+                x=tf.transpose(x, (1, 0, 2)),
+                cs_prev=zeros,
+                h_prev=zeros,
+                w=keras_to_block_order(tf.concat([w, u], 0)),
+                wci=no_peephole,
+                wcf=no_peephole,
+                wco=no_peephole,
+                b=keras_to_block_order(b),
+                cell_clip=0.0,
+                use_peephole=False,
+            )
             return tf.transpose(h, (1, 0, 2))
 
         return gradients(outputs_of)
@@ -92,18 +114,37 @@ def main():
         lstm.zero_grad()
         outputs, _ = lstm(torch_x)
         (outputs * outputs).sum().backward()
-        return [lstm.weight_ih_l0.grad.T.numpy(), lstm.weight_hh_l0.grad.T.numpy(), lstm.bias_ih_l0.grad.numpy()]
+        return [
+            lstm.weight_ih_l0.grad.T.numpy(),
+            lstm.weight_hh_l0.grad.T.numpy(),
+            lstm.bias_ih_l0.grad.numpy(),
+        ]
 
     reference = [g.numpy() for g in ours()]
     for name, step in (("BlockLSTMV2", block), ("PyTorch nn.LSTM", pytorch)):
-        differences = [float(np.max(np.abs(np.asarray(g) - r)) / np.max(np.abs(r))) for g, r in zip(step(), reference)]
-        print(f"{name} gradients against ours (kernel, recurrent kernel, bias): "
-              + ", ".join(f"{d:.1e}" for d in differences))
+        differences = [
+            float(np.max(np.abs(np.asarray(g) - r)) / np.max(np.abs(r)))
+            for g, r in zip(step(), reference)
+        ]
+        print(
+            f"{name} gradients against ours (kernel, recurrent kernel, bias): "
+            + ", ".join(f"{d:.1e}" for d in differences)
+        )
 
-    times = alternate({"ours": ours, "BlockLSTMV2": block, "PyTorch nn.LSTM": lambda: tf.constant(pytorch()[2][0])},
-                      repeats=3, calls=30, warmup=3)
-    print(f"one LSTM layer, batch {BATCH} x {args.length} tokens x {WIDTH}, forward and backward, "
-          "ms (best of 3; rounds):")
+    times = alternate(
+        {
+            "ours": ours,
+            "BlockLSTMV2": block,
+            "PyTorch nn.LSTM": lambda: tf.constant(pytorch()[2][0]),
+        },
+        repeats=3,
+        calls=30,
+        warmup=3,
+    )
+    print(
+        f"one LSTM layer, batch {BATCH} x {args.length} tokens x {WIDTH}, forward and backward, "
+        "ms (best of 3; rounds):"
+    )
     for name, values in times.items():
         print(f"  {name}: {min(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})")
     print(f"load average {os.getloadavg()[0]:.1f}")

@@ -28,26 +28,43 @@ SHAPES = {"vocabulary projection": 10000, "attention projection": WIDTH, "feed-f
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both frameworks")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads of both frameworks"
+    )
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     torch.set_num_threads(args.threads)
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    print(f"torch {torch.__version__} (BLAS: {blas[1] if blas else 'unknown'}), tensorflow {tf.__version__}, "
-          f"{args.threads} thread(s)")
+    print(
+        f"torch {torch.__version__} (BLAS: {blas[1] if blas else 'unknown'}), tensorflow "
+        f"{tf.__version__}, {args.threads} thread(s)"
+    )
     rng = np.random.default_rng(0)
     matmul = tf.function(tf.matmul)
     for name, columns in SHAPES.items():
         a = rng.normal(size=(TOKENS, WIDTH)).astype("float32")
         b = rng.normal(size=(WIDTH, columns)).astype("float32")
-        tf_a, tf_b, torch_a, torch_b = tf.constant(a), tf.constant(b), torch.tensor(a), torch.tensor(b)
-        times = alternate({"TensorFlow": lambda: matmul(tf_a, tf_b),
-                           "PyTorch": lambda: tf.constant(torch.mm(torch_a, torch_b)[0, 0].item())},
-                          repeats=3, calls=30, warmup=2)
+        tf_a, tf_b, torch_a, torch_b = (
+            tf.constant(a),
+            tf.constant(b),
+            torch.tensor(a),
+            torch.tensor(b),
+        )
+        times = alternate(
+            {
+                "TensorFlow": lambda: matmul(tf_a, tf_b),
+                "PyTorch": lambda: tf.constant(torch.mm(torch_a, torch_b)[0, 0].item()),
+            },
+            repeats=3,
+            calls=30,
+            warmup=2,
+        )
         flops = 2 * TOKENS * WIDTH * columns
-        line = ", ".join(f"{framework} {min(values):.2f} ms ({flops / min(values) / 1e6:.0f} GFLOP/s)"
-                         for framework, values in times.items())
+        line = ", ".join(
+            f"{framework} {min(values):.2f} ms ({flops / min(values) / 1e6:.0f} GFLOP/s)"
+            for framework, values in times.items()
+        )
         print(f"{name} ({TOKENS} x {WIDTH} by {WIDTH} x {columns}): {line}")
     print(f"load average {os.getloadavg()[0]:.1f}")
 

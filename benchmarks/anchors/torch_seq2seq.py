@@ -1,25 +1,27 @@
-"""Our RNN Seq2Seq's training against PyTorch's: Bahdanau attention, preset small, as the job trains it.
+"""Our RNN Seq2Seq's training against PyTorch's: Bahdanau attention,
+preset small, as the job trains it.
 
-    python -m benchmarks.anchors.torch_seq2seq --check      # the same function: losses of the first steps
+    python -m benchmarks.anchors.torch_seq2seq --check  # the same function: first steps' losses
     python -m benchmarks.anchors.torch_seq2seq --time [--rounds 3 --steps 30 --threads 2]
     python -m benchmarks.anchors.torch_seq2seq --profile [--precision bfloat16] [--compile]
 
-Benchmark-only requirement: `torch` (CPU wheel). Everything but the model is `torch_transformer`'s: the batches,
-loss, optimizer, learning rates, timing and table (see its docstring and `harness`'s).
+Benchmark-only requirement: `torch` (CPU wheel). Everything but the model is `torch_transformer`'s:
+the batches, loss, optimizer, learning rates, timing and table (see its docstring and `harness`'s).
 
-The model is our `Seq2SeqBackbone` with `attention="bahdanau"` at preset "small" (2 × 256 LSTM, unidirectional),
-with what each framework gives for an LSTM: the encoder is one `nn.LSTM` over the packed sequences (padding
-neither read nor output, the final states those of each source's last token, as our masked loop); the decoder
-loops over the target with one `nn.LSTMCell` a layer, since Bahdanau's context c_t, which each step's input
-holds, is scored from the state before it:
+The model is our `Seq2SeqBackbone` with `attention="bahdanau"` at preset "small" (2 × 256 LSTM,
+unidirectional), with what each framework gives for an LSTM: the encoder is one `nn.LSTM` over the
+packed sequences (padding neither read nor output, the final states those of each source's last
+token, as our masked loop); the decoder loops over the target with one `nn.LSTMCell` a layer, since
+Bahdanau's context c_t, which each step's input holds, is scored from the state before it:
 
-    c_t = Σ_j α_tj h_j,  α_t = softmax_j(vᵀ tanh(W_q s_{t-1} + b + W_k h_j))     (section 3.1, appendix A)
+    c_t = Σ_j α_tj h_j,  α_t = softmax_j(vᵀ tanh(W_q s_{t-1} + b + W_k h_j))   (section 3.1, app. A)
     s_t = LSTM([E y_{t-1}; c_t], s_{t-1}),  o_t = tanh(W_o [s_t; c_t; E y_{t-1}])
-    logits = Eᵀ o_t + b_y                                                          (the target table, tied)
+    logits = Eᵀ o_t + b_y                                               (E: the target table, tied)
 
-dropout on both embeddings, between the LSTM layers and on o_t, as ours. Keras's LSTM has one bias a gate where
-PyTorch's has two that add up; the second stays 0 and frozen, so both train the same function. `--compile`
-compiles one decoder step (attention and cells; a compiled time loop would unroll once per target length).
+dropout on both embeddings, between the LSTM layers and on o_t, as ours. Keras's LSTM has one bias a
+gate where PyTorch's has two that add up; the second stays 0 and frozen, so both train the same
+function. `--compile` compiles one decoder step (attention and cells; a compiled time loop would
+unroll once per target length).
 """
 
 import numpy as np
@@ -31,14 +33,18 @@ from benchmarks.anchors import harness, torch_transformer
 
 
 class Seq2Seq(nn.Module):
-    """Our `Seq2SeqBackbone` (LSTM, Bahdanau attention, tied target embedding): ids in, logits out."""
+    """Our `Seq2SeqBackbone` (LSTM, Bahdanau attention, tied target
+    embedding): ids in, logits out.
+    """
 
     family = "seq2seq"  # the job's model it copies (`harness`)
 
     def __init__(self, vocabulary_size, num_layers, hidden_dim, attention_units, dropout):
         super().__init__()
         self.source_embedding = nn.Embedding(vocabulary_size, hidden_dim)
-        self.encoder = nn.LSTM(hidden_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout)
+        self.encoder = nn.LSTM(
+            hidden_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout
+        )
         self.target_embedding = nn.Embedding(vocabulary_size, hidden_dim)
         self.step = DecoderStep(num_layers, hidden_dim, attention_units, dropout)
         self.readout = nn.Linear(3 * hidden_dim, hidden_dim)  # W_o [s_t; c_t; E y_{t-1}]
@@ -52,23 +58,37 @@ class Seq2Seq(nn.Module):
     def of(cls, spec, dropout=None):
         """The model `harness.write` described (`spec`); `dropout` overrides its rate."""
         backbone = spec["backbone"]
-        assert backbone["cell"] == "lstm" and backbone["attention"] == "bahdanau" and backbone["tie_output"]
+        assert (
+            backbone["cell"] == "lstm"
+            and backbone["attention"] == "bahdanau"
+            and backbone["tie_output"]
+        )
         assert not backbone["bidirectional"] and not backbone["scheduled_sampling"]
         assert backbone["source_vocabulary_size"] == backbone["target_vocabulary_size"]
         assert backbone["embedding_dim"] in (None, backbone["hidden_dim"])
         return cls(
-            backbone["source_vocabulary_size"], backbone["num_layers"], backbone["hidden_dim"],
-            backbone["attention_units"] or backbone["hidden_dim"], backbone["dropout"] if dropout is None else dropout,
+            backbone["source_vocabulary_size"],
+            backbone["num_layers"],
+            backbone["hidden_dim"],
+            backbone["attention_units"] or backbone["hidden_dim"],
+            backbone["dropout"] if dropout is None else dropout,
         )
 
     def forward(self, source, target_in):
         source_mask = source != harness.PAD_ID
         packed = nn.utils.rnn.pack_padded_sequence(
-            self.dropout(self.source_embedding(source)), source_mask.sum(1), batch_first=True, enforce_sorted=False)
+            self.dropout(self.source_embedding(source)),
+            source_mask.sum(1),
+            batch_first=True,
+            enforce_sorted=False,
+        )
         memory, (h, c) = self.encoder(packed)
-        memory, _ = nn.utils.rnn.pad_packed_sequence(memory, batch_first=True, total_length=source.shape[1])
+        memory, _ = nn.utils.rnn.pad_packed_sequence(
+            memory, batch_first=True, total_length=source.shape[1]
+        )
         keys = self.step.key(memory)  # W_k h_j, once a source
-        state = list(zip(h, c))  # the decoder starts from the encoder's final states, layer by layer
+        # the decoder starts from the encoder's final states, layer by layer
+        state = list(zip(h, c))
         embedded = self.dropout(self.target_embedding(target_in))
         features = []
         for t in range(target_in.shape[1]):
@@ -83,7 +103,9 @@ class Seq2Seq(nn.Module):
         return loss
 
     def load_keras_weights(self, backbone):
-        """Copies our `Seq2SeqBackbone`'s weights (a Keras kernel is (in, out), torch's (out, in))."""
+        """Copies our `Seq2SeqBackbone`'s weights (a Keras kernel is
+        (in, out), torch's (out, in)).
+        """
 
         def put(parameter, value, transpose=False):
             value = torch.from_numpy(np.asarray(value, dtype=np.float32))
@@ -98,8 +120,13 @@ class Seq2Seq(nn.Module):
         encoder, decoder = backbone.encoder, backbone.decoder
         put(self.source_embedding.weight, encoder.embedding.embeddings)
         for i, layer in enumerate(encoder.rnn_layers):
-            lstm(*(getattr(self.encoder, f"{name}_l{i}") for name in ("weight_ih", "weight_hh", "bias_ih")),
-                 layer.cell)
+            lstm(
+                *(
+                    getattr(self.encoder, f"{name}_l{i}")
+                    for name in ("weight_ih", "weight_hh", "bias_ih")
+                ),
+                layer.cell,
+            )
         put(self.target_embedding.weight, decoder.embedding.embeddings)
         for cell, ours in zip(self.step.cells, decoder.cells):
             lstm(cell.weight_ih, cell.weight_hh, cell.bias_ih, ours)
@@ -114,16 +141,20 @@ class Seq2Seq(nn.Module):
 
 
 class DecoderStep(nn.Module):
-    """One decoder step: Bahdanau's context from s_{t-1}, then the LSTM layers on [E y_{t-1}; c_t]."""
+    """One decoder step: Bahdanau's context from s_{t-1}, then the
+    LSTM layers on [E y_{t-1}; c_t].
+    """
 
     def __init__(self, num_layers, hidden_dim, attention_units, dropout):
         super().__init__()
         self.query = nn.Linear(hidden_dim, attention_units)  # W_q s + b
         self.key = nn.Linear(hidden_dim, attention_units, bias=False)  # W_k h
         self.v = nn.Parameter(torch.empty(attention_units))
-        nn.init.uniform_(self.v, -(3 / attention_units) ** 0.5, (3 / attention_units) ** 0.5)
+        nn.init.uniform_(self.v, -((3 / attention_units) ** 0.5), (3 / attention_units) ** 0.5)
         self.cells = nn.ModuleList(
-            nn.LSTMCell(2 * hidden_dim if i == 0 else hidden_dim, hidden_dim) for i in range(num_layers))
+            nn.LSTMCell(2 * hidden_dim if i == 0 else hidden_dim, hidden_dim)
+            for i in range(num_layers)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, embedded, state, memory, keys, source_mask):

@@ -1,14 +1,15 @@
-"""A Hugging Face model folder read without torch: its `config.json` and its safetensors weights as NumPy arrays.
+"""A Hugging Face model folder read without torch: its `config.json`
+and its safetensors weights as NumPy arrays.
 
 `save_pretrained` (and `hf download`) write `config.json` and
 either `model.safetensors` or shards listed by `model.safetensors.index.json`.
 The weights are read with the `safetensors` package into float32 NumPy arrays,
 and become ours by the same rules in every model:
 
-    torch Linear weight W (out, in)      → Dense kernel W.T
-    query/key/value W (d, d), b (d,)     → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
-    attention output W (d, d)            → output_kernel W.T as (heads, d/heads, d)
-    LayerNorm weight, bias               → gamma, beta
+    torch Linear weight W (out, in)   → Dense kernel W.T
+    query/key/value W (d, d), b (d,)  → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
+    attention output W (d, d)         → output_kernel W.T as (heads, d/heads, d)
+    LayerNorm weight, bias            → gamma, beta
 """
 
 import json
@@ -29,8 +30,8 @@ def is_folder(path):
 
 
 def names_checkpoint(preset, presets):
-    """Whether `from_preset(preset)` reads a checkpoint folder: `preset` is a folder and not one of `presets`
-    (a preset's name wins over a folder of that name)."""
+    """Whether `from_preset(preset)` reads a checkpoint folder: `preset` is a folder and not one of
+    `presets` (a preset's name wins over a folder of that name)."""
     return preset not in presets and is_folder(preset)
 
 
@@ -44,7 +45,9 @@ def read_json(path):
 
 
 def read_config(folder, model_type):
-    """`config.json` of `folder`, refused in one line unless its `model_type` is `model_type` (any, with None)."""
+    """`config.json` of `folder`, refused in one line unless its
+    `model_type` is `model_type` (any, with None).
+    """
     if not os.path.isdir(folder):
         raise UserError(f"{folder}: no such folder")
     path = os.path.join(folder, CONFIG)
@@ -57,7 +60,9 @@ def read_config(folder, model_type):
 
 
 def positive_whole_numbers(config, names, origin):
-    """`{name: config[name]}`, refused in one line where a setting is missing or not a positive whole number."""
+    """`{name: config[name]}`, refused in one line where a setting is
+    missing or not a positive whole number.
+    """
     for name in names:
         if name not in config:
             raise UserError(f"{origin}: no {name}")
@@ -78,8 +83,10 @@ def read_weights(folder):
     elif os.path.isfile(os.path.join(folder, WEIGHTS)):
         files = [WEIGHTS]
     else:
-        raise UserError(f"{folder}: no {WEIGHTS} or {SHARDS} (only safetensors weights are read; "
-                        "`save_pretrained(..., safe_serialization=True)` writes them)")
+        raise UserError(
+            f"{folder}: no {WEIGHTS} or {SHARDS} (only safetensors weights are read; "
+            "`save_pretrained(..., safe_serialization=True)` writes them)"
+        )
     weights = {}
     for name in files:
         path = os.path.join(folder, name)
@@ -108,8 +115,8 @@ def layer_norm(weights, name, into):
 
 
 def attention(weights, names, into, heads):
-    """Our `MultiHeadAttention` `into`'s weights, of the Linear layers `names` gives for "query", "key", "value"
-    and "output"."""
+    """Our `MultiHeadAttention` `into`'s weights, of the Linear layers `names` gives for "query",
+    "key", "value" and "output"."""
     values = {}
     for part in ("query", "key", "value"):
         kernel = weights[f"{names[part]}.weight"].T
@@ -122,17 +129,23 @@ def attention(weights, names, into, heads):
 
 
 def assign(weights, values, origin):
-    """Sets each of `weights` to `values[weight.path]`, refusing in one line a weight of the wrong shape."""
+    """Sets each of `weights` to `values[weight.path]`, refusing in
+    one line a weight of the wrong shape.
+    """
     for weight in weights:
         value = values[weight.path]
         if tuple(value.shape) != tuple(weight.shape):
-            raise UserError(f"{origin}: {weight.path} has shape {tuple(value.shape)} in the checkpoint, the "
-                            f"model's is {tuple(weight.shape)}")
+            raise UserError(
+                f"{origin}: {weight.path} has shape {tuple(value.shape)} in the checkpoint, the "
+                f"model's is {tuple(weight.shape)}"
+            )
         weight.assign(value)
 
 
 class Weights(dict):
-    """A checkpoint's weights by name; a name asked for and missing is refused in one line naming the folder."""
+    """A checkpoint's weights by name; a name asked for and missing is
+    refused in one line naming the folder.
+    """
 
     def __init__(self, values, origin):
         super().__init__(values)

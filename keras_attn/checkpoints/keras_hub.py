@@ -1,4 +1,5 @@
-"""keras-hub BERT preset folders (what `save_to_preset` writes) as our `BertBackbone`, with keras-hub's outputs.
+"""keras-hub BERT preset folders (what `save_to_preset` writes) as our
+`BertBackbone`, with keras-hub's outputs.
 
 A preset folder holds `config.json` (the backbone's Keras config, registered
 name `keras_hub>BertBackbone`), `model.weights.h5` (its weights, in Keras's
@@ -26,7 +27,9 @@ def is_preset(folder):
     if not os.path.isfile(path):
         return False
     config = read_json(path)
-    return isinstance(config, dict) and str(config.get("registered_name", "")).startswith("keras_hub>")
+    return isinstance(config, dict) and str(config.get("registered_name", "")).startswith(
+        "keras_hub>"
+    )
 
 
 def read_weights(path):
@@ -36,10 +39,12 @@ def read_weights(path):
     layers = {}
     try:
         with h5py.File(path, "r") as file:
+
             def visit(name, item):
                 if isinstance(item, h5py.Dataset) and "/vars/" in name:
                     layer, index = name.rsplit("/vars/", 1)
                     layers.setdefault(layer.removeprefix("layers/"), {})[int(index)] = item[()]
+
             file.visititems(visit)
     except OSError as error:
         raise UserError(f"{path}: not a readable Keras weights file ({error})") from None
@@ -53,8 +58,9 @@ def _layer(layers, name, origin):
 
 
 def backbone_values(layers, num_layers, order, origin):
-    """`{our weight path: value}` of a `BertBackbone` from the layers of keras-hub's `model.weights.h5` (the token
-    table's rows in `order`)."""
+    """`{our weight path: value}` of a `BertBackbone` from the layers of keras-hub's
+    `model.weights.h5` (the token table's rows in `order`)."""
+
     def take(name):
         return _layer(layers, name, origin)
 
@@ -65,12 +71,15 @@ def backbone_values(layers, num_layers, order, origin):
         "embedding/position_embedding/embeddings": take("position_embedding")[0],
         "embedding/layer_norm/gamma": take("layer_normalization")[0],
         "embedding/layer_norm/beta": take("layer_normalization")[1],
-        "pooler/kernel": take("dense")[0], "pooler/bias": take("dense")[1],
+        "pooler/kernel": take("dense")[0],
+        "pooler/bias": take("dense")[1],
     }
-    sublayers = {"_self_attention_layer_norm": "self_attention_norm/layer_norm",
-                 "_feedforward_intermediate_dense": "feed_forward/inner",
-                 "_feedforward_output_dense": "feed_forward/outer",
-                 "_feedforward_layer_norm": "feed_forward_norm/layer_norm"}
+    sublayers = {
+        "_self_attention_layer_norm": "self_attention_norm/layer_norm",
+        "_feedforward_intermediate_dense": "feed_forward/inner",
+        "_feedforward_output_dense": "feed_forward/outer",
+        "_feedforward_layer_norm": "feed_forward_norm/layer_norm",
+    }
     for i in range(num_layers):
         theirs, block = "transformer_encoder" + (f"_{i}" if i else ""), f"encoder_block_{i}"
         for part in ("query", "key", "value", "output"):
@@ -80,25 +89,38 @@ def backbone_values(layers, num_layers, order, origin):
         for sublayer, ours in sublayers.items():
             first, second = take(f"{theirs}/{sublayer}")
             names = ("gamma", "beta") if ours.endswith("layer_norm") else ("kernel", "bias")
-            values.update({f"{block}/{ours}/{names[0]}": first, f"{block}/{ours}/{names[1]}": second})
+            values.update(
+                {f"{block}/{ours}/{names[0]}": first, f"{block}/{ours}/{names[1]}": second}
+            )
     return values
 
 
 def read_bert(folder):
-    """The `checkpoints.bert.Checkpoint` of a keras-hub BERT preset folder: the backbone, no heads."""
+    """The `checkpoints.bert.Checkpoint` of a keras-hub BERT preset
+    folder: the backbone, no heads.
+    """
     from keras_attn.checkpoints.bert import Checkpoint, read_vocabulary
 
     config_path = os.path.join(folder, CONFIG)
     config = read_json(config_path)
     if config.get("registered_name") != BACKBONE:
-        raise UserError(f"{config_path}: a keras-hub {config.get('registered_name', '?').split('>')[-1]}, not a "
-                        "BertBackbone")
+        raise UserError(
+            f"{config_path}: a keras-hub {config.get('registered_name', '?').split('>')[-1]}, not "
+            "a BertBackbone"
+        )
     settings = config["config"]
     arguments = dict(
-        vocabulary_size=settings["vocabulary_size"], preset=None, max_sequence_length=settings["max_sequence_length"],
-        num_segments=settings["num_segments"], dropout=settings.get("dropout", 0.1),
-        num_layers=settings["num_layers"], hidden_dim=settings["hidden_dim"], num_heads=settings["num_heads"],
-        intermediate_dim=settings["intermediate_dim"], activation="gelu_tanh", layer_norm_epsilon=1e-12,
+        vocabulary_size=settings["vocabulary_size"],
+        preset=None,
+        max_sequence_length=settings["max_sequence_length"],
+        num_segments=settings["num_segments"],
+        dropout=settings.get("dropout", 0.1),
+        num_layers=settings["num_layers"],
+        hidden_dim=settings["hidden_dim"],
+        num_heads=settings["num_heads"],
+        intermediate_dim=settings["intermediate_dim"],
+        activation="gelu_tanh",
+        layer_norm_epsilon=1e-12,
     )
     vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
     text = {}
@@ -108,5 +130,12 @@ def read_bert(folder):
     if not os.path.isfile(weights):
         raise UserError(f"{folder}: no {WEIGHTS}")
     values = backbone_values(read_weights(weights), settings["num_layers"], order, weights)
-    return Checkpoint(folder, arguments, values, (), vocabulary, bool(text.get("lowercase", False)),
-                      bool(text.get("strip_accents", False)))
+    return Checkpoint(
+        folder,
+        arguments,
+        values,
+        (),
+        vocabulary,
+        bool(text.get("lowercase", False)),
+        bool(text.get("strip_accents", False)),
+    )

@@ -14,19 +14,26 @@ import itertools
 import os
 import time
 
-
-from keras_attn import serving, run_folder
+from keras_attn import run_folder, serving
 from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VALID_DOCUMENTS, STREAMED_VOCAB_SAMPLE
-from keras_attn.serving.bert import BertServer
-from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.errors import UserError
-from keras_attn.training import WarmupLinearDecay
 from keras_attn.jobs import common
+from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
 from keras_attn.presets import PRESETS
+from keras_attn.serving.bert import BertServer
+from keras_attn.training import WarmupLinearDecay
 from keras_attn.training.runner import train
-from pipelines import classification, document_stream, documents, pretraining, synthetic_documents, text, tokenizers
+from pipelines import (
+    classification,
+    document_stream,
+    documents,
+    pretraining,
+    synthetic_documents,
+    text,
+    tokenizers,
+)
 from pipelines.preprocessors import BertPreprocessor
 
 
@@ -72,7 +79,10 @@ class BertResult:
 # What `pretrain bert` suggests trying on its export. On the built-in corpus, a sentence of it
 # whose masked word its neighbours decide, and that the default pretraining answers ("next", 0.95;
 # the words its nouns decide, such as "the [MASK] knife", are left at chance by it).
-FILL_MASK_EXAMPLES = {"builtin": "The sharp knife is [MASK] to the heavy pan.", "data": "the [MASK] sat on the mat."}
+FILL_MASK_EXAMPLES = {
+    "builtin": "The sharp knife is [MASK] to the heavy pan.",
+    "data": "the [MASK] sat on the mat.",
+}
 
 
 def load_documents(config):
@@ -80,14 +90,20 @@ def load_documents(config):
     if config.data:
         return documents.read_documents(config.data, config.one_document_per_file)
     generated = synthetic_documents.document_corpus(config.builtin_documents, seed=config.seed)
-    return documents.Documents(generated, origin=f"built-in corpus ({config.builtin_documents} documents)")
+    return documents.Documents(
+        generated, origin=f"built-in corpus ({config.builtin_documents} documents)"
+    )
 
 
 def streamed_files(config):
-    """The document files when they are read as a stream (over `STREAM_ABOVE_MB` of text in all), else None."""
+    """The document files when they are read as a stream (over
+    `STREAM_ABOVE_MB` of text in all), else None.
+    """
     if not config.data:
         return None
-    files = documents.document_files(config.data if isinstance(config.data, list) else [config.data])
+    files = documents.document_files(
+        config.data if isinstance(config.data, list) else [config.data]
+    )
     try:
         size = sum(text.text_bytes(path) for path in files)
     except OSError:
@@ -96,25 +112,41 @@ def streamed_files(config):
 
 
 def held_out_documents(config, files):
-    """The validation documents of a streamed corpus: the first `STREAMED_VALID_DOCUMENTS` of its first file."""
+    """The validation documents of a streamed corpus: the first
+    `STREAMED_VALID_DOCUMENTS` of its first file.
+    """
     counts = documents.Documents([])
-    valid = list(itertools.islice(
-        documents.file_documents(files[0], counts, config.one_document_per_file), STREAMED_VALID_DOCUMENTS))
+    valid = list(
+        itertools.islice(
+            documents.file_documents(files[0], counts, config.one_document_per_file),
+            STREAMED_VALID_DOCUMENTS,
+        )
+    )
     if len(valid) < 2:
-        raise text.DataError(f"{files[0]}: {len(valid)} documents; the first file of a streamed corpus gives the "
-                             f"{STREAMED_VALID_DOCUMENTS} validation documents")
+        raise text.DataError(
+            f"{files[0]}: {len(valid)} documents; the first file of a streamed corpus gives the "
+            f"{STREAMED_VALID_DOCUMENTS} validation documents"
+        )
     return valid
 
 
 def vocabulary_sample(config, files, held_out):
-    """Yields the sentences a streamed corpus's vocabulary is learned from, as they are read: the first of every
-    file, `STREAMED_VOCAB_SAMPLE` in all (the held-out documents left out)."""
+    """Yields the sentences a streamed corpus's vocabulary is learned from, as they are read: the
+    first of every file, `STREAMED_VOCAB_SAMPLE` in all (the held-out documents left out)."""
     each = -(-STREAMED_VOCAB_SAMPLE // len(files))
     for path in files:
-        found = documents.file_documents(path, documents.Documents([]), config.one_document_per_file)
+        found = documents.file_documents(
+            path, documents.Documents([]), config.one_document_per_file
+        )
         skipped = held_out[1] if path == held_out[0] else 0
         yield from itertools.islice(
-            (sentence for document in itertools.islice(found, skipped, None) for sentence in document), each)
+            (
+                sentence
+                for document in itertools.islice(found, skipped, None)
+                for sentence in document
+            ),
+            each,
+        )
 
 
 def build_tokenizer(config, sentences, chief=True):
@@ -122,14 +154,18 @@ def build_tokenizer(config, sentences, chief=True):
     path = run_folder.path(config.run_dir, run_folder.VOCABULARY)
     if wait_for_chief([path], chief):
         return tokenizers.WordPieceTokenizer.load(path, lowercase=True)
-    vocabulary = tokenizers.learn_wordpiece_vocabulary(sentences, config.vocabulary_size, lowercase=True)
+    vocabulary = tokenizers.learn_wordpiece_vocabulary(
+        sentences, config.vocabulary_size, lowercase=True
+    )
     tokenizer = tokenizers.WordPieceTokenizer(vocabulary, lowercase=True)
     tokenizer.save(path)
     return tokenizer
 
 
 def _document_lines(docs):
-    """Documents as lines for the run folder's data hash: sentences, a blank line after each document."""
+    """Documents as lines for the run folder's data hash: sentences, a
+    blank line after each document.
+    """
     for document in docs:
         yield from document
         yield ""
@@ -142,8 +178,12 @@ def with_lengths(config):
     `max_predictions`: `pipelines.pretraining.default_max_predictions`.
     """
     max_length = config.max_sequence_length or (128 if config.data else 64)
-    max_predictions = config.max_predictions or pretraining.default_max_predictions(config.mask_rate, max_length)
-    return dataclasses.replace(config, max_sequence_length=max_length, max_predictions=max_predictions)
+    max_predictions = config.max_predictions or pretraining.default_max_predictions(
+        config.mask_rate, max_length
+    )
+    return dataclasses.replace(
+        config, max_sequence_length=max_length, max_predictions=max_predictions
+    )
 
 
 def pretrain(config, log=print, callbacks=()):
@@ -159,64 +199,98 @@ def pretrain(config, log=print, callbacks=()):
         valid_docs = held_out_documents(config, files)
         held_out = (files[0], len(valid_docs))
         chief = common.start(config, log)
-        log(f"data: {len(files)} files, {sum(text.text_bytes(path) for path in files) / 2**20:.0f} MB of text, read "
-            f"as a stream; the first {len(valid_docs)} documents of {files[0]} validate")
+        log(
+            f"data: {len(files)} files, "
+            f"{sum(text.text_bytes(path) for path in files) / 2**20:.0f} MB of text, read as a "
+            f"stream; the first {len(valid_docs)} documents of {files[0]} validate"
+        )
         os.makedirs(config.run_dir, exist_ok=True)
-        bind_run_folder(config, (f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files), chief)
+        bind_run_folder(
+            config, (f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files), chief
+        )
         with document_stream.reported():
             tokenizer = build_tokenizer(config, vocabulary_sample(config, files, held_out), chief)
-        log(f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces (from the first sentences of every file)")
+        log(
+            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces (from the first "
+            "sentences of every file)"
+        )
     else:
         read = load_documents(config)  # a data error stops the job before it names its run folder
         train_docs, valid_docs = documents.hold_out_documents(
             read.documents, config.valid_fraction, seed=config.seed, minimum=2
         )
         chief = common.start(config, log)
-        log(f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation documents")
+        log(
+            f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation "
+            "documents"
+        )
         os.makedirs(config.run_dir, exist_ok=True)
         bind_run_folder(config, _document_lines(train_docs), chief)
         tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
         train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
         dropped = train_corpus.dropped_sentences
         log(
-            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces; {train_corpus.num_tokens} training tokens"
+            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces; "
+            f"{train_corpus.num_tokens} training tokens"
             + (f", {dropped} sentences without tokens dropped" if dropped else "")
         )
     valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
-    preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)  # the pipeline's, the model's and the export's
+    # the pipeline's, the model's and the export's
+    preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)
     settings = dict(
-        max_predictions=config.max_predictions, seed=config.seed, mask_rate=config.mask_rate,
-        whole_word=config.whole_word, short_sequence_probability=config.short_sequence_probability,
+        max_predictions=config.max_predictions,
+        seed=config.seed,
+        mask_rate=config.mask_rate,
+        whole_word=config.whole_word,
+        short_sequence_probability=config.short_sequence_probability,
     )
 
     def make_datasets(global_batch_size):
         if files:
             pairs = config.pairs_per_epoch or document_stream.estimated_pairs(
-                files, tokenizer, config.max_sequence_length)
+                files, tokenizer, config.max_sequence_length
+            )
         else:
-            pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train_corpus, config.max_sequence_length)
+            pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(
+                train_corpus, config.max_sequence_length
+            )
         if pairs < global_batch_size:
             raise UserError(
                 f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
                 "give more data, --pairs-per-epoch or a smaller --batch-size"
             )
-        valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_sequence_length))
+        valid_pairs = max(
+            global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_sequence_length)
+        )
         try:
             if files:
                 train_epochs = document_stream.streamed_pretraining_epochs(
-                    files, preprocessor, global_batch_size, pairs, held_out=held_out,
-                    one_document_per_file=config.one_document_per_file, **settings,
+                    files,
+                    preprocessor,
+                    global_batch_size,
+                    pairs,
+                    held_out=held_out,
+                    one_document_per_file=config.one_document_per_file,
+                    **settings,
                 )
             else:
                 train_epochs = pretraining.pretraining_epochs(
-                    train_corpus, preprocessor, batch_size=global_batch_size, num_pairs=pairs, **settings
+                    train_corpus,
+                    preprocessor,
+                    batch_size=global_batch_size,
+                    num_pairs=pairs,
+                    **settings,
                 )
             return (
                 train_epochs,
                 # Fixed pairs and masks (epoch -1): every epoch is scored on the same.
                 pretraining.pretraining_dataset(
-                    valid_corpus, preprocessor, batch_size=global_batch_size, num_pairs=valid_pairs,
-                    epoch=-1, **settings,
+                    valid_corpus,
+                    preprocessor,
+                    batch_size=global_batch_size,
+                    num_pairs=valid_pairs,
+                    epoch=-1,
+                    **settings,
                 ),
             )
         except ValueError as error:  # too few documents, or none of two sentences
@@ -224,16 +298,26 @@ def pretrain(config, log=print, callbacks=()):
 
     def build_model():
         return BertPretrainer.from_preset(
-            config.preset, preprocessor, norm_first=config.norm_first, dropout=config.dropout,
+            config.preset,
+            preprocessor,
+            norm_first=config.norm_first,
+            dropout=config.dropout,
         )
 
     def compile_model(model, total_steps):
-        schedule = WarmupLinearDecay(config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps)
-        model.compile(learning_rate=schedule, weight_decay=config.weight_decay, nsp_weight=config.nsp_weight)
+        schedule = WarmupLinearDecay(
+            config.learning_rate, min(config.warmup_steps, total_steps // 2), total_steps
+        )
+        model.compile(
+            learning_rate=schedule, weight_decay=config.weight_decay, nsp_weight=config.nsp_weight
+        )
 
     with document_stream.reported():
         result = train(
-            config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model,
+            config,
+            build_model=build_model,
+            make_datasets=make_datasets,
+            compile_model=compile_model,
             callbacks=callbacks,
         )
     model = result.model
@@ -241,15 +325,28 @@ def pretrain(config, log=print, callbacks=()):
     # As every epoch was validated (every worker takes part): the best epoch's numbers.
     metrics = {name: value for name, value in result.evaluate().items() if name != "loss"}
     if not result.is_chief:
-        return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
+        return BertResult(
+            None, {}, result.history, model, result.steps, already_finished=result.already_finished
+        )
     log("validation: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
     server = BertServer(model, max_predictions=config.max_predictions)
     path, new_export = _export(config, server)
-    return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
+    return BertResult(
+        path,
+        metrics,
+        result.history,
+        model,
+        result.steps,
+        new_export,
+        result.already_finished,
+        server,
+    )
 
 
 def finetune(config, log=print):
-    """Fine-tunes a pretrained BERT (export or run folder) as a classifier; returns a `BertResult`."""
+    """Fine-tunes a pretrained BERT (export or run folder) as a
+    classifier; returns a `BertResult`.
+    """
     started = time.time()
     if not config.model_dir or not config.train:
         raise UserError("finetune needs a pretrained export or run folder (MODEL_DIR) and --train")
@@ -259,18 +356,28 @@ def finetune(config, log=print):
         raise UserError(str(error)) from None
     max_length = config.max_sequence_length or pretrained["max_length"]
     if max_length > pretrained["max_sequence_length"]:
-        raise UserError(f"--max-length {max_length}: the pretrained model has {pretrained['max_sequence_length']} positions")
+        raise UserError(
+            f"--max-length {max_length}: the pretrained model has "
+            f"{pretrained['max_sequence_length']} positions"
+        )
     learning_rate = config.learning_rate or finetune_learning_rate(pretrained)
-    config = dataclasses.replace(config, max_sequence_length=max_length, learning_rate=learning_rate)
+    config = dataclasses.replace(
+        config, max_sequence_length=max_length, learning_rate=learning_rate
+    )
     # The data first: an error in it stops the job before it names its run folder.
     train_data, valid_data, test_data = (
-        classification.read_labelled_tsv(path) if path else None for path in (config.train, config.valid, config.test))
-    read = [data for data in (train_data, valid_data, test_data) if data is not None]  # as the files hold them
+        classification.read_labelled_tsv(path) if path else None
+        for path in (config.train, config.valid, config.test)
+    )
+    # as the files hold them
+    read = [data for data in (train_data, valid_data, test_data) if data is not None]
     if valid_data is None:
         train_data, valid_data = hold_out_examples(train_data, config.seed)
     label_names = sorted(set(train_data.labels))
     if len(label_names) < 2:
-        raise text.DataError(f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more")
+        raise text.DataError(
+            f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more"
+        )
     label_ids = {label: index for index, label in enumerate(label_names)}
     for data in (valid_data, test_data):  # scored only after training: checked before it
         if data is not None:
@@ -280,52 +387,90 @@ def finetune(config, log=print):
         f"data: {len(train_data)} training, {len(valid_data)} validation"
         + (f", {len(test_data)} test" if test_data else "")
         + f" examples; labels {', '.join(label_names)}"
-        + "".join(f"; {data.origin}: {data.skipped_empty} blank or empty-text line(s) skipped"
-                  for data in read if data.skipped_empty)
+        + "".join(
+            f"; {data.origin}: {data.skipped_empty} blank or empty-text line(s) skipped"
+            for data in read
+            if data.skipped_empty
+        )
     )
     os.makedirs(config.run_dir, exist_ok=True)
-    lines = (f"{label}\t{a}\t{b}" for label, a, b in zip(
-        train_data.labels, train_data.texts_a, train_data.texts_b or [""] * len(train_data)))
+    lines = (
+        f"{label}\t{a}\t{b}"
+        for label, a, b in zip(
+            train_data.labels, train_data.texts_a, train_data.texts_b or [""] * len(train_data)
+        )
+    )
     bind_run_folder(config, lines, chief)
 
     preprocessor = BertPreprocessor(tokenizer, max_length)
 
     def dataset(data, batch_size, shuffle):
         return classification.classification_dataset(
-            data, label_ids, preprocessor, batch_size, shuffle=shuffle, seed=config.seed, drop_remainder=shuffle,
+            data,
+            label_ids,
+            preprocessor,
+            batch_size,
+            shuffle=shuffle,
+            seed=config.seed,
+            drop_remainder=shuffle,
         )
 
     def make_datasets(global_batch_size):
         if len(train_data) < global_batch_size:
-            raise UserError(f"{config.train}: {len(train_data)} examples, fewer than the global batch {global_batch_size}")
-        return dataset(train_data, global_batch_size, True), dataset(valid_data, global_batch_size, False)
+            raise UserError(
+                f"{config.train}: {len(train_data)} examples, fewer than the global batch "
+                f"{global_batch_size}"
+            )
+        return dataset(train_data, global_batch_size, True), dataset(
+            valid_data, global_batch_size, False
+        )
 
     def build_model():
         backbone = load_backbone(config.model_dir, dropout=config.dropout)
-        return BertClassifier(backbone, len(label_names), dropout=config.dropout, preprocessor=preprocessor)
+        return BertClassifier(
+            backbone, len(label_names), dropout=config.dropout, preprocessor=preprocessor
+        )
 
     def compile_model(model, total_steps):
-        schedule = WarmupLinearDecay(config.learning_rate, int(config.warmup_fraction * total_steps), total_steps)
+        schedule = WarmupLinearDecay(
+            config.learning_rate, int(config.warmup_fraction * total_steps), total_steps
+        )
         model.compile(learning_rate=schedule, weight_decay=config.weight_decay)
 
-    result = train(config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model)
+    result = train(
+        config, build_model=build_model, make_datasets=make_datasets, compile_model=compile_model
+    )
     model = result.model
     log(common.describe_training(config, result, time.time() - started))
-    # Scored as every epoch was validated (every worker takes part): valid gives the best epoch's accuracy.
+    # Scored as every epoch was validated (every worker takes part):
+    # valid gives the best epoch's accuracy.
     scored, split = (test_data, "test") if test_data else (valid_data, "valid")
-    accuracy = result.evaluate(dataset(test_data, result.global_batch_size, False) if test_data else None)["accuracy"]
+    accuracy = result.evaluate(
+        dataset(test_data, result.global_batch_size, False) if test_data else None
+    )["accuracy"]
     if not result.is_chief:
-        return BertResult(None, {}, result.history, model, result.steps, already_finished=result.already_finished)
+        return BertResult(
+            None, {}, result.history, model, result.steps, already_finished=result.already_finished
+        )
     metrics = {f"{split}_accuracy": accuracy, f"{split}_examples": len(scored)}
     log(f"{split}: accuracy {accuracy:.4f} on {len(scored)} examples")
     server = BertServer(model, label_names=label_names, pairs=train_data.texts_b is not None)
     path, new_export = _export(config, server)
-    return BertResult(path, metrics, result.history, model, result.steps, new_export, result.already_finished, server)
+    return BertResult(
+        path,
+        metrics,
+        result.history,
+        model,
+        result.steps,
+        new_export,
+        result.already_finished,
+        server,
+    )
 
 
 def hold_out_examples(data, seed, fraction=0.1):
-    """Splits a seeded random `fraction` of labelled examples off as validation (`text.hold_out`): what
-    `finetune` validates on without `--valid`.
+    """Splits a seeded random `fraction` of labelled examples off as validation (`text.hold_out`):
+    what `finetune` validates on without `--valid`.
 
     Returns:
         `(kept, held_out)`: two `classification.LabelledTexts`.
@@ -334,12 +479,16 @@ def hold_out_examples(data, seed, fraction=0.1):
         DataError: fewer than 10 examples.
     """
     if len(data) < 10:
-        raise text.DataError(f"{data.origin}: {len(data)} examples; give --valid or 10 examples or more")
+        raise text.DataError(
+            f"{data.origin}: {len(data)} examples; give --valid or 10 examples or more"
+        )
     kept, held = text.hold_out(len(data), fraction, seed)
 
     def subset(indices, origin):
         pick = lambda values: None if values is None else [values[i] for i in indices]  # noqa: E731
-        return classification.LabelledTexts(pick(data.labels), pick(data.texts_a), pick(data.texts_b), 0, origin)
+        return classification.LabelledTexts(
+            pick(data.labels), pick(data.texts_a), pick(data.texts_b), 0, origin
+        )
 
     return subset(kept, data.origin), subset(held, f"{data.origin} ({fraction:.0%} held out)")
 
@@ -347,4 +496,6 @@ def hold_out_examples(data, seed, fraction=0.1):
 def _export(config, server):
     if not config.export:
         return None, False
-    return serving.export_if_changed(server, config.export_root, config.name, force=config.force_export)
+    return serving.export_if_changed(
+        server, config.export_root, config.name, force=config.force_export
+    )

@@ -1,5 +1,5 @@
-"""A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export, a run folder or a
-checkpoint folder.
+"""A pretrained BERT to fine-tune: its vocabulary, settings and backbone, from an export, a run
+folder or a checkpoint folder.
 
 `keras-attn finetune MODEL_DIR` reads a BERT export (what
 `keras_attn.serving.BertServer` keeps in `assets.extra/`), the run folder of
@@ -13,8 +13,8 @@ import os
 
 from keras_attn import run_folder
 from keras_attn.checkpoints import bert as checkpoints
-from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
+from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from pipelines.tokenizers import WordPieceTokenizer
 
 
@@ -43,40 +43,65 @@ def read_pretrained(model_dir):
     if is_checkpoint_folder(model_dir):
         return _read_checkpoint_folder(model_dir)
     extra = os.path.join(model_dir, "assets.extra")
-    paths = [os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)]
+    paths = [
+        os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)
+    ]
     if not all(os.path.isfile(path) for path in paths):
         raise ValueError(
             f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra), "
-            f"a pretraining run folder (no {run_folder.SETTINGS}) or a Hugging Face or keras-hub BERT folder "
-            f"(no {checkpoints.huggingface.CONFIG})"
+            f"a pretraining run folder (no {run_folder.SETTINGS}) or a Hugging Face or keras-hub "
+            f"BERT folder (no {checkpoints.huggingface.CONFIG})"
         )
     with open(paths[0]) as file:
         saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
-    settings = {**_written_out(backbone_arguments(saved)), "lowercase": saved["lowercase"],
-                "strip_accents": saved.get("strip_accents", False), "max_length": saved["max_length"]}
-    return WordPieceTokenizer.load(paths[2], lowercase=settings["lowercase"],
-                                   strip_accents=settings["strip_accents"]), settings
+    settings = {
+        **_written_out(backbone_arguments(saved)),
+        "lowercase": saved["lowercase"],
+        "strip_accents": saved.get("strip_accents", False),
+        "max_length": saved["max_length"],
+    }
+    return WordPieceTokenizer.load(
+        paths[2], lowercase=settings["lowercase"], strip_accents=settings["strip_accents"]
+    ), settings
 
 
 def _read_run_folder(run_dir):
     bound = run_folder.read_settings(run_dir)
-    vocabulary, best = (run_folder.path(run_dir, name) for name in (run_folder.VOCABULARY, run_folder.BEST_WEIGHTS))
-    if not os.path.isfile(vocabulary) or "preset" not in bound or "image_size" in bound:  # (a captioner's)
-        raise ValueError(f"{run_dir}: not a BERT pretraining run folder (no {run_folder.VOCABULARY}, or no preset or "
-                         f"an image_size in {run_folder.SETTINGS})")
+    vocabulary, best = (
+        run_folder.path(run_dir, name) for name in (run_folder.VOCABULARY, run_folder.BEST_WEIGHTS)
+    )
+    # (a captioner's)
+    if not os.path.isfile(vocabulary) or "preset" not in bound or "image_size" in bound:
+        raise ValueError(
+            f"{run_dir}: not a BERT pretraining run folder (no {run_folder.VOCABULARY}, or no "
+            f"preset or an image_size in {run_folder.SETTINGS})"
+        )
     if not os.path.isfile(best):
-        raise ValueError(f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)")
+        raise ValueError(
+            f"{run_dir}: no {run_folder.BEST_WEIGHTS} yet (the run has not finished an epoch)"
+        )
     tokenizer = WordPieceTokenizer.load(vocabulary, lowercase=True)
-    architecture = _written_out(dict(
-        vocabulary_size=tokenizer.vocabulary_size, preset=bound["preset"], max_sequence_length=bound["max_sequence_length"],
-        norm_first=bound.get("norm_first", False),  # folders started before the setting: post-norm
-    ))
-    return tokenizer, {**architecture, "lowercase": True, "strip_accents": False,
-                       "max_length": bound["max_sequence_length"]}
+    architecture = _written_out(
+        dict(
+            vocabulary_size=tokenizer.vocabulary_size,
+            preset=bound["preset"],
+            max_sequence_length=bound["max_sequence_length"],
+            # folders started before the setting: post-norm
+            norm_first=bound.get("norm_first", False),
+        )
+    )
+    return tokenizer, {
+        **architecture,
+        "lowercase": True,
+        "strip_accents": False,
+        "max_length": bound["max_sequence_length"],
+    }
 
 
 def is_checkpoint_folder(model_dir):
-    """Whether `model_dir` is a Hugging Face or keras-hub BERT folder (it has their `config.json`)."""
+    """Whether `model_dir` is a Hugging Face or keras-hub BERT
+    folder (it has their `config.json`).
+    """
     return os.path.isfile(os.path.join(model_dir, checkpoints.huggingface.CONFIG))
 
 
@@ -88,21 +113,30 @@ def _read_checkpoint_folder(folder):
     checkpoint = _checkpoint(folder)
     if checkpoint.vocabulary is None:
         raise ValueError(f"{folder}: no vocabulary, which fine-tuning needs to read text")
-    settings = {**_written_out(checkpoint.arguments), "lowercase": checkpoint.lowercase,
-                "strip_accents": checkpoint.strip_accents, "max_length": checkpoint.arguments["max_sequence_length"]}
-    tokenizer = WordPieceTokenizer(checkpoint.vocabulary, lowercase=checkpoint.lowercase,
-                                   strip_accents=checkpoint.strip_accents)
+    settings = {
+        **_written_out(checkpoint.arguments),
+        "lowercase": checkpoint.lowercase,
+        "strip_accents": checkpoint.strip_accents,
+        "max_length": checkpoint.arguments["max_sequence_length"],
+    }
+    tokenizer = WordPieceTokenizer(
+        checkpoint.vocabulary,
+        lowercase=checkpoint.lowercase,
+        strip_accents=checkpoint.strip_accents,
+    )
     return tokenizer, settings
 
 
 def _written_out(arguments):
-    """`BertBackbone` arguments with its preset written out: what fixes the architecture, as its config says it."""
+    """`BertBackbone` arguments with its preset written out: what
+    fixes the architecture, as its config says it.
+    """
     return backbone_arguments(BertBackbone.resolve(**arguments))
 
 
 def load_backbone(model_dir, dropout=0.1):
-    """A new `BertBackbone` with the weights of a BERT export, pretraining run folder or checkpoint folder, to
-    fine-tune.
+    """A new `BertBackbone` with the weights of a BERT export,
+    pretraining run folder or checkpoint folder, to fine-tune.
 
     Build it inside the strategy scope it trains under.
 
@@ -114,7 +148,8 @@ def load_backbone(model_dir, dropout=0.1):
     if is_checkpoint_folder(model_dir):
         checkpoints.huggingface.assign(backbone.weights, _checkpoint(model_dir).values, model_dir)
     elif run_folder.is_run_folder(model_dir):
-        BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))  # heads dropped
+        # heads dropped
+        BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))
     else:
         backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
     return backbone

@@ -1,10 +1,10 @@
 """What every job does around the runner: flag checks, the setup report, the run folder.
 
 A job starts with `start`: it checks its strategy flags and output folders
-before any training (`check_strategy_flags`, `check_writable_folder`) and
-prints what it chose (`describe_setup`); then it binds its run folder to its training data and settings
-(`bind_run_folder`) and, under several workers, lets only the chief learn
-vocabularies while the others wait for its files (`wait_for_chief`).
+before any training (`check_strategy_flags`, `check_writable_folder`) and prints
+what it chose (`describe_setup`); then it binds its run folder to its training
+data and settings (`bind_run_folder`) and, under several workers, lets only the
+chief learn vocabularies while the others wait for its files (`wait_for_chief`).
 """
 
 import dataclasses
@@ -16,13 +16,13 @@ import time
 
 import tensorflow as tf
 
-from keras_attn.errors import UserError
 from keras_attn import run_folder
 from keras_attn.config import flag_name
-from pipelines.text import write_text_atomically
+from keras_attn.errors import UserError
 from keras_attn.training.precision import describe_precision
 from keras_attn.training.runner import ANOTHER_RUN, prepare
 from keras_attn.training.strategy import worker_role
+from pipelines.text import write_text_atomically
 
 
 def start(config, log):
@@ -41,6 +41,7 @@ def start(config, log):
     if config.export and chief:
         check_writable_folder(os.path.join(config.export_root, config.name), "--export")
     return chief
+
 
 def bind_run_folder(config, training_lines, chief=True):
     """Records what the run folder starts with, or refuses a run that changes it.
@@ -64,13 +65,16 @@ def bind_run_folder(config, training_lines, chief=True):
     }
     path = run_folder.path(config.run_dir, run_folder.SETTINGS)
     if os.path.exists(path):
-        kept = run_folder.read_settings(config.run_dir)  # {} if unreadable: every setting then differs
+        # {} if unreadable: every setting then differs
+        kept = run_folder.read_settings(config.run_dir)
         # A folder started before a setting existed ran with that setting's default.
         defaults = {field.name: field.default for field in dataclasses.fields(config)}
         kept = {key: kept.get(key, defaults.get(key)) for key in settings}
         fields = {field.name: field for field in dataclasses.fields(config)}
         changed = [
-            "other training data" if key == "training_data" else f"{flag_name(fields[key])} {kept[key]} (now {value})"
+            "other training data"
+            if key == "training_data"
+            else f"{flag_name(fields[key])} {kept[key]} (now {value})"
             for key, value in settings.items()
             if kept[key] != value
         ]
@@ -124,24 +128,30 @@ def describe_setup(config, strategy):
     backup = tf.train.latest_checkpoint(run_folder.path(config.run_dir, run_folder.CHECKPOINTS))
     state = f"continues from its backup {os.path.basename(backup)}" if backup else "a new run"
     return [
-        f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on {', '.join(_devices(strategy))}",
+        f"strategy: {_strategy_name(strategy)}, {replicas} replica(s) on "
+        f"{', '.join(_devices(strategy))}",
         f"precision: {describe_precision(config.mixed_precision)}",
-        "XLA: off (the recurrence's loop trains without it)" if config.recurrent else
-        f"XLA: {'on' if config.jit_compile else 'off'} (--jit-compile compiles the train step with XLA)",
+        "XLA: off (the recurrence's loop trains without it)"
+        if config.recurrent
+        else f"XLA: {'on' if config.jit_compile else 'off'} "
+        "(--jit-compile compiles the train step with XLA)",
         f"global batch: {describe_global_batch(config, replicas, detail=True)}",
         f"run folder: {config.run_dir} ({state})",
     ]
 
 
 def describe_training(config, result, seconds):
-    """The line a job prints when its training ends: what it trained, and on a resumed run what this run did.
+    """The line a job prints when its training ends: what it trained,
+    and on a resumed run what this run did.
 
     Args:
         config: the job's config.
         result: the runner's `TrainingResult`.
         seconds: the job's time in this process.
     """
-    return _describe_steps(config, result, seconds) + _describe_average(config, result.averaged_updates)
+    return _describe_steps(config, result, seconds) + _describe_average(
+        config, result.averaged_updates
+    )
 
 
 def _describe_steps(config, result, seconds):
@@ -150,11 +160,14 @@ def _describe_steps(config, result, seconds):
     replicas = result.strategy.num_replicas_in_sync
     where = f"on {replicas} replica(s), global batch {describe_global_batch(config, replicas)}"
     if not result.initial_steps:
-        return f"trained {result.model.count_params():,} parameters for {result.steps} steps {where}, in {seconds:.0f} s"
+        return (
+            f"trained {result.model.count_params():,} parameters for {result.steps} steps {where}, "
+            f"in {seconds:.0f} s"
+        )
     return (
-        f"trained {result.model.count_params():,} parameters for {result.steps} steps in all {where}; "
-        f"this run resumed after {result.initial_steps} and trained {result.steps - result.initial_steps} "
-        f"steps in {seconds:.0f} s"
+        f"trained {result.model.count_params():,} parameters for {result.steps} steps in all "
+        f"{where}; this run resumed after {result.initial_steps} and trained "
+        f"{result.steps - result.initial_steps} steps in {seconds:.0f} s"
     )
 
 
@@ -173,22 +186,31 @@ def _describe_average(config, updates):
     if not updates:
         return ""
     kept = "" if len(updates) == config.average_last else f": the run kept {len(updates)}"
-    return (f"; the model is the mean of the weights at updates {', '.join(map(str, updates))} "
-            f"(--average-last {config.average_last}{kept})")
+    return (
+        f"; the model is the mean of the weights at updates {', '.join(map(str, updates))} "
+        f"(--average-last {config.average_last}{kept})"
+    )
 
 
 def describe_global_batch(config, replicas, detail=False):
-    """The global batch in words: `64`, or `up to 1400 ids` with a token budget (`detail`: per replica too)."""
+    """The global batch in words: `64`, or `up to 1400 ids` with a
+    token budget (`detail`: per replica too).
+    """
     tokens = getattr(config, "batch_tokens", None)
     if tokens:
         return f"up to {tokens * replicas} ids" + (
-            f" ({tokens} per replica), at most {config.batch_size * replicas} examples" if detail else ""
+            f" ({tokens} per replica), at most {config.batch_size * replicas} examples"
+            if detail
+            else ""
         )
-    return f"{config.batch_size * replicas}" + (f" ({config.batch_size} per replica)" if detail else "")
+    return f"{config.batch_size * replicas}" + (
+        f" ({config.batch_size} per replica)" if detail else ""
+    )
 
 
 def _strategy_name(strategy):
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # its class: CollectiveAllReduceStrategy
+    # its class: CollectiveAllReduceStrategy
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return f"MultiWorkerMirroredStrategy, this process the {worker_role(strategy)[1]}"
     name = type(strategy).__name__
     return "default (no tf.distribute strategy)" if name.startswith("_Default") else name
@@ -203,20 +225,29 @@ def _devices(strategy):
 
 
 def check_tf_config(text):
-    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on: not JSON, not an object, or a cluster without
-    this process's task in it (`{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}`)."""
+    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on: not JSON,
+    not an object, or a cluster without this process's task in it (`{"cluster":
+    {"worker": [...]}, "task": {"type": "worker", "index": i}}`)."""
     try:
         tf_config = json.loads(text)
     except ValueError as error:
-        raise UserError(f"TF_CONFIG is not valid JSON ({error}); unset it to train as one worker") from None
+        raise UserError(
+            f"TF_CONFIG is not valid JSON ({error}); unset it to train as one worker"
+        ) from None
     if not isinstance(tf_config, dict):
-        raise UserError(f"TF_CONFIG must be a JSON object with \"cluster\" and \"task\", got {text[:80]}")
+        raise UserError(
+            f'TF_CONFIG must be a JSON object with "cluster" and "task", got {text[:80]}'
+        )
     cluster, task = tf_config.get("cluster"), tf_config.get("task")
     if not cluster:
         return
     where = 'TF_CONFIG\'s "task" must name this process\'s place in its "cluster"'
-    if not isinstance(cluster, dict) or not all(isinstance(hosts, list) for hosts in cluster.values()):
-        raise UserError(f'TF_CONFIG\'s "cluster" must map task types to lists of host:port, got {cluster}')
+    if not isinstance(cluster, dict) or not all(
+        isinstance(hosts, list) for hosts in cluster.values()
+    ):
+        raise UserError(
+            f'TF_CONFIG\'s "cluster" must map task types to lists of host:port, got {cluster}'
+        )
     if not isinstance(task, dict) or task.get("type") not in cluster:
         raise UserError(f"{where}: a type among {sorted(cluster)} and an index, got {task}")
     index, hosts = task.get("index", 0), cluster[task["type"]]
@@ -225,19 +256,23 @@ def check_tf_config(text):
 
 
 def check_strategy_flags(config):
-    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on (`check_tf_config`), or `--devices` this machine
-    lacks.
+    """Refuses in one line a `TF_CONFIG` TensorFlow would fail on (`check_tf_config`), or
+    `--devices` this machine lacks.
 
     (TensorFlow would raise from deep inside, or quietly place the work on
     another device.) Devices are looked up only for `one_device` and
     `mirrored`: `multi_worker` must start before TensorFlow lists devices.
     """
     if config.strategy == "multi_worker":
-        check_tf_config(os.environ.get("TF_CONFIG", "{}"))  # as TensorFlow reads it: set and empty is not JSON
+        # as TensorFlow reads it: set and empty is not JSON
+        check_tf_config(os.environ.get("TF_CONFIG", "{}"))
         return
     if not config.devices or config.strategy not in ("one_device", "mirrored"):
         return
-    present = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
+    present = {
+        (d.device_type, tf.DeviceSpec.from_string(d.name).device_index)
+        for d in tf.config.list_logical_devices()
+    }
     for name in config.devices:
         try:
             spec = tf.DeviceSpec.from_string(name)

@@ -1,12 +1,11 @@
 """The translation job: data → tokenizers → fit → evaluate → export.
 
-`run(TranslationConfig(...))` is what `keras-attn train transformer` runs,
-`run(Seq2SeqConfig(...))` what `keras-attn train seq2seq` runs (both configs:
-`keras_attn.config`). A config says which model it trains (`build_task`),
-its width and callbacks and which of its fields bind a run folder
-(`bound_settings`); everything else here is shared.
-What every job shares (flag checks, the setup report, the run-folder
-binding) is `keras_attn.jobs.common`'s. Without data files the job trains on the built-in generated corpus.
+`run(TranslationConfig(...))` is what `keras-attn train transformer` runs, `run(Seq2SeqConfig(...))`
+what `keras-attn train seq2seq` runs (both configs: `keras_attn.config`). A config says which model
+it trains (`build_task`), its width and callbacks and which of its fields bind a run folder
+(`bound_settings`); everything else here is shared. What every job shares (flag checks, the setup
+report, the run-folder binding) is `keras_attn.jobs.common`'s. Without data files the job trains on
+the built-in generated corpus.
 """
 
 import contextlib
@@ -17,8 +16,13 @@ import time
 import keras
 import numpy as np
 
-from keras_attn import evaluation, serving, run_folder
-from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VOCAB_SAMPLE, Seq2SeqConfig, TranslationConfig
+from keras_attn import evaluation, run_folder, serving
+from keras_attn.config import (
+    STREAM_ABOVE_MB,
+    STREAMED_VOCAB_SAMPLE,
+    Seq2SeqConfig,
+    TranslationConfig,
+)
 from keras_attn.errors import UserError
 from keras_attn.jobs import common
 from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as before)
@@ -29,11 +33,11 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
 )
 from keras_attn.models import Seq2SeqLM
 from keras_attn.training import warmup_cosine
-from pipelines.text import write_text_atomically
 from keras_attn.training.runner import train
 from pipelines import prepared, streaming, synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer, learn_sentencepiece_model
+from pipelines.text import write_text_atomically
 
 
 @dataclasses.dataclass
@@ -66,7 +70,8 @@ class TranslationResult:
 
 
 def load_corpora(config):
-    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may be None), and `"train_pairs"`.
+    """Returns `{"train", "valid", "test"}` → ParallelCorpus (test may
+    be None), and `"train_pairs"`.
 
     Training data read as a stream (`_streamed_corpus`) is a
     `streaming.ShardedCorpus`, not read here: its `"train_pairs"` are
@@ -76,10 +81,14 @@ def load_corpora(config):
     _check_data_flags(config)
     streamed = _streamed_corpus(config)
     if streamed and not config.valid_src:
-        raise text.DataError(f"{streamed}: a corpus read as a stream holds nothing out; give --valid-src/--valid-tgt")
+        raise text.DataError(
+            f"{streamed}: a corpus read as a stream holds nothing out; give --valid-src/--valid-tgt"
+        )
     if config.prepared and not streamed:
-        raise UserError(f"--prepared: the training data is read into memory and tokenized once already; shards and "
-                        f"files over {STREAM_ABOVE_MB} MB are read as a stream and can be prepared")
+        raise UserError(
+            "--prepared: the training data is read into memory and tokenized once already; "
+            f"shards and files over {STREAM_ABOVE_MB} MB are read as a stream and can be prepared"
+        )
     if streamed:
         train, pairs = streamed, streamed.estimated_pairs()
     elif config.data:
@@ -88,15 +97,18 @@ def load_corpora(config):
         train = _non_empty(text.read_parallel(config.src, config.tgt), config.src)
     else:
         corpora = synthetic.translation_corpus(
-            seed=config.seed, train_size=config.builtin_size,
-            valid_size=config.builtin_eval_size, test_size=config.builtin_eval_size,
+            seed=config.seed,
+            train_size=config.builtin_size,
+            valid_size=config.builtin_eval_size,
+            test_size=config.builtin_eval_size,
         )
         return {**corpora, "train_pairs": len(corpora["train"])}
     if config.valid_src:
         valid = _non_empty(text.read_parallel(config.valid_src, config.valid_tgt), config.valid_src)
     elif len(train) < 2:
         raise text.DataError(
-            f"{config.data or config.src}: one usable pair; give --valid-src/--valid-tgt or more pairs"
+            f"{config.data or config.src}: one usable pair; give --valid-src/--valid-tgt or more "
+            "pairs"
         )
     else:
         train, valid = hold_out(train, fraction=0.02, seed=config.seed)
@@ -117,13 +129,19 @@ def _streamed_corpus(config):
     files = streaming.corpus_files(spec)
     if len(files) == 1 and os.path.getsize(files[0]) <= STREAM_ABOVE_MB * 2**20:
         return None
-    return streaming.ShardedCorpus.tsv(spec) if config.data else streaming.ShardedCorpus.parallel(spec, config.tgt)
+    return (
+        streaming.ShardedCorpus.tsv(spec)
+        if config.data
+        else streaming.ShardedCorpus.parallel(spec, config.tgt)
+    )
 
 
 def _non_empty(corpus, origin):
     """`corpus`, refused when it has no usable pair."""
     if not len(corpus):
-        raise text.DataError(f"{origin}: no usable pairs ({corpus.skipped_empty} empty ones skipped)")
+        raise text.DataError(
+            f"{origin}: no usable pairs ({corpus.skipped_empty} empty ones skipped)"
+        )
     return corpus
 
 
@@ -161,20 +179,33 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
     both. Under several workers only the chief learns them; the others wait
     for the chief's files in the (shared) run folder (`common.wait_for_chief`).
     """
-    kind = SentencePieceTokenizer if config.subword in ("bpe", "unigram") else tokenizers.WordPieceTokenizer
-    paths = run_folder.vocabulary_paths(config.run_dir, ".model" if kind is SentencePieceTokenizer else ".txt")
+    kind = (
+        SentencePieceTokenizer
+        if config.subword in ("bpe", "unigram")
+        else tokenizers.WordPieceTokenizer
+    )
+    paths = run_folder.vocabulary_paths(
+        config.run_dir, ".model" if kind is SentencePieceTokenizer else ".txt"
+    )
     if wait_for_chief(paths, chief, wait_seconds):
         return tuple(kind.load(path, lowercase=config.lowercase) for path in paths)
 
     def learn(texts):  # a WordPiece vocabulary or a SentencePiece model
         if kind is SentencePieceTokenizer:
-            return learn_sentencepiece_model(texts, config.vocabulary_size, config.subword, config.lowercase)
-        return tokenizers.learn_wordpiece_vocabulary(texts, config.vocabulary_size, config.lowercase)
+            return learn_sentencepiece_model(
+                texts, config.vocabulary_size, config.subword, config.lowercase
+            )
+        return tokenizers.learn_wordpiece_vocabulary(
+            texts, config.vocabulary_size, config.lowercase
+        )
 
     sample = vocabulary_sample(config, train)
     try:
-        learned = [learn(sample.sources + sample.targets)] * 2 if config.shared_vocab else [
-            learn(sample.sources), learn(sample.targets)]
+        learned = (
+            [learn(sample.sources + sample.targets)] * 2
+            if config.shared_vocab
+            else [learn(sample.sources), learn(sample.targets)]
+        )
     except ValueError as error:  # a SentencePiece vocabulary too small for the text's characters
         raise UserError(f"--vocab-size: {error}") from None
     result = tuple(kind(one, lowercase=config.lowercase) for one in learned)
@@ -184,11 +215,16 @@ def build_tokenizers(config, train, chief=True, wait_seconds=600):
 
 
 def prepared_corpus(config, train, tokenizers, chief, log, wait_seconds=3 * 3600):
-    """The streamed `train` tokenized into `config.prepared` (`pipelines.prepared`): by the chief; under
-    several workers the others wait for its folder to be complete."""
+    """The streamed `train` tokenized into `config.prepared` (`pipelines.prepared`): by the chief;
+    under several workers the others wait for its folder to be complete."""
     if chief:
         return prepared.prepare(train, *tokenizers, config.prepared, log)
-    wait_for_chief([os.path.join(config.prepared, prepared.PAIRS_FILE)], chief, wait_seconds, what="prepared shards")
+    wait_for_chief(
+        [os.path.join(config.prepared, prepared.PAIRS_FILE)],
+        chief,
+        wait_seconds,
+        what="prepared shards",
+    )
     return prepared.PreparedCorpus.load(config.prepared, prepared.binding(train, *tokenizers))
 
 
@@ -199,7 +235,9 @@ def vocabulary_sample(config, train):
         return train.head(config.vocab_sample or STREAMED_VOCAB_SAMPLE)
     if config.vocab_sample is None:
         return train
-    return text.ParallelCorpus(train.sources[: config.vocab_sample], train.targets[: config.vocab_sample])
+    return text.ParallelCorpus(
+        train.sources[: config.vocab_sample], train.targets[: config.vocab_sample]
+    )
 
 
 # With --jit-compile, batches are padded to lengths that are multiples of this.
@@ -210,7 +248,11 @@ def bind_run_folder(config, train, chief=True):
     """`common.bind_run_folder` with the training pairs as `source<TAB>target` lines; a streamed
     corpus with its files' names and sizes instead."""
     if isinstance(train, streaming.ShardedCorpus):
-        lines = [f"{os.path.basename(path)}\t{os.path.getsize(path)}" for shard in train.shards for path in shard]
+        lines = [
+            f"{os.path.basename(path)}\t{os.path.getsize(path)}"
+            for shard in train.shards
+            for path in shard
+        ]
     else:
         lines = (f"{source}\t{target}" for source, target in zip(train.sources, train.targets))
     common.bind_run_folder(config, lines, chief)
@@ -225,7 +267,10 @@ def write_test_split(config, corpus):
     Returns:
         The two paths.
     """
-    paths = [run_folder.path(config.run_dir, name) for name in (run_folder.TEST_SOURCE, run_folder.TEST_REFERENCE)]
+    paths = [
+        run_folder.path(config.run_dir, name)
+        for name in (run_folder.TEST_SOURCE, run_folder.TEST_REFERENCE)
+    ]
     for path, lines in zip(paths, (corpus.sources, corpus.targets)):
         write_text_atomically(path, "".join(line + "\n" for line in lines))
     return paths
@@ -245,31 +290,48 @@ def run(config, log=print):
     chief = common.start(config, log)
     train_corpus, valid_corpus = corpora["train"], corpora["valid"]
     test_corpus = valid_corpus if corpora.get("test") is None else corpora["test"]
-    streamed, train_pairs = isinstance(train_corpus, streaming.ShardedCorpus), corpora["train_pairs"]
+    streamed, train_pairs = (
+        isinstance(train_corpus, streaming.ShardedCorpus),
+        corpora["train_pairs"],
+    )
     if streamed:
-        log(f"data: about {common.counted(train_pairs, 'training pair')} (from the files' sizes) read as a stream "
-            f"from {train_corpus}, {common.counted(len(valid_corpus.sources), 'validation pair')}, "
-            f"{common.counted(valid_corpus.skipped_empty, 'empty one')} skipped; empty training pairs are skipped as "
-            "they come")
+        log(
+            f"data: about {common.counted(train_pairs, 'training pair')} (from the files' sizes) "
+            f"read as a stream from {train_corpus}, "
+            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, "
+            f"{common.counted(valid_corpus.skipped_empty, 'empty one')} skipped; empty training "
+            "pairs are skipped as they come"
+        )
     else:
         skipped = train_corpus.skipped_empty + valid_corpus.skipped_empty
-        log(f"data: {common.counted(train_pairs, 'training pair')}, "
-            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, {common.counted(skipped, 'empty pair')} "
-            "skipped")
+        log(
+            f"data: {common.counted(train_pairs, 'training pair')}, "
+            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, "
+            f"{common.counted(skipped, 'empty pair')} skipped"
+        )
     os.makedirs(config.run_dir, exist_ok=True)
     bind_run_folder(config, train_corpus, chief)
     test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
-    pieces = "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
+    pieces = (
+        "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
+    )
     if config.shared_vocab:
         tables = "; the encoder's embedding its own" if config.separate_embeddings else ""
-        log(f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both languages{tables}")
+        log(
+            f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both "
+            f"languages{tables}"
+        )
     else:
-        log(f"vocabularies: {source_tokenizer.vocabulary_size} source, {target_tokenizer.vocabulary_size} target "
-            f"{pieces}")
+        log(
+            f"vocabularies: {source_tokenizer.vocabulary_size} source, "
+            f"{target_tokenizer.vocabulary_size} target {pieces}"
+        )
 
     if config.prepared:
-        train_corpus = prepared_corpus(config, train_corpus, (source_tokenizer, target_tokenizer), chief, log)
+        train_corpus = prepared_corpus(
+            config, train_corpus, (source_tokenizer, target_tokenizer), chief, log
+        )
 
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:
@@ -282,19 +344,29 @@ def run(config, log=print):
     def make_datasets(global_batch_size):
         replicas = global_batch_size // config.batch_size
         pipeline = dict(
-            source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            batch_size=global_batch_size, max_length=config.max_sequence_length, seed=config.seed,
+            source_tokenizer=source_tokenizer,
+            target_tokenizer=target_tokenizer,
+            batch_size=global_batch_size,
+            max_length=config.max_sequence_length,
+            seed=config.seed,
             length_multiple=length_multiple,
             batch_tokens=config.batch_tokens and config.batch_tokens * replicas,
         )
         if streamed:
-            train_epochs = translation.streamed_translation_epochs(train_corpus, train_pairs, **pipeline)
+            train_epochs = translation.streamed_translation_epochs(
+                train_corpus, train_pairs, **pipeline
+            )
             # Under several workers each reads its own shards, in batches of one replica's share.
             own = dict(pipeline, batch_size=config.batch_size, batch_tokens=config.batch_tokens)
-            train_epochs.for_worker = lambda worker, workers: translation.streamed_translation_epochs(
-                train_corpus, -(-train_pairs // workers), **own, worker=worker, workers=workers)
+            train_epochs.for_worker = lambda worker, workers: (
+                translation.streamed_translation_epochs(
+                    train_corpus, -(-train_pairs // workers), **own, worker=worker, workers=workers
+                )
+            )
         else:
-            train_epochs = translation.translation_epochs(train_corpus.sources, train_corpus.targets, **pipeline)
+            train_epochs = translation.translation_epochs(
+                train_corpus.sources, train_corpus.targets, **pipeline
+            )
         return (
             train_epochs,
             translation.translation_dataset(
@@ -305,7 +377,9 @@ def run(config, log=print):
     builtin = not (config.data or config.src or config.tgt)
     dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
 
-    preprocessor = TranslationPreprocessor(source_tokenizer, target_tokenizer, config.max_sequence_length)
+    preprocessor = TranslationPreprocessor(
+        source_tokenizer, target_tokenizer, config.max_sequence_length
+    )
 
     def build_model():
         return build_task(config, preprocessor, dropout)
@@ -313,7 +387,9 @@ def run(config, log=print):
     train_started = time.time()
     with train_corpus.reported() if streamed else contextlib.nullcontext():
         result = train(
-            config, build_model=build_model, make_datasets=make_datasets,
+            config,
+            build_model=build_model,
+            make_datasets=make_datasets,
             compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
             callbacks=config.callbacks(),
         )
@@ -322,7 +398,12 @@ def run(config, log=print):
     log(common.describe_training(config, result, time.time() - started))
     if not result.is_chief:
         return TranslationResult(
-            None, {}, [], result.history, model, result.steps,
+            None,
+            {},
+            [],
+            result.history,
+            model,
+            result.steps,
             already_finished=result.already_finished,
         )
 
@@ -332,20 +413,31 @@ def run(config, log=print):
     log(f"test: {evaluation.format_scores(metrics)} ({test_paths[0]}, {test_paths[1]})")
     path, new_export = None, False
     if config.export:
-        metadata = {"test_src": os.path.abspath(test_paths[0]), "test_ref": os.path.abspath(test_paths[1])}
+        metadata = {
+            "test_src": os.path.abspath(test_paths[0]),
+            "test_ref": os.path.abspath(test_paths[1]),
+        }
         path, new_export = serving.export_if_changed(
             translator, config.export_root, config.name, metadata, force=config.force_export
         )
-    samples = list(zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples]))
+    samples = list(
+        zip(test_corpus.sources[: config.samples], metrics["hypotheses"][: config.samples])
+    )
     return TranslationResult(
-        export_path=path, metrics=metrics, samples=samples, history=result.history,
-        model=model, steps=result.steps, new_export=new_export,
+        export_path=path,
+        metrics=metrics,
+        samples=samples,
+        history=result.history,
+        model=model,
+        steps=result.steps,
+        new_export=new_export,
         already_finished=result.already_finished,
     )
 
 
 def load_run(run_dir, weights=None):
-    """The task of a translation run folder as it trained: its settings, vocabularies and best weights.
+    """The task of a translation run folder as it trained: its
+    settings, vocabularies and best weights.
 
     Args:
         run_dir: a run folder of `keras-attn train transformer` or `seq2seq`.
@@ -361,8 +453,11 @@ def load_run(run_dir, weights=None):
     if not settings or "subword" not in settings:
         raise UserError(f"{run_dir}: not a run folder of keras-attn train transformer or seq2seq")
     make = Seq2SeqConfig if "cell" in settings else TranslationConfig
-    config = make(run_dir=run_dir, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__})
-    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)  # the folder's own
+    config = make(
+        run_dir=run_dir, **{k: v for k, v in settings.items() if k in make.__dataclass_fields__}
+    )
+    # the folder's own
+    source, target = build_tokenizers(config, train=None, chief=False, wait_seconds=0)
     preprocessor = TranslationPreprocessor(source, target, config.max_sequence_length)
     best = weights or run_folder.path(run_dir, run_folder.BEST_WEIGHTS)
     if not os.path.isfile(best):
@@ -395,17 +490,27 @@ def export_to_ctranslate2(model_dir, output_dir, quantization=None, force=False)
     elif run_folder.is_run_folder(model_dir):
         task = load_run(model_dir)
     else:
-        raise UserError(f"{model_dir}: neither a run folder (no {run_folder.SETTINGS}) nor an export "
-                        f"(no {SAVED_MODEL})")
+        raise UserError(
+            f"{model_dir}: neither a run folder (no {run_folder.SETTINGS}) nor an export "
+            f"(no {SAVED_MODEL})"
+        )
     preprocessor = task.preprocessor
-    return export_ctranslate2(task.backbone, preprocessor.source_tokenizer.vocabulary,
-                              preprocessor.target_tokenizer.vocabulary, output_dir, quantization, force,
-                              preprocessor=preprocessor)
+    return export_ctranslate2(
+        task.backbone,
+        preprocessor.source_tokenizer.vocabulary,
+        preprocessor.target_tokenizer.vocabulary,
+        output_dir,
+        quantization,
+        force,
+        preprocessor=preprocessor,
+    )
 
 
 def build_task(config, preprocessor, dropout):
     """The `Seq2SeqLM` a translation config trains: its family's preset, sized by `preprocessor`."""
-    return Seq2SeqLM.from_preset(config.preset, preprocessor, family=config.family, **config.backbone_arguments(dropout))
+    return Seq2SeqLM.from_preset(
+        config.preset, preprocessor, family=config.family, **config.backbone_arguments(dropout)
+    )
 
 
 def translate_all(translator, sentences, beam_width, batch_size=64):
@@ -425,7 +530,8 @@ def evaluate(translator, corpus, beam_width):
 
 
 def compile_task(model, config, total_steps):
-    """Compiles the job's `Seq2SeqLM` with its defaults and the config's schedule and label smoothing.
+    """Compiles the job's `Seq2SeqLM` with its defaults and the
+    config's schedule and label smoothing.
 
     `"cosine"`: warm-up to `learning_rate`, cosine decay to the run's end
     (`total_steps`). `"inverse_sqrt"`: `Seq2SeqLM.compile`'s own, the paper's
@@ -434,4 +540,8 @@ def compile_task(model, config, total_steps):
     learning_rate = config.learning_rate
     if config.schedule == "cosine":
         learning_rate = warmup_cosine(config.learning_rate, config.warmup_steps, total_steps)
-    model.compile(learning_rate=learning_rate, warmup_steps=config.warmup_steps, label_smoothing=config.label_smoothing)
+    model.compile(
+        learning_rate=learning_rate,
+        warmup_steps=config.warmup_steps,
+        label_smoothing=config.label_smoothing,
+    )

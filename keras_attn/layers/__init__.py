@@ -21,12 +21,12 @@ from keras_attn.layers.embedding import BertEmbedding, TokenAndPositionEmbedding
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.image_encoder import ImageGridEncoder
 from keras_attn.layers.masked_lm_head import MaskedLMHead
-from keras_attn.layers.next_sentence_head import NextSentenceHead
-from keras_attn.layers.output_bias import OutputBias
 from keras_attn.layers.multi_head_attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
 )
+from keras_attn.layers.next_sentence_head import NextSentenceHead
+from keras_attn.layers.output_bias import OutputBias
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 from keras_attn.layers.rnn_decoder import AttentionDecoder
 from keras_attn.layers.rnn_encoder import RNNEncoder

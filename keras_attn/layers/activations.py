@@ -1,4 +1,5 @@
-"""The feed-forward activations a model may be built with, by name: Keras's, and GELU's tanh approximation.
+"""The feed-forward activations a model may be built with, by name:
+Keras's, and GELU's tanh approximation.
 
 BERT's original code computes GELU with its tanh approximation (Hendrycks and
 Gimpel 2016, section 2); Hugging Face calls it `gelu_new` and its exact, erf
@@ -21,8 +22,8 @@ def gelu_tanh(x):
 
 
 def activation(name):
-    """What a Keras layer's `activation` takes for `name`, one of `ACTIVATIONS`: Keras's own name, or the
-    function."""
+    """What a Keras layer's `activation` takes for `name`, one of
+    `ACTIVATIONS`: Keras's own name, or the function."""
     if name not in ACTIVATIONS:
         raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {name!r}.")
     return gelu_tanh if name == "gelu_tanh" else name

@@ -83,9 +83,7 @@ class _AlignmentAttention(keras.layers.Layer):
         scores = self.score(query, projected_key)  # (B, Tq, Tk)
         causal = None
         if use_causal_mask:
-            causal = masking.causal_mask(
-                ops.shape(query)[1], ops.shape(key)[1], query_start=start
-            )
+            causal = masking.causal_mask(ops.shape(query)[1], ops.shape(key)[1], query_start=start)
         window, reweight = self.local_window(query, key, key_mask, start)
         # Padded queries attend to nothing: their weights and outputs are zeros.
         mask = masking.merge_masks(masking.attention_mask(query_mask, key_mask, causal), window)
@@ -170,7 +168,9 @@ class AdditiveAttention(_AlignmentAttention):
 
     def build_score(self, query_dim, key_dim):
         self.query_projection = keras.layers.Dense(
-            self.units, use_bias=self.use_bias, name="query_projection",
+            self.units,
+            use_bias=self.use_bias,
+            name="query_projection",
             dtype=self.dtype_policy,
         )
         self.key_projection = keras.layers.Dense(
@@ -178,9 +178,7 @@ class AdditiveAttention(_AlignmentAttention):
         )
         self.query_projection.build((None, query_dim))
         self.key_projection.build((None, key_dim))
-        self.v = self.add_weight(
-            name="v", shape=(self.units,), initializer="glorot_uniform"
-        )
+        self.v = self.add_weight(name="v", shape=(self.units,), initializer="glorot_uniform")
 
     def project_key(self, key):
         return self.key_projection(key)
@@ -190,17 +188,14 @@ class AdditiveAttention(_AlignmentAttention):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {"units": self.units, "use_bias": self.use_bias, "dropout": self.dropout}
-        )
+        config.update({"units": self.units, "use_bias": self.use_bias, "dropout": self.dropout})
         return config
 
 
 def additive_score(projected_query, projected_key, v):
     """vᵀ tanh(q' + k') for every (query, key) pair: `(B, Tq, Tk)`."""
-    hidden = ops.tanh(
-        ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
-    )  # (B, Tq, Tk, units)
+    # (B, Tq, Tk, units)
+    hidden = ops.tanh(ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1))
     return ops.einsum("bqku,u->bqk", hidden, ops.cast(v, hidden.dtype))
 
 
@@ -278,18 +273,11 @@ class DotProductAttention(_AlignmentAttention):
     ):
         super().__init__(dropout=dropout, **kwargs)
         if score not in LUONG_SCORES:
-            raise ValueError(
-                f"`score` must be one of {LUONG_SCORES}, got {score!r}."
-            )
+            raise ValueError(f"`score` must be one of {LUONG_SCORES}, got {score!r}.")
         if alignment not in LOCAL_ALIGNMENTS:
-            raise ValueError(
-                f"`alignment` must be one of {LOCAL_ALIGNMENTS}, got "
-                f"{alignment!r}."
-            )
+            raise ValueError(f"`alignment` must be one of {LOCAL_ALIGNMENTS}, got {alignment!r}.")
         if window is not None and (not isinstance(window, int) or window < 0):
-            raise ValueError(
-                f"`window` must be None or an integer >= 0, got {window!r}."
-            )
+            raise ValueError(f"`window` must be None or an integer >= 0, got {window!r}.")
         self.score_mode = score
         self.units = units
         self.window = window

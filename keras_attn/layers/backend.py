@@ -12,11 +12,14 @@ def require_tensorflow(what, why):
     """Raises `RuntimeError` naming `what` and `why` unless Keras runs on TensorFlow."""
     backend = keras.backend.backend()
     if backend != "tensorflow":
-        raise RuntimeError(f"{what} runs on the TensorFlow backend only ({why}); KERAS_BACKEND is {backend!r}.")
+        raise RuntimeError(
+            f"{what} runs on the TensorFlow backend only ({why}); KERAS_BACKEND is {backend!r}."
+        )
 
 
 def optimization_barrier_under_xla(kernel):
-    """`kernel` behind an XLA optimization barrier when XLA compiles the graph; elsewhere `kernel` unchanged.
+    """`kernel` behind an XLA optimization barrier when XLA compiles
+    the graph; elsewhere `kernel` unchanged.
 
     XLA on CPU fuses the reshape that makes a projection kernel 2-D into a
     product whose output has one row (a decoding step of one sentence) and

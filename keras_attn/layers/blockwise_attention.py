@@ -165,7 +165,9 @@ def blockwise_attention(
 
             arrays = [tf.TensorArray(tf.float32, size=blocks, element_shape=None) for _ in range(2)]
             _, d_q, d_keys, d_values = tf.while_loop(
-                lambda j, *_: j < blocks, backward, (0, tf.zeros_like(q), *arrays),
+                lambda j, *_: j < blocks,
+                backward,
+                (0, tf.zeros_like(q), *arrays),
                 parallel_iterations=1,
             )
             return d_q, _join_blocks(d_keys), _join_blocks(d_values)

@@ -1,4 +1,5 @@
-"""Show, Attend and Tell's decoder (Xu et al. 2015): an LSTM that attends over the cells of an image.
+"""Show, Attend and Tell's decoder (Xu et al. 2015): an LSTM that
+attends over the cells of an image.
 
 The encoder turns an image into a grid of L = H×W feature vectors
 a = (a_1, ..., a_L); the decoder writes the caption one word at a time and
@@ -95,14 +96,26 @@ class CaptionDecoder(AttentionDecoder):
         >>> decoder = CaptionDecoder(50, hidden_dim=16)
         >>> grid = np.random.rand(2, 9, 16).astype("float32")
         >>> states = [[np.zeros((2, 16), "float32")] * 2]
-        >>> logits, weights = decoder(np.array([[2, 7, 8]] * 2), grid, states, return_attention_scores=True)
+        >>> tokens = np.array([[2, 7, 8]] * 2)
+        >>> logits, weights = decoder(tokens, grid, states, return_attention_scores=True)
         >>> logits.shape, weights.shape
         (TensorShape([2, 3, 50]), TensorShape([2, 3, 9]))
     """
 
-    def __init__(self, vocabulary_size, hidden_dim, gate=True, attention_regularization=1.0, hard=False,
-                 estimator=HARD_ESTIMATORS[0], temperature=1.0, reinforce_weight=1.0, entropy_weight=0.01,
-                 expectation_rate=0.5, **kwargs):
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_dim,
+        gate=True,
+        attention_regularization=1.0,
+        hard=False,
+        estimator=HARD_ESTIMATORS[0],
+        temperature=1.0,
+        reinforce_weight=1.0,
+        entropy_weight=0.01,
+        expectation_rate=0.5,
+        **kwargs,
+    ):
         if estimator not in HARD_ESTIMATORS:
             raise ValueError(f"`estimator` must be one of {HARD_ESTIMATORS}, got {estimator!r}.")
         kwargs.pop("attention", None)
@@ -117,15 +130,24 @@ class CaptionDecoder(AttentionDecoder):
         self.expectation_rate = expectation_rate
         self._sampling = None  # while a hard-attention call trains: which rows sample (B,) bool
 
-    def build(self, target_in_shape, memory_shape=None, encoder_states_shape=None, memory_mask_shape=None):
+    def build(
+        self, target_in_shape, memory_shape=None, encoder_states_shape=None, memory_mask_shape=None
+    ):
         super().build(target_in_shape, memory_shape, encoder_states_shape, memory_mask_shape)
         if self.gate:
-            self.gate_layer = keras.layers.Dense(1, activation="sigmoid", name="gate", dtype=self.dtype_policy)
+            self.gate_layer = keras.layers.Dense(
+                1, activation="sigmoid", name="gate", dtype=self.dtype_policy
+            )
             self.gate_layer.build((None, self.hidden_dim))
         if self.hard and self.estimator == "reinforce":
-            self.baseline = self.add_weight(name="baseline", shape=(), initializer="zeros", trainable=False,
-                                            autocast=False,  # float32 under a mixed precision policy too
-                                            aggregation="only_first_replica")
+            self.baseline = self.add_weight(
+                name="baseline",
+                shape=(),
+                initializer="zeros",
+                trainable=False,
+                autocast=False,  # float32 under a mixed precision policy too
+                aggregation="only_first_replica",
+            )
 
     def _attend(self, query, memory, memory_keys, memory_mask, index, training):
         context, weights = super()._attend(query, memory, memory_keys, memory_mask, index, training)
@@ -133,53 +155,87 @@ class CaptionDecoder(AttentionDecoder):
         if self.hard:
             if self._sampling is not None:  # training: a sample, or for some images the expectation
                 if self.estimator == "gumbel":
-                    sampled = straight_through_gumbel(weights, self.temperature, self.seed_generator)
+                    sampled = straight_through_gumbel(
+                        weights, self.temperature, self.seed_generator
+                    )
                 else:
                     sampled = sample_cells(weights, self.seed_generator)
                 used = ops.where(self._sampling[:, None], sampled, weights)
             else:
-                used = ops.one_hot(ops.argmax(weights, axis=-1), ops.shape(weights)[-1], dtype=weights.dtype)
+                used = ops.one_hot(
+                    ops.argmax(weights, axis=-1), ops.shape(weights)[-1], dtype=weights.dtype
+                )
             sources, cells = ops.shape(memory)[0], ops.shape(memory)[1]
-            per_source = ops.reshape(used, (sources, -1, cells))  # the W rows of each source (beam search)
-            context = ops.reshape(ops.einsum("bwl,bld->bwd", per_source, ops.cast(memory, used.dtype)),
-                                  ops.shape(context))
+            # the W rows of each source (beam search)
+            per_source = ops.reshape(used, (sources, -1, cells))
+            context = ops.reshape(
+                ops.einsum("bwl,bld->bwd", per_source, ops.cast(memory, used.dtype)),
+                ops.shape(context),
+            )
         if self.gate:
             context = context * self.gate_layer(query)  # β_t from h_{t-1}, the query
         if self._sampling is not None:
-            weights = ops.concatenate([weights, used], axis=-1)  # α and the cells used, split by `call`
+            # α and the cells used, split by `call`
+            weights = ops.concatenate([weights, used], axis=-1)
         return context, weights
 
-    def call(self, target_in, memory=None, encoder_states=None, memory_mask=None, training=None,
-             return_attention_scores=False):
+    def call(
+        self,
+        target_in,
+        memory=None,
+        encoder_states=None,
+        memory_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
         if self.hard and training:
             reinforce = self.estimator == "reinforce"
             draws = keras.random.uniform(ops.shape(target_in)[:1], seed=self.seed_generator)
             self._sampling = draws >= (self.expectation_rate if reinforce else 0.0)
             try:
-                logits, both = super().call(target_in, memory, encoder_states, memory_mask, training=training,
-                                            return_attention_scores=True)
+                logits, both = super().call(
+                    target_in,
+                    memory,
+                    encoder_states,
+                    memory_mask,
+                    training=training,
+                    return_attention_scores=True,
+                )
             finally:
                 self._sampling = None
             cells = ops.shape(memory)[1]
             weights, used = both[..., :cells], both[..., cells:]
             if reinforce:
-                self._add_reinforce_loss(logits, target_in, weights, used, draws >= self.expectation_rate)
+                self._add_reinforce_loss(
+                    logits, target_in, weights, used, draws >= self.expectation_rate
+                )
         else:
-            logits, weights = super().call(target_in, memory, encoder_states, memory_mask, training=training,
-                                           return_attention_scores=True)
+            logits, weights = super().call(
+                target_in,
+                memory,
+                encoder_states,
+                memory_mask,
+                training=training,
+                return_attention_scores=True,
+            )
         if training and self.attention_regularization:
-            self.add_loss(as_layer_loss(self.attention_regularization * doubly_stochastic_penalty(weights, target_in)))
+            self.add_loss(
+                as_layer_loss(
+                    self.attention_regularization * doubly_stochastic_penalty(weights, target_in)
+                )
+            )
         self._per_thread().weights = weights
         return (logits, weights) if return_attention_scores else logits
 
     def last_weights(self):
-        """α `(B, T, L)` of this thread's last call (a replica's own under a `tf.distribute` strategy): what a task's
-        `compute_loss` supervises after the forward pass."""
+        """α `(B, T, L)` of this thread's last call (a replica's own under a `tf.distribute`
+        strategy): what a task's `compute_loss` supervises after the forward pass."""
         return self._per_thread().weights
 
     def _per_thread(self):
-        # What a call leaves behind, one per thread: under a tf.distribute strategy each replica's call runs in a
-        # thread of its own, and another replica would clear or overwrite a shared value between this replica's
+        # What a call leaves behind, one per thread: under a tf.distribute
+        # strategy each replica's call runs in a thread of its own, and another
+        # replica would clear or overwrite a shared value between this replica's
         # call and its loss (they pause at each cross-replica sum in between).
         return self.__dict__.setdefault("_calls_per_thread", threading.local())
 
@@ -195,7 +251,8 @@ class CaptionDecoder(AttentionDecoder):
         self._per_thread().losses = losses
 
     def _add_reinforce_loss(self, logits, target_in, weights, used, sampling):
-        """The hard-attention terms of eq. 12 as a layer loss, per real word of the batch (as the cross-entropy).
+        """The hard-attention terms of eq. 12 as a layer loss, per
+        real word of the batch (as the cross-entropy).
 
         log p(y|s̃) is `caption_log_likelihood` under the sampled cells.
         """
@@ -210,23 +267,39 @@ class CaptionDecoder(AttentionDecoder):
         surrogate = ops.sum(reinforce_surrogate(sample_log_prob, reward, baseline) * sampled)
         entropy = -ops.sum(weights * log_weights(weights), axis=-1)  # H(α_t)
         bonus = ops.sum(entropy * real)
-        self.add_loss(as_layer_loss((-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words))
-        samples = sum_over_replicas(ops.sum(sampled))  # the global batch's: every replica keeps the same baseline
-        mean_reward = sum_over_replicas(ops.sum(ops.stop_gradient(reward) * sampled)) / ops.maximum(samples, 1.0)
+        self.add_loss(
+            as_layer_loss(
+                (-self.reinforce_weight * surrogate - self.entropy_weight * bonus) / words
+            )
+        )
+        # the global batch's: every replica keeps the same baseline
+        samples = sum_over_replicas(ops.sum(sampled))
+        mean_reward = sum_over_replicas(ops.sum(ops.stop_gradient(reward) * sampled)) / ops.maximum(
+            samples, 1.0
+        )
         self.baseline.assign(ops.where(samples > 0, 0.9 * baseline + 0.1 * mean_reward, baseline))
 
     def get_config(self):
         config = super().get_config()
         config.pop("attention")
-        config.update({"gate": self.gate, "attention_regularization": self.attention_regularization,
-                       "hard": self.hard, "estimator": self.estimator, "temperature": self.temperature,
-                       "reinforce_weight": self.reinforce_weight,
-                       "entropy_weight": self.entropy_weight, "expectation_rate": self.expectation_rate})
+        config.update(
+            {
+                "gate": self.gate,
+                "attention_regularization": self.attention_regularization,
+                "hard": self.hard,
+                "estimator": self.estimator,
+                "temperature": self.temperature,
+                "reinforce_weight": self.reinforce_weight,
+                "entropy_weight": self.entropy_weight,
+                "expectation_rate": self.expectation_rate,
+            }
+        )
         return config
 
 
 def doubly_stochastic_penalty(weights, target_in):
-    """Σ_i (1 − Σ_t α_ti)² of each image over its caption's real words, summed, per real word of the batch.
+    """Σ_i (1 − Σ_t α_ti)² of each image over its caption's real
+    words, summed, per real word of the batch.
 
     The paper adds λ times the per-image term to the caption's summed
     negative log-likelihood; our cross-entropy is a mean per word, so the
@@ -244,24 +317,26 @@ def doubly_stochastic_penalty(weights, target_in):
 
 
 def attention_supervision(weights, targets):
-    """Σ over a batch's words of −Σ_i m_ti log α_ti: the cross-entropy between each word's attention α_t and the
-    normalised mask m_t of the region it names (Liu et al. 2017, "Attention Correctness in Neural Image
-    Captioning"), summed.
+    """Σ over a batch's words of −Σ_i m_ti log α_ti: the cross-entropy between each word's attention
+    α_t and the normalised mask m_t of the region it names (Liu et al. 2017, "Attention Correctness
+    in Neural Image Captioning"), summed.
 
     Args:
         weights: `(B, T, L)` attention weights α.
-        targets: `(B, T, L)` masks whose rows sum to 1 for words aligned to a region and are zero for the others
-            (padding among them), which add nothing.
+        targets: `(B, T, L)` masks whose rows sum to 1 for words aligned to a region and are zero
+            for the others (padding among them), which add nothing.
     """
     return -ops.sum(ops.cast(targets, "float32") * log_weights(weights))
 
 
 def region_masks(boxes, grid_shape, image_size):
-    """Each word's box → the normalised mask of the grid cells inside it, what `attention_supervision` compares α
-    with: `(B, T, L)`, rows summing to 1, zero for words whose box is negative (they name no region).
+    """Each word's box → the normalised mask of the grid cells inside it, what
+    `attention_supervision` compares α
+    with: `(B, T, L)`, rows summing to 1, zero for words whose box is
+        negative (they name no region).
 
-    A cell is inside a box when its centre (`image_encoder.cell_centres`) is; a box that holds no cell's centre
-    takes the cell its own centre falls in.
+    A cell is inside a box when its centre (`image_encoder.cell_centres`) is; a box that holds no
+    cell's centre takes the cell its own centre falls in.
 
     Args:
         boxes: `(B, T, 4)` `(x0, y0, x1, y1)` in pixels of the `image_size` square (inclusive), as
@@ -276,25 +351,34 @@ def region_masks(boxes, grid_shape, image_size):
         [[1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0]]
     """
     rows, columns = grid_shape
-    centre_y, centre_x = (ops.convert_to_tensor(c, "float32") for c in cell_centres(grid_shape, image_size))
-    x0, y0, x1, y1 = (ops.cast(boxes[..., i:i + 1], "float32") for i in range(4))
-    inside = ops.logical_and(ops.logical_and(centre_y >= y0, centre_y <= y1)[..., :, None],
-                             ops.logical_and(centre_x >= x0, centre_x <= x1)[..., None, :])
+    centre_y, centre_x = (
+        ops.convert_to_tensor(c, "float32") for c in cell_centres(grid_shape, image_size)
+    )
+    x0, y0, x1, y1 = (ops.cast(boxes[..., i : i + 1], "float32") for i in range(4))
+    inside = ops.logical_and(
+        ops.logical_and(centre_y >= y0, centre_y <= y1)[..., :, None],
+        ops.logical_and(centre_x >= x0, centre_x <= x1)[..., None, :],
+    )
     inside = ops.cast(ops.reshape(inside, (*ops.shape(boxes)[:2], rows * columns)), "float32")
     row = ops.clip(ops.floor((y0 + y1) / 2 * rows / image_size), 0, rows - 1)
     column = ops.clip(ops.floor((x0 + x1) / 2 * columns / image_size), 0, columns - 1)
     centre_cell = ops.one_hot(ops.cast(row * columns + column, "int32")[..., 0], rows * columns)
-    mask = ops.where(ops.sum(inside, -1, keepdims=True) > 0, inside, centre_cell) * ops.cast(x1 >= 0, "float32")
+    mask = ops.where(ops.sum(inside, -1, keepdims=True) > 0, inside, centre_cell) * ops.cast(
+        x1 >= 0, "float32"
+    )
     return mask / ops.maximum(ops.sum(mask, -1, keepdims=True), 1.0)
 
 
 def caption_log_likelihood(logits, target_in):
-    """log p(y) of each caption `(B,)`: its words' log-probabilities under `logits` `(B, T, V)`, each `target_in`
-    id after [BOS] as the target of the step before it (every word but the final [EOS]), padding excluded."""
+    """log p(y) of each caption `(B,)`: its words' log-probabilities under
+    `logits` `(B, T, V)`, each `target_in` id after [BOS] as the target of
+    the step before it (every word but the final [EOS]), padding excluded."""
     real = ops.cast(ops.not_equal(target_in[:, 1:], PAD_ID), "float32")
     log_probs = ops.log_softmax(ops.cast(logits[:, :-1], "float32"), axis=-1)
     next_word = ops.expand_dims(target_in[:, 1:], -1)
-    return ops.sum(ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1) * real, axis=1)
+    return ops.sum(
+        ops.squeeze(ops.take_along_axis(log_probs, next_word, axis=-1), -1) * real, axis=1
+    )
 
 
 def log_weights(weights):
@@ -303,14 +387,17 @@ def log_weights(weights):
 
 
 def sample_cells(weights, seed):
-    """One cell per row drawn from the attention weights `(R, L)`, as one-hot rows (s̃_t ~ Multinoulli(α_t))."""
+    """One cell per row drawn from the attention weights `(R, L)`, as
+    one-hot rows (s̃_t ~ Multinoulli(α_t)).
+    """
     cells = keras.random.categorical(log_weights(weights), 1, seed=seed)[:, 0]
     return ops.one_hot(cells, ops.shape(weights)[-1], dtype=weights.dtype)
 
 
 def straight_through_gumbel(weights, temperature, seed):
-    """One cell per row drawn from the attention weights `(R, L)` as one-hot rows, with the gradient of the
-    relaxed draw softmax((log α + g) / τ), g ~ Gumbel(0, 1) (straight-through Gumbel-softmax).
+    """One cell per row drawn from the attention weights `(R, L)` as
+    one-hot rows, with the gradient of the relaxed draw softmax((log α
+    + g) / τ), g ~ Gumbel(0, 1) (straight-through Gumbel-softmax).
 
     The one-hot row is the relaxed draw's argmax, a draw from α (the
     Gumbel-max trick); adding the relaxed draw and subtracting it as a
@@ -324,7 +411,8 @@ def straight_through_gumbel(weights, temperature, seed):
 
 
 def reinforce_surrogate(sample_log_prob, reward, baseline):
-    """(R − b) log p(s̃), whose gradient is REINFORCE's estimate of ∇ E[R] for one sample s̃ (Williams 1992).
+    """(R − b) log p(s̃), whose gradient is REINFORCE's estimate of ∇
+    E[R] for one sample s̃ (Williams 1992).
 
     The reward and the baseline are constants to the gradient; maximizing
     the surrogate's mean over samples follows an unbiased estimate of the

@@ -9,7 +9,8 @@ from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 from keras_attn.special_tokens import PAD_ID
 
-# Position kinds: the sinusoids in either layout of `SinusoidalPositionEncoding`, or learned vectors.
+# Position kinds: the sinusoids in either layout of
+# `SinusoidalPositionEncoding`, or learned vectors.
 SINUSOIDS = {"sinusoidal": "interleaved", "sinusoidal_halves": "halves"}
 POSITION_KINDS = (*SINUSOIDS, "learned")
 
@@ -68,9 +69,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if position not in POSITION_KINDS:
-            raise ValueError(
-                f"`position` must be one of {POSITION_KINDS}, got {position!r}."
-            )
+            raise ValueError(f"`position` must be one of {POSITION_KINDS}, got {position!r}.")
         self.vocabulary_size = vocabulary_size
         self.max_sequence_length = max_sequence_length
         self.hidden_dim = hidden_dim
@@ -79,8 +78,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.position = position
         self.dropout = dropout
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer
-            or keras.initializers.RandomNormal(stddev=hidden_dim**-0.5)
+            embeddings_initializer or keras.initializers.RandomNormal(stddev=hidden_dim**-0.5)
         )
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
@@ -93,15 +91,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         )
         if position in SINUSOIDS:
             self.position_embedding = SinusoidalPositionEncoding(
-                max_sequence_length, layout=SINUSOIDS[position], name="position_embedding",
+                max_sequence_length,
+                layout=SINUSOIDS[position],
+                name="position_embedding",
                 dtype=self.dtype_policy,
             )
         else:
             self.position_embedding = PositionEmbedding(
                 max_sequence_length,
-                initializer=clone_initializer(
-                    self.embeddings_initializer, "position_embedding"
-                ),
+                initializer=clone_initializer(self.embeddings_initializer, "position_embedding"),
                 name="position_embedding",
                 dtype=self.dtype_policy,
             )
@@ -143,9 +141,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "mask_zero": self.mask_zero,
                 "position": self.position,
                 "dropout": self.dropout,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
         return config
@@ -205,19 +201,24 @@ class BertEmbedding(keras.layers.Layer):
             embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size, hidden_dim,
+            vocabulary_size,
+            hidden_dim,
             embeddings_initializer=self._initializer("token_embedding"),
-            name="token_embedding", dtype=self.dtype_policy,
+            name="token_embedding",
+            dtype=self.dtype_policy,
         )
         self.segment_embedding = keras.layers.Embedding(
-            num_segments, hidden_dim,
+            num_segments,
+            hidden_dim,
             embeddings_initializer=self._initializer("segment_embedding"),
-            name="segment_embedding", dtype=self.dtype_policy,
+            name="segment_embedding",
+            dtype=self.dtype_policy,
         )
         self.position_embedding = PositionEmbedding(
             max_sequence_length,
             initializer=self._initializer("position_embedding"),
-            name="position_embedding", dtype=self.dtype_policy,
+            name="position_embedding",
+            dtype=self.dtype_policy,
         )
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
@@ -234,9 +235,7 @@ class BertEmbedding(keras.layers.Layer):
                 "BertEmbedding: `token_ids` must have rank 2 (batch, length), "
                 f"got shape {tuple(token_ids_shape)}."
             )
-        if segment_ids_shape is not None and tuple(segment_ids_shape) != tuple(
-            token_ids_shape
-        ):
+        if segment_ids_shape is not None and tuple(segment_ids_shape) != tuple(token_ids_shape):
             raise ValueError(
                 "BertEmbedding: `segment_ids` must have the shape of "
                 f"`token_ids`, got {tuple(segment_ids_shape)} and "
@@ -268,9 +267,7 @@ class BertEmbedding(keras.layers.Layer):
                 "hidden_dim": self.hidden_dim,
                 "dropout": self.dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
         return config

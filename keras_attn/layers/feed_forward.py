@@ -31,15 +31,20 @@ class FeedForward(keras.layers.Layer):
         TensorShape([2, 5, 8])
     """
 
-    def __init__(self, intermediate_dim, activation="relu", dropout=0.0,
-                 kernel_initializer=None, **kwargs):
+    def __init__(
+        self, intermediate_dim, activation="relu", dropout=0.0, kernel_initializer=None, **kwargs
+    ):
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
         self.activation = keras.activations.get(activation)
         self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(kernel_initializer) if kernel_initializer else None
+        self.kernel_initializer = (
+            keras.initializers.get(kernel_initializer) if kernel_initializer else None
+        )
         self.inner = keras.layers.Dense(
-            intermediate_dim, activation=self.activation, name="inner",
+            intermediate_dim,
+            activation=self.activation,
+            name="inner",
             **kernel_initializer_argument(self.kernel_initializer, "inner"),
             dtype=self.dtype_policy,
         )
@@ -49,7 +54,8 @@ class FeedForward(keras.layers.Layer):
     def build(self, x_shape):
         self.inner.build(x_shape)
         self.outer = keras.layers.Dense(
-            x_shape[-1], name="outer",
+            x_shape[-1],
+            name="outer",
             **kernel_initializer_argument(self.kernel_initializer, "outer"),
             dtype=self.dtype_policy,
         )

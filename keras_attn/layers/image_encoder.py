@@ -23,7 +23,8 @@ from keras_attn.layers.initializers import clone_initializer
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class ImageGridEncoder(keras.layers.Layer):
-    """Images `(B, H, W, C)` in [0, 1] → annotation vectors `(B, L, feature_dim)`, L = (H/2^s)·(W/2^s).
+    """Images `(B, H, W, C)` in [0, 1] → annotation vectors `(B, L,
+    feature_dim)`, L = (H/2^s)·(W/2^s).
 
     Args:
         filters: the channels of each stage (its length is the number of
@@ -40,8 +41,14 @@ class ImageGridEncoder(keras.layers.Layer):
         TensorShape([2, 64, 24])
     """
 
-    def __init__(self, filters=(32, 64, 128), feature_dim=128, stage_depth=2, kernel_initializer="he_normal",
-                 **kwargs):
+    def __init__(
+        self,
+        filters=(32, 64, 128),
+        feature_dim=128,
+        stage_depth=2,
+        kernel_initializer="he_normal",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.filters = tuple(filters)
         self.feature_dim = feature_dim
@@ -51,15 +58,26 @@ class ImageGridEncoder(keras.layers.Layer):
     def build(self, images_shape):
         def conv(units, size, strides, name, activation="relu"):
             return keras.layers.Conv2D(
-                units, size, strides=strides, padding="same", activation=activation, name=name,
-                kernel_initializer=clone_initializer(self.kernel_initializer, name), dtype=self.dtype_policy,
+                units,
+                size,
+                strides=strides,
+                padding="same",
+                activation=activation,
+                name=name,
+                kernel_initializer=clone_initializer(self.kernel_initializer, name),
+                dtype=self.dtype_policy,
             )
 
         self.convolutions = []
         for i, units in enumerate(self.filters):
-            self.convolutions += [conv(units, 3, 1, f"stage_{i}_conv_{j + 1}") for j in range(self.stage_depth)]
+            self.convolutions += [
+                conv(units, 3, 1, f"stage_{i}_conv_{j + 1}") for j in range(self.stage_depth)
+            ]
             self.convolutions.append(
-                keras.layers.MaxPooling2D(2, padding="same", name=f"stage_{i}_pool", dtype=self.dtype_policy))
+                keras.layers.MaxPooling2D(
+                    2, padding="same", name=f"stage_{i}_pool", dtype=self.dtype_policy
+                )
+            )
         self.projection = conv(self.feature_dim, 1, 1, "projection", activation=None)
         shape = images_shape
         for layer in [*self.convolutions, self.projection]:
@@ -68,7 +86,8 @@ class ImageGridEncoder(keras.layers.Layer):
         self.grid_shape = (shape[1], shape[2])
         self.cells = shape[1] * shape[2]
         self.position_embedding = self.add_weight(
-            name="position_embedding", shape=(self.cells, self.feature_dim),
+            name="position_embedding",
+            shape=(self.cells, self.feature_dim),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
         )
 
@@ -88,16 +107,20 @@ class ImageGridEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "filters": list(self.filters), "feature_dim": self.feature_dim, "stage_depth": self.stage_depth,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        })
+        config.update(
+            {
+                "filters": list(self.filters),
+                "feature_dim": self.feature_dim,
+                "stage_depth": self.stage_depth,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
         return config
 
 
 def cell_centres(grid_shape, image_size):
-    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an `image_size` square:
-    where a cell is, to say whether it lies inside a box.
+    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an
+    `image_size` square: where a cell is, to say whether it lies inside a box.
 
     Example:
 
@@ -105,4 +128,6 @@ def cell_centres(grid_shape, image_size):
         (array([1.5, 5.5]), array([0.5, 2.5, 4.5, 6.5]))
     """
     rows, columns = grid_shape
-    return (np.arange(rows) + 0.5) * image_size / rows - 0.5, (np.arange(columns) + 0.5) * image_size / columns - 0.5
+    return (np.arange(rows) + 0.5) * image_size / rows - 0.5, (
+        np.arange(columns) + 0.5
+    ) * image_size / columns - 0.5

@@ -96,7 +96,8 @@ class MaskedLMHead(keras.layers.Layer):
         )
         if not self._tied:
             self._own_embeddings = self.add_weight(
-                name="embeddings", shape=(self.vocabulary_size, hidden_dim),
+                name="embeddings",
+                shape=(self.vocabulary_size, hidden_dim),
                 initializer=clone_initializer(self.kernel_initializer, "embeddings"),
             )
         if tuple(self.embeddings.shape) != (self.vocabulary_size, hidden_dim):

@@ -19,9 +19,7 @@ def causal_mask(query_length, key_length=None, query_start=0):
             `Tk` keys, so query `i` sits at position `query_start + i`.
     """
     key_length = query_length if key_length is None else key_length
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        query_start, "int32"
-    )
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_start, "int32")
     key_positions = ops.arange(key_length, dtype="int32")
     mask = ops.greater_equal(query_positions[:, None], key_positions[None, :])
     return mask[None, :, :]

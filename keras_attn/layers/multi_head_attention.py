@@ -11,9 +11,7 @@ from keras_attn.layers.blockwise_attention import blockwise_attention
 from keras_attn.layers.initializers import clone_initializer
 
 
-def scaled_dot_product_attention(
-    query, key, value, mask=None, dropout=None, training=None
-):
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, training=None):
     """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, for every head at once.
 
     The inputs are head-major, so both products are matmuls batched over
@@ -191,13 +189,13 @@ class MultiHeadAttention(keras.layers.Layer):
         _check_positive_int("key_block_size", key_block_size)
         self.memory_efficient = memory_efficient
         if memory_efficient is True:
-            require_tensorflow("Memory-efficient attention", "its gradient is a TensorFlow custom gradient")
+            require_tensorflow(
+                "Memory-efficient attention", "its gradient is a TensorFlow custom gradient"
+            )
         self.key_block_size = key_block_size
         self.seed = seed
         self.seed_generator = (
-            keras.random.SeedGenerator(seed)
-            if dropout and memory_efficient is not False
-            else None
+            keras.random.SeedGenerator(seed) if dropout and memory_efficient is not False else None
         )
         self.supports_masking = True
 
@@ -241,9 +239,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_kernel, self.query_bias = self._projection(
             "query", (query_shape[-1], h, dk), (h, dk)
         )
-        self.key_kernel, self.key_bias = self._projection(
-            "key", (key_shape[-1], h, dk), (h, dk)
-        )
+        self.key_kernel, self.key_bias = self._projection("key", (key_shape[-1], h, dk), (h, dk))
         self.value_kernel, self.value_bias = self._projection(
             "value", (value_shape[-1], h, dv), (h, dv)
         )
@@ -360,12 +356,7 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError("preallocated=True writes into a `cache` at `cache_index`: give both")
         # Not with a cache: a decoding step is too small to amortize
         # concatenating the three kernels (measured slower).
-        fuse = (
-            key is None
-            and value is query
-            and cache is None
-            and self.key_dim == self.value_dim
-        )
+        fuse = key is None and value is query and cache is None and self.key_dim == self.value_dim
         if key is None:
             key = value
             key_mask = value_mask if key_mask is None else key_mask
@@ -404,9 +395,7 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             causal = None
             if use_causal_mask:
-                causal = masking.causal_mask(
-                    ops.shape(q)[2], ops.shape(k)[2], query_start=start
-                )
+                causal = masking.causal_mask(ops.shape(q)[2], ops.shape(k)[2], query_start=start)
             mask = masking.merge_masks(
                 masking.attention_mask(query_mask, key_mask), attention_mask, causal
             )
@@ -439,10 +428,17 @@ class MultiHeadAttention(keras.layers.Layer):
         if rate:
             seed = keras.random.randint((2,), 0, 2**30, seed=self.seed_generator)
         output = blockwise_attention(
-            q, k, v,
-            query_mask=query_mask, key_mask=key_mask, attention_mask=attention_mask,
-            causal=causal, query_start=start,
-            block_size=self.key_block_size, dropout_rate=rate, dropout_seed=seed,
+            q,
+            k,
+            v,
+            query_mask=query_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+            causal=causal,
+            query_start=start,
+            block_size=self.key_block_size,
+            dropout_rate=rate,
+            dropout_seed=seed,
         )
         return output
 
@@ -456,12 +452,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "memory_efficient": self.memory_efficient,
                 "key_block_size": self.key_block_size,
                 "seed": self.seed,

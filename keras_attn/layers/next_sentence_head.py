@@ -30,7 +30,10 @@ class NextSentenceHead(keras.layers.Layer):
             kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
         self.projection = keras.layers.Dense(
-            2, kernel_initializer=self.kernel_initializer, name="projection", dtype=self.dtype_policy
+            2,
+            kernel_initializer=self.kernel_initializer,
+            name="projection",
+            dtype=self.dtype_policy,
         )
 
     def build(self, pooled_shape):

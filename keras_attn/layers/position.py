@@ -140,7 +140,9 @@ class PositionEmbedding(keras.layers.Layer):
         length = ops.shape(inputs)[1]
         _check_length(self, length, start_index)
         table = ops.slice(
-            ops.convert_to_tensor(self.embeddings), (start_index, 0), (length, self.embeddings.shape[-1])
+            ops.convert_to_tensor(self.embeddings),
+            (start_index, 0),
+            (length, self.embeddings.shape[-1]),
         )
         return ops.cast(table[None], self.compute_dtype)
 

@@ -138,7 +138,9 @@ def masked_rnn(cell_type, inputs, mask, weights, go_backwards=False):
 
     outputs = tf.TensorArray(inputs.dtype, size=length, element_shape=(None, None))
     _, state, outputs = tf.while_loop(
-        lambda t, *_: t < length, body, (tf.constant(0), state, outputs),
+        lambda t, *_: t < length,
+        body,
+        (tf.constant(0), state, outputs),
         maximum_iterations=length,
     )
     outputs = outputs.stack()

@@ -128,9 +128,7 @@ class AttentionDecoder(keras.layers.Layer):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
         if local not in (None, "monotonic", "predictive"):
-            raise ValueError(
-                f"`local` must be None, 'monotonic' or 'predictive', got {local!r}."
-            )
+            raise ValueError(f"`local` must be None, 'monotonic' or 'predictive', got {local!r}.")
         if scheduled_sampling not in (None, *SAMPLINGS):
             raise ValueError(
                 f"`scheduled_sampling` must be None or one of {SAMPLINGS}, got "
@@ -169,24 +167,28 @@ class AttentionDecoder(keras.layers.Layer):
     # ------------------------------------------------------------------
     # Weights.
 
-    def build(self, target_in_shape, memory_shape=None, encoder_states_shape=None,
-              memory_mask_shape=None):
+    def build(
+        self, target_in_shape, memory_shape=None, encoder_states_shape=None, memory_mask_shape=None
+    ):
         memory_dim = None if memory_shape is None else memory_shape[-1]
-        state_dim = (
-            memory_dim if encoder_states_shape is None else encoder_states_shape[0][0][-1]
-        )
+        state_dim = memory_dim if encoder_states_shape is None else encoder_states_shape[0][0][-1]
 
         def initializer(name):
             return clone_initializer(self.kernel_initializer, name)
 
         def dense(units, name, **kwargs):
             return keras.layers.Dense(
-                units, name=name, kernel_initializer=initializer(name),
-                dtype=self.dtype_policy, **kwargs,
+                units,
+                name=name,
+                kernel_initializer=initializer(name),
+                dtype=self.dtype_policy,
+                **kwargs,
             )
 
         self.embedding = keras.layers.Embedding(
-            self.vocabulary_size, self.embedding_dim, name="embedding",
+            self.vocabulary_size,
+            self.embedding_dim,
+            name="embedding",
             dtype=self.dtype_policy,
         )
         self.embedding.build(target_in_shape)
@@ -247,7 +249,9 @@ class AttentionDecoder(keras.layers.Layer):
             self.output_layer.build((None, memory_dim + self.hidden_dim))
         # What a teacher-forced loop's `_step` hands out: [s_t; c_t] with Bahdanau (E y_{t-1} is
         # joined after the loop), o_t otherwise.
-        self._loop_features_size = self.hidden_dim + (memory_dim if self.attention == "bahdanau" else 0)
+        self._loop_features_size = self.hidden_dim + (
+            memory_dim if self.attention == "bahdanau" else 0
+        )
 
         if self.tie_output:
             self.output_bias = self.add_weight(
@@ -259,8 +263,12 @@ class AttentionDecoder(keras.layers.Layer):
 
         if self.scheduled_sampling:
             self.sampling_probability = self.add_weight(
-                name="sampling_probability", shape=(), initializer="zeros",
-                trainable=False, dtype="float32", autocast=False,  # compared with float32 draws
+                name="sampling_probability",
+                shape=(),
+                initializer="zeros",
+                trainable=False,
+                dtype="float32",
+                autocast=False,  # compared with float32 draws
             )
 
     # ------------------------------------------------------------------
@@ -300,8 +308,17 @@ class AttentionDecoder(keras.layers.Layer):
             return None
         return self.attention_layer.project_key(memory)
 
-    def step(self, token_ids, state, memory=None, memory_mask=None, index=0, training=None,
-             memory_keys=None, rnn_weights=None):
+    def step(
+        self,
+        token_ids,
+        state,
+        memory=None,
+        memory_mask=None,
+        index=0,
+        training=None,
+        memory_keys=None,
+        rnn_weights=None,
+    ):
         """Feeds one token per row; the shared step of training and decoding.
 
         Args:
@@ -340,11 +357,23 @@ class AttentionDecoder(keras.layers.Layer):
         """
         weights = [cell_weights(cell, self.compute_dtype) for cell in self.cells]
         first = weights[0]["kernel"]
-        weights[0].update(embedding_kernel=first[: self.embedding_dim], kernel=first[self.embedding_dim:])
+        weights[0].update(
+            embedding_kernel=first[: self.embedding_dim], kernel=first[self.embedding_dim :]
+        )
         return weights
 
-    def _step(self, embedded, state, memory, memory_mask, index, training, memory_keys,
-              rnn_weights=None, embedded_projection=None):
+    def _step(
+        self,
+        embedded,
+        state,
+        memory,
+        memory_mask,
+        index,
+        training,
+        memory_keys,
+        rnn_weights=None,
+        embedded_projection=None,
+    ):
         """`step` from the embedded tokens E y_{t-1} `(R, e)` to what o_t is made of.
 
         `embedded_projection`: `_embedded_projection(embedded)`, computed
@@ -372,7 +401,9 @@ class AttentionDecoder(keras.layers.Layer):
         states = []
         for i, (layer_weights, cell_state) in enumerate(zip(rnn_weights, previous)):
             if i:
-                projected = input_projection(self.dropout_layer(x, training=training), layer_weights)
+                projected = input_projection(
+                    self.dropout_layer(x, training=training), layer_weights
+                )
             else:  # [E y_{t-1}; rest] W + b, as E y_{t-1} W_e + b + rest W_rest
                 if embedded_projection is None:
                     embedded_projection = self._embedded_projection(embedded, layer_weights)
@@ -383,7 +414,9 @@ class AttentionDecoder(keras.layers.Layer):
             states.append(cell_state)
         new_state["rnn"] = states
         if self.attention == "bahdanau":
-            output = ops.concatenate([x, context, *([] if embedded is None else [embedded])], axis=-1)
+            output = ops.concatenate(
+                [x, context, *([] if embedded is None else [embedded])], axis=-1
+            )
         elif self.attention == "luong":  # scored from h_t
             context, weights = self._attend(x, memory, memory_keys, memory_mask, index, training)
             output = self.output_layer(ops.concatenate([context, x], axis=-1))
@@ -404,8 +437,13 @@ class AttentionDecoder(keras.layers.Layer):
         rows, sources = ops.shape(query)[0], ops.shape(memory)[0]
         queries = ops.reshape(query, (sources, -1, self.hidden_dim))  # (B, W, d)
         context, weights = self.attention_layer(
-            queries, memory, value_mask=memory_mask, query_position=index,
-            projected_key=memory_keys, return_attention_scores=True, training=training,
+            queries,
+            memory,
+            value_mask=memory_mask,
+            query_position=index,
+            projected_key=memory_keys,
+            return_attention_scores=True,
+            training=training,
         )
         return (
             ops.reshape(context, (rows, ops.shape(memory)[2])),
@@ -430,8 +468,15 @@ class AttentionDecoder(keras.layers.Layer):
     # ------------------------------------------------------------------
     # The whole target at once (teacher forcing).
 
-    def call(self, target_in, memory=None, encoder_states=None, memory_mask=None,
-             training=None, return_attention_scores=False):
+    def call(
+        self,
+        target_in,
+        memory=None,
+        encoder_states=None,
+        memory_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
         target_in = ops.cast(target_in, "int32")
         batch, length = ops.shape(target_in)[0], ops.shape(target_in)[1]
         gold = ops.transpose(target_in)  # (T, B)
@@ -471,7 +516,14 @@ class AttentionDecoder(keras.layers.Layer):
                 )
             else:
                 output, state, weights = self._step(
-                    None, state, memory, memory_mask, t, training, memory_keys, rnn_weights,
+                    None,
+                    state,
+                    memory,
+                    memory_mask,
+                    t,
+                    training,
+                    memory_keys,
+                    rnn_weights,
                     embedded_projection=projections.read(t),
                 )
             if sampling:  # the next step may feed this step's prediction
@@ -480,8 +532,11 @@ class AttentionDecoder(keras.layers.Layer):
             if weights is None:
                 weights = ops.zeros((batch, source_length), output.dtype)
             return (
-                t + 1, state, predicted,
-                outputs_array.write(t, output), weights_array.write(t, weights),
+                t + 1,
+                state,
+                predicted,
+                outputs_array.write(t, output),
+                weights_array.write(t, weights),
             )
 
         state = self.initial_state(encoder_states)
@@ -508,7 +563,9 @@ class AttentionDecoder(keras.layers.Layer):
         return logits
 
     def _embedded_projection(self, embedded, weights):
-        """E y W_e + b: the first cell's input projection of the embedded tokens `(..., e)` alone."""
+        """E y W_e + b: the first cell's input projection of the
+        embedded tokens `(..., e)` alone.
+        """
         return ops.matmul(embedded, weights["embedding_kernel"]) + weights["bias"]
 
     def _predict(self, logits, draw):
@@ -519,8 +576,9 @@ class AttentionDecoder(keras.layers.Layer):
         below = ops.sum(ops.cast(cdf < draw[:, None], "int32"), axis=-1)
         return ops.minimum(below, self.vocabulary_size - 1)
 
-    def compute_output_shape(self, target_in_shape, memory_shape=None,
-                             encoder_states_shape=None, memory_mask_shape=None):
+    def compute_output_shape(
+        self, target_in_shape, memory_shape=None, encoder_states_shape=None, memory_mask_shape=None
+    ):
         return (*target_in_shape, self.vocabulary_size)
 
     def get_config(self):

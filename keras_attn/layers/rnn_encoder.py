@@ -84,7 +84,9 @@ class RNNEncoder(keras.layers.Layer):
 
     def build(self, token_ids_shape):
         self.embedding = keras.layers.Embedding(
-            self.vocabulary_size, self.embedding_dim, name="embedding",
+            self.vocabulary_size,
+            self.embedding_dim,
+            name="embedding",
             dtype=self.dtype_policy,
         )
         self.embedding.build(token_ids_shape)
@@ -109,8 +111,10 @@ class RNNEncoder(keras.layers.Layer):
 
             if self.bidirectional:
                 rnn = keras.layers.Bidirectional(
-                    make_rnn("forward"), backward_layer=make_rnn("backward"),
-                    name=f"bidirectional_{i}", dtype=self.dtype_policy,
+                    make_rnn("forward"),
+                    backward_layer=make_rnn("backward"),
+                    name=f"bidirectional_{i}",
+                    dtype=self.dtype_policy,
                 )
             else:
                 rnn = make_rnn("forward")
@@ -125,14 +129,15 @@ class RNNEncoder(keras.layers.Layer):
         for i, rnn in enumerate(self.rnn_layers):
             if i:
                 x = self.dropout_layer(x, training=training)
-            directions = (
-                [rnn.forward_layer, rnn.backward_layer] if self.bidirectional else [rnn]
-            )
+            directions = [rnn.forward_layer, rnn.backward_layer] if self.bidirectional else [rnn]
             # Keras's layers hold the weights; the loop is `masked_rnn`'s, which
             # projects the inputs once for all steps instead of once per step.
             runs = [
                 masked_rnn(
-                    self.cell, x, mask, cell_weights(layer.cell, self.compute_dtype),
+                    self.cell,
+                    x,
+                    mask,
+                    cell_weights(layer.cell, self.compute_dtype),
                     go_backwards=layer.go_backwards,
                 )
                 for layer in directions
@@ -140,7 +145,9 @@ class RNNEncoder(keras.layers.Layer):
             if self.bidirectional:  # h_j = [h→_j; h←_j], final states [h→_S; h←_1]
                 (forward, forward_state), (backward, backward_state) = runs
                 x = ops.concatenate([forward, backward], axis=-1)
-                states = [ops.concatenate(pair, axis=-1) for pair in zip(forward_state, backward_state)]
+                states = [
+                    ops.concatenate(pair, axis=-1) for pair in zip(forward_state, backward_state)
+                ]
             else:
                 ((x, states),) = runs
             final_states.append(states)

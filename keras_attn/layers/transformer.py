@@ -26,7 +26,9 @@ class _TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer) if kernel_initializer else None
+        self.kernel_initializer = (
+            keras.initializers.get(kernel_initializer) if kernel_initializer else None
+        )
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
@@ -63,13 +65,18 @@ class _TransformerBlock(keras.layers.Layer):
 
     def _add_and_norm(self, name):
         return AddAndNorm(
-            self.dropout, self.norm_first, self.layer_norm_epsilon, name=name,
+            self.dropout,
+            self.norm_first,
+            self.layer_norm_epsilon,
+            name=name,
             dtype=self.dtype_policy,
         )
 
     def _feed_forward(self):
         return FeedForward(
-            self.intermediate_dim, self.activation, name="feed_forward",
+            self.intermediate_dim,
+            self.activation,
+            name="feed_forward",
             **kernel_initializer_argument(self.kernel_initializer, "feed_forward"),
             dtype=self.dtype_policy,
         )
@@ -154,8 +161,12 @@ class TransformerEncoderBlock(_TransformerBlock):
         # Padding as (B, T) masks, not a (B, T, T) one: the memory-efficient
         # path of long sequences never builds anything quadratic.
         attended = self.self_attention(
-            x, x, query_mask=padding_mask, value_mask=padding_mask,
-            return_attention_scores=return_attention_scores, training=training,
+            x,
+            x,
+            query_mask=padding_mask,
+            value_mask=padding_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
         )
         x, scores = attended if return_attention_scores else (attended, None)
         x = self.self_attention_norm(residual, x, training=training)
@@ -309,7 +320,8 @@ class TransformerDecoderBlock(_TransformerBlock):
         residual = x
         x = self.self_attention_norm.normalize_input(x)
         attended = self.self_attention(
-            x, x,
+            x,
+            x,
             query_mask=decoder_padding_mask,
             value_mask=decoder_padding_mask,
             use_causal_mask=True,
@@ -334,7 +346,8 @@ class TransformerDecoderBlock(_TransformerBlock):
             x = self.cross_attention_norm.normalize_input(x)
             if cross_attention_cache is None:
                 attended = self.cross_attention(
-                    x, encoder_outputs,
+                    x,
+                    encoder_outputs,
                     query_mask=decoder_padding_mask,
                     value_mask=encoder_padding_mask,
                     return_attention_scores=return_attention_scores,
@@ -343,8 +356,11 @@ class TransformerDecoderBlock(_TransformerBlock):
                 x, cross_scores = attended if return_attention_scores else (attended, None)
             else:
                 x, cross_scores = self._attend_to_memory(
-                    x, cross_attention_cache, decoder_padding_mask,
-                    encoder_padding_mask, training,
+                    x,
+                    cross_attention_cache,
+                    decoder_padding_mask,
+                    encoder_padding_mask,
+                    training,
                 )
             x = self.cross_attention_norm(residual, x, training=training)
 
@@ -378,7 +394,8 @@ class TransformerDecoderBlock(_TransformerBlock):
             x_mask = ops.reshape(x_mask, (sources, -1))
         x = ops.reshape(x, (sources, -1, width))
         x, scores = self.cross_attention(
-            x, x,
+            x,
+            x,
             attention_mask=masking.attention_mask(x_mask, memory_mask),
             return_attention_scores=True,
             training=training,

@@ -21,5 +21,7 @@ class Backbone(keras.Model):
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        """The model of `preset` (a name of its family's `PRESETS`); arguments given win over its values."""
+        """The model of `preset` (a name of its family's `PRESETS`);
+        arguments given win over its values.
+        """
         return cls(preset=preset, **kwargs)

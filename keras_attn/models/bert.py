@@ -17,17 +17,17 @@ import tensorflow as tf
 from keras_attn import graph
 from keras_attn.checkpoints import huggingface
 from keras_attn.config import MAX_TOP_K
-from keras_attn.layers import activations
 from keras_attn.layers import (
     BertEmbedding,
     MaskedLMHead,
     NextSentenceHead,
     TransformerEncoderBlock,
+    activations,
 )
 from keras_attn.models.backbone import Backbone
+from keras_attn.models.task import Task
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
-from keras_attn.models.task import Task
 from keras_attn.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.training.losses import ClassificationLoss, PretrainingLoss
 from keras_attn.training.metrics import PretrainingMetrics
@@ -92,34 +92,67 @@ class BertBackbone(Backbone):
         **kwargs,
     ):
         settings = self.resolve(
-            vocabulary_size, preset, max_sequence_length, num_segments, dropout, num_layers, hidden_dim,
-            num_heads, intermediate_dim, norm_first, activation, layer_norm_epsilon, dtype,
+            vocabulary_size,
+            preset,
+            max_sequence_length,
+            num_segments,
+            dropout,
+            num_layers,
+            hidden_dim,
+            num_heads,
+            intermediate_dim,
+            norm_first,
+            activation,
+            layer_norm_epsilon,
+            dtype,
         )
         hidden, intermediate_dim = settings["hidden_dim"], settings["intermediate_dim"]
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
         embedding = BertEmbedding(
-            vocabulary_size, max_sequence_length, num_segments, hidden,
-            dropout=dropout, layer_norm_epsilon=layer_norm_epsilon, name="embedding", dtype=dtype,
+            vocabulary_size,
+            max_sequence_length,
+            num_segments,
+            hidden,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            name="embedding",
+            dtype=dtype,
         )
         x = embedding(token_ids, segment_ids)  # its Keras mask: token_ids != [PAD]
         encoder_blocks = []
         for index in range(settings["num_layers"]):
-            encoder_blocks.append(TransformerEncoderBlock(
-                settings["num_heads"], intermediate_dim, dropout=dropout,
-                activation=activations.activation(activation), attention_dropout=dropout,
-                layer_norm_epsilon=layer_norm_epsilon, norm_first=norm_first,
-                kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),  # BERT's initializer_range
-                name=f"encoder_block_{index}", dtype=dtype,
-            ))
+            encoder_blocks.append(
+                TransformerEncoderBlock(
+                    settings["num_heads"],
+                    intermediate_dim,
+                    dropout=dropout,
+                    activation=activations.activation(activation),
+                    attention_dropout=dropout,
+                    layer_norm_epsilon=layer_norm_epsilon,
+                    norm_first=norm_first,
+                    # BERT's initializer_range
+                    kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                    name=f"encoder_block_{index}",
+                    dtype=dtype,
+                )
+            )
             x = encoder_blocks[-1](x)
-        final_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm", dtype=dtype)
-                      if norm_first else None)
+        final_norm = (
+            keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name="final_norm", dtype=dtype
+            )
+            if norm_first
+            else None
+        )
         if final_norm is not None:
             x = final_norm(x)
         pooler = keras.layers.Dense(
-            hidden, activation="tanh", kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            name="pooler", dtype=dtype,
+            hidden,
+            activation="tanh",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            name="pooler",
+            dtype=dtype,
         )
         pooled = pooler(x[:, 0, :])  # the [CLS] state
         super().__init__(
@@ -133,8 +166,9 @@ class BertBackbone(Backbone):
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
-        BERT folder with its weights (`keras_attn.checkpoints.bert`; `dropout`, `dtype`, `name` may be given)."""
+        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a
+        Hugging Face BERT folder with its weights (`keras_attn.checkpoints.bert`; `dropout`,
+        `dtype`, `name` may be given)."""
         if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.bert import load_backbone
 
@@ -142,7 +176,8 @@ class BertBackbone(Backbone):
         return super().from_preset(preset, **kwargs)
 
     def call_with_attention(self, token_ids, segment_ids):
-        """The encoder's `(B, T, d)` sequence output and its self-attention, `(B, layers, heads, T, T)`.
+        """The encoder's `(B, T, d)` sequence output and its
+        self-attention, `(B, layers, heads, T, T)`.
 
         The same computation as calling the model (in inference), with each
         layer's attention weights kept: what the serving `attention`
@@ -159,56 +194,97 @@ class BertBackbone(Backbone):
         return x, tf.stack(weights, axis=1)
 
     @staticmethod
-    def resolve(vocabulary_size, preset="tiny", max_sequence_length=512, num_segments=2, dropout=0.1,
-                num_layers=None, hidden_dim=None, num_heads=None, intermediate_dim=None, norm_first=False,
-                activation="gelu", layer_norm_epsilon=1e-12, dtype=None):
-        """The arguments written out (the preset's values, the defaults), without building a model: its config."""
+    def resolve(
+        vocabulary_size,
+        preset="tiny",
+        max_sequence_length=512,
+        num_segments=2,
+        dropout=0.1,
+        num_layers=None,
+        hidden_dim=None,
+        num_heads=None,
+        intermediate_dim=None,
+        norm_first=False,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        dtype=None,
+    ):
+        """The arguments written out (the preset's values, the
+        defaults), without building a model: its config.
+        """
         settings = architecture(
-            "bert", preset, PRESETS["tiny"], num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+            "bert",
+            preset,
+            PRESETS["tiny"],
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
         )
         return dict(
-            vocabulary_size=vocabulary_size, max_sequence_length=max_sequence_length, num_segments=num_segments,
-            dropout=dropout, num_layers=settings["num_layers"], hidden_dim=settings["hidden_dim"],
-            num_heads=settings["num_heads"], intermediate_dim=intermediate_dim or 4 * settings["hidden_dim"],
-            norm_first=norm_first, activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+            vocabulary_size=vocabulary_size,
+            max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+            dropout=dropout,
+            num_layers=settings["num_layers"],
+            hidden_dim=settings["hidden_dim"],
+            num_heads=settings["num_heads"],
+            intermediate_dim=intermediate_dim or 4 * settings["hidden_dim"],
+            norm_first=norm_first,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype if dtype is None or isinstance(dtype, str) else dtype.name,
         )
 
 
 def backbone_arguments(settings):
-    """The `BertBackbone` arguments that fix its architecture, among a backbone's config or saved settings.
+    """The `BertBackbone` arguments that fix its architecture, among a
+    backbone's config or saved settings.
 
     Left out: a preprocessor's `lowercase`, `strip_accents` and `max_length`, and what a
     fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
     """
-    return {k: v for k, v in settings.items()
-            if k not in ("lowercase", "strip_accents", "max_length", "dropout", "dtype", "name", "trainable")}
+    return {
+        k: v
+        for k, v in settings.items()
+        if k
+        not in ("lowercase", "strip_accents", "max_length", "dropout", "dtype", "name", "trainable")
+    }
 
 
 class _BertTask(Task):
     @classmethod
     def from_preset(cls, preset, preprocessor=None, **kwargs):
-        """A new task on a new backbone of `preset` (see `Task.from_preset`), or the task of a Hugging Face BERT
-        folder, with the heads its checkpoint has (`keras_attn.checkpoints.bert.load_task`)."""
+        """A new task on a new backbone of `preset` (see `Task.from_preset`), or the task of a
+        Hugging Face BERT folder, with the heads its checkpoint has
+        (`keras_attn.checkpoints.bert.load_task`)."""
         if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.bert import load_task
 
             return load_task(cls, preset, preprocessor, **kwargs)
         if preprocessor is None:
-            raise ValueError(f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it reads "
-                             "with (a folder that is not one of the presets gives its own)")
+            raise ValueError(
+                f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it "
+                "reads with (a folder that is not one of the presets gives its own)"
+            )
         return super().from_preset(preset, preprocessor, **kwargs)
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
-        """A new `BertBackbone` of `preset` for `preprocessor`'s vocabulary, with as many positions as its rows."""
+        """A new `BertBackbone` of `preset` for `preprocessor`'s
+        vocabulary, with as many positions as its rows.
+        """
         return BertBackbone.from_preset(
-            preset, **{"vocabulary_size": preprocessor.tokenizer.vocabulary_size,
-                       "max_sequence_length": preprocessor.max_length, **kwargs},
+            preset,
+            **{
+                "vocabulary_size": preprocessor.tokenizer.vocabulary_size,
+                "max_sequence_length": preprocessor.max_length,
+                **kwargs,
+            },
         )
 
     def _compile(self, own, auto_loss, optimizer, loss, metrics=None, **kwargs):
-        """`keras.Model.compile` with BERT's AdamW and `auto_loss` (a share of the global batch's mean) for `"auto"`.
+        """`keras.Model.compile` with BERT's AdamW and `auto_loss` (a
+        share of the global batch's mean) for `"auto"`.
 
         `own`: the task's own `compile` arguments (`learning_rate`,
         `weight_decay`, ...), kept for the `.keras` file when nothing else was given.
@@ -220,10 +296,14 @@ class _BertTask(Task):
         self.task_loss = auto_loss if loss == "auto" else None
         if metrics == "auto":
             metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs)
+        super().compile(
+            optimizer=optimizer, loss=None if loss == "auto" else loss, metrics=metrics, **kwargs
+        )
 
 
-def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=MAX_TOP_K):
+def fill_masks(
+    preprocessor, encode, mlm_head, text, top_k, max_predictions=20, max_top_k=MAX_TOP_K
+):
     """The masked LM's answers for the `[MASK]`s of `text`, in the graph.
 
     Args:
@@ -246,7 +326,9 @@ def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, 
         answered). Special tokens are never candidates.
     """
     # One more (empty) row, taken off at the end: the head's gather needs a row.
-    token_ids, segment_ids, truncated, num_masks = preprocessor.pack_with_masks(tf.concat([text, [""]], 0))
+    token_ids, segment_ids, truncated, num_masks = preprocessor.pack_with_masks(
+        tf.concat([text, [""]], 0)
+    )
     sequence_output = encode(token_ids, segment_ids)
     is_mask = tf.equal(token_ids, MASK_ID)
     columns = tf.broadcast_to(tf.range(tf.shape(token_ids)[1]), tf.shape(token_ids))
@@ -274,29 +356,42 @@ def fill_masks(preprocessor, encode, mlm_head, text, top_k, max_predictions=20, 
 
 
 class _MaskedLMTask(_BertTask):
-    """What BERT's tasks with a masked-LM head share: the head, `fill_mask`, and the MLM values reported by `fit`."""
+    """What BERT's tasks with a masked-LM head share: the head,
+    `fill_mask`, and the MLM values reported by `fit`.
+    """
 
     @staticmethod
     def _encode_and_mask(backbone, inputs):
-        """`(backbone outputs, MaskedLMHead, its logits)` on `inputs`: the head's output weights are the token table."""
+        """`(backbone outputs, MaskedLMHead, its logits)` on `inputs`:
+        the head's output weights are the token table.
+        """
         encoded = backbone({"token_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"]})
         embedding = backbone.token_embedding
         # Each head is made where it is first called: that order draws the initial weights.
         settings = backbone.get_config()
-        head = MaskedLMHead(embedding.input_dim, embedding, activation=activations.activation(settings["activation"]),
-                            layer_norm_epsilon=settings["layer_norm_epsilon"], name="mlm_head",
-                            dtype=backbone.embedding.dtype_policy)
+        head = MaskedLMHead(
+            embedding.input_dim,
+            embedding,
+            activation=activations.activation(settings["activation"]),
+            layer_norm_epsilon=settings["layer_norm_epsilon"],
+            name="mlm_head",
+            dtype=backbone.embedding.dtype_policy,
+        )
         return encoded, head, head(encoded["sequence_output"], inputs["mask_positions"])
 
     def _make_fill_mask(self):
         self._fill_mask = graph.function(
-            lambda text, top_k: fill_masks(self.preprocessor, self.encode, self.mlm_head, text, top_k),
+            lambda text, top_k: fill_masks(
+                self.preprocessor, self.encode, self.mlm_head, text, top_k
+            ),
             input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32)],
         )
 
     def encode(self, token_ids, segment_ids):
         """The backbone's `sequence_output` (inference: no dropout)."""
-        outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        outputs = self.backbone(
+            {"token_ids": token_ids, "segment_ids": segment_ids}, training=False
+        )
         return outputs["sequence_output"]
 
     def fill_mask(self, texts, top_k=5):
@@ -314,16 +409,26 @@ class _MaskedLMTask(_BertTask):
         """
         if self.preprocessor is None:
             raise ValueError("fill_mask() needs a preprocessor: build the task with one")
-        out = {key: value.numpy() for key, value in
-               self._fill_mask(tf.constant(list(texts), tf.string), tf.constant(top_k, tf.int32)).items()}
+        out = {
+            key: value.numpy()
+            for key, value in self._fill_mask(
+                tf.constant(list(texts), tf.string), tf.constant(top_k, tf.int32)
+            ).items()
+        }
         answers = []
         for row in range(len(texts)):
             masks = [
                 [(token.decode("utf-8"), float(score)) for token, score in zip(tokens, scores)]
-                for tokens, scores in zip(out["tokens"][row], out["scores"][row]) if tokens[0]
+                for tokens, scores in zip(out["tokens"][row], out["scores"][row])
+                if tokens[0]
             ]
-            answers.append({"filled": out["filled"][row].decode("utf-8"), "masks": masks,
-                            "truncated": bool(out["truncated"][row])})
+            answers.append(
+                {
+                    "filled": out["filled"][row].decode("utf-8"),
+                    "masks": masks,
+                    "truncated": bool(out["truncated"][row]),
+                }
+            )
         return answers
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
@@ -374,11 +479,19 @@ class BertPretrainer(_MaskedLMTask):
         super().__init__(inputs, outputs, **{"name": "bert_pretrainer", **kwargs})
         self.backbone, self.mlm_head, self.nsp_head = backbone, mlm_head, nsp_head
         self.preprocessor, self._arguments = preprocessor, {}
-        self.pretraining_metrics = PretrainingMetrics()  # reported by `fit` after `compile(loss="auto")`
+        # reported by `fit` after `compile(loss="auto")`
+        self.pretraining_metrics = PretrainingMetrics()
         self._make_fill_mask()
 
-    def compile(self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, nsp_weight=1.0,
-                **kwargs):
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        learning_rate=1e-3,
+        weight_decay=0.01,
+        nsp_weight=1.0,
+        **kwargs,
+    ):
         """`keras.Model.compile` with the pretraining job's choices for what is `"auto"`.
 
         `fit` then takes `(inputs, targets)` batches of `pipelines.pretraining`
@@ -420,9 +533,10 @@ class BertMaskedLM(_MaskedLMTask):
 
         >>> from pipelines.preprocessors import BertPreprocessor
         >>> from pipelines.tokenizers import learn_wordpiece_vocabulary
-        >>> preprocessor = BertPreprocessor(learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60), 16)
-        >>> model = BertMaskedLM.from_preset("tiny", preprocessor)
-        >>> [len(answer["masks"]) for answer in model.fill_mask(["a [MASK] runs .", "no mask"], top_k=3)]
+        >>> vocabulary = learn_wordpiece_vocabulary(["a dog runs .", "a cat sits ."], 60)
+        >>> model = BertMaskedLM.from_preset("tiny", BertPreprocessor(vocabulary, 16))
+        >>> answers = model.fill_mask(["a [MASK] runs .", "no mask"], top_k=3)
+        >>> [len(answer["masks"]) for answer in answers]
         [1, 0]
     """
 
@@ -435,7 +549,9 @@ class BertMaskedLM(_MaskedLMTask):
         self.pretraining_metrics = PretrainingMetrics(nsp=False)
         self._make_fill_mask()
 
-    def compile(self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, **kwargs):
+    def compile(
+        self, optimizer="auto", loss="auto", learning_rate=1e-3, weight_decay=0.01, **kwargs
+    ):
         """`keras.Model.compile` with BERT's choices for what is `"auto"`.
 
         Args:
@@ -480,15 +596,24 @@ class BertClassifier(_BertTask):
         pooled = backbone(inputs)["pooled_output"]
         pooled = keras.layers.Dropout(dropout, dtype=dtype)(pooled)
         classifier = keras.layers.Dense(
-            num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            name="classifier", dtype=dtype,
+            num_classes,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            name="classifier",
+            dtype=dtype,
         )
         super().__init__(inputs, classifier(pooled), **{"name": "bert_classifier", **kwargs})
         self.backbone, self.classifier, self.preprocessor = backbone, classifier, preprocessor
         self._arguments = dict(num_classes=num_classes, dropout=dropout)
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=1e-4, weight_decay=0.01,
-                **kwargs):
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        metrics="auto",
+        learning_rate=1e-4,
+        weight_decay=0.01,
+        **kwargs,
+    ):
         """`keras.Model.compile` with the fine-tuning job's choices for what is `"auto"`.
 
         Args:

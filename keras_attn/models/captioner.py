@@ -70,7 +70,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
     Example:
 
         >>> model = CaptionerBackbone(40, preset="tiny", image_size=32)
-        >>> model({"image": np.zeros((2, 32, 32, 3), "float32"), "target_in": np.array([[2, 5]] * 2)}).shape
+        >>> images = np.zeros((2, 32, 32, 3), "float32")
+        >>> model({"image": images, "target_in": np.array([[2, 5]] * 2)}).shape
         TensorShape([2, 2, 40])
         >>> model.encoder.cells
         16
@@ -102,18 +103,37 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         if pooling not in CAPTION_POOLINGS:
             raise ValueError(f"`pooling` must be one of {CAPTION_POOLINGS}, got {pooling!r}.")
         settings = architecture(
-            "captioner", preset, dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
-            filters=filters, feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth,
+            "captioner",
+            preset,
+            dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
+            filters=filters,
+            feature_dim=feature_dim,
+            hidden_dim=hidden_dim,
+            stage_depth=stage_depth,
         )
-        filters, feature_dim, hidden_dim = tuple(settings["filters"]), settings["feature_dim"], settings["hidden_dim"]
+        filters, feature_dim, hidden_dim = (
+            tuple(settings["filters"]),
+            settings["feature_dim"],
+            settings["hidden_dim"],
+        )
         stage_depth = settings["stage_depth"]
         arguments = dict(
-            vocabulary_size=vocabulary_size, image_size=image_size, filters=list(filters),
-            feature_dim=feature_dim, hidden_dim=hidden_dim, stage_depth=stage_depth, attention=attention,
-            pooling=pooling, gate=gate,
-            attention_regularization=attention_regularization, hard_estimator=hard_estimator,
-            reinforce_weight=reinforce_weight, entropy_weight=entropy_weight, expectation_rate=expectation_rate,
-            attention_units=attention_units, dropout=dropout,
+            vocabulary_size=vocabulary_size,
+            image_size=image_size,
+            filters=list(filters),
+            feature_dim=feature_dim,
+            hidden_dim=hidden_dim,
+            stage_depth=stage_depth,
+            attention=attention,
+            pooling=pooling,
+            gate=gate,
+            attention_regularization=attention_regularization,
+            hard_estimator=hard_estimator,
+            reinforce_weight=reinforce_weight,
+            entropy_weight=entropy_weight,
+            expectation_rate=expectation_rate,
+            attention_units=attention_units,
+            dropout=dropout,
         )
 
         image = keras.Input((image_size, image_size, 3), dtype="float32", name="image")
@@ -123,26 +143,40 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         init_c = keras.layers.Dense(hidden_dim, activation="tanh", name="init_c")
         decoder_arguments = dict(attention_units=attention_units, dropout=dropout, name="decoder")
         if attention != "none":
-            decoder = CaptionDecoder(vocabulary_size, hidden_dim, gate=gate, hard=attention == "hard",
-                                     attention_regularization=attention_regularization,
-                                     estimator=hard_estimator, reinforce_weight=reinforce_weight,
-                                     entropy_weight=entropy_weight, expectation_rate=expectation_rate,
-                                     **decoder_arguments)
+            decoder = CaptionDecoder(
+                vocabulary_size,
+                hidden_dim,
+                gate=gate,
+                hard=attention == "hard",
+                attention_regularization=attention_regularization,
+                estimator=hard_estimator,
+                reinforce_weight=reinforce_weight,
+                entropy_weight=entropy_weight,
+                expectation_rate=expectation_rate,
+                **decoder_arguments,
+            )
         else:
-            decoder = AttentionDecoder(vocabulary_size, hidden_dim, attention="none", **decoder_arguments)
+            decoder = AttentionDecoder(
+                vocabulary_size, hidden_dim, attention="none", **decoder_arguments
+            )
         grid = encoder(image)
         logits = decoder(target_in, grid, starting_state(init_h, init_c, grid, pooling))
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-        super().__init__({"image": image, "target_in": target_in}, logits, **{"name": "captioner", **kwargs})
+        super().__init__(
+            {"image": image, "target_in": target_in}, logits, **{"name": "captioner", **kwargs}
+        )
         self.encoder, self.init_h, self.init_c, self.decoder = encoder, init_h, init_c, decoder
         self.pooling = pooling
         self._arguments = arguments
 
     def call_encoder(self, image, rows_per_source=1):
-        """Encodes `image` `(B, H, W, 3)` once: `{"memory": (B, L, D) the grid, "source_mask", "final_states"}`."""
+        """Encodes `image` `(B, H, W, 3)` once: `{"memory": (B, L, D)
+        the grid, "source_mask", "final_states"}`.
+        """
         grid = self.encoder(image, training=False)
         encoded = {
-            "memory": grid, "source_mask": ops.ones(ops.shape(grid)[:2], "bool"),
+            "memory": grid,
+            "source_mask": ops.ones(ops.shape(grid)[:2], "bool"),
             "final_states": starting_state(self.init_h, self.init_c, grid, self.pooling),
         }
         keys = self.decoder.attention_keys(grid)
@@ -151,7 +185,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         return encoded
 
     def attention_weights(self, image, target_in):
-        """α `(B, T, L)`: the weight of each grid cell as the decoder reads each of `target_in`'s ids after [BOS].
+        """α `(B, T, L)`: the weight of each grid cell as the decoder
+        reads each of `target_in`'s ids after [BOS].
 
         Row t is where the model looks while it writes the word after
         `target_in[:, t]`: of a caption it wrote, `target_in` is [BOS] and
@@ -159,14 +194,18 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         """
         grid = self.encoder(image, training=False)
         if not isinstance(self.decoder, CaptionDecoder):
-            return ops.zeros((ops.shape(target_in)[0], ops.shape(target_in)[1], self.encoder.cells), "float32")
+            return ops.zeros(
+                (ops.shape(target_in)[0], ops.shape(target_in)[1], self.encoder.cells), "float32"
+            )
         state = starting_state(self.init_h, self.init_c, grid, self.pooling)
-        _, weights = self.decoder(target_in, grid, state, training=False, return_attention_scores=True)
+        _, weights = self.decoder(
+            target_in, grid, state, training=False, return_attention_scores=True
+        )
         return ops.cast(weights, "float32")
 
 
 def starting_state(init_h, init_c, grid, pooling=CAPTION_POOLINGS[0]):
-    """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their mean (section
-    3.1.2) or their maximum (`pooling="max"`)."""
+    """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their
+    mean (section 3.1.2) or their maximum (`pooling="max"`)."""
     pooled = ops.max(grid, axis=1) if pooling == "max" else ops.mean(grid, axis=1)
     return [[init_h(pooled), init_c(pooled)]]

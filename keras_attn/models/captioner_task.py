@@ -10,7 +10,9 @@ from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import sum_over_replicas
 
-DEFAULT_MAX_CAPTION = 32  # the longest caption `generate` writes without a preprocessor or a max_length
+DEFAULT_MAX_CAPTION = (
+    32  # the longest caption `generate` writes without a preprocessor or a max_length
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -52,15 +54,23 @@ class Captioner(Seq2SeqLM):
         if not isinstance(y, dict):
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         if not hasattr(self.backbone.decoder, "last_weights"):
-            raise ValueError("Words' boxes need a captioner with attention, not `attention=\"none\"`.")
+            raise ValueError(
+                'Words\' boxes need a captioner with attention, not `attention="none"`.'
+            )
         loss = super().compute_loss(x, y["target_out"], y_pred, sample_weight, training)
         words = sum_over_replicas(tf.reduce_sum(tf.cast(y["target_out"] != PAD_ID, tf.float32)))
-        masks = region_masks(y["boxes"], self.backbone.encoder.grid_shape, self.backbone.get_config()["image_size"])
+        masks = region_masks(
+            y["boxes"], self.backbone.encoder.grid_shape, self.backbone.get_config()["image_size"]
+        )
         supervision = attention_supervision(self.backbone.decoder.last_weights(), masks)
-        return loss + tf.cast(self.attention_supervision * supervision / tf.maximum(words, 1.0), loss.dtype)
+        return loss + tf.cast(
+            self.attention_supervision * supervision / tf.maximum(words, 1.0), loss.dtype
+        )
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        return super().compute_metrics(x, y["target_out"] if isinstance(y, dict) else y, y_pred, sample_weight)
+        return super().compute_metrics(
+            x, y["target_out"] if isinstance(y, dict) else y, y_pred, sample_weight
+        )
 
     def source_spec(self):
         size = self.backbone.get_config()["image_size"]
@@ -68,8 +78,13 @@ class Captioner(Seq2SeqLM):
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
-        """A new `CaptionerBackbone` of `preset`, sized by `preprocessor`'s vocabulary and images."""
-        sizes = dict(vocabulary_size=preprocessor.tokenizer.vocabulary_size, image_size=preprocessor.image_size)
+        """A new `CaptionerBackbone` of `preset`, sized by
+        `preprocessor`'s vocabulary and images.
+        """
+        sizes = dict(
+            vocabulary_size=preprocessor.tokenizer.vocabulary_size,
+            image_size=preprocessor.image_size,
+        )
         return CaptionerBackbone.from_preset(preset, **{**sizes, **kwargs})
 
     def _source(self, inputs):
@@ -79,4 +94,6 @@ class Captioner(Seq2SeqLM):
         return tf.convert_to_tensor(images, tf.float32), False
 
     def _default_budget(self, source):
-        return tf.fill([tf.shape(source)[0]], tf.constant(self.longest_output or DEFAULT_MAX_CAPTION, tf.int32))
+        return tf.fill(
+            [tf.shape(source)[0]], tf.constant(self.longest_output or DEFAULT_MAX_CAPTION, tf.int32)
+        )

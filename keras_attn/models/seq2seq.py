@@ -12,8 +12,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers import AttentionDecoder, RNNEncoder
-from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.models.backbone import Backbone
+from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
@@ -29,7 +29,9 @@ class RecurrentDecoding:
     """
 
     def initial_cache(self, encoded, rows_per_source=1):
-        """The decoder's state before [BOS] (`AttentionDecoder.initial_state`), `rows_per_source` rows a source."""
+        """The decoder's state before [BOS]
+        (`AttentionDecoder.initial_state`), `rows_per_source` rows a source.
+        """
         return self.decoder.initial_state(encoded["final_states"], rows_per_source=rows_per_source)
 
     def call_decoder_with_cache(self, token_ids, encoded, cache, index):
@@ -40,8 +42,13 @@ class RecurrentDecoding:
             weights as one layer of one head (zeros with `attention="none"`).
         """
         logits, cache, weights = self.decoder.step(
-            ops.cast(token_ids, "int32"), cache, encoded["memory"], encoded["source_mask"],
-            index=index, training=False, memory_keys=encoded.get("memory_keys"),
+            ops.cast(token_ids, "int32"),
+            cache,
+            encoded["memory"],
+            encoded["source_mask"],
+            index=index,
+            training=False,
+            memory_keys=encoded.get("memory_keys"),
         )
         logits = ops.cast(logits, "float32")
         if weights is None:
@@ -51,7 +58,8 @@ class RecurrentDecoding:
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class Seq2SeqBackbone(RecurrentDecoding, Backbone):
-    """The RNN encoder-decoder as a functional `keras.Model`: source and shifted target in, logits out.
+    """The RNN encoder-decoder as a functional `keras.Model`: source
+    and shifted target in, logits out.
 
     Inputs `source` `(B, S)` and `target_in` `(B, T)` are token ids with 0
     as padding (`target_in` starts with [BOS]); the output is the `(B, T,
@@ -131,36 +139,69 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
         **kwargs,
     ):
         settings = architecture(
-            "seq2seq", preset, dict(num_layers=1, hidden_dim=256), num_layers=num_layers, hidden_dim=hidden_dim,
+            "seq2seq",
+            preset,
+            dict(num_layers=1, hidden_dim=256),
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
         )
         num_layers, hidden_dim = settings["num_layers"], settings["hidden_dim"]
         if num_layers not in (1, 2, 3, 4):
             raise ValueError(f"`num_layers` must be 1 to 4, got {num_layers!r}.")
         arguments = dict(
-            source_vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size,
-            cell=cell, num_layers=num_layers, bidirectional=bidirectional, hidden_dim=hidden_dim,
-            embedding_dim=embedding_dim, attention=attention, score=score, local=local, window=window,
-            input_feeding=input_feeding, attention_units=attention_units, dropout=dropout,
-            tie_output=tie_output, scheduled_sampling=scheduled_sampling,
+            source_vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
+            cell=cell,
+            num_layers=num_layers,
+            bidirectional=bidirectional,
+            hidden_dim=hidden_dim,
+            embedding_dim=embedding_dim,
+            attention=attention,
+            score=score,
+            local=local,
+            window=window,
+            input_feeding=input_feeding,
+            attention_units=attention_units,
+            dropout=dropout,
+            tie_output=tie_output,
+            scheduled_sampling=scheduled_sampling,
         )
 
         source = keras.Input((None,), dtype="int32", name="source")
         target_in = keras.Input((None,), dtype="int32", name="target_in")
         encoder = RNNEncoder(
-            source_vocabulary_size, hidden_dim, embedding_dim=embedding_dim, cell=cell,
-            num_layers=num_layers, bidirectional=bidirectional, dropout=dropout, name="encoder",
+            source_vocabulary_size,
+            hidden_dim,
+            embedding_dim=embedding_dim,
+            cell=cell,
+            num_layers=num_layers,
+            bidirectional=bidirectional,
+            dropout=dropout,
+            name="encoder",
         )
         memory, final_states = encoder(source)
         decoder = AttentionDecoder(
-            target_vocabulary_size, hidden_dim, embedding_dim=embedding_dim, cell=cell,
-            num_layers=num_layers, attention=attention, score=score, local=local,
-            window=window, input_feeding=input_feeding, attention_units=attention_units,
-            dropout=dropout, tie_output=tie_output, scheduled_sampling=scheduled_sampling,
+            target_vocabulary_size,
+            hidden_dim,
+            embedding_dim=embedding_dim,
+            cell=cell,
+            num_layers=num_layers,
+            attention=attention,
+            score=score,
+            local=local,
+            window=window,
+            input_feeding=input_feeding,
+            attention_units=attention_units,
+            dropout=dropout,
+            tie_output=tie_output,
+            scheduled_sampling=scheduled_sampling,
             name="decoder",
         )
         logits = decoder(target_in, memory, final_states, memory_mask=ops.not_equal(source, PAD_ID))
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-        super().__init__({"source": source, "target_in": target_in}, logits, **{"name": "seq2seq", **kwargs})
+        super().__init__(
+            {"source": source, "target_in": target_in}, logits, **{"name": "seq2seq", **kwargs}
+        )
         self.encoder, self.decoder = encoder, decoder
         self._arguments = arguments
 
@@ -186,4 +227,3 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
         if keys is not None:
             encoded["memory_keys"] = keys
         return encoded
-

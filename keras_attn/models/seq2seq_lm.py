@@ -8,7 +8,8 @@ from keras_attn import decoding, graph
 from keras_attn.checkpoints import huggingface
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
-from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS, TransformerBackbone
+from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
+from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.training.losses import MaskedSparseCrossEntropy
 from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
 from keras_attn.training.optimizers import transformer_adam
@@ -47,16 +48,25 @@ class Seq2SeqLM(Task):
         super().__init__(inputs, backbone(inputs), **{"name": "seq2seq_lm", **kwargs})
         self.backbone, self.preprocessor, self._arguments = backbone, preprocessor, {}
         self.stepper = decoding.Stepper(backbone)
-        # The longest output `generate` allows by default: what the positions and the preprocessor take.
-        lengths = [backbone.get_config().get("max_sequence_length"), preprocessor and preprocessor.max_length]
+        # The longest output `generate` allows by default: what the
+        # positions and the preprocessor take.
+        lengths = [
+            backbone.get_config().get("max_sequence_length"),
+            preprocessor and preprocessor.max_length,
+        ]
         self.longest_output = min((length for length in lengths if length), default=None)
         budget = tf.TensorSpec([None], tf.int32, name="max_length")
         source = self.source_spec()
         self._greedy = graph.function(self._greedy_search, input_signature=[source, budget])
-        self._beam = graph.function(self._beam_search, input_signature=[
-            source, budget, tf.TensorSpec([], tf.int32, name="beam_width"),
-            tf.TensorSpec([], tf.float32, name="length_penalty"),
-        ])
+        self._beam = graph.function(
+            self._beam_search,
+            input_signature=[
+                source,
+                budget,
+                tf.TensorSpec([], tf.int32, name="beam_width"),
+                tf.TensorSpec([], tf.float32, name="length_penalty"),
+            ],
+        )
 
     BACKBONES = {"transformer": TransformerBackbone, "seq2seq": Seq2SeqBackbone}
 
@@ -66,15 +76,19 @@ class Seq2SeqLM(Task):
 
     @classmethod
     def from_preset(cls, preset, preprocessor=None, **kwargs):
-        """A new task on a new backbone of `preset` (see `Task.from_preset` and `make_backbone`), or the
-        translator of a Hugging Face Marian folder with its tokenizers (`keras_attn.checkpoints.marian.load_task`).
+        """A new task on a new backbone of `preset` (see `Task.from_preset` and `make_backbone`), or
+        the translator of a Hugging Face Marian folder with its tokenizers
+        (`keras_attn.checkpoints.marian.load_task`).
         """
         if huggingface.names_checkpoint(preset, TRANSFORMER_PRESETS):
             from keras_attn.checkpoints.marian import load_task
 
             return load_task(preset, preprocessor, **kwargs)
         if preprocessor is None:
-            raise ValueError(f"Seq2SeqLM.from_preset({preset!r}): a new model needs the preprocessor it reads with")
+            raise ValueError(
+                f"Seq2SeqLM.from_preset({preset!r}): a new model needs the preprocessor it reads "
+                "with"
+            )
         return super().from_preset(preset, preprocessor, **kwargs)
 
     @classmethod
@@ -98,8 +112,16 @@ class Seq2SeqLM(Task):
             sizes["max_sequence_length"] = preprocessor.max_length
         return cls.BACKBONES[family].from_preset(preset, **{**sizes, **kwargs})
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=2e-3, warmup_steps=200,
-                label_smoothing=0.1, **kwargs):
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        metrics="auto",
+        learning_rate=2e-3,
+        warmup_steps=200,
+        label_smoothing=0.1,
+        **kwargs,
+    ):
         """`keras.Model.compile`, with the translation job's choices for what is `"auto"`.
 
         Args:
@@ -117,8 +139,15 @@ class Seq2SeqLM(Task):
             **kwargs: other `keras.Model.compile` arguments.
         """
         auto = optimizer == loss == metrics == "auto" and not kwargs
-        self._auto_compile = dict(learning_rate=learning_rate, warmup_steps=warmup_steps,
-                                  label_smoothing=label_smoothing) if auto else None
+        self._auto_compile = (
+            dict(
+                learning_rate=learning_rate,
+                warmup_steps=warmup_steps,
+                label_smoothing=label_smoothing,
+            )
+            if auto
+            else None
+        )
         if optimizer == "auto":
             if isinstance(learning_rate, (int, float)):
                 width = self.backbone.get_config()["hidden_dim"]
@@ -130,7 +159,9 @@ class Seq2SeqLM(Task):
             metrics = [MaskedTokenAccuracy(), MaskedPerplexity()]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def generate(self, inputs, beam_width=1, max_length=None, length_penalty=decoding.LENGTH_PENALTY):
+    def generate(
+        self, inputs, beam_width=1, max_length=None, length_penalty=decoding.LENGTH_PENALTY
+    ):
         """Translates `inputs`: strings (through the preprocessor) or source ids.
 
         Args:
@@ -147,12 +178,20 @@ class Seq2SeqLM(Task):
             `(B, T)` int ids after [BOS] up to [EOS] (padded with [PAD]).
         """
         source, strings = self._source(inputs)
-        budget = (self._default_budget(source) if max_length is None
-                  else tf.fill([tf.shape(source)[0]], tf.constant(int(max_length), tf.int32)))
+        budget = (
+            self._default_budget(source)
+            if max_length is None
+            else tf.fill([tf.shape(source)[0]], tf.constant(int(max_length), tf.int32))
+        )
         if beam_width == 1:
             tokens = self._greedy(source, budget)
         else:
-            tokens = self._beam(source, budget, tf.constant(beam_width, tf.int32), tf.constant(length_penalty, tf.float32))
+            tokens = self._beam(
+                source,
+                budget,
+                tf.constant(beam_width, tf.int32),
+                tf.constant(length_penalty, tf.float32),
+            )
         if strings:
             return [text.decode("utf-8") for text in self.preprocessor.detokenize(tokens).numpy()]
         return tokens.numpy()
@@ -163,8 +202,12 @@ class Seq2SeqLM(Task):
         if not strings:
             return tf.convert_to_tensor(np.asarray(inputs, "int32")), False
         if self.preprocessor is None:
-            raise ValueError("generate() got strings, but this model has no preprocessor: give token ids")
-        return self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))["source"], True
+            raise ValueError(
+                "generate() got strings, but this model has no preprocessor: give token ids"
+            )
+        return self.preprocessor(tf.constant(list(np.asarray(inputs).reshape(-1)), tf.string))[
+            "source"
+        ], True
 
     def _default_budget(self, source):
         return decoding.max_decode_length(source, cap=self.longest_output)
@@ -173,7 +216,9 @@ class Seq2SeqLM(Task):
         return decoding.greedy_search(self.stepper, source, budget)["tokens"]
 
     def _beam_search(self, source, budget, beam_width, length_penalty):
-        return decoding.beam_search(self.stepper, source, budget, beam_width, length_penalty=length_penalty)["tokens"]
+        return decoding.beam_search(
+            self.stepper, source, budget, beam_width, length_penalty=length_penalty
+        )["tokens"]
 
 
 def _are_strings(inputs):

@@ -1,4 +1,6 @@
-"""What every task shares: a backbone and a preprocessor in its config, `from_preset`, and the task's loss."""
+"""What every task shares: a backbone and a preprocessor in its
+config, `from_preset`, and the task's loss.
+"""
 
 import inspect
 
@@ -21,13 +23,17 @@ class Task(keras.Model):
     """
 
     task_loss = None
-    _auto_compile = None  # the task's own `compile` arguments, when it was compiled with its defaults only
+    _auto_compile = (
+        None  # the task's own `compile` arguments, when it was compiled with its defaults only
+    )
 
     def get_config(self):
         return {
-            "name": self.name, "trainable": self.trainable,
+            "name": self.name,
+            "trainable": self.trainable,
             "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "preprocessor": self.preprocessor and keras.saving.serialize_keras_object(self.preprocessor),
+            "preprocessor": self.preprocessor
+            and keras.saving.serialize_keras_object(self.preprocessor),
             **self._arguments,
         }
 
@@ -36,14 +42,15 @@ class Task(keras.Model):
         config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
         if config.get("preprocessor"):
             import pipelines.preprocessors  # noqa: F401  (registers the preprocessor classes; imported here, as
-            #                                  pipelines import keras_attn's special tokens: no import cycle)
+            # pipelines import keras_attn's special tokens: no import cycle)
 
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 
     @classmethod
     def from_preset(cls, preset, preprocessor, **kwargs):
-        """A new task on a new backbone of `preset`, sized by `preprocessor`'s vocabulary and length.
+        """A new task on a new backbone of `preset`, sized by
+        `preprocessor`'s vocabulary and length.
 
         Args:
             preset: a preset name of the backbone's family (`keras_attn.presets`).
@@ -53,7 +60,11 @@ class Task(keras.Model):
         """
         own = inspect.signature(cls.__init__).parameters
         task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
-        return cls(cls.make_backbone(preset, preprocessor, **kwargs), preprocessor=preprocessor, **task_arguments)
+        return cls(
+            cls.make_backbone(preset, preprocessor, **kwargs),
+            preprocessor=preprocessor,
+            **task_arguments,
+        )
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
@@ -67,10 +78,12 @@ class Task(keras.Model):
     def compile_from_config(self, config):
         if "auto" not in config:
             return super().compile_from_config(config)
-        # A task compiled with its own arguments loads compiled the same way (a schedule among them comes back an object).
+        # A task compiled with its own arguments loads compiled the
+        # same way (a schedule among them comes back an object).
         self.compile(**keras.saving.deserialize_keras_object(config["auto"]))
         if self.built:
-            self.optimizer.build(self.trainable_variables)  # so the saved optimizer state loads into it
+            # so the saved optimizer state loads into it
+            self.optimizer.build(self.trainable_variables)
 
     def fit(self, *args, **kwargs):
         # Without a strategy scope Keras builds the optimizer inside the first
@@ -78,7 +91,8 @@ class Task(keras.Model):
         if self.built and self.optimizer is not None and not self.optimizer.built:
             with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
-        # A dataset shuffles itself: Keras's default `shuffle=True` would only warn that it is ignored.
+        # A dataset shuffles itself: Keras's default `shuffle=True`
+        # would only warn that it is ignored.
         data = args[0] if args else kwargs.get("x")
         if isinstance(data, (tf.data.Dataset, keras.utils.PyDataset)):
             kwargs.setdefault("shuffle", False)
@@ -87,6 +101,11 @@ class Task(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.task_loss is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
-        # The task's loss, and as Keras adds them, the layers' own (`add_loss`, weight regularizers).
-        return keras.ops.sum([self.task_loss(y, y_pred), *(self._aggregate_additional_loss(loss)
-                                                             for loss in self.losses)])
+        # The task's loss, and as Keras adds them, the layers' own
+        # (`add_loss`, weight regularizers).
+        return keras.ops.sum(
+            [
+                self.task_loss(y, y_pred),
+                *(self._aggregate_additional_loss(loss) for loss in self.losses),
+            ]
+        )

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.checkpoints import huggingface
 from keras_attn.layers import (
     OutputBias,
     TokenAndPositionEmbedding,
@@ -10,9 +11,8 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
     activations,
 )
-from keras_attn.presets import PRESETS as _ALL_PRESETS
-from keras_attn.checkpoints import huggingface
 from keras_attn.models.backbone import Backbone
+from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
 from keras_attn.special_tokens import PAD_ID
 
@@ -65,7 +65,9 @@ class TransformerBackbone(Backbone):
 
     Example:
 
-        >>> model = TransformerBackbone.from_preset("tiny", source_vocabulary_size=1000, target_vocabulary_size=1000)
+        >>> model = TransformerBackbone.from_preset(
+        ...     "tiny", source_vocabulary_size=1000, target_vocabulary_size=1000
+        ... )
         >>> logits = model({"source": np.array([[5, 6, 2]]),
         ...                 "target_in": np.array([[1, 9]])})
         >>> logits.shape
@@ -95,8 +97,13 @@ class TransformerBackbone(Backbone):
         **kwargs,
     ):
         settings = architecture(
-            "transformer", preset, dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
-            num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            "transformer",
+            preset,
+            dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
         )
         num_decoder_layers = num_decoder_layers or settings["num_layers"]
         if share_embeddings and source_vocabulary_size != target_vocabulary_size:
@@ -105,18 +112,30 @@ class TransformerBackbone(Backbone):
                 f"{source_vocabulary_size} and target size {target_vocabulary_size}."
             )
         if settings["hidden_dim"] % settings["num_heads"]:
-            raise ValueError(f"num_heads={settings['num_heads']} does not divide hidden_dim={settings['hidden_dim']}.")
+            raise ValueError(
+                f"num_heads={settings['num_heads']} does not divide "
+                f"hidden_dim={settings['hidden_dim']}."
+            )
 
         def embedding(vocabulary_size, name):
             return TokenAndPositionEmbedding(
-                vocabulary_size, max_sequence_length, settings["hidden_dim"], mask_zero=False,
-                position=position, dropout=dropout, name=name,
+                vocabulary_size,
+                max_sequence_length,
+                settings["hidden_dim"],
+                mask_zero=False,
+                position=position,
+                dropout=dropout,
+                name=name,
             )
 
         def block(kind, name):
             return kind(
-                num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"],
-                dropout=dropout, activation=activations.activation(activation), norm_first=norm_first, name=name,
+                num_heads=settings["num_heads"],
+                intermediate_dim=settings["intermediate_dim"],
+                dropout=dropout,
+                activation=activations.activation(activation),
+                norm_first=norm_first,
+                name=name,
             )
 
         # Each layer is made where it is first called: that order draws the initial weights.
@@ -130,43 +149,85 @@ class TransformerBackbone(Backbone):
         for i in range(settings["num_layers"]):
             encoder_blocks.append(block(TransformerEncoderBlock, f"encoder_block_{i}"))
             x = encoder_blocks[-1](x, padding_mask=source_mask)
-        encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm") if norm_first else None
+        encoder_norm = (
+            keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm")
+            if norm_first
+            else None
+        )
         if encoder_norm is not None:
             x = encoder_norm(x)
         # Decoder: N × (masked self-attention, cross-attention, feed-forward).
-        target_embedding = source_embedding if share_embeddings else embedding(target_vocabulary_size, "target_embedding")
+        target_embedding = (
+            source_embedding
+            if share_embeddings
+            else embedding(target_vocabulary_size, "target_embedding")
+        )
         y = target_embedding(target_in)
         decoder_blocks = []
         for i in range(num_decoder_layers):
             decoder_blocks.append(block(TransformerDecoderBlock, f"decoder_block_{i}"))
-            y = decoder_blocks[-1](y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask)
-        decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm") if norm_first else None
+            y = decoder_blocks[-1](
+                y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask
+            )
+        decoder_norm = (
+            keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm")
+            if norm_first
+            else None
+        )
         if decoder_norm is not None:
             y = decoder_norm(y)
-        output_projection = None if tie_output else keras.layers.Dense(target_vocabulary_size, name="output_projection")
-        logits = target_embedding(y, reverse=True) if output_projection is None else output_projection(y)
-        logits_bias = OutputBias(target_vocabulary_size, name="output_bias") if output_bias else None
+        output_projection = (
+            None
+            if tie_output
+            else keras.layers.Dense(target_vocabulary_size, name="output_projection")
+        )
+        logits = (
+            target_embedding(y, reverse=True) if output_projection is None else output_projection(y)
+        )
+        logits_bias = (
+            OutputBias(target_vocabulary_size, name="output_bias") if output_bias else None
+        )
         if logits_bias is not None:
             logits = logits_bias(logits)
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-        super().__init__({"source": source, "target_in": target_in}, logits, **{"name": "transformer", **kwargs})
+        super().__init__(
+            {"source": source, "target_in": target_in}, logits, **{"name": "transformer", **kwargs}
+        )
 
-        self.source_embedding, self.encoder_blocks, self.encoder_norm = source_embedding, encoder_blocks, encoder_norm
-        self.target_embedding, self.decoder_blocks, self.decoder_norm = target_embedding, decoder_blocks, decoder_norm
+        self.source_embedding, self.encoder_blocks, self.encoder_norm = (
+            source_embedding,
+            encoder_blocks,
+            encoder_norm,
+        )
+        self.target_embedding, self.decoder_blocks, self.decoder_norm = (
+            target_embedding,
+            decoder_blocks,
+            decoder_norm,
+        )
         self.output_projection, self.output_bias = output_projection, logits_bias
         self._arguments = dict(
-            source_vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size,
-            max_sequence_length=max_sequence_length, num_layers=settings["num_layers"],
-            num_decoder_layers=num_decoder_layers, hidden_dim=settings["hidden_dim"],
-            num_heads=settings["num_heads"], intermediate_dim=settings["intermediate_dim"], dropout=dropout,
-            norm_first=norm_first, share_embeddings=share_embeddings, tie_output=tie_output,
-            activation=activation, position=position, output_bias=output_bias,
+            source_vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
+            max_sequence_length=max_sequence_length,
+            num_layers=settings["num_layers"],
+            num_decoder_layers=num_decoder_layers,
+            hidden_dim=settings["hidden_dim"],
+            num_heads=settings["num_heads"],
+            intermediate_dim=settings["intermediate_dim"],
+            dropout=dropout,
+            norm_first=norm_first,
+            share_embeddings=share_embeddings,
+            tie_output=tie_output,
+            activation=activation,
+            position=position,
+            output_bias=output_bias,
         )
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a Hugging Face
-        Marian folder with its weights (`keras_attn.checkpoints.marian`; `dropout`, `dtype`, `name` may be given)."""
+        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a
+        Hugging Face Marian folder with its weights (`keras_attn.checkpoints.marian`; `dropout`,
+        `dtype`, `name` may be given)."""
         if huggingface.names_checkpoint(preset, PRESETS):
             from keras_attn.checkpoints.marian import load_backbone
 
@@ -197,7 +258,8 @@ class TransformerBackbone(Backbone):
         }
 
     def initial_cache(self, encoded, rows_per_source=1, length=None):
-        """The decoder's cache before the first step: per block, empty self-attention keys and values.
+        """The decoder's cache before the first step: per block, empty
+        self-attention keys and values.
 
         With `length` (a Python int), the cache is preallocated for
         decoding loops whose shapes do not change from step to step (for
@@ -217,7 +279,9 @@ class TransformerBackbone(Backbone):
         one_row = isinstance(rows_per_source, int) and rows_per_source == 1
         if self.output_projection is None and not one_row:
             table = self.target_embedding.token_embedding.embeddings
-            cache["output_kernel"] = ops.transpose(ops.cast(table, self.target_embedding.compute_dtype))
+            cache["output_kernel"] = ops.transpose(
+                ops.cast(table, self.target_embedding.compute_dtype)
+            )
         return cache
 
     def call_decoder_with_cache(self, token_ids, encoded, cache, index, preallocated=False):
@@ -241,8 +305,13 @@ class TransformerBackbone(Backbone):
         layers = cache["layers"] if preallocated else cache
         for block, memory, block_cache in zip(self.decoder_blocks, encoded["memory"], layers):
             y, block_cache, _, cross = block(
-                y, encoder_padding_mask=encoded["source_mask"], cache=block_cache, cache_index=index,
-                preallocated=preallocated, cross_attention_cache=memory, return_attention_scores=True,
+                y,
+                encoder_padding_mask=encoded["source_mask"],
+                cache=block_cache,
+                cache_index=index,
+                preallocated=preallocated,
+                cross_attention_cache=memory,
+                return_attention_scores=True,
             )
             new_cache.append(block_cache)
             attention.append(cross[:, :, 0])

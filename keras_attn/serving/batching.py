@@ -36,9 +36,11 @@ class DynamicBatcher:
         >>> import concurrent.futures
         >>> def run(key, inputs):
         ...     return {"twice": inputs["x"] * 2}
-        >>> batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=5)
+        >>> pool = concurrent.futures.ThreadPoolExecutor(1)
+        >>> batcher = DynamicBatcher(run, pool, max_batch_size=8, timeout_ms=5)
         >>> async def two_callers():
-        ...     return await asyncio.gather(*(batcher("key", {"x": np.array(x)}, len(x)) for x in ([1, 2], [3])))
+        ...     calls = (batcher("key", {"x": np.array(x)}, len(x)) for x in ([1, 2], [3]))
+        ...     return await asyncio.gather(*calls)
         >>> [out["twice"].tolist() for out in asyncio.run(two_callers())]
         [[2, 4], [6]]
         >>> batcher.calls
@@ -53,7 +55,8 @@ class DynamicBatcher:
         self.calls = 0  # calls of `run` so far
         self._free = workers
         self._queues = {}  # key -> [(inputs, rows, future)], oldest first
-        self._due = {}  # the keys ready to run, in the order they became due (a dict as an ordered set)
+        # The keys ready to run, in the order they became due (a dict as an ordered set).
+        self._due = {}
         self._timers = {}
 
     async def __call__(self, key, inputs, rows):
@@ -95,12 +98,16 @@ class DynamicBatcher:
     async def _run_batch(self, key, callers):
         first = callers[0][0]
         merged = {
-            name: np.concatenate([inputs[name] for inputs, _, _ in callers]) if np.ndim(value) else value
+            name: np.concatenate([inputs[name] for inputs, _, _ in callers])
+            if np.ndim(value)
+            else value
             for name, value in first.items()
         }
         self.calls += 1
         try:
-            outputs = await asyncio.get_running_loop().run_in_executor(self.executor, self.run, key, merged)
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.run, key, merged
+            )
         except Exception as error:  # noqa: BLE001  (every caller of the batch gets the model's error)
             for _, _, future in callers:
                 if not future.done():
@@ -112,5 +119,7 @@ class DynamicBatcher:
         start = 0
         for _, rows, future in callers:
             if not future.done():
-                future.set_result({name: value[start:start + rows] for name, value in outputs.items()})
+                future.set_result(
+                    {name: value[start : start + rows] for name, value in outputs.items()}
+                )
             start += rows

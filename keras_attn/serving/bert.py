@@ -22,14 +22,16 @@ import tensorflow as tf
 
 from keras_attn import graph
 from keras_attn.config import MAX_TOP_K
-from keras_attn.serving.versions import fingerprint
 from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
+from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
-CLASSIFIER = "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
+CLASSIFIER = (
+    "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
+)
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
@@ -55,9 +57,9 @@ class BertServer(tf.Module):
     - `encode(text)`, `encode_pair(text_a, text_b)`: `pooled_output`
       float32[B, d], `sequence_output` float32[B, T, d] (zeros at padding),
       `token_ids` int32[B, T], `truncated` bool[B].
-    - `attention(text)`: `tokens` string[B, T] (`[PAD]` after each
-      text's end; `[MASK]` read as in `fill_mask`) and `self_attention` float32[B, layers, heads, T, T],
-      each layer's attention weights (rows: queries), for the explorer.
+    - `attention(text)`: `tokens` string[B, T] (`[PAD]` after each text's end; `[MASK]` read as in
+      `fill_mask`) and `self_attention` float32[B, layers, heads, T, T], each layer's attention
+      weights (rows: queries), for the explorer.
     - `classify(text)`, `classify_pair(text_a, text_b)` (with a
       classifier): `label` string[B], `label_id` int32[B], `probabilities`
       float32[B, C].
@@ -73,7 +75,9 @@ class BertServer(tf.Module):
         max_top_k: the most candidates `fill_mask` gives per mask.
     """
 
-    def __init__(self, task, label_names=None, pairs=False, max_predictions=20, max_top_k=MAX_TOP_K):
+    def __init__(
+        self, task, label_names=None, pairs=False, max_predictions=20, max_top_k=MAX_TOP_K
+    ):
         super().__init__(name="bert")
         if task.preprocessor is None:
             raise ValueError(f"{task.name}: a BERT export needs the task's BertPreprocessor")
@@ -100,10 +104,14 @@ class BertServer(tf.Module):
             self._labels = tf.constant(self.label_names, tf.string)
             self._run_classifier = graph.function(self._probabilities, input_signature=[ids, ids])
             self.classify = graph.function(self._classify, input_signature=[_TEXT])
-            self.classify_pair = graph.function(self._classify_pair, input_signature=_pair_signature())
+            self.classify_pair = graph.function(
+                self._classify_pair, input_signature=_pair_signature()
+            )
 
     def _backbone_outputs(self, token_ids, segment_ids):
-        outputs = self.backbone({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        outputs = self.backbone(
+            {"token_ids": token_ids, "segment_ids": segment_ids}, training=False
+        )
         padding = tf.cast(tf.not_equal(token_ids, PAD_ID), tf.float32)[..., None]
         return {
             "pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
@@ -112,22 +120,40 @@ class BertServer(tf.Module):
 
     def _encode(self, text):
         token_ids, segment_ids, truncated = self.preprocessor.pack(text)
-        return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
+        return {
+            **self._run_backbone(token_ids, segment_ids),
+            "token_ids": token_ids,
+            "truncated": truncated,
+        }
 
     def _attention(self, text):
-        token_ids, segment_ids, _, _ = self.preprocessor.pack_with_masks(text)  # a [MASK] is one token, as fill_mask reads it
+        # a [MASK] is one token, as fill_mask reads it
+        token_ids, segment_ids, _, _ = self.preprocessor.pack_with_masks(text)
         _, weights = self.backbone.call_with_attention(token_ids, segment_ids)
-        return {"tokens": self.tokenizer.id_to_token(token_ids), "self_attention": tf.cast(weights, tf.float32)}
+        return {
+            "tokens": self.tokenizer.id_to_token(token_ids),
+            "self_attention": tf.cast(weights, tf.float32),
+        }
 
     def _encode_pair(self, text_a, text_b):
         token_ids, segment_ids, truncated = self.preprocessor.pack(text_a, text_b)
-        return {**self._run_backbone(token_ids, segment_ids), "token_ids": token_ids, "truncated": truncated}
+        return {
+            **self._run_backbone(token_ids, segment_ids),
+            "token_ids": token_ids,
+            "truncated": truncated,
+        }
 
     def _probabilities(self, token_ids, segment_ids):
-        logits = self.classifier({"token_ids": token_ids, "segment_ids": segment_ids}, training=False)
+        logits = self.classifier(
+            {"token_ids": token_ids, "segment_ids": segment_ids}, training=False
+        )
         probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"label": tf.gather(self._labels, label_id), "label_id": label_id, "probabilities": probabilities}
+        return {
+            "label": tf.gather(self._labels, label_id),
+            "label_id": label_id,
+            "probabilities": probabilities,
+        }
 
     def _classify(self, text):
         token_ids, segment_ids, _ = self.preprocessor.pack(text)
@@ -138,33 +164,70 @@ class BertServer(tf.Module):
         return self._run_classifier(token_ids, segment_ids)
 
     def _fill_mask(self, text, top_k):
-        encode = lambda token_ids, segment_ids: self._run_backbone(token_ids, segment_ids)["sequence_output"]  # noqa: E731
-        return fill_masks(self.preprocessor, encode, self.mlm_head, text, top_k, self.max_predictions, self.max_top_k)
+        encode = lambda token_ids, segment_ids: self._run_backbone(token_ids, segment_ids)[
+            "sequence_output"
+        ]  # noqa: E731
+        return fill_masks(
+            self.preprocessor,
+            encode,
+            self.mlm_head,
+            text,
+            top_k,
+            self.max_predictions,
+            self.max_top_k,
+        )
 
     def fingerprint(self):
         """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings."""
         weights = [*self.backbone.weights]
         for extra in (self.mlm_head, self.classifier):
-            weights += [w for w in (extra.weights if extra is not None else []) if all(w is not b for b in weights)]
-        return fingerprint([
-            json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, self.tokenizer.strip_accents,
-                        self.label_names]),
-            f"{self.preprocessor.max_length} {self.max_predictions} {self.max_top_k}",
-        ], weights)
+            weights += [
+                w
+                for w in (extra.weights if extra is not None else [])
+                if all(w is not b for b in weights)
+            ]
+        return fingerprint(
+            [
+                json.dumps(
+                    [
+                        self.tokenizer.vocabulary,
+                        self.tokenizer.lowercase,
+                        self.tokenizer.strip_accents,
+                        self.label_names,
+                    ]
+                ),
+                f"{self.preprocessor.max_length} {self.max_predictions} {self.max_top_k}",
+            ],
+            weights,
+        )
 
     def signatures(self):
-        signatures = {"encode": self.encode, "encode_pair": self.encode_pair, "attention": self.attention}
+        signatures = {
+            "encode": self.encode,
+            "encode_pair": self.encode_pair,
+            "attention": self.attention,
+        }
         if self.mlm_head is not None:
             signatures.update(fill_mask=self.fill_mask, serving_default=self.fill_mask)
         if self.classifier is not None:
-            signatures.update(classify=self.classify, classify_pair=self.classify_pair, serving_default=self.classify)
+            signatures.update(
+                classify=self.classify,
+                classify_pair=self.classify_pair,
+                serving_default=self.classify,
+            )
         signatures.setdefault("serving_default", self.encode)
         return signatures
 
     def write_assets_extra(self, folder):
-        """Writes the backbone's settings, weights and vocabulary into `folder` (for fine-tuning)."""
-        settings = {**backbone_arguments(self.backbone.get_config()), "lowercase": self.tokenizer.lowercase,
-                    "strip_accents": self.tokenizer.strip_accents, "max_length": self.preprocessor.max_length}
+        """Writes the backbone's settings, weights and vocabulary
+        into `folder` (for fine-tuning).
+        """
+        settings = {
+            **backbone_arguments(self.backbone.get_config()),
+            "lowercase": self.tokenizer.lowercase,
+            "strip_accents": self.tokenizer.strip_accents,
+            "max_length": self.preprocessor.max_length,
+        }
         with open(os.path.join(folder, BACKBONE_SETTINGS), "w") as file:
             json.dump(settings, file, indent=1)
         self.backbone.save_weights(os.path.join(folder, BACKBONE_WEIGHTS))
@@ -176,7 +239,9 @@ class BertServer(tf.Module):
 
 
 def read_classifier(model_dir):
-    """`{"labels": [names by id], "pairs": bool}` of a fine-tuned export; `{}` for an export without them."""
+    """`{"labels": [names by id], "pairs": bool}` of a fine-tuned
+    export; `{}` for an export without them.
+    """
     try:
         with open(os.path.join(model_dir, "assets.extra", CLASSIFIER)) as file:
             return json.load(file)
@@ -185,4 +250,7 @@ def read_classifier(model_dir):
 
 
 def _pair_signature():
-    return [tf.TensorSpec([None], tf.string, name="text_a"), tf.TensorSpec([None], tf.string, name="text_b")]
+    return [
+        tf.TensorSpec([None], tf.string, name="text_a"),
+        tf.TensorSpec([None], tf.string, name="text_b"),
+    ]

@@ -1,4 +1,5 @@
-"""The captioning SavedModel of a `Captioner`: encoded image bytes in, the caption and where it looked out.
+"""The captioning SavedModel of a `Captioner`: encoded image bytes in,
+the caption and where it looked out.
 
 It loads in a process that imports only `tensorflow` and `tensorflow_text`:
 
@@ -52,54 +53,80 @@ class CaptionServer(tf.Module):
     def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=MAX_BEAM_WIDTH):
         super().__init__(name="captioner")
         if task.preprocessor is None:
-            raise ValueError(f"{task.name}: a captioning export needs the task's CaptionPreprocessor")
+            raise ValueError(
+                f"{task.name}: a captioning export needs the task's CaptionPreprocessor"
+            )
         self.model = task.backbone
         self.stepper = task.stepper
         self.preprocessor = task.preprocessor
-        self.tokenizer = task.preprocessor.tokenizer  # tracked here too: its vocabulary file is an asset
+        # tracked here too: its vocabulary file is an asset
+        self.tokenizer = task.preprocessor.tokenizer
         self.length_penalty = length_penalty
         self.max_beam_width = max_beam_width
 
-    @graph.function(input_signature=[
-        tf.TensorSpec([None], tf.string, name="image"), tf.TensorSpec([], tf.int32, name="beam_width"),
-    ])
+    @graph.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="image"),
+            tf.TensorSpec([], tf.int32, name="beam_width"),
+        ]
+    )
     def caption(self, image, beam_width):
         pixels, readable = decode_images(image, self.preprocessor.image_size)
         # An empty batch skips the model (a convolution over no images fails on CPU).
-        return tf.cond(tf.size(image) > 0, lambda: self._caption(pixels, readable, beam_width), self._nothing)
+        return tf.cond(
+            tf.size(image) > 0, lambda: self._caption(pixels, readable, beam_width), self._nothing
+        )
 
     def _caption(self, pixels, readable, beam_width):
         images = self.preprocessor.images(pixels)
         rows = tf.shape(images)[0]
         cap = min(self.max_beam_width, self.tokenizer.vocabulary_size)
         result = decoding.beam_search(
-            self.stepper, images, tf.fill([rows], self.preprocessor.max_length), tf.clip_by_value(beam_width, 1, cap),
+            self.stepper,
+            images,
+            tf.fill([rows], self.preprocessor.max_length),
+            tf.clip_by_value(beam_width, 1, cap),
             length_penalty=self.length_penalty,
         )
         tokens = tf.where(readable[:, None], result["tokens"], PAD_ID)
         target_in = tf.concat([tf.fill([rows, 1], BOS_ID), tokens[:, :-1]], axis=1)
-        weights = self.model.attention_weights(images, target_in) * tf.cast(tokens != PAD_ID, tf.float32)[..., None]
+        weights = (
+            self.model.attention_weights(images, target_in)
+            * tf.cast(tokens != PAD_ID, tf.float32)[..., None]
+        )
         return {
             "caption": self.preprocessor.detokenize(tokens),
             "score": tf.where(readable, result["scores"], 0.0),
             "readable": readable,
             "output_tokens": self.tokenizer.id_to_token(tokens),
-            "attention": tf.reshape(weights, [rows, tf.shape(tokens)[1], *self.model.encoder.grid_shape]),
+            "attention": tf.reshape(
+                weights, [rows, tf.shape(tokens)[1], *self.model.encoder.grid_shape]
+            ),
         }
 
     def _nothing(self):
         return {
-            "caption": tf.zeros([0], tf.string), "score": tf.zeros([0]), "readable": tf.zeros([0], tf.bool),
+            "caption": tf.zeros([0], tf.string),
+            "score": tf.zeros([0]),
+            "readable": tf.zeros([0], tf.bool),
             "output_tokens": tf.zeros([0, 0], tf.string),
             "attention": tf.zeros([0, 0, *self.model.encoder.grid_shape]),
         }
 
     def fingerprint(self):
-        """SHA-256 of what decides the outputs: weights, vocabulary and settings (as `Translator.fingerprint`)."""
-        settings = [self.preprocessor.image_size, self.preprocessor.max_length, self.length_penalty,
-                    self.max_beam_width]
-        return fingerprint([json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, settings])],
-                           self.model.weights)
+        """SHA-256 of what decides the outputs: weights, vocabulary
+        and settings (as `Translator.fingerprint`).
+        """
+        settings = [
+            self.preprocessor.image_size,
+            self.preprocessor.max_length,
+            self.length_penalty,
+            self.max_beam_width,
+        ]
+        return fingerprint(
+            [json.dumps([self.tokenizer.vocabulary, self.tokenizer.lowercase, settings])],
+            self.model.weights,
+        )
 
     def signatures(self):
         return {"serving_default": self.caption, "caption": self.caption}

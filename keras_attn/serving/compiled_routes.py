@@ -1,4 +1,5 @@
-"""One-text translations compiled by XLA behind `keras-attn serve`, without a request ever waiting for the compiler.
+"""One-text translations compiled by XLA behind `keras-attn serve`,
+without a request ever waiting for the compiler.
 
 A Transformer's translation export has `translate_compiled`: the search
 compiled by XLA, whose steps cost about their matrix products, one program
@@ -24,7 +25,11 @@ Example:
 import threading
 import time
 
-COMPILED, WARM_UP = "translate_compiled", "warm_up"  # the export's signatures (`serving.Translator`)
+# the export's signatures (`serving.Translator`)
+COMPILED, WARM_UP = (
+    "translate_compiled",
+    "warm_up",
+)
 ROUTED = ("translate", "serving_default")  # the signatures whose one-text calls run `COMPILED`
 
 
@@ -43,20 +48,28 @@ class CompiledRoutes:
         self._ready = {}  # (name, number) -> the widths compiled so far
 
     def start(self, versions):
-        """Compiles, in a background thread each, the programs of the loaded `versions` that have `warm_up`."""
+        """Compiles, in a background thread each, the programs of the
+        loaded `versions` that have `warm_up`.
+        """
         for version in versions:
             signatures = getattr(version.loaded, "signatures", {})
             if self.widths and WARM_UP in signatures and COMPILED in signatures:
                 self._ready[version.name, version.number] = set()
-                threading.Thread(target=self._warm_up, args=(version,), daemon=True,
-                                 name=f"warm-up {version.name}/{version.number}").start()
+                threading.Thread(
+                    target=self._warm_up,
+                    args=(version,),
+                    daemon=True,
+                    name=f"warm-up {version.name}/{version.number}",
+                ).start()
 
     def ready(self, version):
         """The beam widths at which `version` runs one text compiled, so far."""
         return frozenset(self._ready.get((version.name, version.number), ()))
 
     def signature(self, version, name, inputs):
-        """The signature to run for a call of signature `name` with `inputs` (`{name: np.ndarray}`)."""
+        """The signature to run for a call of signature `name` with
+        `inputs` (`{name: np.ndarray}`).
+        """
         if name not in ROUTED or len(inputs.get("text", ())) != 1:
             return name
         width = inputs.get("beam_width")
@@ -70,11 +83,17 @@ class CompiledRoutes:
             try:
                 warm_up(beam_width=tf.constant(width), rows=tf.constant(1))
             except Exception as error:  # noqa: BLE001  (that version then runs every call in the graph)
-                message = (getattr(error, "message", None) or str(error) or type(error).__name__).strip()
-                self.log(f"{version.name}/{version.number}: not compiled at beam width {width}: "
-                         f"{message.splitlines()[0]}")
+                message = (
+                    getattr(error, "message", None) or str(error) or type(error).__name__
+                ).strip()
+                self.log(
+                    f"{version.name}/{version.number}: not compiled at beam width {width}: "
+                    f"{message.splitlines()[0]}"
+                )
                 return
             self._ready[version.name, version.number].add(width)
         widths = ", ".join(map(str, self.widths))
-        self.log(f"{version.name}/{version.number}: one-text translations at beam widths {widths} compiled by XLA "
-                 f"in {time.perf_counter() - began:.1f} s")
+        self.log(
+            f"{version.name}/{version.number}: one-text translations at beam widths {widths} "
+            f"compiled by XLA in {time.perf_counter() - began:.1f} s"
+        )

@@ -24,7 +24,8 @@ sources cut and outputs capped at the backbone's `max_sequence_length` `L`
 (CTranslate2 refuses a position the table lacks):
 
     translator = ctranslate2.Translator(folder, device="cpu")
-    translator.translate_batch(source_tokens, beam_size=1, max_input_length=L, max_decoding_length=n,
+    translator.translate_batch(source_tokens, beam_size=1,
+    max_input_length=L, max_decoding_length=n,
                                **SEARCH_OPTIONS)
 
 Greedy search then gives our tokens, those of the float32 model: the
@@ -54,8 +55,8 @@ from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.serving.versions import CTRANSLATE2_MODEL, is_ctranslate2_folder
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
-# `translate_batch` options that search as `keras_attn.decoding` does: [PAD] and [BOS] never emitted,
-# [EOS] allowed from the first step, outputs without [EOS].
+# `translate_batch` options that search as `keras_attn.decoding` does: [PAD] and [BOS] never
+# emitted, [EOS] allowed from the first step, outputs without [EOS].
 SEARCH_OPTIONS = dict(
     suppress_sequences=[[SPECIAL_TOKENS[PAD_ID]], [SPECIAL_TOKENS[BOS_ID]]],
     min_decoding_length=0,
@@ -65,8 +66,12 @@ SEARCH_OPTIONS = dict(
 PREPROCESSOR = "keras_attn_preprocessor.json"  # in the folder: how to tokenize for it
 
 # Our feed-forward activations (`layers.activations.ACTIVATIONS`) as CTranslate2's.
-_ACTIVATIONS = {"relu": common_spec.Activation.RELU, "silu": common_spec.Activation.SWISH,
-                "gelu": common_spec.Activation.GELU, "gelu_tanh": common_spec.Activation.GELUTanh}
+_ACTIVATIONS = {
+    "relu": common_spec.Activation.RELU,
+    "silu": common_spec.Activation.SWISH,
+    "gelu": common_spec.Activation.GELU,
+    "gelu_tanh": common_spec.Activation.GELUTanh,
+}
 
 
 def ctranslate2_spec(backbone, source_tokens, target_tokens):
@@ -88,35 +93,58 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
 
     Example:
 
-    >>> backbone = TransformerBackbone(12, 12, preset="tiny", hidden_dim=16, intermediate_dim=32, max_sequence_length=8)
+    >>> backbone = TransformerBackbone(
+    ...     12, 12, preset="tiny", hidden_dim=16, intermediate_dim=32, max_sequence_length=8
+    ... )
     >>> tokens = [*SPECIAL_TOKENS, "a", "b", "c", "d", "e"]
     >>> spec = ctranslate2_spec(backbone, tokens, tokens)
     >>> spec.config.decoder_start_token, len(spec.decoder.layer)
     ('[BOS]', 2)
     """
     if not isinstance(backbone, TransformerBackbone):
-        raise UserError(f"CTranslate2 export: only a TransformerBackbone converts, got {type(backbone).__name__}")
+        raise UserError(
+            "CTranslate2 export: only a TransformerBackbone converts, got "
+            f"{type(backbone).__name__}"
+        )
     _check_vocabulary("source", source_tokens, backbone.source_embedding)
     _check_vocabulary("target", target_tokens, backbone.target_embedding)
     encoder_blocks, decoder_blocks = backbone.encoder_blocks, backbone.decoder_blocks
     activation = _ACTIVATIONS[backbone.get_config()["activation"]]
     norm_first = encoder_blocks[0].norm_first
     encoder = transformer_spec.TransformerEncoderSpec(
-        len(encoder_blocks), encoder_blocks[0].num_heads, pre_norm=norm_first,
-        no_final_norm=backbone.encoder_norm is None, activation=activation,
+        len(encoder_blocks),
+        encoder_blocks[0].num_heads,
+        pre_norm=norm_first,
+        no_final_norm=backbone.encoder_norm is None,
+        activation=activation,
     )
     decoder = transformer_spec.TransformerDecoderSpec(
-        len(decoder_blocks), decoder_blocks[0].num_heads, pre_norm=norm_first,
-        no_final_norm=backbone.decoder_norm is None, activation=activation,
+        len(decoder_blocks),
+        decoder_blocks[0].num_heads,
+        pre_norm=norm_first,
+        no_final_norm=backbone.decoder_norm is None,
+        activation=activation,
     )
     _set_embedding(encoder, encoder.embeddings[0], backbone.source_embedding)
     _set_embedding(decoder, decoder.embeddings, backbone.target_embedding)
     for layer, block in zip(encoder.layer, encoder_blocks):
-        _set_attention(layer.self_attention, block.self_attention, block.self_attention_norm, self_attention=True)
+        _set_attention(
+            layer.self_attention,
+            block.self_attention,
+            block.self_attention_norm,
+            self_attention=True,
+        )
         _set_feed_forward(layer.ffn, block)
     for layer, block in zip(decoder.layer, decoder_blocks):
-        _set_attention(layer.self_attention, block.self_attention, block.self_attention_norm, self_attention=True)
-        _set_attention(layer.attention, block.cross_attention, block.cross_attention_norm, self_attention=False)
+        _set_attention(
+            layer.self_attention,
+            block.self_attention,
+            block.self_attention_norm,
+            self_attention=True,
+        )
+        _set_attention(
+            layer.attention, block.cross_attention, block.cross_attention_norm, self_attention=False
+        )
         _set_feed_forward(layer.ffn, block)
     if backbone.encoder_norm is not None:
         _set_layer_norm(encoder.layer_norm, backbone.encoder_norm)
@@ -124,14 +152,20 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
     if backbone.output_projection is None:
         decoder.projection.weight = decoder.embeddings.weight
     else:
-        _set_dense(decoder.projection, backbone.output_projection.kernel, backbone.output_projection.bias)
+        _set_dense(
+            decoder.projection, backbone.output_projection.kernel, backbone.output_projection.bias
+        )
     if backbone.output_bias is not None:  # on the logits: the projection's bias, or added to it
         bias = _numpy(backbone.output_bias.bias)
-        decoder.projection.bias = bias if backbone.output_projection is None else decoder.projection.bias + bias
+        decoder.projection.bias = (
+            bias if backbone.output_projection is None else decoder.projection.bias + bias
+        )
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     config = spec.config
-    config.unk_token, config.bos_token, config.eos_token = (SPECIAL_TOKENS[i] for i in (UNK_ID, BOS_ID, EOS_ID))
+    config.unk_token, config.bos_token, config.eos_token = (
+        SPECIAL_TOKENS[i] for i in (UNK_ID, BOS_ID, EOS_ID)
+    )
     config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]  # `target_in` starts with it
     config.layer_norm_epsilon = _epsilon(backbone)
     spec.register_source_vocabulary(list(source_tokens))
@@ -139,8 +173,15 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
     return spec
 
 
-def export_ctranslate2(backbone, source_tokens, target_tokens, output_dir, quantization=None, force=False,
-                       preprocessor=None):
+def export_ctranslate2(
+    backbone,
+    source_tokens,
+    target_tokens,
+    output_dir,
+    quantization=None,
+    force=False,
+    preprocessor=None,
+):
     """Writes `backbone` as a CTranslate2 model folder, atomically.
 
     The folder holds `model.bin`, `config.json` and the vocabularies
@@ -195,14 +236,18 @@ def check_output_folder(output_dir, force, force_flag="force=True"):
     folder of anything else, nor one that holds the current folder.
     """
     if not output_dir:
-        raise UserError("an empty output folder's name: give the folder to write (such as ct2/<name>)")
+        raise UserError(
+            "an empty output folder's name: give the folder to write (such as ct2/<name>)"
+        )
     if not os.path.exists(output_dir):
         return
     if not force:
         raise UserError(f"{output_dir} already exists ({force_flag} replaces it)")
     if not is_ctranslate2_folder(output_dir):
-        raise UserError(f"{output_dir}: not a CTranslate2 model folder (no {CTRANSLATE2_MODEL}), which is all "
-                        f"{force_flag} replaces")
+        raise UserError(
+            f"{output_dir}: not a CTranslate2 model folder (no {CTRANSLATE2_MODEL}), which is all "
+            f"{force_flag} replaces"
+        )
     here, out = os.path.realpath(os.getcwd()), os.path.realpath(output_dir)
     if os.path.commonpath([here, out]) == out:
         raise UserError(f"{output_dir}: holds the current folder, so it cannot be replaced")
@@ -221,22 +266,31 @@ class _SpecConverter(ctranslate2.converters.Converter):
 def _check_vocabulary(side, tokens, embedding):
     size = embedding.vocabulary_size
     if len(tokens) != size:
-        raise UserError(f"CTranslate2 export: the {side} vocabulary has {len(tokens)} tokens, the model {size}")
+        raise UserError(
+            f"CTranslate2 export: the {side} vocabulary has {len(tokens)} tokens, the model {size}"
+        )
     if len(set(tokens)) != len(tokens):
         raise UserError(f"CTranslate2 export: the {side} vocabulary has duplicate tokens")
     if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-        raise UserError(f"CTranslate2 export: the {side} vocabulary must start with {' '.join(SPECIAL_TOKENS)}")
+        raise UserError(
+            f"CTranslate2 export: the {side} vocabulary must start with {' '.join(SPECIAL_TOKENS)}"
+        )
 
 
 def _epsilon(backbone):
     blocks = backbone.encoder_blocks + backbone.decoder_blocks
-    add_and_norms = [getattr(block, name, None) for block in blocks
-                     for name in ("self_attention_norm", "cross_attention_norm", "feed_forward_norm")]
+    add_and_norms = [
+        getattr(block, name, None)
+        for block in blocks
+        for name in ("self_attention_norm", "cross_attention_norm", "feed_forward_norm")
+    ]
     norms = [add_and_norm.layer_norm for add_and_norm in add_and_norms if add_and_norm is not None]
     norms += [norm for norm in (backbone.encoder_norm, backbone.decoder_norm) if norm is not None]
     epsilons = {float(norm.epsilon) for norm in norms}
     if len(epsilons) != 1:
-        raise UserError(f"CTranslate2 export: one LayerNorm epsilon for the whole model, got {sorted(epsilons)}")
+        raise UserError(
+            f"CTranslate2 export: one LayerNorm epsilon for the whole model, got {sorted(epsilons)}"
+        )
     return epsilons.pop()
 
 
@@ -265,7 +319,9 @@ def _position_table(embedding):
 
 
 def _set_dense(spec, kernel, bias, input_axes=1):
-    """A Keras kernel `(in..., out...)` as CTranslate2's `(out, in)` weight, flattened over `input_axes`."""
+    """A Keras kernel `(in..., out...)` as CTranslate2's `(out, in)`
+    weight, flattened over `input_axes`.
+    """
     kernel = _numpy(kernel)
     spec.weight = kernel.reshape(int(np.prod(kernel.shape[:input_axes])), -1).T.copy()
     if bias is not None:

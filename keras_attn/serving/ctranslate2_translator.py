@@ -1,4 +1,5 @@
-"""Strings in, strings out through a CTranslate2 model folder: our tokenizers around CTranslate2's search.
+"""Strings in, strings out through a CTranslate2 model folder: our
+tokenizers around CTranslate2's search.
 
 `keras-attn export-ct2 RUN_OR_EXPORT OUT` writes the folder (with the
 preprocessor's Keras config); `load_ctranslate2(OUT)` or
@@ -37,9 +38,9 @@ from pipelines import preprocessors  # noqa: F401  (registers the preprocessor `
 
 
 def threads_per_call(calls=1):
-    """CTranslate2's threads for each of `calls` translations that run at once: the process's cores shared
-    between them, at least one (CTranslate2's own default, 4 a translation, puts more threads than cores to work
-    on a small machine)."""
+    """CTranslate2's threads for each of `calls` translations that run at once: the process's cores
+    shared between them, at least one (CTranslate2's own default, 4 a translation, puts more threads
+    than cores to work on a small machine)."""
     return max(1, len(os.sched_getaffinity(0)) // calls)
 
 
@@ -50,15 +51,18 @@ def load_ctranslate2(folder, compute_type="default", threads=None):
         folder: the CTranslate2 model folder (`export-ct2`'s OUT).
         compute_type: CTranslate2's compute type (`"default"`: the type the
             weights were saved in).
-        threads: CTranslate2's threads per translation (default: `threads_per_call()`, the process's cores).
+        threads: CTranslate2's threads per translation (default:
+            `threads_per_call()`, the process's cores).
     """
     path = os.path.join(folder, PREPROCESSOR)
     try:
         with open(path, encoding="utf-8") as file:
             preprocessor = keras.saving.deserialize_keras_object(json.load(file))
     except FileNotFoundError:
-        raise UserError(f"{folder}: no {PREPROCESSOR} (not a CTranslate2 folder of keras-attn export-ct2, or one "
-                        "from before 2026-12-05: convert again)") from None
+        raise UserError(
+            f"{folder}: no {PREPROCESSOR} (not a CTranslate2 folder of keras-attn export-ct2, or "
+            "one from before 2026-12-05: convert again)"
+        ) from None
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise UserError(f"{path}: not a readable keras-attn preprocessor ({error})") from None
     return CTranslate2Translator(folder, preprocessor, compute_type=compute_type, threads=threads)
@@ -73,23 +77,38 @@ class CTranslate2Translator:
             tokenizers and `max_length`).
         compute_type: CTranslate2's compute type, e.g. `"int8"` or
             `"float32"` (`"default"`: the type the weights were saved in).
-        threads: CTranslate2's threads per translation (default: `threads_per_call()`, the process's cores).
+        threads: CTranslate2's threads per translation (default:
+            `threads_per_call()`, the process's cores).
         max_beam_width: the widest beam a call gets, as the SavedModel's.
     """
 
-    def __init__(self, folder, preprocessor, compute_type="default", threads=None, max_beam_width=MAX_BEAM_WIDTH):
+    def __init__(
+        self,
+        folder,
+        preprocessor,
+        compute_type="default",
+        threads=None,
+        max_beam_width=MAX_BEAM_WIDTH,
+    ):
         self.threads = threads or threads_per_call()
         try:
-            self.translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                                     intra_threads=self.threads)
+            self.translator = ctranslate2.Translator(
+                folder, device="cpu", compute_type=compute_type, intra_threads=self.threads
+            )
         except RuntimeError as error:  # a truncated or damaged model.bin
             raise UserError(f"{folder}: not a readable CTranslate2 model ({error})") from None
         self.preprocessor = preprocessor
         self.max_beam_width = max_beam_width
         self._source_tokens = np.array(preprocessor.source_tokenizer.vocabulary, dtype=object)
-        self._target_ids = {token: i for i, token in enumerate(preprocessor.target_tokenizer.vocabulary)}
-        self._encode = graph.function(self._encode_graph, input_signature=[tf.TensorSpec([None], tf.string)])
-        self._decode = graph.function(preprocessor.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        self._target_ids = {
+            token: i for i, token in enumerate(preprocessor.target_tokenizer.vocabulary)
+        }
+        self._encode = graph.function(
+            self._encode_graph, input_signature=[tf.TensorSpec([None], tf.string)]
+        )
+        self._decode = graph.function(
+            preprocessor.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)]
+        )
 
     def _encode_graph(self, text):
         source, truncated = self.preprocessor.tokenize_source(text)
@@ -104,7 +123,9 @@ class CTranslate2Translator:
             (a list of `str`), its decode-step budget, whether it was cut, and
             whether it has nothing to translate (NumPy arrays but `tokens`).
         """
-        source, truncated, budgets, empty = (t.numpy() for t in self._encode(tf.constant(texts, tf.string)))
+        source, truncated, budgets, empty = (
+            t.numpy() for t in self._encode(tf.constant(texts, tf.string))
+        )
         tokens = [list(self._source_tokens[row[row != PAD_ID]]) for row in source]
         return tokens, budgets, truncated, empty
 
@@ -120,8 +141,9 @@ class CTranslate2Translator:
         return translations, truncated
 
     def search(self, texts, beam_width=4):
-        """`(translations, scores, truncated)` of `texts`: `translate`'s, with each translation's score as
-        CTranslate2 gives it (its log-probability over `length^α`; 0.0 for a text with nothing to translate)."""
+        """`(translations, scores, truncated)` of `texts`: `translate`'s, with
+        each translation's score as CTranslate2 gives it (its log-probability
+        over `length^α`; 0.0 for a text with nothing to translate)."""
         if not len(texts):
             return [], [], []
         tokens, budgets, truncated, empty = self.search_inputs(texts)
@@ -130,20 +152,26 @@ class CTranslate2Translator:
         scores = np.zeros(len(texts), np.float32)
         if len(rows):
             results = self.translator.translate_batch(
-                [tokens[i] for i in rows], beam_size=min(max(beam_width, 1), self.max_beam_width),
-                max_decoding_length=int(budgets[rows].max()), length_penalty=decoding.LENGTH_PENALTY,
-                return_scores=True, **SEARCH_OPTIONS,
+                [tokens[i] for i in rows],
+                beam_size=min(max(beam_width, 1), self.max_beam_width),
+                max_decoding_length=int(budgets[rows].max()),
+                length_penalty=decoding.LENGTH_PENALTY,
+                return_scores=True,
+                **SEARCH_OPTIONS,
             )
             for i, result in zip(rows, results):
                 output = [self._target_ids[token] for token in result.hypotheses[0][: budgets[i]]]
                 ids[i, : len(output)] = output
                 scores[i] = result.scores[0]
-        translations = [t.decode("utf-8", "replace") for t in self._decode(tf.constant(ids)).numpy()]
+        translations = [
+            t.decode("utf-8", "replace") for t in self._decode(tf.constant(ids)).numpy()
+        ]
         return translations, scores.tolist(), [bool(t) for t in truncated]
 
 
 class CTranslate2Servable:
-    """A CTranslate2 folder as `keras-attn serve` serves a version: the SavedModel's `translate` signature.
+    """A CTranslate2 folder as `keras-attn serve` serves a version:
+    the SavedModel's `translate` signature.
 
     `signatures["translate"]` (and `"serving_default"`) take `text: string[B]`
     and `beam_width: int32[]` and answer `translation` string[B], `score`
@@ -162,15 +190,23 @@ class CTranslate2Servable:
 
 
 class _Signature:
-    """What the server reads of a SavedModel's signature (its input and output specs, a call by input names),
-    answered by CTranslate2 in Python. Not a `tf.function`: run inside a TensorFlow op, the search's own
-    TensorFlow calls (tokenizing) would wait for the op's thread pool, which concurrent requests fill."""
+    """What the server reads of a SavedModel's signature (its input and output specs,
+    a call by input names), answered by CTranslate2 in Python. Not a `tf.function`:
+    run inside a TensorFlow op, the search's own TensorFlow calls (tokenizing) would
+    wait for the op's thread pool, which concurrent requests fill."""
 
-    structured_input_signature = ((), {"text": tf.TensorSpec([None], tf.string, name="text"),
-                                       "beam_width": tf.TensorSpec([], tf.int32, name="beam_width")})
-    structured_outputs = {"translation": tf.TensorSpec([None], tf.string, name="translation"),
-                          "score": tf.TensorSpec([None], tf.float32, name="score"),
-                          "truncated": tf.TensorSpec([None], tf.bool, name="truncated")}
+    structured_input_signature = (
+        (),
+        {
+            "text": tf.TensorSpec([None], tf.string, name="text"),
+            "beam_width": tf.TensorSpec([], tf.int32, name="beam_width"),
+        },
+    )
+    structured_outputs = {
+        "translation": tf.TensorSpec([None], tf.string, name="translation"),
+        "score": tf.TensorSpec([None], tf.float32, name="score"),
+        "truncated": tf.TensorSpec([None], tf.bool, name="truncated"),
+    }
 
     def __init__(self, translator):
         self._translator = translator
@@ -178,6 +214,8 @@ class _Signature:
     def __call__(self, text, beam_width):
         texts = list(np.asarray(text).reshape(-1))
         translations, scores, truncated = self._translator.search(texts, int(beam_width))
-        return {"translation": tf.constant(translations, tf.string, [len(texts)]),
-                "score": tf.constant(scores, tf.float32, [len(texts)]),
-                "truncated": tf.constant(truncated, tf.bool, [len(texts)])}
+        return {
+            "translation": tf.constant(translations, tf.string, [len(texts)]),
+            "score": tf.constant(scores, tf.float32, [len(texts)]),
+            "truncated": tf.constant(truncated, tf.bool, [len(texts)]),
+        }

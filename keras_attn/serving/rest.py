@@ -1,4 +1,5 @@
-"""TensorFlow Serving's REST API in JSON: predict requests to a signature's inputs, its outputs back.
+"""TensorFlow Serving's REST API in JSON: predict requests to a
+signature's inputs, its outputs back.
 
 The formats are TensorFlow Serving's (its `api_rest.md`): a predict
 request names a `signature_name` (default `serving_default`) and gives its
@@ -28,7 +29,8 @@ import tensorflow as tf
 from keras_attn.config import MAX_BEAM_WIDTH, MAX_TOP_K
 
 SERVING_DEFAULT = "serving_default"
-# Inputs the exports take as counts, and their range: an export's graph would clip a value outside it.
+# Inputs the exports take as counts, and their range: an export's
+# graph would clip a value outside it.
 COUNTS = {"beam_width": MAX_BEAM_WIDTH, "top_k": MAX_TOP_K}
 
 
@@ -53,7 +55,9 @@ def parse_predict(body, max_instances):
         raise RequestError("JSON Parse error: arrays or objects nested too deeply") from None
     except ValueError as error:
         if "sys.set_int_max_str_digits" in str(error):  # Python's advice, not the client's
-            raise RequestError(f"JSON Parse error: a number of more than {sys.get_int_max_str_digits()} digits") from None
+            raise RequestError(
+                f"JSON Parse error: a number of more than {sys.get_int_max_str_digits()} digits"
+            ) from None
         raise RequestError(f"JSON Parse error: {error}") from None
     if not isinstance(request, dict):
         raise RequestError("JSON Value: the request must be a JSON object")
@@ -61,13 +65,20 @@ def parse_predict(body, max_instances):
     if not isinstance(signature, str):
         raise RequestError("'signature_name' must be a string")
     if ("instances" in request) == ("inputs" in request):
-        raise RequestError("Missing 'inputs' or 'instances' key" if "inputs" not in request
-                           else "Not both 'instances' and 'inputs' can be given")
+        raise RequestError(
+            "Missing 'inputs' or 'instances' key"
+            if "inputs" not in request
+            else "Not both 'instances' and 'inputs' can be given"
+        )
     rows = "instances" in request
     data = request["instances" if rows else "inputs"]
     if rows and not isinstance(data, list):
         raise RequestError("'instances' must be a list of rows")
-    count = len(data) if rows else max((len(v) for v in _columns(data) if isinstance(v, list)), default=1)
+    count = (
+        len(data)
+        if rows
+        else max((len(v) for v in _columns(data) if isinstance(v, list)), default=1)
+    )
     if count > max_instances:
         raise RequestError(f"{count} instances: at most {max_instances} per request", status=413)
     return signature, rows, data
@@ -97,10 +108,13 @@ def to_inputs(function, rows, data):
     unknown = sorted(set(columns) - set(specs))
     missing = sorted(set(specs) - set(columns))
     if unknown or missing:
-        raise RequestError("; ".join(
-            [f"unknown input(s) {', '.join(unknown)}"] * bool(unknown)
-            + [f"missing input(s) {', '.join(missing)}"] * bool(missing)
-        ) + f" (the signature takes {', '.join(sorted(specs))})")
+        raise RequestError(
+            "; ".join(
+                [f"unknown input(s) {', '.join(unknown)}"] * bool(unknown)
+                + [f"missing input(s) {', '.join(missing)}"] * bool(missing)
+            )
+            + f" (the signature takes {', '.join(sorted(specs))})"
+        )
     inputs = {name: _tensor(name, columns[name], specs[name]) for name in specs}
     for name, most in COUNTS.items():
         if name in inputs and np.any((inputs[name] < 1) | (inputs[name] > most)):
@@ -119,7 +133,11 @@ def to_response(outputs, rows):
     if len(values) == 1:
         return {"predictions": next(iter(values.values()))}
     count = len(next(iter(values.values())))
-    return {"predictions": [{name: value[row] for name, value in values.items()} for row in range(count)]}
+    return {
+        "predictions": [
+            {name: value[row] for name, value in values.items()} for row in range(count)
+        ]
+    }
 
 
 def describe_signature(function):
@@ -127,13 +145,23 @@ def describe_signature(function):
     from tensorflow.core.framework import types_pb2
 
     def tensor(name, dtype, shape):
-        dims = [] if shape.rank is None else [{"size": str(-1 if d is None else d), "name": ""} for d in shape]
-        return {"dtype": types_pb2.DataType.Name(dtype.as_datatype_enum), "tensor_shape": {"dim": dims, "unknown_rank": shape.rank is None},
-                "name": f"{name}:0"}
+        dims = (
+            []
+            if shape.rank is None
+            else [{"size": str(-1 if d is None else d), "name": ""} for d in shape]
+        )
+        return {
+            "dtype": types_pb2.DataType.Name(dtype.as_datatype_enum),
+            "tensor_shape": {"dim": dims, "unknown_rank": shape.rank is None},
+            "name": f"{name}:0",
+        }
 
     outputs = function.structured_outputs
     return {
-        "inputs": {name: tensor(name, spec.dtype, spec.shape) for name, spec in signature_inputs(function).items()},
+        "inputs": {
+            name: tensor(name, spec.dtype, spec.shape)
+            for name, spec in signature_inputs(function).items()
+        },
         "outputs": {name: tensor(name, out.dtype, out.shape) for name, out in outputs.items()},
         "method_name": "tensorflow/serving/predict",
     }
@@ -144,17 +172,22 @@ def _columns(data):
 
 
 def _rows_to_columns(specs, instances):
-    if len(specs) == 1 and not (instances and all(isinstance(row, dict) and set(row) == set(specs)
-                                                   for row in instances)):
+    if len(specs) == 1 and not (
+        instances and all(isinstance(row, dict) and set(row) == set(specs) for row in instances)
+    ):
         return {next(iter(specs)): instances}
     columns = {}
     for index, row in enumerate(instances):
         if not isinstance(row, dict) or "b64" in row:
-            raise RequestError(f"instance {index}: the signature takes several inputs "
-                               f"({', '.join(sorted(specs))}): each instance must be an object of them")
+            raise RequestError(
+                f"instance {index}: the signature takes several inputs "
+                f"({', '.join(sorted(specs))}): each instance must be an object of them"
+            )
         if set(row) != set(instances[0]):
-            raise RequestError(f"instance {index} gives {', '.join(sorted(row)) or 'no input'} where instance 0 "
-                               f"gives {', '.join(sorted(instances[0]))}: every instance must give the same inputs")
+            raise RequestError(
+                f"instance {index} gives {', '.join(sorted(row)) or 'no input'} where instance 0 "
+                f"gives {', '.join(sorted(instances[0]))}: every instance must give the same inputs"
+            )
         for name, value in row.items():
             columns.setdefault(name, []).append(value)
     for name, spec in specs.items():
@@ -195,7 +228,7 @@ def _strings(value):
         try:
             return base64.b64decode(value["b64"], validate=True)
         except ValueError:
-            raise ValueError("invalid base64 in a {\"b64\": ...} value") from None
+            raise ValueError('invalid base64 in a {"b64": ...} value') from None
     raise TypeError(f"{type(value).__name__} {json.dumps(value)[:40]} is not a string")
 
 
@@ -206,6 +239,7 @@ def _typed(value, python_types, numpy_dtype):
         if isinstance(item, bool) != (python_types is bool) or not isinstance(item, python_types):
             raise TypeError(f"{type(item).__name__} {json.dumps(item)[:40]}")
         return item
+
     return np.array(check(value), dtype=numpy_dtype)
 
 

@@ -1,9 +1,9 @@
 """`keras-attn serve`: every export under a model root behind TensorFlow Serving's REST API.
 
-    GET  /                                                 the explorer (a page: translate, fill masks, see attention)
-    GET  /v1/models/{name}[/versions/{version}]            version status
-    GET  /v1/models/{name}[/versions/{version}]/metadata   signatures, dtypes, shapes
-    POST /v1/models/{name}[/versions/{version}]:predict    {"signature_name", "instances" | "inputs"}
+    GET  /                                                the explorer page (texts, attention)
+    GET  /v1/models/{name}[/versions/{version}]           version status
+    GET  /v1/models/{name}[/versions/{version}]/metadata  signatures, dtypes, shapes
+    POST /v1/models/{name}[/versions/{version}]:predict   {"signature_name", "instances" | "inputs"}
 
 The answers, status codes and `{"error": ...}` bodies are TensorFlow
 Serving's (`keras_attn.serving.rest`), so a client of one works with the
@@ -37,16 +37,21 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
 from keras_attn.serving import rest
-from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder
 from keras_attn.serving.batching import DynamicBatcher
 from keras_attn.serving.compiled_routes import CompiledRoutes
 from keras_attn.serving.store import AVAILABLE, ModelStore, NotFound, load_version
+from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder
 
 EXPLORER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "explorer")  # the page at GET /
 # The page runs only its own script and style, and talks only to this server.
-PAGE_POLICY = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
 # /v1/models/{name}[/versions/{version}][/metadata | :predict]
-MODEL_PATH = re.compile(r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?P<verb>/metadata|:predict)?")
+MODEL_PATH = re.compile(
+    r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?P<verb>/metadata|:predict)?"
+)
 
 
 def json_response(content, status=200):
@@ -72,12 +77,19 @@ def serve(settings, log=print):
         what = "a file, not a folder" if os.path.exists(root) else "no such folder"
         raise UserError(f"{root}: {what} (the exports to serve, <name>/<version>/)")
     if is_saved_model_folder(root) or is_ctranslate2_folder(root):
-        raise UserError(f"{root}: one export's version, not a root of exports (<name>/<version>/): give the "
-                        "folder two levels above it")
-    listening = _listen(settings.host, settings.port)  # before the models load: a taken port is said at once
+        raise UserError(
+            f"{root}: one export's version, not a root of exports (<name>/<version>/): give the "
+            "folder two levels above it"
+        )
+    # before the models load: a taken port is said at once
+    listening = _listen(settings.host, settings.port)
     address = f"http://{settings.host}:{listening.getsockname()[1]}"
-    app = create_app(settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>"))
-    config = uvicorn.Config(app, http=JsonBadRequests, log_level="warning", timeout_graceful_shutdown=60)
+    app = create_app(
+        settings, log=lambda line: log(f"{line}; serving on {address}/v1/models/<name>")
+    )
+    config = uvicorn.Config(
+        app, http=JsonBadRequests, log_level="warning", timeout_graceful_shutdown=60
+    )
     server = uvicorn.Server(config)
     # uvicorn stops gracefully on SIGTERM, then raises it again; that second one ends a clean stop.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -90,20 +102,25 @@ def serve(settings, log=print):
 
 
 class JsonBadRequests(H11Protocol):
-    """uvicorn's HTTP/1.1, with its 400 for a request it cannot parse (a bad Content-Length, a broken header line)
-    in JSON, as every other answer, where uvicorn answers in plain text."""
+    """uvicorn's HTTP/1.1, with its 400 for a request it cannot parse (a bad Content-Length, a
+    broken header line) in JSON, as every other answer, where uvicorn answers in plain text."""
 
     def send_400_response(self, msg):
         answer = error_response(msg, 400)
         headers = [*answer.raw_headers, (b"connection", b"close")]
-        for event in (h11.Response(status_code=answer.status_code, headers=headers), h11.Data(data=answer.body),
-                      h11.EndOfMessage()):
+        for event in (
+            h11.Response(status_code=answer.status_code, headers=headers),
+            h11.Data(data=answer.body),
+            h11.EndOfMessage(),
+        ):
             self.transport.write(self.conn.send(event))
         self.transport.close()
 
 
 def _listen(host, port):
-    """A socket listening on `host:port` (port 0: one the system picks), or the reason in one line."""
+    """A socket listening on `host:port` (port 0: one the system
+    picks), or the reason in one line.
+    """
     listening = None
     try:
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -119,17 +136,24 @@ def _listen(host, port):
 
 
 def create_app(settings=None, store=None, log=None):
-    """The ASGI application serving `settings.model_root` (a `ServeConfig`), or a given `ModelStore`.
+    """The ASGI application serving `settings.model_root` (a
+    `ServeConfig`), or a given `ModelStore`.
 
     `log`, if given, is told which versions loaded once the first scan is done.
     """
     settings = settings or ServeConfig()
-    store = store or ModelStore(settings.model_root, load=functools.partial(
-        load_version, concurrent_calls=settings.threads))
+    store = store or ModelStore(
+        settings.model_root, load=functools.partial(load_version, concurrent_calls=settings.threads)
+    )
     executor = concurrent.futures.ThreadPoolExecutor(settings.threads, thread_name_prefix="model")
     routes = CompiledRoutes(settings.compiled_widths, log=log)
-    batcher = DynamicBatcher(_run_signature(store, routes), executor, settings.max_batch_size,
-                             settings.batch_timeout_ms, workers=settings.threads)
+    batcher = DynamicBatcher(
+        _run_signature(store, routes),
+        executor,
+        settings.max_batch_size,
+        settings.batch_timeout_ms,
+        workers=settings.threads,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -138,8 +162,11 @@ def create_app(settings=None, store=None, log=None):
         if log:
             log(_loaded_line(settings.model_root, found))
         routes.start(found)
-        poller = (loop.create_task(_poll(store, routes, executor, settings.poll_seconds)) if settings.poll_seconds
-                  else None)
+        poller = (
+            loop.create_task(_poll(store, routes, executor, settings.poll_seconds))
+            if settings.poll_seconds
+            else None
+        )
         yield
         if poller:
             poller.cancel()
@@ -171,17 +198,23 @@ def create_app(settings=None, store=None, log=None):
             return _model_error(error)
 
     async def page(request):
-        return FileResponse(os.path.join(EXPLORER, "index.html"), headers={"Content-Security-Policy": PAGE_POLICY})
+        return FileResponse(
+            os.path.join(EXPLORER, "index.html"), headers={"Content-Security-Policy": PAGE_POLICY}
+        )
 
     async def explorer_models(request):
         return json_response(_available(store))
 
-    app = Starlette(routes=[
-        Route("/", page),
-        Route("/explorer/models", explorer_models),
-        Mount("/explorer", StaticFiles(directory=EXPLORER)),
-        Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
-    ], lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/explorer/models", explorer_models),
+            Mount("/explorer", StaticFiles(directory=EXPLORER)),
+            Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )
     app.state.store, app.state.batcher, app.state.routes = store, batcher, routes
     return app
 
@@ -192,13 +225,19 @@ async def _http_error(request, error):
 
 
 def _model_error(error):
-    """A model call's failure: 400 for TensorFlow's invalid-argument errors (as TensorFlow Serving), else 500."""
+    """A model call's failure: 400 for TensorFlow's invalid-argument
+    errors (as TensorFlow Serving), else 500.
+    """
     import tensorflow as tf
 
-    lines = (getattr(error, "message", None) or str(error) or type(error).__name__).strip().splitlines()
+    lines = (
+        (getattr(error, "message", None) or str(error) or type(error).__name__).strip().splitlines()
+    )
     status = 400 if isinstance(error, tf.errors.InvalidArgumentError) else 500
     # A graph's failed assertion: its own line, not the "Graph execution error:" above it.
-    return error_response(next((line for line in lines if line.startswith("assertion failed:")), lines[0]), status)
+    return error_response(
+        next((line for line in lines if line.startswith("assertion failed:")), lines[0]), status
+    )
 
 
 def _available(store):
@@ -209,15 +248,20 @@ def _available(store):
             found = store.find(name)
         except NotFound:
             continue
-        listed.append({"name": name, "version": found.number, "signatures": sorted(found.loaded.signatures)})
+        listed.append(
+            {"name": name, "version": found.number, "signatures": sorted(found.loaded.signatures)}
+        )
     return listed
 
 
 def _loaded_line(root, versions):
     loaded = [f"{v.name}/{v.number}" for v in versions if v.state == AVAILABLE]
     failed = [f"{v.name}/{v.number} ({v.error})" for v in versions if v.state != AVAILABLE]
-    return (f"{root}: {len(loaded)} version(s) loaded" + (f": {', '.join(loaded)}" if loaded else "")
-            + (f"; failed to load: {'; '.join(failed)}" if failed else ""))
+    return (
+        f"{root}: {len(loaded)} version(s) loaded"
+        + (f": {', '.join(loaded)}" if loaded else "")
+        + (f"; failed to load: {'; '.join(failed)}" if failed else "")
+    )
 
 
 async def _poll(store, routes, executor, seconds):
@@ -233,27 +277,41 @@ def _status(store, name, version):
         versions = [v for v in versions if v.number == version]
         if not versions:
             raise NotFound(f"Servable not found for request: Specific({name}, {version})")
-    return {"model_version_status": [
-        {"version": str(v.number), "state": v.state,
-         "status": {"error_code": "OK" if v.state != "END" else "UNKNOWN", "error_message": v.error}}
-        for v in reversed(versions)
-    ]}
+    return {
+        "model_version_status": [
+            {
+                "version": str(v.number),
+                "state": v.state,
+                "status": {
+                    "error_code": "OK" if v.state != "END" else "UNKNOWN",
+                    "error_message": v.error,
+                },
+            }
+            for v in reversed(versions)
+        ]
+    }
 
 
 def _metadata(found):
     signatures = found.loaded.signatures
     return {
         "model_spec": {"name": found.name, "signature_name": "", "version": str(found.number)},
-        "metadata": {"signature_def": {"signature_def": {
-            name: rest.describe_signature(signatures[name]) for name in sorted(signatures)
-        }}},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {
+                    name: rest.describe_signature(signatures[name]) for name in sorted(signatures)
+                }
+            }
+        },
     }
 
 
 async def _read_body(request, limit):
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise rest.RequestError(f"the request body has {declared} bytes: at most {limit}", status=413)
+        raise rest.RequestError(
+            f"the request body has {declared} bytes: at most {limit}", status=413
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -272,12 +330,16 @@ async def _predict(request, found, batcher, executor, settings):
     if function is None:
         raise NotFound(f'Serving signature name: "{signature_name}" not found in signature def')
     inputs, batch = rest.to_inputs(function, rows, data)
-    scalars = tuple(sorted((name, value.item()) for name, value in inputs.items() if value.ndim == 0))
+    scalars = tuple(
+        sorted((name, value.item()) for name, value in inputs.items() if value.ndim == 0)
+    )
     key = (found.name, found.number, signature_name, scalars, _length_bucket(inputs))
     if batch and settings.max_batch_size > 1 and _batchable(function):
         outputs = await batcher(key, inputs, batch)
     else:
-        outputs = await asyncio.get_running_loop().run_in_executor(executor, batcher.run, key, inputs)
+        outputs = await asyncio.get_running_loop().run_in_executor(
+            executor, batcher.run, key, inputs
+        )
     return json_response(rest.to_response(outputs, rows))
 
 
@@ -290,11 +352,17 @@ def _length_bucket(inputs):
 
 
 def _batchable(function):
-    """Rows of strings or numbers in, and every output of one fixed shape per row: rows merge and split exactly."""
-    inputs_ok = all(spec.shape.rank is not None and spec.shape.rank <= 1
-                    for spec in rest.signature_inputs(function).values())
-    outputs_ok = all(out.shape.rank and out.shape[1:].is_fully_defined()
-                     for out in function.structured_outputs.values())
+    """Rows of strings or numbers in, and every output of one fixed
+    shape per row: rows merge and split exactly.
+    """
+    inputs_ok = all(
+        spec.shape.rank is not None and spec.shape.rank <= 1
+        for spec in rest.signature_inputs(function).values()
+    )
+    outputs_ok = all(
+        out.shape.rank and out.shape[1:].is_fully_defined()
+        for out in function.structured_outputs.values()
+    )
     return inputs_ok and outputs_ok
 
 
@@ -306,7 +374,9 @@ def _run_signature(store, routes):
         found = store.find(name, number)
         function = found.loaded.signatures[routes.signature(found, signature_name, inputs)]
         specs = rest.signature_inputs(function)
-        outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})
+        outputs = function(
+            **{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()}
+        )
         return {name: value.numpy() for name, value in outputs.items()}
-    return run
 
+    return run

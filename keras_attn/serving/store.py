@@ -36,7 +36,9 @@ class NotFound(LookupError):
 
 @dataclasses.dataclass
 class Version:
-    """One `<root>/<name>/<version>/` folder: its state and, once `AVAILABLE`, its loaded SavedModel."""
+    """One `<root>/<name>/<version>/` folder: its state and, once
+    `AVAILABLE`, its loaded SavedModel.
+    """
 
     name: str
     number: int
@@ -47,13 +49,19 @@ class Version:
 
 
 def load_version(path, concurrent_calls=1):
-    """A version's servable: `tf.saved_model.load` (with the tokenizer ops of tensorflow-text registered), or a
-    CTranslate2 folder's `CTranslate2Servable`, whose `concurrent_calls` calls at once share the process's cores;
-    either has `signatures`."""
+    """A version's servable: `tf.saved_model.load` (with the tokenizer ops of tensorflow-text
+    registered), or a CTranslate2 folder's `CTranslate2Servable`, whose `concurrent_calls` calls at
+    once share the process's cores; either has `signatures`."""
     if is_ctranslate2_folder(path):
-        from keras_attn.serving.ctranslate2_translator import CTranslate2Servable, load_ctranslate2, threads_per_call
+        from keras_attn.serving.ctranslate2_translator import (
+            CTranslate2Servable,
+            load_ctranslate2,
+            threads_per_call,
+        )
 
-        return CTranslate2Servable(load_ctranslate2(path, threads=threads_per_call(concurrent_calls)))
+        return CTranslate2Servable(
+            load_ctranslate2(path, threads=threads_per_call(concurrent_calls))
+        )
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the ops the exports' tokenizers use)
 
@@ -86,7 +94,11 @@ class ModelStore:
             try:
                 loaded, state, error = self._load(version.path), AVAILABLE, ""
             except Exception as failure:  # noqa: BLE001  (any failure to load is that version's state)
-                loaded, state, error = None, END, (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+                loaded, state, error = (
+                    None,
+                    END,
+                    (str(failure).strip().splitlines() or [type(failure).__name__])[0],
+                )
             with self._lock:
                 version.loaded, version.state, version.error = loaded, state, error
         return found
@@ -126,10 +138,14 @@ class ModelStore:
         if found is None:
             raise NotFound(f"Servable not found for request: Specific({name}, {version})")
         if found.state == LOADING:
-            raise NotFound(f"Servable not found for request: Specific({name}, {version}) (still loading)")
+            raise NotFound(
+                f"Servable not found for request: Specific({name}, {version}) (still loading)"
+            )
         if found.state == END:
-            raise NotFound(f"Servable not found for request: Specific({name}, {version}) "
-                           f"(it failed to load: {found.error})")
+            raise NotFound(
+                f"Servable not found for request: Specific({name}, {version}) "
+                f"(it failed to load: {found.error})"
+            )
         return found
 
     def _scan(self):

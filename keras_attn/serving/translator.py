@@ -1,4 +1,5 @@
-"""The translation SavedModel of a `Seq2SeqLM`: strings in, strings out, the tokenizers inside the graph.
+"""The translation SavedModel of a `Seq2SeqLM`: strings in, strings
+out, the tokenizers inside the graph.
 
 It loads in a process that imports only `tensorflow` and `tensorflow_text`:
 
@@ -27,10 +28,13 @@ from keras_attn.serving.versions import fingerprint
 from keras_attn.special_tokens import PAD_ID
 
 TASK_CONFIG = "translator_task.json"  # in assets.extra/
-# The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is greedy
-# search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
+# The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is
+# greedy search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
 COMPILED_ROWS, COMPILED_WIDTH = 4, 8
-TEXT, BEAM_WIDTH = tf.TensorSpec([None], tf.string, name="text"), tf.TensorSpec([], tf.int32, name="beam_width")
+TEXT, BEAM_WIDTH = (
+    tf.TensorSpec([None], tf.string, name="text"),
+    tf.TensorSpec([], tf.int32, name="beam_width"),
+)
 
 
 class Translator(tf.Module):
@@ -73,10 +77,18 @@ class Translator(tf.Module):
             Transformer's); the export's `METADATA` says whether it does.
     """
 
-    def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=MAX_BEAM_WIDTH, compiled_search=True):
+    def __init__(
+        self,
+        task,
+        length_penalty=decoding.LENGTH_PENALTY,
+        max_beam_width=MAX_BEAM_WIDTH,
+        compiled_search=True,
+    ):
         super().__init__(name="translator")
         if task.preprocessor is None:
-            raise ValueError(f"{task.name}: a translation export needs the task's TranslationPreprocessor")
+            raise ValueError(
+                f"{task.name}: a translation export needs the task's TranslationPreprocessor"
+            )
         self.model = task.backbone
         self.stepper = task.stepper
         self.preprocessor = preprocessor = task.preprocessor
@@ -90,11 +102,15 @@ class Translator(tf.Module):
             self.compiled = decoding.CompiledSearch(
                 self.stepper, preprocessor.max_length, length_penalty=length_penalty
             )
-            self.translate_compiled = graph.function(self._translate_compiled, input_signature=[TEXT, BEAM_WIDTH])
-            self.warm_up = graph.function(
-                self._warm_up, input_signature=[BEAM_WIDTH, tf.TensorSpec([], tf.int32, name="rows")]
+            self.translate_compiled = graph.function(
+                self._translate_compiled, input_signature=[TEXT, BEAM_WIDTH]
             )
-        self._task_config = json.dumps(keras.saving.serialize_keras_object(task))  # a str: not tracked
+            self.warm_up = graph.function(
+                self._warm_up,
+                input_signature=[BEAM_WIDTH, tf.TensorSpec([], tf.int32, name="rows")],
+            )
+        # a str: not tracked
+        self._task_config = json.dumps(keras.saving.serialize_keras_object(task))
 
     def encode(self, text):
         """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
@@ -109,7 +125,10 @@ class Translator(tf.Module):
         # Beam search at every width (width 1 is greedy search): a signature holding both searches
         # exports and loads 1-3 s slower for 8% less time at width 1.
         result = decoding.beam_search(
-            self.stepper, source, self._decode_length(source), self._width(beam_width),
+            self.stepper,
+            source,
+            self._decode_length(source),
+            self._width(beam_width),
             length_penalty=self.length_penalty,
         )
         return self._translations(text, source, truncated, result)
@@ -119,8 +138,13 @@ class Translator(tf.Module):
         rows, width = tf.shape(source)[0], self._width(beam_width)
         small = tf.debugging.Assert(
             (rows >= 1) & (rows <= COMPILED_ROWS) & (width <= COMPILED_WIDTH),
-            [tf.strings.format(f"translate_compiled takes 1 to {COMPILED_ROWS} texts at beam widths up to "
-                               f"{COMPILED_WIDTH}, not {{}} at {{}} (translate takes any)", (rows, width))],
+            [
+                tf.strings.format(
+                    f"translate_compiled takes 1 to {COMPILED_ROWS} texts at beam widths up to "
+                    f"{COMPILED_WIDTH}, not {{}} at {{}} (translate takes any)",
+                    (rows, width),
+                )
+            ],
         )
         with tf.control_dependencies([small]):
             return self._translations(text, source, truncated, self.compiled(source, width))
@@ -129,7 +153,9 @@ class Translator(tf.Module):
         return {"source_lengths": self.compiled.warm_up(self._width(beam_width), rows)}
 
     def _width(self, beam_width):
-        return tf.clip_by_value(beam_width, 1, min(self.max_beam_width, self.target_tokenizer.vocabulary_size))
+        return tf.clip_by_value(
+            beam_width, 1, min(self.max_beam_width, self.target_tokenizer.vocabulary_size)
+        )
 
     def _translations(self, text, source, truncated, result):
         empty = nothing_to_translate(text, source)
@@ -167,7 +193,10 @@ class Translator(tf.Module):
         version's need not be written again.
         """
         return fingerprint(
-            [json.dumps([t.spec, t.lowercase]) for t in (self.source_tokenizer, self.target_tokenizer)]
+            [
+                json.dumps([t.spec, t.lowercase])
+                for t in (self.source_tokenizer, self.target_tokenizer)
+            ]
             + [f"{self.preprocessor.max_length} {self.length_penalty} {self.max_beam_width}"]
             + (["source_eos"] if self.preprocessor.source_eos else []),
             self.model.weights,
@@ -178,19 +207,26 @@ class Translator(tf.Module):
         return {"compiled_search": self.compiled is not None}
 
     def write_assets_extra(self, folder):
-        """Writes the task's Keras config (backbone and preprocessor, vocabularies inline) into `folder`."""
+        """Writes the task's Keras config (backbone and preprocessor,
+        vocabularies inline) into `folder`.
+        """
         with open(os.path.join(folder, TASK_CONFIG), "w", encoding="utf-8") as file:
             file.write(self._task_config)
 
     def signatures(self):
-        signatures = {"serving_default": self.translate, "translate": self.translate, "attention": self.attention}
+        signatures = {
+            "serving_default": self.translate,
+            "translate": self.translate,
+            "attention": self.attention,
+        }
         if self.compiled is not None:
             signatures.update(translate_compiled=self.translate_compiled, warm_up=self.warm_up)
         return signatures
 
 
 def load_task(model_dir):
-    """The `Seq2SeqLM` a translation export was made from: its Keras config, and the export's weights.
+    """The `Seq2SeqLM` a translation export was made from: its Keras
+    config, and the export's weights.
 
     Raises:
         UserError: `model_dir` is not a translation export of keras-attn, or
@@ -204,23 +240,35 @@ def load_task(model_dir):
         from keras_attn.serving.bert import BACKBONE_SETTINGS
 
         if os.path.isfile(os.path.join(model_dir, "assets.extra", BACKBONE_SETTINGS)):
-            raise UserError(f"{model_dir}: a BERT export, not a translation one (keras-attn fill-mask or classify "
-                            "reads it)") from None
-        raise UserError(f"{model_dir}: no {TASK_CONFIG} in assets.extra (not a translation export of keras-attn, or "
-                        "one from before 2026-12-05: use its run folder)") from None
+            raise UserError(
+                f"{model_dir}: a BERT export, not a translation one (keras-attn fill-mask or "
+                "classify reads it)"
+            ) from None
+        raise UserError(
+            f"{model_dir}: no {TASK_CONFIG} in assets.extra (not a translation export of "
+            "keras-attn, or one from before 2026-12-05: use its run folder)"
+        ) from None
     from keras_attn import models  # noqa: F401  (registers the classes the config names)
     from pipelines import preprocessors  # noqa: F401
 
     task = keras.saving.deserialize_keras_object(config)
     try:
         saved = _saved_variables(os.path.join(model_dir, "variables", "variables"))
-    except (tf.errors.OpError, IndexError, ValueError) as error:  # a truncated or damaged checkpoint
+    # a truncated or damaged checkpoint
+    except (
+        tf.errors.OpError,
+        IndexError,
+        ValueError,
+    ) as error:
         reason = str(error).strip().splitlines()[0]
         raise UserError(f"{model_dir}: its variables cannot be read ({reason})") from None
     for weight in task.backbone.weights:
         value = saved.get(weight.path)
         if value is None or tuple(value.shape) != tuple(weight.shape):
-            raise UserError(f"{model_dir}: its variables do not hold {weight.path} {tuple(weight.shape)} of its task")
+            raise UserError(
+                f"{model_dir}: its variables do not hold {weight.path} {tuple(weight.shape)} of "
+                "its task"
+            )
         weight.assign(value)
     return task
 
@@ -237,13 +285,17 @@ def _saved_variables(prefix):
     reader = tf.train.load_checkpoint(prefix)
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    return {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
-            for node in graph.nodes for attribute in node.attributes
-            if attribute.checkpoint_key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")}
+    return {
+        attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
+        for node in graph.nodes
+        for attribute in node.attributes
+        if attribute.checkpoint_key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+    }
 
 
 def nothing_to_translate(text, source):
-    """`(B,)` bool: the texts that are blank or whose `(B, S)` source ids are all padding (no tokens).
+    """`(B,)` bool: the texts that are blank or whose `(B, S)` source
+    ids are all padding (no tokens).
 
     (WordPiece makes no tokens of blank text; SentencePiece keeps its spaces.)
     """

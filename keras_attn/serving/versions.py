@@ -12,8 +12,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import secrets
+import shutil
 import socket
 
 import numpy as np
@@ -40,7 +40,9 @@ def fingerprint(parts, weights):
 
 
 def versions_of(model_root):
-    """The integer versions under `model_root` (`<root>/<name>`), in increasing order ([] when none)."""
+    """The integer versions under `model_root` (`<root>/<name>`), in
+    increasing order ([] when none).
+    """
     entries = os.listdir(model_root) if os.path.isdir(model_root) else []
     return sorted(int(entry) for entry in entries if re.fullmatch(r"\d{1,18}", entry))
 
@@ -53,7 +55,9 @@ def next_version(model_root):
 _TEMPORARY = ".tmp-export-"  # then host, process id and a random part
 
 
-CTRANSLATE2_MODEL = "model.bin"  # what makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
+CTRANSLATE2_MODEL = (
+    "model.bin"  # what makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
+)
 
 
 SAVED_MODEL = "saved_model.pb"  # what makes a folder a SavedModel (an export's version)
@@ -146,7 +150,8 @@ def _write_metadata(path, module, metadata):
     metadata = dict(metadata or {})
     if hasattr(module, "fingerprint"):
         metadata["fingerprint"] = module.fingerprint()
-    if hasattr(module, "export_metadata"):  # what the module says of itself (a Translator: its compiled search)
+    # what the module says of itself (a Translator: its compiled search)
+    if hasattr(module, "export_metadata"):
         metadata.update(module.export_metadata())
     os.makedirs(os.path.dirname(os.path.join(path, METADATA)), exist_ok=True)
     if hasattr(module, "write_assets_extra"):  # e.g. BertServer: what fine-tuning rebuilds it from

@@ -1,6 +1,11 @@
 """Training: losses, metrics, schedules, strategies and the runner every job uses."""
 
-from keras_attn.training.losses import ClassificationLoss, MaskedSparseCrossEntropy, PretrainingLoss, token_cross_entropy
+from keras_attn.training.losses import (
+    ClassificationLoss,
+    MaskedSparseCrossEntropy,
+    PretrainingLoss,
+    token_cross_entropy,
+)
 from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy, PretrainingMetrics
 from keras_attn.training.optimizers import FusedAdam, adamw, transformer_adam
 from keras_attn.training.scheduled_sampling import (

@@ -28,7 +28,8 @@ def mean_weights(snapshots):
 
 
 class WeightsAverage:
-    """The weights of the last `k` checkpoints (epochs or updates), kept in memory and in the run folder.
+    """The weights of the last `k` checkpoints (epochs or updates),
+    kept in memory and in the run folder.
 
     The files (`<folder>/<kind>-N.weights.h5`, written by the chief only)
     let a resumed run average over the checkpoints before its restart.
@@ -65,13 +66,18 @@ class WeightsAverage:
     def _numbers_on_disk(self):
         if not os.path.isdir(self.folder):
             return []
-        names = (name.removeprefix(f"{self.kind}-").removesuffix(".weights.h5") for name in os.listdir(self.folder))
+        names = (
+            name.removeprefix(f"{self.kind}-").removesuffix(".weights.h5")
+            for name in os.listdir(self.folder)
+        )
         return sorted(int(name) for name in names if name.isdigit())
 
     def add(self, model, number):
-        """Keeps the model's weights as checkpoint `number` (counted from 1); drops all but the last `k`."""
+        """Keeps the model's weights as checkpoint `number` (counted
+        from 1); drops all but the last `k`.
+        """
         self.snapshots[number] = model.get_weights()
-        for old in sorted(self.snapshots)[:-self.k]:
+        for old in sorted(self.snapshots)[: -self.k]:
             del self.snapshots[old]
         if self.chief:
             os.makedirs(self.folder, exist_ok=True)
@@ -92,7 +98,7 @@ class WeightsAverage:
             for number in self._numbers_on_disk():
                 if number > upto:
                     os.remove(self._path(number))
-        for number in [n for n in self._numbers_on_disk() if n <= upto][-self.k:]:
+        for number in [n for n in self._numbers_on_disk() if n <= upto][-self.k :]:
             model.load_weights(self._path(number))
             self.snapshots[number] = model.get_weights()
         model.set_weights(own)
@@ -102,7 +108,9 @@ class WeightsAverage:
         return len(self.snapshots)
 
     def use_mean(self, model):
-        """Sets the model to the mean of the kept checkpoints; returns its own weights, to set back."""
+        """Sets the model to the mean of the kept checkpoints;
+        returns its own weights, to set back.
+        """
         own = model.get_weights()
         model.set_weights(mean_weights(self.snapshots.values()))
         return own

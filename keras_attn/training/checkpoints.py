@@ -32,8 +32,8 @@ class Progress(tf.Module):
 
 
 def random_state(model):
-    """The state of `model`'s `keras.random.SeedGenerator`s, which `model.weights` leaves out: restored
-    with the weights, a resumed run draws the dropout masks the uninterrupted one drew."""
+    """The state of `model`'s `keras.random.SeedGenerator`s, which `model.weights` leaves out:
+    restored with the weights, a resumed run draws the dropout masks the uninterrupted one drew."""
     weights = {id(weight) for weight in model.weights}
     return [variable for variable in model.variables if id(variable) not in weights]
 

@@ -13,7 +13,6 @@ from tensorflow.python.ops import control_flow_util  # no public test for "insid
 from keras_attn import graph
 from keras_attn.special_tokens import PAD_ID
 
-
 # XLA compiles the smoothed loss once per batch shape (dozens of shapes a run) and saves about
 # 5 ns a logit: over an epoch that pays back for large vocabularies only.
 XLA_FROM_VOCABULARY = 4096
@@ -67,8 +66,11 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     elif label_smoothing:
         uniform = label_smoothing / vocabulary_size
         smoothed = tf.one_hot(
-            flat_targets, vocabulary_size, on_value=1.0 - label_smoothing + uniform,
-            off_value=uniform, dtype="float32",
+            flat_targets,
+            vocabulary_size,
+            on_value=1.0 - label_smoothing + uniform,
+            off_value=uniform,
+            dtype="float32",
         )
         losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=flat_logits)
     else:
@@ -98,7 +100,11 @@ def _log_sum_exp_cross_entropy(logits, targets, label_smoothing):
     gold = tf.gather(logits, targets, batch_dims=1)
     if not label_smoothing:
         return log_sum_exp - gold
-    return log_sum_exp - (1.0 - label_smoothing) * gold - label_smoothing * tf.reduce_mean(logits, axis=-1)
+    return (
+        log_sum_exp
+        - (1.0 - label_smoothing) * gold
+        - label_smoothing * tf.reduce_mean(logits, axis=-1)
+    )
 
 
 _compiled_cross_entropy = graph.function(_log_sum_exp_cross_entropy, jit_compile=True)
@@ -122,7 +128,9 @@ def token_negative_log_likelihood(targets, logits):
     targets = tf.cast(targets, "int32")
     vocabulary_size = logits.shape[-1]
     if isinstance(vocabulary_size, int) and vocabulary_size >= XLA_FROM_VOCABULARY:
-        flat = _cross_entropy(tf.reshape(logits, (-1, vocabulary_size)), tf.reshape(targets, (-1,)), 0.0)
+        flat = _cross_entropy(
+            tf.reshape(logits, (-1, vocabulary_size)), tf.reshape(targets, (-1,)), 0.0
+        )
         return tf.reshape(flat, tf.shape(targets))
     target_logits = tf.gather(logits, targets[..., None], batch_dims=len(targets.shape))[..., 0]
     return tf.reduce_logsumexp(logits, axis=-1) - target_logits

@@ -5,7 +5,11 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn.special_tokens import PAD_ID
-from keras_attn.training.losses import classification_losses, count_rows, token_negative_log_likelihood
+from keras_attn.training.losses import (
+    classification_losses,
+    count_rows,
+    token_negative_log_likelihood,
+)
 
 
 def _predicted_ids(logits):
@@ -102,7 +106,14 @@ class PretrainingMetrics(keras.metrics.Metric):
         self.nsp = nsp
         self.sums = {
             key: self.add_variable(shape=(), initializer="zeros", name=key)
-            for key in ("mlm_loss", "mlm_correct", "mlm_count", "nsp_loss", "nsp_correct", "nsp_count")
+            for key in (
+                "mlm_loss",
+                "mlm_correct",
+                "mlm_count",
+                "nsp_loss",
+                "nsp_correct",
+                "nsp_count",
+            )
         }
 
     def update_state(self, targets, outputs, sample_weight=None):

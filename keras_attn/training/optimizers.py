@@ -12,11 +12,10 @@ multithreaded kernel, `ResourceApplyAdam`, computing the same formula:
 
 `FusedAdam` is Keras's `Adam` with that kernel as its update of dense
 gradients: same arguments, same optimizer variables (so checkpoints of
-either load into the other), same results to float32 rounding; what every
-weight's update shares (β1ᵗ, β2ᵗ, the rate) is made once a step. Clipping,
-learning-rate schedules, loss scaling and `tf.distribute` stay Keras's
-own. TensorFlow backend only. BERT keeps Keras's `AdamW`: its learning test sits close to its bars, and
-a run that differs only by rounding crossed one.
+either load into the other), same results to float32 rounding; what every weight's update shares
+(β1ᵗ, β2ᵗ, the rate) is made once a step. Clipping, learning-rate schedules, loss scaling and
+`tf.distribute` stay Keras's own. TensorFlow backend only. BERT keeps Keras's `AdamW`: its learning
+test sits close to its bars, and a run that differs only by rounding crossed one.
 
 An embedding's gradient arrives as `IndexedSlices`, one slice per lookup,
 and Keras's Adam squares the slices before summing the repeated rows: a
@@ -52,9 +51,10 @@ class FusedAdam(keras.optimizers.Adam):
         self._fused_update(gradient, variable, self._step_scalars(variable.dtype, learning_rate))
 
     def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
-        # Keras's TensorFlow loop over the weights, each weight's `update_step` replaced by the fused kernel on
-        # scalars made once a step: β1ᵗ, β2ᵗ and the rate are the same for every weight, and made per weight they
-        # were about a thousand more ops for a Transformer's step to trace and its first call to optimize.
+        # Keras's TensorFlow loop over the weights, each weight's `update_step` replaced by the
+        # fused kernel on scalars made once a step: β1ᵗ, β2ᵗ and the rate are the same for every
+        # weight, and made per weight they were about a thousand more ops for a Transformer's step
+        # to trace and its first call to optimize.
         shared = {}
 
         def update(variable, gradient, learning_rate):
@@ -66,18 +66,28 @@ class FusedAdam(keras.optimizers.Adam):
             self._fused_update(gradient, variable, shared[key])
 
         for gradient, variable in grads_and_vars:
-            distribution.extended.update(variable, update, args=(gradient, learning_rate), group=False)
+            distribution.extended.update(
+                variable, update, args=(gradient, learning_rate), group=False
+            )
 
     def _keras_updates(self, gradient):
-        """Whether Keras's own update applies: AMSGrad (not in the kernel), or slices (module docstring)."""
+        """Whether Keras's own update applies: AMSGrad (not in the
+        kernel), or slices (module docstring).
+        """
         return self.amsgrad or isinstance(gradient, tf.IndexedSlices)
 
     def _step_scalars(self, dtype, learning_rate):
         """The kernel's scalar arguments at this step, in `dtype`."""
         step = tf.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        return dict(beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
-                    beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype))
+        return dict(
+            beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+        )
 
     def _fused_update(self, gradient, variable, scalars):
         index = self._get_variable_index(variable)
@@ -116,7 +126,12 @@ def transformer_adam(schedule, clipnorm=1.0, fused=True):
 def adamw(schedule, weight_decay=0.01, clipnorm=1.0):
     """BERT's optimizer: Adam with decoupled weight decay, none on biases and LayerNorm."""
     optimizer = keras.optimizers.AdamW(
-        schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clipnorm=clipnorm
+        schedule,
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        clipnorm=clipnorm,
     )
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer

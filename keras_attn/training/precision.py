@@ -38,7 +38,8 @@ def native_bfloat16():
 
 
 def cpu_info(path="/proc/cpuinfo"):
-    """The first processor's fields in `path` (`"model name"`, `"cpu family"`, `"flags"`, ...); `{}` if unreadable.
+    """The first processor's fields in `path` (`"model name"`, `"cpu
+    family"`, `"flags"`, ...); `{}` if unreadable.
 
     Example:
 
@@ -50,7 +51,10 @@ def cpu_info(path="/proc/cpuinfo"):
             first = file.read().split("\n\n")[0]
     except OSError:
         return {}
-    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+    return {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+    }
 
 
 def resolve_mixed_precision(choice):
@@ -75,7 +79,16 @@ def describe_precision(mixed_precision):
     if mixed_precision and native:
         return f"mixed_bfloat16: {hardware} runs bfloat16 natively"
     if mixed_precision:
-        return f"mixed_bfloat16 as chosen, though {hardware} has no native bfloat16 (emulated: slower than float32)"
+        return (
+            f"mixed_bfloat16 as chosen, though {hardware} has no native bfloat16 "
+            "(emulated: slower than float32)"
+        )
     if native:
-        return f"float32 as chosen, though {hardware} runs bfloat16 natively (--precision auto would use mixed_bfloat16)"
-    return f"float32: {hardware} has no native bfloat16 (AVX512-BF16 or AMX; on GPUs compute capability 8.0+)"
+        return (
+            f"float32 as chosen, though {hardware} runs bfloat16 natively "
+            "(--precision auto would use mixed_bfloat16)"
+        )
+    return (
+        f"float32: {hardware} has no native bfloat16 "
+        "(AVX512-BF16 or AMX; on GPUs compute capability 8.0+)"
+    )

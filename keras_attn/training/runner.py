@@ -32,9 +32,8 @@ import time
 import keras
 import tensorflow as tf
 
-from keras_attn import graph
+from keras_attn import graph, run_folder
 from keras_attn.errors import UserError
-from keras_attn import run_folder
 from keras_attn.training.averaging import WeightsAverage
 from keras_attn.training.checkpoints import (
     Backups,
@@ -47,10 +46,11 @@ from keras_attn.training.strategy import get_strategy, worker_role
 from pipelines.prefetch import without_autotuning
 from pipelines.text import write_text_atomically
 
-
 # The way out of a run folder that cannot resume. (Another --run-dir alone would export
 # the new model as a new version of the old one's name.)
-ANOTHER_RUN = "train under another --name (it names both the run folder, runs/<name>, and the export)"
+ANOTHER_RUN = (
+    "train under another --name (it names both the run folder, runs/<name>, and the export)"
+)
 
 
 @dataclasses.dataclass
@@ -103,11 +103,19 @@ def prepare(config):
     strategy = get_strategy(config.strategy, config.devices)
     keras.utils.set_random_seed(config.seed)
     # Both ways: a float32 run after a bfloat16 one in the same process must not inherit its policy.
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if config.mixed_precision else "float32")
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if config.mixed_precision else "float32"
+    )
     return strategy
 
 
-def train(config, build_model, make_datasets, compile_model=lambda model, total_steps: model.compile(), callbacks=()):
+def train(
+    config,
+    build_model,
+    make_datasets,
+    compile_model=lambda model, total_steps: model.compile(),
+    callbacks=(),
+):
     """Builds the job under the strategy, resumes, trains, keeps the best weights.
 
     Args:
@@ -163,16 +171,23 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         steps = TrainingSteps(model, strategy, config.jit_compile)
         progress = Progress()
         checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, progress=progress, metrics=steps.metric_variables,
+            model=model,
+            optimizer=optimizer,
+            progress=progress,
+            metrics=steps.metric_variables,
             random_state=random_state(model),
         )
     backups = Backups(
-        checkpoint, run_folder.path(config.run_dir, run_folder.CHECKPOINTS), chief, worker,
+        checkpoint,
+        run_folder.path(config.run_dir, run_folder.CHECKPOINTS),
+        chief,
+        worker,
         keep=config.keep_checkpoints,
     )
     best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
     try:
-        if os.path.exists(best_path):  # checked before anything trains; the backup then overwrites them
+        # checked before anything trains; the backup then overwrites them
+        if os.path.exists(best_path):
             model.load_weights(best_path)
         restored = backups.restore()
     except (AssertionError, ValueError):  # weights of another model, or of other shapes
@@ -197,10 +212,15 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
     if config.max_updates:  # the epochs the updates left take from here, the last one cut short
         left = max(config.max_updates - initial_steps, 0)
         config = dataclasses.replace(
-            config, epochs=initial_epoch + -(-(int(progress.step.numpy()) + left) // steps_per_epoch))
+            config,
+            epochs=initial_epoch + -(-(int(progress.step.numpy()) + left) // steps_per_epoch),
+        )
     stopped = run_folder.path(config.run_dir, run_folder.STOPPED)
-    already_finished = initial_epoch >= config.epochs or os.path.exists(stopped) or (
-        bool(config.max_updates) and initial_steps >= config.max_updates)
+    already_finished = (
+        initial_epoch >= config.epochs
+        or os.path.exists(stopped)
+        or (bool(config.max_updates) and initial_steps >= config.max_updates)
+    )
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, optimizer, already_finished))
 
@@ -208,8 +228,12 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
     history = {}
     updates = None
     if config.average_last > 1:
-        updates = WeightsAverage(run_folder.path(config.run_dir, run_folder.UPDATES), "update",
-                                 config.average_last, chief)
+        updates = WeightsAverage(
+            run_folder.path(config.run_dir, run_folder.UPDATES),
+            "update",
+            config.average_last,
+            chief,
+        )
         updates.restore(model, initial_steps)
     if not already_finished:
         tensorboard = keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.LOGS))
@@ -225,13 +249,29 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
         )
         average = None
         if config.average_epochs > 1 and valid_data is not None:
-            average = WeightsAverage(run_folder.path(config.run_dir, run_folder.EPOCHS), "epoch",
-                                     config.average_epochs, chief)
+            average = WeightsAverage(
+                run_folder.path(config.run_dir, run_folder.EPOCHS),
+                "epoch",
+                config.average_epochs,
+                chief,
+            )
             average.restore(model, initial_epoch)
         try:
             history = _loop(
-                config, model, steps, own_data or epoch_data, valid, steps_per_epoch, strategy,
-                progress, backups, callback_list, chief, best_path, average, updates,
+                config,
+                model,
+                steps,
+                own_data or epoch_data,
+                valid,
+                steps_per_epoch,
+                strategy,
+                progress,
+                backups,
+                callback_list,
+                chief,
+                best_path,
+                average,
+                updates,
             )
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -242,10 +282,13 @@ def train(config, build_model, make_datasets, compile_model=lambda model, total_
             ) from None
         finally:
             steps.release()
-    trained_steps = int(optimizer.iterations.numpy())  # the best weights carry their epoch's optimizer
+    # the best weights carry their epoch's optimizer
+    trained_steps = int(optimizer.iterations.numpy())
     averaged_updates = ()
-    if updates is not None and updates.count:  # the run's model: the mean of its last backups by update
-        history.update(_use_update_average(updates, model, steps, valid, progress))  # (again on a rerun)
+    # the run's model: the mean of its last backups by update
+    if updates is not None and updates.count:
+        # (again on a rerun)
+        history.update(_use_update_average(updates, model, steps, valid, progress))
         averaged_updates = tuple(sorted(updates.snapshots))
     elif os.path.exists(best_path):  # the chief's; every worker can read the run folder
         model.load_weights(best_path)
@@ -277,7 +320,9 @@ def _resume_message(config, restored, progress, optimizer, already_finished):
     epoch, step = int(progress.epoch.numpy()), int(progress.step.numpy())
     steps = int(optimizer.iterations.numpy())
     if not already_finished:
-        return f"resuming from {restored}: epoch {epoch + 1}, {step} steps done in it, {steps} in all"
+        return (
+            f"resuming from {restored}: epoch {epoch + 1}, {step} steps done in it, {steps} in all"
+        )
     more = "--max-updates" if config.max_updates else "--epochs"
     if config.max_updates and steps >= config.max_updates:
         why = f"{steps} of {config.max_updates} updates done"
@@ -371,8 +416,22 @@ class _EpochLines(keras.callbacks.Callback):
         print(line, flush=True)
 
 
-def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
-          progress, backups, callbacks, chief, best_path, average=None, updates=None):
+def _loop(
+    config,
+    model,
+    steps,
+    epoch_data,
+    valid,
+    steps_per_epoch,
+    strategy,
+    progress,
+    backups,
+    callbacks,
+    chief,
+    best_path,
+    average=None,
+    updates=None,
+):
     """`fit`'s epoch loop over `steps`, with backups; returns the History dict.
 
     `valid` is the distributed validation dataset, or None. With
@@ -398,7 +457,11 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         else:
             batches = iter(_distribute(strategy, epoch_data(epoch).skip(done)))
         update = int(steps.optimizer.iterations.numpy())
-        last = min(steps_per_epoch, done + config.max_updates - update) if config.max_updates else steps_per_epoch
+        last = (
+            min(steps_per_epoch, done + config.max_updates - update)
+            if config.max_updates
+            else steps_per_epoch
+        )
         logs = {}
         for step in range(done, last):
             callbacks.on_train_batch_begin(step)
@@ -406,7 +469,8 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
             callbacks.on_train_batch_end(step, logs)
             done, update = step + 1, update + 1
             if updates is not None and (
-                    update % config.backup_every == 0 or (epoch + 1 == config.epochs and done == last)):
+                update % config.backup_every == 0 or (epoch + 1 == config.epochs and done == last)
+            ):
                 updates.add(model, update)  # every backup_every updates over the run, and its last
             if _stopping(model, strategy):
                 break
@@ -420,7 +484,11 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
             _keep_if_best(logs["val_loss"], model, progress, chief, best_path)
         finished = done == last
         if average is not None and finished:
-            logs.update(_validate_average(average, model, epoch + 1, steps, valid, progress, chief, best_path))
+            logs.update(
+                _validate_average(
+                    average, model, epoch + 1, steps, valid, progress, chief, best_path
+                )
+            )
         progress.epoch.assign(epoch + 1 if finished else epoch)
         progress.step.assign(0 if finished else done)
         backups.save(int(steps.optimizer.iterations.numpy()))
@@ -429,7 +497,9 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
         callbacks.on_epoch_end(epoch, logs)
         if _stopping(model, strategy):
             if chief:
-                write_text_atomically(run_folder.path(config.run_dir, run_folder.STOPPED), f"epoch {epoch + 1}\n")
+                write_text_atomically(
+                    run_folder.path(config.run_dir, run_folder.STOPPED), f"epoch {epoch + 1}\n"
+                )
             break
     callbacks.on_train_end()
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
@@ -437,7 +507,9 @@ def _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy,
 
 
 def _validate_average(average, model, epoch, steps, valid, progress, chief, best_path):
-    """Keeps the epoch's weights, validates the mean of the last epochs; the best may be that mean."""
+    """Keeps the epoch's weights, validates the mean of the last
+    epochs; the best may be that mean.
+    """
     average.add(model, epoch)
     if average.count < 2:
         return {}
@@ -449,8 +521,8 @@ def _validate_average(average, model, epoch, steps, valid, progress, chief, best
 
 
 def _use_update_average(updates, model, steps, valid, progress):
-    """Makes the model the mean of the last backups by update and validates it (`best.weights.h5` stays the
-    best epoch's: a rerun without averaging gets those)."""
+    """Makes the model the mean of the last backups by update and validates it (`best.weights.h5`
+    stays the best epoch's: a rerun without averaging gets those)."""
     updates.use_mean(model)
     if valid is None:
         return {}
@@ -497,7 +569,8 @@ class _OwnData:
     def distributed(self, epoch, done):
         """Epoch `epoch` after its first `done` steps, fed to this worker's replicas."""
         return self.strategy.distribute_datasets_from_function(
-            lambda context: without_autotuning(self.epoch(epoch).skip(done * self.local_replicas)))
+            lambda context: without_autotuning(self.epoch(epoch).skip(done * self.local_replicas))
+        )
 
 
 def _own_data(strategy, epoch_data, config):
@@ -507,13 +580,20 @@ def _own_data(strategy, epoch_data, config):
     if for_worker is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
     cluster = resolver.cluster_spec().as_dict()
-    tasks = [(kind, index) for kind in ("chief", "worker") for index in range(len(cluster.get(kind, [])))]
+    tasks = [
+        (kind, index) for kind in ("chief", "worker") for index in range(len(cluster.get(kind, [])))
+    ]
     if len(tasks) < 2:
         return None
     worker = tasks.index((resolver.task_type, int(resolver.task_id or 0)))
     if config.verbose:
-        print(f"input: each of {len(tasks)} workers reads its own part of the training data (this one: {worker})")
-    return _OwnData(strategy, for_worker(worker, len(tasks)), strategy.num_replicas_in_sync // len(tasks))
+        print(
+            f"input: each of {len(tasks)} workers reads its own part of the training data (this "
+            f"one: {worker})"
+        )
+    return _OwnData(
+        strategy, for_worker(worker, len(tasks)), strategy.num_replicas_in_sync // len(tasks)
+    )
 
 
 def _distribute(strategy, dataset):
@@ -524,7 +604,9 @@ def _distribute(strategy, dataset):
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     # The loop drops each epoch's iterator before its end; an epoch function
     # of the caller's may not come from a pipeline of ours (pipelines/prefetch.py).
-    return strategy.experimental_distribute_dataset(without_autotuning(dataset).with_options(options))
+    return strategy.experimental_distribute_dataset(
+        without_autotuning(dataset).with_options(options)
+    )
 
 
 def _check_workers_agree(strategy, step):
@@ -570,4 +652,3 @@ def _append_history(run_dir, logs, steps):
     for name, value in logs.items():
         history.setdefault(name, []).append(value)
     write_text_atomically(path, json.dumps({"steps": steps, "history": history}, indent=1))
-

@@ -39,8 +39,13 @@ def inverse_sigmoid_decay(step, k=500.0):
     return k / (k + math.exp(exponent))
 
 
-SCHEDULES = {"linear": linear_decay, "exponential": exponential_decay, "inverse_sigmoid": inverse_sigmoid_decay}
-assert tuple(SCHEDULES) == DECAYS  # the CLI offers keras_attn.config's DECAYS without importing this module
+SCHEDULES = {
+    "linear": linear_decay,
+    "exponential": exponential_decay,
+    "inverse_sigmoid": inverse_sigmoid_decay,
+}
+# the CLI offers keras_attn.config's DECAYS without importing this module
+assert tuple(SCHEDULES) == DECAYS
 
 
 def decay_parameters(name):
@@ -66,8 +71,10 @@ def teacher_forcing_schedule(name, **parameters):
         raise ValueError(f"The schedule must be one of {sorted(SCHEDULES)}, got {name!r}.")
     unknown = sorted(set(parameters) - set(decay_parameters(name)))
     if unknown:
-        raise ValueError(f"{name} decay has no parameter {', '.join(unknown)}; "
-                         f"its parameters are {', '.join(decay_parameters(name))}")
+        raise ValueError(
+            f"{name} decay has no parameter {', '.join(unknown)}; "
+            f"its parameters are {', '.join(decay_parameters(name))}"
+        )
     decay = SCHEDULES[name]
     return lambda step: decay(step, **parameters)
 
@@ -98,10 +105,13 @@ class ScheduledSampling(keras.callbacks.Callback):
         self.schedule = schedule
 
     def on_train_begin(self, logs=None):
-        # The sampling probabilities of the model's layers that have one (decoders with scheduled sampling).
+        # The sampling probabilities of the model's layers that have
+        # one (decoders with scheduled sampling).
         layers = self.model._flatten_layers()  # noqa: SLF001
         self._variables = [
-            layer.sampling_probability for layer in layers if getattr(layer, "sampling_probability", None) is not None
+            layer.sampling_probability
+            for layer in layers
+            if getattr(layer, "sampling_probability", None) is not None
         ]
 
     def on_train_batch_begin(self, batch, logs=None):

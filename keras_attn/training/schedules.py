@@ -1,4 +1,6 @@
-"""Learning-rate schedules: the Transformer paper's (5.3), warm-up + cosine, BERT's warm-up + linear decay."""
+"""Learning-rate schedules: the Transformer paper's (5.3), warm-up +
+cosine, BERT's warm-up + linear decay.
+"""
 
 import keras
 from keras import ops
@@ -100,4 +102,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak * ops.where(step < self.warmup_steps, rising, falling)
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }

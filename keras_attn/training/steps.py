@@ -50,12 +50,16 @@ class TrainingSteps:
 
     Example:
 
-        >>> strategy = tf.distribute.get_strategy()  # or `keras_attn.training.get_strategy("mirrored")`
+        >>> # or `keras_attn.training.get_strategy("mirrored")`
+        >>> strategy = tf.distribute.get_strategy()
         >>> dataset = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.zeros(4))).repeat()
         >>> with strategy.scope():
         ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-        ...     model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        ...                   metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")])
+        ...     model.compile(
+        ...         keras.optimizers.SGD(0.1),
+        ...         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...         metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
+        ...     )
         ...     model.optimizer.build(model.trainable_variables)
         ...     build_metrics(model, next(iter(dataset)))
         ...     steps = TrainingSteps(model, strategy)
@@ -100,7 +104,9 @@ class TrainingSteps:
             outputs = self._forward(inputs, training=True)
             loss = self._replica_loss(inputs, targets, outputs, True)
             scaled_loss = self.optimizer.scale_loss(loss)  # loss scaling of float16
-        pairs = [(g, w) for g, w in zip(tape.gradient(scaled_loss, weights), weights) if g is not None]
+        pairs = [
+            (g, w) for g, w in zip(tape.gradient(scaled_loss, weights), weights) if g is not None
+        ]
         gradients = tf.distribute.get_replica_context().all_reduce(
             tf.distribute.ReduceOp.SUM, [g for g, _ in pairs]
         )
@@ -111,7 +117,9 @@ class TrainingSteps:
         def replica_step(data):
             inputs, targets = data
             outputs = self._forward(inputs, training=False)
-            self._update_metrics(self._replica_loss(inputs, targets, outputs, False), inputs, targets, outputs)
+            self._update_metrics(
+                self._replica_loss(inputs, targets, outputs, False), inputs, targets, outputs
+            )
 
         self.strategy.run(replica_step, args=(data,))
 

@@ -21,18 +21,55 @@ from tests import fresh_process
 pytest_plugins = ["tests.fixtures_export"]
 
 PRETRAIN = [  # float32 pinned: --precision auto would differ from machine to machine
-    "pretrain", "bert", "--builtin-documents", "200", "--max-length", "32", "--max-predictions", "4",
-    "--epochs", "2", "--batch-size", "16", "--pairs-per-epoch", "160", "--vocab-size", "600",
-    "--warmup-steps", "5", "--dropout", "0", "--precision", "float32",
+    "pretrain",
+    "bert",
+    "--builtin-documents",
+    "200",
+    "--max-length",
+    "32",
+    "--max-predictions",
+    "4",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "16",
+    "--pairs-per-epoch",
+    "160",
+    "--vocab-size",
+    "600",
+    "--warmup-steps",
+    "5",
+    "--dropout",
+    "0",
+    "--precision",
+    "float32",
 ]
 # The same run as a `PretrainConfig` (for the killed process), backed up every 4 steps.
 CONFIG = dict(
-    builtin_documents=200, max_sequence_length=32, max_predictions=4, epochs=2, batch_size=16, pairs_per_epoch=160,
-    vocabulary_size=600, warmup_steps=5, dropout=0.0, verbose=2, backup_every=4, export=False,
+    builtin_documents=200,
+    max_sequence_length=32,
+    max_predictions=4,
+    epochs=2,
+    batch_size=16,
+    pairs_per_epoch=160,
+    vocabulary_size=600,
+    warmup_steps=5,
+    dropout=0.0,
+    verbose=2,
+    backup_every=4,
+    export=False,
 )
 HOSTILE = [
-    "the [MASK] sees the [mask] .", "", "   ", "no mask at all", "[MASK]" * 40, "\u200b\u200d",
-    b"\xff\xfe broken [MASK] bytes", "word " * 500 + "[MASK]", "[MASK] " + "x" * 300, "日本語 [MASK] ☃",
+    "the [MASK] sees the [mask] .",
+    "",
+    "   ",
+    "no mask at all",
+    "[MASK]" * 40,
+    "\u200b\u200d",
+    b"\xff\xfe broken [MASK] bytes",
+    "word " * 500 + "[MASK]",
+    "[MASK] " + "x" * 300,
+    "日本語 [MASK] ☃",
 ]
 
 
@@ -57,26 +94,45 @@ def pretrained(tmp_path_factory):
         code, printed = _run(argv)
     assert code == 0, printed
     return types.SimpleNamespace(
-        root=root, printed=printed, result=results[0], export=str(root / "saved_models" / "bert" / "1"),
+        root=root,
+        printed=printed,
+        result=results[0],
+        export=str(root / "saved_models" / "bert" / "1"),
     )
 
 
 @pytest.mark.slow
 def test_pretraining_reports_both_tasks_and_exports(pretrained):
     lines = pretrained.printed.splitlines()
-    assert lines[0] == "strategy: default (no tf.distribute strategy), 1 replica(s) on /device:CPU:0"
+    assert (
+        lines[0] == "strategy: default (no tf.distribute strategy), 1 replica(s) on /device:CPU:0"
+    )
     assert lines[3] == "global batch: 16 (16 per replica)"
-    assert lines[5].startswith("data: 200 documents, ") and lines[5].endswith("190 training, 10 validation documents")
+    assert lines[5].startswith("data: 200 documents, ") and lines[5].endswith(
+        "190 training, 10 validation documents"
+    )
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert [line.split(" - ")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"]
-    for name in ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy", "val_mlm_accuracy"):
+    for name in (
+        "mlm_loss",
+        "mlm_accuracy",
+        "mlm_perplexity",
+        "nsp_loss",
+        "nsp_accuracy",
+        "val_mlm_accuracy",
+    ):
         assert f" - {name}: " in epochs[-1]
     assert pretrained.result.steps == 20
     metrics = pretrained.result.metrics
     assert metrics["mlm_perplexity"] == pytest.approx(np.exp(metrics["mlm_loss"]), rel=1e-5)
     assert f"exported to {pretrained.export}" in lines
     names = sorted(os.listdir(os.path.join(pretrained.export, "assets.extra")))
-    assert names == ["bert_backbone.json", "bert_backbone.weights.h5", "keras_attn.json", "vocab.txt"]
+    assert names == [
+        "bert_backbone.json",
+        "bert_backbone.weights.h5",
+        "keras_attn.json",
+        "vocab.txt",
+    ]
 
 
 _FRESH_PROCESS = """
@@ -105,29 +161,67 @@ print(json.dumps({
 @pytest.mark.slow
 def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
     encoded = [t if isinstance(t, bytes) else t.encode() for t in HOSTILE]
-    done = fresh_process.run(_FRESH_PROCESS, pretrained.export, json.dumps([t.hex() for t in encoded]), timeout=180)
+    done = fresh_process.run(
+        _FRESH_PROCESS, pretrained.export, json.dumps([t.hex() for t in encoded]), timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     served = json.loads(done.stdout.splitlines()[-1])
     assert served["imported"] == []  # TensorFlow and tensorflow-text only
-    assert served["signatures"] == ["attention", "encode", "encode_pair", "fill_mask", "serving_default"]
+    assert served["signatures"] == [
+        "attention",
+        "encode",
+        "encode_pair",
+        "fill_mask",
+        "serving_default",
+    ]
     server = pretrained.result.server
     expected = server.fill_mask(tf.constant(encoded), tf.constant(3))
     assert served["tokens"] == expected["tokens"].numpy().astype(str).tolist()
     np.testing.assert_allclose(served["scores"], expected["scores"].numpy(), atol=1e-5)
     assert served["num_masks"] == [2, 0, 0, 0, 40, 0, 1, 1, 1, 1]
-    assert served["truncated"] == [False, False, False, False, True, False, False, True, False, False]
+    assert served["truncated"] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
     tokens = np.array(served["tokens"])  # (B, 4 = max_predictions, 3)
     assert tokens.shape == (10, 4, 3)
     assert all(t != "" for t in tokens[0, :2].ravel()) and (tokens[0, 2:] == "").all()
     assert (tokens[[1, 2, 3, 5]] == "").all()  # no mask: nothing predicted
-    assert not any(t.startswith("[") and t.endswith("]") for t in tokens.ravel())  # no special token
+    # no special token
+    assert not any(t.startswith("[") and t.endswith("]") for t in tokens.ravel())
     assert np.array(served["pooled"]).shape == (10, 128)
-    assert served["empty"] == {"filled": [0], "num_masks": [0], "scores": [0, 0, 1], "tokens": [0, 0, 1], "truncated": [0]}
+    assert served["empty"] == {
+        "filled": [0],
+        "num_masks": [0],
+        "scores": [0, 0, 1],
+        "tokens": [0, 0, 1],
+        "truncated": [0],
+    }
 
 
 @pytest.mark.slow
 def test_fill_mask_command(pretrained, cli_loads_saved_models_once, capsys):
-    assert cli.main(["fill-mask", pretrained.export, "the [MASK] sees it .", "nothing to fill", "--top-k", "2"]) == 0
+    assert (
+        cli.main(
+            [
+                "fill-mask",
+                pretrained.export,
+                "the [MASK] sees it .",
+                "nothing to fill",
+                "--top-k",
+                "2",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert len(lines) == 3 and lines[1].startswith("  [MASK] 1: ") and lines[1].count(",") == 1
@@ -140,21 +234,29 @@ def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
     from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 
     run = str(pretrained.root / "run")
-    (from_run, run_settings), (from_export, export_settings) = read_pretrained(run), read_pretrained(pretrained.export)
-    assert run_settings == export_settings  # the run folder's preset written out as the export writes it
+    (from_run, run_settings), (from_export, export_settings) = (
+        read_pretrained(run),
+        read_pretrained(pretrained.export),
+    )
+    # the run folder's preset written out as the export writes it
+    assert run_settings == export_settings
     assert from_run.vocabulary == from_export.vocabulary
     backbone_of_run, backbone_of_export = load_backbone(run), load_backbone(pretrained.export)
     assert backbone_of_run.get_config() == backbone_of_export.get_config()
     for a, b in zip(backbone_of_run.weights, backbone_of_export.weights, strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())  # the export holds the run's best weights
+        # the export holds the run's best weights
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     for name in ("settings.json", "vocab.txt"):
         shutil.copy(os.path.join(run, name), unfinished / name)
     with pytest.raises(ValueError, match="no best.weights.h5 yet"):
         read_pretrained(str(unfinished))
-    for settings in ('{"model_dir": "x"}',  # a fine-tuning run folder
-                     '{"vocabulary_size": 200, "preset": "tiny", "image_size": 32}'):  # a captioner's
+    # a captioner's
+    for settings in (
+        '{"model_dir": "x"}',  # a fine-tuning run folder
+        '{"vocabulary_size": 200, "preset": "tiny", "image_size": 32}',
+    ):
         (unfinished / "settings.json").write_text(settings)
         with pytest.raises(ValueError, match="not a BERT pretraining run folder"):
             read_pretrained(str(unfinished))
@@ -177,9 +279,19 @@ def streamed(tmp_path_factory):
     docs = synthetic_documents.document_corpus(200, seed=1)
     (root / "docs").mkdir()
     for number in range(2):
-        (root / "docs" / f"{number}.txt").write_text("\n\n".join(" ".join(d) for d in docs[number::2]) + "\n")
-    config = dict(CONFIG, data=[str(root / "docs")], run_dir=str(root / "run"), epochs=2, backup_every=0,
-                  norm_first=True, export=True, export_root=str(root / "saved_models"))
+        (root / "docs" / f"{number}.txt").write_text(
+            "\n\n".join(" ".join(d) for d in docs[number::2]) + "\n"
+        )
+    config = dict(
+        CONFIG,
+        data=[str(root / "docs")],
+        run_dir=str(root / "run"),
+        epochs=2,
+        backup_every=0,
+        norm_first=True,
+        export=True,
+        export_root=str(root / "saved_models"),
+    )
     lines = []
     with pytest.MonkeyPatch.context() as patch:
         _stream_above_0_mb(patch)
@@ -189,8 +301,8 @@ def streamed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
-    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
     from keras_attn.jobs import bert
+    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 
     run, result = streamed.config["run_dir"], streamed.result
     trained = result.model.backbone
@@ -200,15 +312,21 @@ def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
         assert read_pretrained(source)[1]["norm_first"] is True
         backbone = load_backbone(source, dropout=0.0)
         assert backbone.final_norm is not None and backbone.encoder_blocks[0].norm_first
-        np.testing.assert_allclose(backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6)
-    # The same run folder is bound to pre-norm: a post-norm rerun (of the same data, read as a stream) is refused.
+        np.testing.assert_allclose(
+            backbone(inputs)["pooled_output"], trained(inputs)["pooled_output"], atol=1e-6
+        )
+    # The same run folder is bound to pre-norm: a post-norm rerun (of
+    # the same data, read as a stream) is refused.
     _stream_above_0_mb(monkeypatch)
     with pytest.raises(UserError, match="--norm-first True \\(now False\\)"):
-        bert.pretrain(PretrainConfig(**dict(streamed.config, norm_first=False)), log=lambda line: None)
+        bert.pretrain(
+            PretrainConfig(**dict(streamed.config, norm_first=False)), log=lambda line: None
+        )
 
 
-# Fine-tuning, its export against the job's model, and `classify`: tests/test_cli_new_user.py, on the fine-tuning
-# its tests run (finetune from an export: tests/checkpoints/test_huggingface_bert.py).
+# Fine-tuning, its export against the job's model, and `classify`: tests/test_cli_new_user.py, on
+# the fine-tuning its tests run (finetune from an export:
+# tests/checkpoints/test_huggingface_bert.py).
 
 
 def _written(path, text):
@@ -220,24 +338,75 @@ def _written(path, text):
     "argv, message",
     [
         (lambda p, t: ["fill-mask", str(t / "missing"), "x"], "missing: no such folder"),
-        (lambda p, t: ["classify", p.export, "x"], "not a fine-tuned BERT export (keras-attn finetune)"),
-        (lambda p, t: ["export-ct2", p.export, str(t / "ct2")], "a BERT export, not a translation one (keras-attn "
-                                                                "fill-mask or classify reads it)"),
-        (lambda p, t: ["finetune", p.export, "--train", str(t / "none.tsv")], "none.tsv: file not found"),
-        (lambda p, t: ["finetune", str(t), "--train", "x.tsv"], "not a SavedModel folder (no saved_model.pb)"),
-        (lambda p, t: ["finetune", p.export, "--train", _written(t / "unlabelled.tsv", "pos\tA fine film.\n\tDull.\n")],
-         "unlabelled.tsv:2: an empty label (label<TAB>text...)"),
-        (lambda p, t: ["finetune", p.export, "--train", _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
-                       "--valid", _written(t / "pairs.tsv", "pos\tGood.\tFine.\n"), "--run-dir", str(t / "run")],
-         "pairs.tsv: pairs (label<TAB>text_a<TAB>text_b), but "),
-        (lambda p, t: ["finetune", p.export, "--train", _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
-                       "--test", _written(t / "test.tsv", "neutral\tSo so.\n"), "--run-dir", str(t / "run")],
-         "test.tsv: labels not in the training data: neutral"),  # said before training, not after it
-        (lambda p, t: ["pretrain", "bert", "--data", str(t / "none.txt"), "--run-dir", str(t / "r")], "none.txt: file not found"),
+        (
+            lambda p, t: ["classify", p.export, "x"],
+            "not a fine-tuned BERT export (keras-attn finetune)",
+        ),
+        (
+            lambda p, t: ["export-ct2", p.export, str(t / "ct2")],
+            "a BERT export, not a translation one (keras-attn fill-mask or classify reads it)",
+        ),
+        (
+            lambda p, t: ["finetune", p.export, "--train", str(t / "none.tsv")],
+            "none.tsv: file not found",
+        ),
+        (
+            lambda p, t: ["finetune", str(t), "--train", "x.tsv"],
+            "not a SavedModel folder (no saved_model.pb)",
+        ),
+        (
+            lambda p, t: [
+                "finetune",
+                p.export,
+                "--train",
+                _written(t / "unlabelled.tsv", "pos\tA fine film.\n\tDull.\n"),
+            ],
+            "unlabelled.tsv:2: an empty label (label<TAB>text...)",
+        ),
+        (
+            lambda p, t: [
+                "finetune",
+                p.export,
+                "--train",
+                _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
+                "--valid",
+                _written(t / "pairs.tsv", "pos\tGood.\tFine.\n"),
+                "--run-dir",
+                str(t / "run"),
+            ],
+            "pairs.tsv: pairs (label<TAB>text_a<TAB>text_b), but ",
+        ),
+        # said before training, not after it
+        (
+            lambda p, t: [
+                "finetune",
+                p.export,
+                "--train",
+                _written(t / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 20),
+                "--test",
+                _written(t / "test.tsv", "neutral\tSo so.\n"),
+                "--run-dir",
+                str(t / "run"),
+            ],
+            "test.tsv: labels not in the training data: neutral",
+        ),
+        (
+            lambda p, t: [
+                "pretrain",
+                "bert",
+                "--data",
+                str(t / "none.txt"),
+                "--run-dir",
+                str(t / "r"),
+            ],
+            "none.txt: file not found",
+        ),
     ],
 )
 @pytest.mark.slow
-def test_mistakes_are_one_line(pretrained, cli_loads_saved_models_once, tmp_path, capsys, argv, message):
+def test_mistakes_are_one_line(
+    pretrained, cli_loads_saved_models_once, tmp_path, capsys, argv, message
+):
     assert cli.main(argv(pretrained, tmp_path)) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and message in error, error
@@ -258,7 +427,13 @@ class Kill(keras.callbacks.Callback):  # a real SIGKILL: no handler, no cleanup
             os.kill(os.getpid(), signal.SIGKILL)
 
 train = bert.train
-bert.train = lambda *args, callbacks=(), **kwargs: train(*args, callbacks=[*callbacks, Kill()], **kwargs)
+
+
+def train_killed(*args, callbacks=(), **kwargs):
+    return train(*args, callbacks=[*callbacks, Kill()], **kwargs)
+
+
+bert.train = train_killed
 bert.pretrain(PretrainConfig(**json.loads(sys.argv[1])))
 """
 
@@ -274,91 +449,155 @@ def test_a_killed_pretraining_resumes_to_the_uninterrupted_weights(pretrained, t
     config = dict(CONFIG, run_dir=str(run))
     killed = fresh_process.run(_KILLED_PROCESS, json.dumps(config), timeout=240)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert "ckpt-4.index" in os.listdir(run / "checkpoints")  # backed up at step 4, killed after step 7
+    # backed up at step 4, killed after step 7
+    assert "ckpt-4.index" in os.listdir(run / "checkpoints")
     lines = []
     resumed = bert.pretrain(PretrainConfig(**config), log=lines.append)
     assert f"run folder: {run} (continues from its backup ckpt-4)" in lines
     assert resumed.steps == pretrained.result.steps == 20
     # A resumed run says the steps in all and those of this run, with this run's time.
     (trained,) = [line for line in lines if line.startswith("trained ")]
-    assert re.fullmatch(r"trained [\d,]+ parameters for 20 steps in all on 1 replica\(s\), global batch 16; "
-                        r"this run resumed after 4 and trained 16 steps in \d+ s", trained), trained
+    assert re.fullmatch(
+        r"trained [\d,]+ parameters for 20 steps in all on 1 replica\(s\), global batch 16; "
+        r"this run resumed after 4 and trained 16 steps in \d+ s",
+        trained,
+    ), trained
     for a, b in zip(resumed.model.get_weights(), pretrained.result.model.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 @pytest.mark.parametrize("mask_rate", [0.15, 0.3, 0.4])
-@pytest.mark.parametrize("data, max_length", [(None, None), (["docs"], None), (None, 32), (["docs"], 512)])
+@pytest.mark.parametrize(
+    "data, max_length", [(None, None), (["docs"], None), (None, 32), (["docs"], 512)]
+)
 def test_the_default_max_predictions_never_cuts_the_mask_rate(data, max_length, mask_rate):
     from keras_attn.config import PretrainConfig
     from keras_attn.jobs.bert import with_lengths
 
-    config = with_lengths(PretrainConfig(data=data, max_sequence_length=max_length, mask_rate=mask_rate))
+    config = with_lengths(
+        PretrainConfig(data=data, max_sequence_length=max_length, mask_rate=mask_rate)
+    )
     assert config.max_sequence_length == (max_length or (128 if data else 64))
     # The masker's budget for a full pair (all but [CLS] and two [SEP]) fits under the cap.
-    assert round((config.max_sequence_length - 3) * mask_rate) <= config.max_predictions <= config.max_sequence_length
+    assert (
+        round((config.max_sequence_length - 3) * mask_rate)
+        <= config.max_predictions
+        <= config.max_sequence_length
+    )
     if mask_rate == 0.15 and config.max_sequence_length == 128:
         assert config.max_predictions == 20  # BERT's max_predictions_per_seq
-    given = with_lengths(PretrainConfig(max_sequence_length=max_length, max_predictions=4, mask_rate=mask_rate))
+    given = with_lengths(
+        PretrainConfig(max_sequence_length=max_length, max_predictions=4, mask_rate=mask_rate)
+    )
     assert given.max_predictions == 4
 
 
 def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_path):
-    """Exports made before the backbone's config was saved whole keep `preset`: the same settings come back."""
-    from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
+    """Exports made before the backbone's config was saved whole keep
+    `preset`: the same settings come back.
+    """
     from keras_attn.jobs.bert_loader import read_pretrained
     from keras_attn.models import BERT_PRESETS
+    from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
     from keras_attn.special_tokens import SPECIAL_TOKENS
 
     extra = tmp_path / "assets.extra"
     extra.mkdir()
     (extra / VOCABULARY).write_text("".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"]))
     (extra / BACKBONE_WEIGHTS).write_text("")
-    (extra / BACKBONE_SETTINGS).write_text(json.dumps(dict(
-        vocabulary_size=9, preset="mini", max_sequence_length=32, norm_first=False, lowercase=True, max_length=32)))
+    (extra / BACKBONE_SETTINGS).write_text(
+        json.dumps(
+            dict(
+                vocabulary_size=9,
+                preset="mini",
+                max_sequence_length=32,
+                norm_first=False,
+                lowercase=True,
+                max_length=32,
+            )
+        )
+    )
     _, settings = read_pretrained(str(tmp_path))
     mini = BERT_PRESETS["mini"]
     assert settings == dict(
-        vocabulary_size=9, max_sequence_length=32, num_segments=2, num_layers=mini["num_layers"],
-        hidden_dim=mini["hidden_dim"], num_heads=mini["num_heads"], intermediate_dim=4 * mini["hidden_dim"],
-        norm_first=False, activation="gelu", layer_norm_epsilon=1e-12, lowercase=True, strip_accents=False,
+        vocabulary_size=9,
+        max_sequence_length=32,
+        num_segments=2,
+        num_layers=mini["num_layers"],
+        hidden_dim=mini["hidden_dim"],
+        num_heads=mini["num_heads"],
+        intermediate_dim=4 * mini["hidden_dim"],
+        norm_first=False,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        lowercase=True,
+        strip_accents=False,
         max_length=32,
     )
 
 
 def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loads(tmp_path):
-    """Its settings.json says max_length and vocab_size (the flags' names); read_pretrained reads them."""
+    """Its settings.json says max_length and vocab_size (the flags'
+    names); read_pretrained reads them.
+    """
     from keras_attn import run_folder
     from keras_attn.jobs.bert_loader import read_pretrained
     from keras_attn.special_tokens import SPECIAL_TOKENS
 
-    (tmp_path / run_folder.VOCABULARY).write_text("".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"]))
+    (tmp_path / run_folder.VOCABULARY).write_text(
+        "".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"])
+    )
     (tmp_path / run_folder.BEST_WEIGHTS).write_text("")
-    (tmp_path / run_folder.SETTINGS).write_text(json.dumps(dict(
-        training_data="0", vocab_size=9, preset="tiny", norm_first=False, max_length=48)))
+    (tmp_path / run_folder.SETTINGS).write_text(
+        json.dumps(
+            dict(training_data="0", vocab_size=9, preset="tiny", norm_first=False, max_length=48)
+        )
+    )
     _, settings = read_pretrained(str(tmp_path))
-    assert settings["max_sequence_length"] == settings["max_length"] == 48 and settings["vocabulary_size"] == 9
+    assert (
+        settings["max_sequence_length"] == settings["max_length"] == 48
+        and settings["vocabulary_size"] == 9
+    )
 
 
 @pytest.mark.slow
 def test_pretraining_streams_a_folder_of_documents_and_reports_a_bad_line_met_by_training(
-        streamed, tmp_path, monkeypatch):
-    """Over `STREAM_ABOVE_MB` of text (here: over 0) the documents are read as a stream: the first
-    documents of the first file validate, the rest train; a bad line comes out as one line of ours."""
+    streamed, tmp_path, monkeypatch
+):
+    """Over `STREAM_ABOVE_MB` of text (here: over 0) the documents are
+    read as a stream: the first documents of the first file validate,
+    the rest train; a bad line comes out as one line of ours."""
     from keras_attn.jobs import bert
 
     lines, result = streamed.lines, streamed.result
-    assert any(re.match(rf"data: 2 files, 0 MB of text, read as a stream; the first 20 documents of "
-                        rf"{re.escape(str(streamed.docs / '0.txt'))} validate", line) for line in lines), lines
+    assert any(
+        re.match(
+            rf"data: 2 files, 0 MB of text, read as a stream; the first 20 documents of "
+            rf"{re.escape(str(streamed.docs / '0.txt'))} validate",
+            line,
+        )
+        for line in lines
+    ), lines
     assert result.steps == 2 * 160 // 16
     losses = result.history["loss"]
     assert losses[1] < losses[0], losses
     shutil.copytree(streamed.docs, tmp_path / "docs")
     bad = tmp_path / "docs" / "1.txt"
     bad.write_bytes(bad.read_bytes() + b"A last \xff sentence.\n")
-    (tmp_path / "again").mkdir()  # with the vocabulary learned, the bad line is met by training's stream
-    shutil.copy(os.path.join(streamed.config["run_dir"], "vocab.txt"), tmp_path / "again" / "vocab.txt")
-    config = dict(streamed.config, data=[str(tmp_path / "docs")], run_dir=str(tmp_path / "again"), export=False)
+    # with the vocabulary learned, the bad line is met by training's stream
+    (tmp_path / "again").mkdir()
+    shutil.copy(
+        os.path.join(streamed.config["run_dir"], "vocab.txt"), tmp_path / "again" / "vocab.txt"
+    )
+    config = dict(
+        streamed.config,
+        data=[str(tmp_path / "docs")],
+        run_dir=str(tmp_path / "again"),
+        export=False,
+    )
     _stream_above_0_mb(monkeypatch)
-    with pytest.raises(text.DataError, match=rf"^{re.escape(str(bad))}:\d+: invalid UTF-8 \(byte 0xff at column 8\)$"):
+    with pytest.raises(
+        text.DataError,
+        match=rf"^{re.escape(str(bad))}:\d+: invalid UTF-8 \(byte 0xff at column 8\)$",
+    ):
         bert.pretrain(PretrainConfig(**config), log=lambda line: None)

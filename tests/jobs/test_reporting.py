@@ -7,17 +7,25 @@ import time
 
 import pytest
 
-from keras_attn.training import precision, runner
 from keras_attn.config import TranslationConfig
+from keras_attn.training import precision, runner
 
 
 @pytest.mark.parametrize(
     "flags, mixed, said",
     [
         ("fpu avx512f", False, "float32: this CPU has no native bfloat16 (AVX512-BF16 or AMX"),
-        ("fpu avx512f", True, "mixed_bfloat16 as chosen, though this CPU has no native bfloat16 (emulated"),
+        (
+            "fpu avx512f",
+            True,
+            "mixed_bfloat16 as chosen, though this CPU has no native bfloat16 (emulated",
+        ),
         ("fpu avx512_bf16", True, "mixed_bfloat16: this CPU runs bfloat16 natively"),
-        ("fpu amx_bf16", False, "float32 as chosen, though this CPU runs bfloat16 natively (--precision auto"),
+        (
+            "fpu amx_bf16",
+            False,
+            "float32 as chosen, though this CPU runs bfloat16 natively (--precision auto",
+        ),
     ],
 )
 def test_the_precision_is_said_with_its_reason(flags, mixed, said, monkeypatch):
@@ -59,7 +67,9 @@ def test_the_progress_bar_leaves_the_first_step_out_of_its_estimate(monkeypatch,
     assert re.fullmatch(r"\d+s", eta) and int(eta[:-1]) < 30, eta  # 98 steps of 0.1 s, not 1:38:00
 
 
-@pytest.mark.parametrize("terminal, shown", [(True, runner._ProgressBar), (False, runner._EpochLines)])
+@pytest.mark.parametrize(
+    "terminal, shown", [(True, runner._ProgressBar), (False, runner._EpochLines)]
+)
 def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(terminal, shown, monkeypatch):
     monkeypatch.setattr(runner, "_is_terminal", lambda stream: terminal)
     assert type(runner._progress_display("auto")) is shown
@@ -74,13 +84,21 @@ def test_the_last_line_names_the_updates_averaged_and_how_many_the_run_kept():
     config = TranslationConfig(backup_every=4, average_last=3)
     model = types.SimpleNamespace(count_params=lambda: 1200)
     strategy = types.SimpleNamespace(num_replicas_in_sync=1)
-    result = types.SimpleNamespace(model=model, strategy=strategy, steps=11, initial_steps=0,
-                                   already_finished=False, averaged_updates=(4, 8, 11))
+    result = types.SimpleNamespace(
+        model=model,
+        strategy=strategy,
+        steps=11,
+        initial_steps=0,
+        already_finished=False,
+        averaged_updates=(4, 8, 11),
+    )
     assert common.describe_training(config, result, 5) == (
         "trained 1,200 parameters for 11 steps on 1 replica(s), global batch 64, in 5 s; "
         "the model is the mean of the weights at updates 4, 8, 11 (--average-last 3)"
     )
-    finished = types.SimpleNamespace(**dict(vars(result), already_finished=True, averaged_updates=(8, 11)))
+    finished = types.SimpleNamespace(
+        **dict(vars(result), already_finished=True, averaged_updates=(8, 11))
+    )
     assert common.describe_training(config, finished, 5) == (
         "nothing trained: the run had already finished after 11 steps; "
         "the model is the mean of the weights at updates 8, 11 (--average-last 3: the run kept 2)"

@@ -35,7 +35,9 @@ def main(cases_path, out_path):
         "RNNEncoder": lambda: keras_attn.layers.RNNEncoder(10, 8),
         "AttentionDecoder": lambda: keras_attn.layers.AttentionDecoder(10, 8),
         "CaptionDecoder": lambda: keras_attn.layers.CaptionDecoder(10, 8),
-        "memory_efficient": lambda: keras_attn.layers.MultiHeadAttention(2, 4, memory_efficient=True),
+        "memory_efficient": lambda: keras_attn.layers.MultiHeadAttention(
+            2, 4, memory_efficient=True
+        ),
     }
     for name, make in refusals.items():
         try:

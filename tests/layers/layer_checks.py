@@ -12,8 +12,8 @@ layer and checks that:
   of the same step on one device (once per layer class: it is the slow part).
 """
 
-import numpy as np
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_attn.training import get_strategy
@@ -41,9 +41,7 @@ class _DropMask(keras.layers.Layer):
 
 
 def _model(make_layer, inputs, call, drop_mask=False):
-    symbolic = [
-        keras.Input(shape=array.shape[1:], dtype=str(array.dtype)) for array in inputs
-    ]
+    symbolic = [keras.Input(shape=array.shape[1:], dtype=str(array.dtype)) for array in inputs]
     outputs = call(make_layer(), *symbolic)
     if isinstance(outputs, (tuple, list)):
         outputs = outputs[0]
@@ -55,10 +53,7 @@ def _model(make_layer, inputs, call, drop_mask=False):
 def _without_dropout(make_layer):
     """The same layer with every dropout rate 0 (replicas draw other masks)."""
     layer = make_layer()
-    config = {
-        key: 0.0 if "dropout" in key else value
-        for key, value in layer.get_config().items()
-    }
+    config = {key: 0.0 if "dropout" in key else value for key, value in layer.get_config().items()}
     return lambda: type(layer).from_config(config)
 
 
@@ -72,7 +67,9 @@ def assert_close_to_float32(half, full, tolerance=0.02):
     full = np.asarray(full)
     scale = max(float(np.max(np.abs(full))), 1e-3)
     error = float(np.max(np.abs(half - full)))
-    assert error <= tolerance * scale, f"bfloat16 differs from float32 by {error:.4g} (scale {scale:.3g})"
+    assert error <= tolerance * scale, (
+        f"bfloat16 differs from float32 by {error:.4g} (scale {scale:.3g})"
+    )
 
 
 def check_layer(make_layer, inputs, call=lambda layer, *xs: layer(*xs), tmp_path=None):

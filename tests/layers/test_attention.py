@@ -1,5 +1,5 @@
-import numpy as np
 import keras
+import numpy as np
 import pytest
 
 from keras_attn.layers import AdditiveAttention, DotProductAttention
@@ -31,9 +31,7 @@ def test_additive_matches_bahdanau_formula():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_dot_matches_keras_attention(causal):
-    expected = keras.layers.Attention()(
-        [QUERY, VALUE], mask=[None, KEEP], use_causal_mask=causal
-    )
+    expected = keras.layers.Attention()([QUERY, VALUE], mask=[None, KEEP], use_causal_mask=causal)
     ours = DotProductAttention("dot")(QUERY, VALUE, value_mask=KEEP, use_causal_mask=causal)
     np.testing.assert_allclose(ours, expected, atol=1e-5)
 
@@ -72,7 +70,9 @@ def test_keras_masks_flow_in_and_out():
     )
 
 
-@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "scaled_general", "concat", "cosine"])
+@pytest.mark.parametrize(
+    "score", ["dot", "scaled_dot", "general", "scaled_general", "concat", "cosine"]
+)
 def test_luong_scores_match_their_formulas(score):
     layer = DotProductAttention(score, units=5)
     output, weights = layer(QUERY, VALUE, value_mask=KEEP, return_attention_scores=True)
@@ -103,7 +103,9 @@ def test_luong_scores_match_their_formulas(score):
 )
 def test_single_decoder_step_equals_a_length_one_sequence(make):
     layer = make()
-    sequence, seq_weights = layer(QUERY[:, :1], VALUE, value_mask=KEEP, return_attention_scores=True)
+    sequence, seq_weights = layer(
+        QUERY[:, :1], VALUE, value_mask=KEEP, return_attention_scores=True
+    )
     step, step_weights = layer(QUERY[:, 0], VALUE, value_mask=KEEP, return_attention_scores=True)
     assert step.shape == (2, 6) and step_weights.shape == (2, 5)
     np.testing.assert_allclose(step, np.asarray(sequence)[:, 0], atol=1e-6)
@@ -127,7 +129,9 @@ def test_local_predictive_is_gaussian_around_the_predicted_position():
     value = RNG.normal(size=(2, 12, 6)).astype("float32")
     _, weights = layer(QUERY, value, return_attention_scores=True)
     q = QUERY
-    hidden = np.tanh(q @ np.asarray(layer.position_hidden.kernel) + np.asarray(layer.position_hidden.bias))
+    hidden = np.tanh(
+        q @ np.asarray(layer.position_hidden.kernel) + np.asarray(layer.position_hidden.bias)
+    )
     centre = 11 * (1 / (1 + np.exp(-(hidden @ np.asarray(layer.position_output.kernel)))))
     distance = np.arange(12)[None, None, :] - centre
     logits = q @ np.asarray(layer.kernel) @ value.transpose(0, 2, 1)
@@ -139,8 +143,12 @@ def test_local_predictive_is_gaussian_around_the_predicted_position():
 @pytest.mark.parametrize("make", [lambda: AdditiveAttention(8), lambda: DotProductAttention("dot")])
 def test_padded_queries_get_zero_weights_and_outputs(make):
     query_keep = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool)
-    output, weights = make()(QUERY, VALUE, query_mask=query_keep, key_mask=KEEP, return_attention_scores=True)
-    assert np.all(np.asarray(weights)[~query_keep] == 0) and np.all(np.asarray(output)[~query_keep] == 0)
+    output, weights = make()(
+        QUERY, VALUE, query_mask=query_keep, key_mask=KEEP, return_attention_scores=True
+    )
+    assert np.all(np.asarray(weights)[~query_keep] == 0) and np.all(
+        np.asarray(output)[~query_keep] == 0
+    )
     np.testing.assert_allclose(np.asarray(weights)[query_keep].sum(-1), 1, atol=1e-5)
 
 
@@ -148,7 +156,8 @@ def test_padded_queries_get_zero_weights_and_outputs(make):
 def test_local_windows_stay_in_place_in_bfloat16(alignment):
     # bfloat16 counts exactly only to 256: positions past it must not round.
     value = RNG.normal(size=(1, 600, 6)).astype("float32")
-    query = np.asarray(keras.ops.cast(RNG.normal(size=(1, 6)), "bfloat16"), "float32")  # same input to both
+    # same input to both
+    query = np.asarray(keras.ops.cast(RNG.normal(size=(1, 6)), "bfloat16"), "float32")
     windows = []
     for dtype in ("float32", "mixed_bfloat16"):
         layer = DotProductAttention("general", window=2, alignment=alignment, dtype=dtype)
@@ -170,7 +179,9 @@ def test_cosine_score_has_finite_gradients_for_zero_padding_keys_in_float16():
     value = tf.Variable(np.concatenate([VALUE[:, :3], np.zeros_like(VALUE[:, 3:])], axis=1))
     query = tf.Variable(QUERY)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.cast(layer(query, value, key_mask=KEEP[:, :5] & (np.arange(5) < 3)), "float32"))
+        loss = tf.reduce_sum(
+            tf.cast(layer(query, value, key_mask=KEEP[:, :5] & (np.arange(5) < 3)), "float32")
+        )
     for gradient in tape.gradient(loss, [query, value]):
         assert np.all(np.isfinite(gradient.numpy()))
 

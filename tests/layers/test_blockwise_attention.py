@@ -81,11 +81,17 @@ def test_equals_the_plain_path(case, dropout):
 def test_inside_a_compiled_function_with_dynamic_lengths():
     fn = tf.function(
         lambda q, k, v, m: blockwise_attention(q, k, v, key_mask=m, block_size=BLOCK),
-        input_signature=[tf.TensorSpec([None, H, None, D]), tf.TensorSpec([None, H, None, D]),
-                         tf.TensorSpec([None, H, None, D + 3]), tf.TensorSpec([None, None], tf.bool)],
+        input_signature=[
+            tf.TensorSpec([None, H, None, D]),
+            tf.TensorSpec([None, H, None, D]),
+            tf.TensorSpec([None, H, None, D + 3]),
+            tf.TensorSpec([None, None], tf.bool),
+        ],
         jit_compile=True,
     )
-    np.testing.assert_allclose(fn(Q, K, V, KEY_MASK), plain(Q, K, V, KEY_MASK[:, None, :]), atol=2e-5)
+    np.testing.assert_allclose(
+        fn(Q, K, V, KEY_MASK), plain(Q, K, V, KEY_MASK[:, None, :]), atol=2e-5
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -113,8 +119,14 @@ def test_multi_head_attention_uses_it_when_asked(causal):
 def test_auto_switches_above_the_threshold_and_not_for_scores():
     layer = MultiHeadAttention(2, 4, key_block_size=8)
     assert layer.memory_efficient == "auto"
-    assert layer._blockwise(key_length=MultiHeadAttention.BLOCKWISE_FROM - 1, scores=False, cache=None) is False
-    assert layer._blockwise(key_length=MultiHeadAttention.BLOCKWISE_FROM, scores=False, cache=None) is True
+    assert (
+        layer._blockwise(key_length=MultiHeadAttention.BLOCKWISE_FROM - 1, scores=False, cache=None)
+        is False
+    )
+    assert (
+        layer._blockwise(key_length=MultiHeadAttention.BLOCKWISE_FROM, scores=False, cache=None)
+        is True
+    )
     assert layer._blockwise(key_length=None, scores=False, cache=None) is False
     assert layer._blockwise(key_length=10**5, scores=True, cache=None) is False
     forced = MultiHeadAttention(2, 4, memory_efficient=True)

@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from keras_attn import layers
-from keras_attn.models import SEQ2SEQ_PRESETS, TRANSFORMER_PRESETS, Seq2SeqBackbone, TransformerBackbone
+from keras_attn.models import (
+    SEQ2SEQ_PRESETS,
+    TRANSFORMER_PRESETS,
+    Seq2SeqBackbone,
+    TransformerBackbone,
+)
 
 X = np.random.default_rng(0).normal(size=(2, 6, 16)).astype("float32")
 IDS = np.array([[5, 7, 9, 2, 0, 0], [3, 4, 8, 1, 6, 2]], "int32")
@@ -38,9 +43,7 @@ LAYERS = {
         lambda layer: layer(X, X),
     ),
     "DotProductAttention concat local-p": (
-        lambda init: layers.DotProductAttention(
-            score="concat", window=2, alignment="predictive"
-        ),
+        lambda init: layers.DotProductAttention(score="concat", window=2, alignment="predictive"),
         lambda layer: layer(X, X),
     ),
     "TokenAndPositionEmbedding learned": (
@@ -122,8 +125,12 @@ def _values(layer_or_model):
 @pytest.mark.parametrize("name", sorted(LAYERS))
 @pytest.mark.parametrize(
     "initializer",
-    [None, "glorot_uniform", keras.initializers.GlorotUniform(seed=7),
-     keras.initializers.TruncatedNormal(stddev=0.02, seed=7)],
+    [
+        None,
+        "glorot_uniform",
+        keras.initializers.GlorotUniform(seed=7),
+        keras.initializers.TruncatedNormal(stddev=0.02, seed=7),
+    ],
     ids=["default", "by-name", "glorot-seeded", "normal-seeded"],
 )
 def test_layer_weights_start_independent_and_reproducible(name, initializer):
@@ -163,11 +170,14 @@ def test_model_preset_weights_start_independent_and_reproducible(family, preset)
             # Luong's general score and Bahdanau's additive one: every kind of weight.
             attention = "luong" if preset != "small" else "bahdanau"
             return Seq2SeqBackbone(300, 300, preset=preset, attention=attention, score="general")
-        return TransformerBackbone(300, 300, max_sequence_length=16, preset=preset, tie_output=False)
+        return TransformerBackbone(
+            300, 300, max_sequence_length=16, preset=preset, tie_output=False
+        )
 
     model = build()
     assert_independent(model.weights)
-    if preset != "base":  # tens of millions of parameters: building twice costs ~10 s for nothing new
+    # tens of millions of parameters: building twice costs ~10 s for nothing new
+    if preset != "base":
         for a, b in zip(_values(model), _values(build())):
             np.testing.assert_array_equal(a, b)
 
@@ -185,8 +195,15 @@ def test_shared_initializer_bug_is_caught():
 
 
 @pytest.mark.parametrize(
-    "name", ["TransformerEncoderBlock", "TransformerDecoderBlock", "BertEmbedding",
-             "MultiHeadAttention", "AdditiveAttention", "TokenAndPositionEmbedding learned"]
+    "name",
+    [
+        "TransformerEncoderBlock",
+        "TransformerDecoderBlock",
+        "BertEmbedding",
+        "MultiHeadAttention",
+        "AdditiveAttention",
+        "TokenAndPositionEmbedding learned",
+    ],
 )
 def test_dtype_policy_reaches_every_sublayer(name):
     """Built with dtype="mixed_bfloat16" under a float32 global policy."""
@@ -197,9 +214,7 @@ def test_dtype_policy_reaches_every_sublayer(name):
     output = output[0] if isinstance(output, tuple) else output
     assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
     for sublayer in half._flatten_layers(include_self=False):
-        if sublayer.name.startswith("position_") and isinstance(
-            half, layers.DotProductAttention
-        ):
+        if sublayer.name.startswith("position_") and isinstance(half, layers.DotProductAttention):
             continue  # local-p's position network is float32 on purpose
         assert sublayer.dtype_policy.name == "mixed_bfloat16", sublayer.name
     for weight in half.weights:

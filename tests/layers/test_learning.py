@@ -4,9 +4,9 @@ This proves the masks and the wiring: a decoder that could see the future
 would reach perfect teacher-forced accuracy and still fail greedy decoding.
 """
 
+import keras
 import numpy as np
 import pytest
-import keras
 
 from keras_attn.layers import (
     TokenAndPositionEmbedding,
@@ -59,7 +59,8 @@ def greedy_decode(model, source):
     return output
 
 
-@pytest.mark.long  # the suite's 10 minutes: the translation job's learning test covers the blocks in a model
+# Long: the translation job's learning test covers the blocks in a model.
+@pytest.mark.long
 def test_two_plus_two_layers_learn_to_reverse():
     """282 steps, about 25 s on 2 cores; 0.99 and 0.98 exact match seen with seeds 7 and 1."""
     keras.utils.set_random_seed(7)
@@ -71,15 +72,16 @@ def test_two_plus_two_layers_learn_to_reverse():
         optimizer=keras.optimizers.Adam(warmup_cosine(2e-3, 100, steps), clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD),
     )
-    model.optimizer.build(model.trainable_variables)  # built inside the first trace, it makes TensorFlow trace twice
-    model.fit(
-        [source, target[:, :-1]], target[:, 1:], batch_size=64, epochs=3, verbose=0
-    )
+    # built inside the first trace, it makes TensorFlow trace twice
+    model.optimizer.build(model.trainable_variables)
+    model.fit([source, target[:, :-1]], target[:, 1:], batch_size=64, epochs=3, verbose=0)
     test_source, test_target = reversal_data(500, seed=1)
     decoded = greedy_decode(model, test_source)
     correct = [
-        np.array_equal(decoded[i, : np.argmax(test_target[i] == EOS) + 1],
-                       test_target[i, : np.argmax(test_target[i] == EOS) + 1])
+        np.array_equal(
+            decoded[i, : np.argmax(test_target[i] == EOS) + 1],
+            test_target[i, : np.argmax(test_target[i] == EOS) + 1],
+        )
         for i in range(len(test_source))
     ]
     assert np.mean(correct) >= 0.95, f"exact match {np.mean(correct):.3f}"

@@ -1,8 +1,9 @@
-import numpy as np
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keras_attn.layers import MultiHeadAttention
 from tests.layers.layer_checks import check_layer
@@ -168,7 +169,10 @@ def test_optimization_barrier_on_the_kernels_only_when_compiled_by_xla():
     layer(x, x)
 
     def ops_of(jit_compile):
-        project = tf.function(lambda x: layer.project(x, layer.query_kernel, layer.query_bias), jit_compile=jit_compile)
+        project = tf.function(
+            lambda x: layer.project(x, layer.query_kernel, layer.query_bias),
+            jit_compile=jit_compile,
+        )
         return project, {op.type for op in project.get_concrete_function(x).graph.get_operations()}
 
     compiled, compiled_ops = ops_of(True)
@@ -191,9 +195,7 @@ def test_cached_steps_in_a_tf_function_with_other_value_dim():
         }
         steps = tf.TensorArray(tf.float32, size=5)
         for t in tf.range(5):
-            tf.autograph.experimental.set_loop_options(
-                shape_invariants=[(cache, growing)]
-            )
+            tf.autograph.experimental.set_loop_options(shape_invariants=[(cache, growing)])
             new = x[:, t : t + 1]
             out, cache = layer(new, new, cache=cache, cache_index=t)
             steps = steps.write(t, out[:, 0])
@@ -209,13 +211,14 @@ def test_precomputed_cross_attention_cache_equals_plain_call():
     query = RNG.normal(size=(2, 3, 8)).astype("float32")
     memory = RNG.normal(size=(2, 5, 8)).astype("float32")
     keep = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-    expected, expected_scores = layer(
-        query, memory, value_mask=keep, return_attention_scores=True
-    )
+    expected, expected_scores = layer(query, memory, value_mask=keep, return_attention_scores=True)
     cache = layer.project_key_value(memory)
     assert cache["key"].shape == cache["value"].shape == (2, 2, 5, 4)  # (B, h, S, d)
     output, scores = layer(
-        query, memory, cache=cache, attention_mask=keep[:, None, :],
+        query,
+        memory,
+        cache=cache,
+        attention_mask=keep[:, None, :],
         return_attention_scores=True,
     )
     np.testing.assert_allclose(output, expected, atol=1e-5)

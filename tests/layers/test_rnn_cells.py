@@ -6,17 +6,23 @@ import pytest
 
 from keras_attn.layers.rnn_cells import cell_step, cell_weights, masked_rnn
 
-CELLS = {"lstm": (keras.layers.LSTMCell, keras.layers.LSTM), "gru": (keras.layers.GRUCell, keras.layers.GRU)}
+CELLS = {
+    "lstm": (keras.layers.LSTMCell, keras.layers.LSTM),
+    "gru": (keras.layers.GRUCell, keras.layers.GRU),
+}
 
 
 @pytest.mark.parametrize("cell_type", ["lstm", "gru"])
 def test_cell_step_equals_the_keras_cell(cell_type):
     keras.utils.set_random_seed(0)
-    cell = CELLS[cell_type][0](6, bias_initializer="random_normal")  # biases non-zero: their order counts
+    # biases non-zero: their order counts
+    cell = CELLS[cell_type][0](6, bias_initializer="random_normal")
     cell.build((None, 5))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 5)).astype("float32")
-    state = [rng.normal(size=(3, 6)).astype("float32") for _ in range(2 if cell_type == "lstm" else 1)]
+    state = [
+        rng.normal(size=(3, 6)).astype("float32") for _ in range(2 if cell_type == "lstm" else 1)
+    ]
 
     expected_output, expected_state = cell(x, state)
     output, new_state = cell_step(cell_type, x, state, cell_weights(cell, "float32"))
@@ -31,7 +37,10 @@ def test_cell_step_equals_the_keras_cell(cell_type):
 def test_masked_rnn_equals_the_keras_layer_on_right_padded_rows(cell_type, go_backwards):
     keras.utils.set_random_seed(1)
     layer = CELLS[cell_type][1](
-        6, return_sequences=True, return_state=True, go_backwards=go_backwards,
+        6,
+        return_sequences=True,
+        return_state=True,
+        go_backwards=go_backwards,
         bias_initializer="random_normal",
     )
     rng = np.random.default_rng(1)
@@ -43,7 +52,9 @@ def test_masked_rnn_equals_the_keras_layer_on_right_padded_rows(cell_type, go_ba
     if go_backwards:  # Keras returns a backward layer's outputs in reading order
         expected = expected[:, ::-1]
 
-    outputs, state = masked_rnn(cell_type, inputs, mask, cell_weights(layer.cell, "float32"), go_backwards)
+    outputs, state = masked_rnn(
+        cell_type, inputs, mask, cell_weights(layer.cell, "float32"), go_backwards
+    )
 
     outputs = np.asarray(outputs)
     np.testing.assert_allclose(outputs[mask], expected[mask], atol=1e-6)

@@ -1,8 +1,9 @@
-import numpy as np
 import keras
 import keras_hub
+import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keras_attn.layers import TransformerDecoderBlock, TransformerEncoderBlock
 from tests.layers.layer_checks import check_layer
@@ -24,7 +25,9 @@ def test_encoder_block_matches_keras_hub(norm_first):
     # keras-hub creates its feed-forward LayerNorm before the dense layers.
     ours.set_weights(theirs[:10] + theirs[12:16] + theirs[10:12])
     expected = np.asarray(reference(X, padding_mask=KEEP_X))
-    np.testing.assert_allclose(np.asarray(ours(X, padding_mask=KEEP_X))[KEEP_X], expected[KEEP_X], atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(ours(X, padding_mask=KEEP_X))[KEEP_X], expected[KEEP_X], atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -74,7 +77,9 @@ def test_padded_source_tokens_change_nothing():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_cached_decoding_equals_the_full_pass(norm_first):
     block = TransformerDecoderBlock(2, 16, norm_first=norm_first)
-    full, full_self, full_cross = block(X, ENCODED, encoder_padding_mask=KEEP_ENC, return_attention_scores=True)
+    full, full_self, full_cross = block(
+        X, ENCODED, encoder_padding_mask=KEEP_ENC, return_attention_scores=True
+    )
     cache = block.empty_cache(2)
     memory = block.cross_attention.project_key_value(ENCODED)
     assert cache["key"].shape == cache["value"].shape == (2, 2, 0, 4)  # (B, h, L, d/h)
@@ -144,7 +149,9 @@ def test_standard_layer_checks(tmp_path):
         [X],
         tmp_path=tmp_path,
     )
-    check_layer(lambda: TransformerDecoderBlock(2, 16, dropout=0.1), [X, ENCODED], tmp_path=tmp_path)
+    check_layer(
+        lambda: TransformerDecoderBlock(2, 16, dropout=0.1), [X, ENCODED], tmp_path=tmp_path
+    )
 
 
 def test_keras_masks_from_embeddings_are_used():

@@ -1,4 +1,6 @@
-"""Backbones and BERT's tasks: complete configs, parts as attributes, one stepper, no lookup by name."""
+"""Backbones and BERT's tasks: complete configs, parts as attributes,
+one stepper, no lookup by name.
+"""
 
 import re
 from pathlib import Path
@@ -9,7 +11,6 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.decoding import Stepper, beam_search, greedy_search
-from keras_attn.special_tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.models import (
     BertBackbone,
     BertClassifier,
@@ -20,39 +21,75 @@ from keras_attn.models import (
     Seq2SeqBackbone,
     TransformerBackbone,
 )
+from keras_attn.special_tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 from pipelines.preprocessors import BertPreprocessor
 
 SOURCE = np.array([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]], "int32")
 TARGET_IN = np.array([[BOS_ID, 11, 12, 13], [BOS_ID, 14, 15, PAD_ID]], "int32")
-TOKENS = {"token_ids": np.array([[4, 9, 6, 5, 10, 5]]), "segment_ids": np.array([[0, 0, 0, 0, 1, 1]])}
+TOKENS = {
+    "token_ids": np.array([[4, 9, 6, 5, 10, 5]]),
+    "segment_ids": np.array([[0, 0, 0, 0, 1, 1]]),
+}
 SMALL = dict(num_layers=1, hidden_dim=16)
-WORDS = [*SPECIAL_TOKENS, *(f"w{index}" for index in range(40 - len(SPECIAL_TOKENS)))]  # a 40-token vocabulary
+# a 40-token vocabulary
+WORDS = [
+    *SPECIAL_TOKENS,
+    *(f"w{index}" for index in range(40 - len(SPECIAL_TOKENS))),
+]
 
 MODELS = {
-    "transformer": lambda: TransformerBackbone(40, 30, max_sequence_length=16, num_heads=2, intermediate_dim=32,
-                                               num_decoder_layers=2, norm_first=True, tie_output=False, **SMALL),
-    "transformer_shared": lambda: TransformerBackbone(40, 40, max_sequence_length=16, num_heads=2, share_embeddings=True,
-                                                      intermediate_dim=32, **SMALL),
+    "transformer": lambda: TransformerBackbone(
+        40,
+        30,
+        max_sequence_length=16,
+        num_heads=2,
+        intermediate_dim=32,
+        num_decoder_layers=2,
+        norm_first=True,
+        tie_output=False,
+        **SMALL,
+    ),
+    "transformer_shared": lambda: TransformerBackbone(
+        40,
+        40,
+        max_sequence_length=16,
+        num_heads=2,
+        share_embeddings=True,
+        intermediate_dim=32,
+        **SMALL,
+    ),
     "seq2seq_bahdanau": lambda: Seq2SeqBackbone(40, 30, attention="bahdanau", **SMALL),
-    "seq2seq_luong_local_m": lambda: Seq2SeqBackbone(40, 30, cell="gru", attention="luong", local="monotonic",
-                                                     window=2, **SMALL),
+    "seq2seq_luong_local_m": lambda: Seq2SeqBackbone(
+        40, 30, cell="gru", attention="luong", local="monotonic", window=2, **SMALL
+    ),
     "seq2seq_none": lambda: Seq2SeqBackbone(40, 30, attention="none", bidirectional=True, **SMALL),
     "bert": lambda: BertBackbone(40, max_sequence_length=16, num_heads=2, norm_first=True, **SMALL),
-    "bert_pretrainer": lambda: BertPretrainer(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL)),
-    "bert_masked_lm": lambda: BertMaskedLM(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
-                                           preprocessor=BertPreprocessor(WORDS, max_length=16)),
-    "bert_classifier": lambda: BertClassifier(BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
-                                              num_classes=3, dropout=0.2),
-    "captioner": lambda: CaptionerBackbone(40, image_size=8, filters=(4,), feature_dim=8, hidden_dim=16),
-    "captioner_task": lambda: Captioner(CaptionerBackbone(40, image_size=8, filters=(4,), attention="none",
-                                                          hidden_dim=16)),
+    "bert_pretrainer": lambda: BertPretrainer(
+        BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL)
+    ),
+    "bert_masked_lm": lambda: BertMaskedLM(
+        BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL),
+        preprocessor=BertPreprocessor(WORDS, max_length=16),
+    ),
+    "bert_classifier": lambda: BertClassifier(
+        BertBackbone(40, max_sequence_length=16, num_heads=2, **SMALL), num_classes=3, dropout=0.2
+    ),
+    "captioner": lambda: CaptionerBackbone(
+        40, image_size=8, filters=(4,), feature_dim=8, hidden_dim=16
+    ),
+    "captioner_task": lambda: Captioner(
+        CaptionerBackbone(40, image_size=8, filters=(4,), attention="none", hidden_dim=16)
+    ),
 }
 ENCODER_DECODERS = [name for name in MODELS if name.startswith(("transformer", "seq2seq"))]
 
 
 def _inputs(name):
     if name.startswith("captioner"):
-        return {"image": np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32"), "target_in": TARGET_IN}
+        return {
+            "image": np.random.default_rng(0).random((2, 8, 8, 3)).astype("float32"),
+            "target_in": TARGET_IN,
+        }
     if name.startswith("bert"):
         masked = name in ("bert_pretrainer", "bert_masked_lm")
         return dict(TOKENS, mask_positions=np.array([[2, 4]])) if masked else TOKENS

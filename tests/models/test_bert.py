@@ -5,10 +5,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.training import PretrainingMetrics
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
-from keras_attn.models import BERT_PRESETS, BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
-from keras_attn.training import get_strategy
+from keras_attn.models import (
+    BERT_PRESETS,
+    BertBackbone,
+    BertClassifier,
+    BertMaskedLM,
+    BertPretrainer,
+)
+from keras_attn.training import PretrainingMetrics, get_strategy
 from keras_attn.training.steps import TrainingSteps, build_metrics
 from pipelines.preprocessors import BertPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS
@@ -29,10 +34,15 @@ def expected_parameters(vocabulary_size, positions, num_layers, hidden_dim, **_)
 @pytest.mark.slow
 def test_bert_base_has_bert_base_parameter_count():
     backbone = BertBackbone(30522, preset="base", max_sequence_length=512)
-    assert backbone.count_params() == 109_482_240 == expected_parameters(30522, 512, **BERT_PRESETS["base"])
+    assert (
+        backbone.count_params()
+        == 109_482_240
+        == expected_parameters(30522, 512, **BERT_PRESETS["base"])
+    )
 
 
-@pytest.mark.parametrize("preset", ["tiny", "mini"])  # small and medium: the same code, bigger (seconds each)
+# small and medium: the same code, bigger (seconds each)
+@pytest.mark.parametrize("preset", ["tiny", "mini"])
 def test_compact_presets_have_their_sizes(preset):
     backbone = BertBackbone(1000, preset=preset, max_sequence_length=128)
     assert backbone.count_params() == expected_parameters(1000, 128, **BERT_PRESETS[preset])
@@ -42,12 +52,19 @@ def test_compact_presets_have_their_sizes(preset):
 
 
 def test_pre_norm_blocks_end_in_a_final_layer_norm():
-    backbone = BertBackbone(1000, preset="tiny", max_sequence_length=16, norm_first=True, dropout=0.0)
+    backbone = BertBackbone(
+        1000, preset="tiny", max_sequence_length=16, norm_first=True, dropout=0.0
+    )
     hidden = BERT_PRESETS["tiny"]["hidden_dim"]
-    assert backbone.count_params() == expected_parameters(1000, 16, **BERT_PRESETS["tiny"]) + 2 * hidden
+    assert (
+        backbone.count_params()
+        == expected_parameters(1000, 16, **BERT_PRESETS["tiny"]) + 2 * hidden
+    )
     assert all(block.norm_first for block in backbone.encoder_blocks)
     ids = np.random.default_rng(0).integers(7, 1000, size=(2, 9)).astype("int32")
-    states = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)})["sequence_output"].numpy()
+    states = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)})[
+        "sequence_output"
+    ].numpy()
     # A pre-norm block adds to its input unnormalized (measured: variances 1.00-1.03 after the
     # two blocks); the final LayerNorm (scale 1, offset 0 at first) gives mean 0, variance 1.
     np.testing.assert_allclose(states.mean(-1), 0.0, atol=1e-5)
@@ -66,8 +83,14 @@ def _batch(seed=0, batch=4, length=10, predictions=3):
     token_ids[:, 0] = 4  # [CLS]
     token_ids[1, 7:] = 0  # padding
     segment_ids = (np.arange(length) >= length // 2).astype("int32")[None].repeat(batch, 0)
-    positions = np.stack([rng.choice(np.arange(1, 7), predictions, replace=False) for _ in range(batch)])
-    return {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": positions.astype("int32")}
+    positions = np.stack(
+        [rng.choice(np.arange(1, 7), predictions, replace=False) for _ in range(batch)]
+    )
+    return {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "mask_positions": positions.astype("int32"),
+    }
 
 
 def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
@@ -77,7 +100,8 @@ def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
     assert head.embeddings is table
     assert sum(weight is table for weight in pretrainer.weights) == 1
     assert pretrainer.count_params() == backbone.count_params() + sum(
-        int(np.prod(w.shape)) for w in head.weights + pretrainer.nsp_head.weights if w is not table)
+        int(np.prod(w.shape)) for w in head.weights + pretrainer.nsp_head.weights if w is not table
+    )
     # The output projection is read from the variable: changing it changes the logits of that token.
     batch = _batch()
     before = np.asarray(pretrainer(batch)["mlm"])
@@ -89,13 +113,16 @@ def test_the_mlm_output_weights_are_the_embedding_variable_itself(pretrainer):
     finally:
         table.assign(saved)
     assert not np.allclose(after[..., unused], before[..., unused])
-    np.testing.assert_allclose(np.delete(after, unused, -1), np.delete(before, unused, -1), atol=1e-6)
+    np.testing.assert_allclose(
+        np.delete(after, unused, -1), np.delete(before, unused, -1), atol=1e-6
+    )
 
 
 def test_the_gathered_mlm_head_equals_the_full_sequence_head_at_those_positions(pretrainer):
     batch = _batch(seed=1)
     sequence = pretrainer.backbone(
-        {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]})["sequence_output"]
+        {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]}
+    )["sequence_output"]
     head = pretrainer.mlm_head
     gathered = np.asarray(head(sequence, batch["mask_positions"]))
     full = np.asarray(head(sequence))
@@ -111,9 +138,12 @@ def test_padding_changes_no_output_of_real_tokens(pretrainer):
     short["token_ids"][1, 7:] = 0
     padded = {k: np.pad(v, [[0, 0], [0, 5]]) for k, v in short.items()}
     one, two = backbone(short), backbone(padded)
-    np.testing.assert_allclose(np.asarray(one["pooled_output"]), np.asarray(two["pooled_output"]), atol=1e-5)
     np.testing.assert_allclose(
-        np.asarray(one["sequence_output"]), np.asarray(two["sequence_output"])[:, :7], atol=1e-5)
+        np.asarray(one["pooled_output"]), np.asarray(two["pooled_output"]), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.asarray(one["sequence_output"]), np.asarray(two["sequence_output"])[:, :7], atol=1e-5
+    )
 
 
 def test_masked_lm_head_layer_checks(tmp_path):
@@ -128,8 +158,12 @@ def test_the_pretrainer_saves_and_loads_as_a_keras_file(pretrainer, tmp_path):
     pretrainer.save(tmp_path / "bert.keras")
     loaded = keras.saving.load_model(tmp_path / "bert.keras", safe_mode=True)
     for name in ("mlm", "nsp"):
-        np.testing.assert_allclose(np.asarray(loaded(batch)[name]), np.asarray(pretrainer(batch)[name]), atol=1e-6)
-    assert NextSentenceHead.from_config(NextSentenceHead().get_config()).compute_output_shape((3, 8)) == (3, 2)
+        np.testing.assert_allclose(
+            np.asarray(loaded(batch)[name]), np.asarray(pretrainer(batch)[name]), atol=1e-6
+        )
+    assert NextSentenceHead.from_config(NextSentenceHead().get_config()).compute_output_shape(
+        (3, 8)
+    ) == (3, 2)
 
 
 def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
@@ -137,12 +171,14 @@ def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
     model = BertClassifier(backbone, num_classes=3)
     assert model.backbone is backbone  # fine-tuning trains the pretrained weights
     pooler, head = backbone.pooler, model.classifier
-    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape))  # logits of order 1, not 0.02
+    # logits of order 1, not 0.02
+    head.kernel.assign(np.random.default_rng(0).normal(size=head.kernel.shape))
     batch = _batch(seed=5)
     inputs = {"token_ids": batch["token_ids"], "segment_ids": batch["segment_ids"]}
     logits = np.asarray(model(inputs))
     assert logits.shape == (4, 3)
-    # By hand: [CLS]'s state → the pooler's tanh dense → the classifier's dense (dropout off at inference).
+    # By hand: [CLS]'s state → the pooler's tanh dense → the
+    # classifier's dense (dropout off at inference).
     states = np.asarray(backbone(inputs)["sequence_output"])
     pooled = np.tanh(states[:, 0] @ pooler.kernel.numpy() + pooler.bias.numpy())
     np.testing.assert_allclose(logits, pooled @ head.kernel.numpy() + head.bias.numpy(), atol=1e-5)
@@ -154,7 +190,9 @@ def test_the_classifier_is_a_dense_layer_on_the_pooled_cls_state(pretrainer):
 
 
 def test_a_compiled_tasks_loss_adds_the_layers_own_losses():
-    """With its own loss (`compile()`'s "auto"), a weight regularizer a user sets still counts, as with Keras's."""
+    """With its own loss (`compile()`'s "auto"), a weight regularizer
+    a user sets still counts, as with Keras's.
+    """
     keras.utils.set_random_seed(3)
     task = BertPretrainer(BertBackbone(VOCABULARY, max_sequence_length=16, dropout=0.0))
     task.compile()
@@ -163,17 +201,23 @@ def test_a_compiled_tasks_loss_adds_the_layers_own_losses():
     kernel = task.backbone.pooler.kernel
     kernel.regularizer = keras.regularizers.L2(0.5)
     penalty = 0.5 * float(np.sum(kernel.numpy() ** 2))
-    assert float(task.compute_loss(batch, targets, task(batch))) == pytest.approx(plain + penalty, rel=1e-5)
+    assert float(task.compute_loss(batch, targets, task(batch))) == pytest.approx(
+        plain + penalty, rel=1e-5
+    )
 
 
 def test_a_preset_without_a_preprocessor_is_refused_at_once():
-    with pytest.raises(ValueError, match=r"BertMaskedLM.from_preset\('tiny'\): a new model needs the preprocessor"):
+    with pytest.raises(
+        ValueError, match=r"BertMaskedLM.from_preset\('tiny'\): a new model needs the preprocessor"
+    ):
         BertMaskedLM.from_preset("tiny")
 
 
 @pytest.mark.slow
 def test_fitting_a_dataset_says_nothing_of_shuffling():
-    """Keras warns that `shuffle=True` (its default) is ignored for a dataset; a task does not pass it."""
+    """Keras warns that `shuffle=True` (its default) is ignored for a
+    dataset; a task does not pass it.
+    """
     import warnings
 
     import tensorflow as tf
@@ -204,7 +248,9 @@ def test_two_replicas_train_as_one_device():
     """Three steps of the runner's step function with the pretraining loss, 2 replicas vs 1."""
     batches = [(_batch(seed=s, batch=8), _targets(seed=s, batch=8)) for s in range(3)]
     data = tf.data.Dataset.from_tensor_slices(
-        tuple({k: np.concatenate([b[i][k] for b in batches]) for k in batches[0][i]} for i in (0, 1))
+        tuple(
+            {k: np.concatenate([b[i][k] for b in batches]) for k in batches[0][i]} for i in (0, 1)
+        )
     ).batch(8)
     small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
     keras.utils.set_random_seed(5)
@@ -262,7 +308,11 @@ def _topic_pairs(count, seed):
     token_ids, masked, labels, nsp = (np.array(column, "int32") for column in zip(*rows))
     segment_ids = np.array([0] * (SPAN + 2) + [1] * (SPAN + 1), "int32")[None].repeat(count, 0)
     inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "mask_positions": masked}
-    return inputs, {"mlm_labels": labels, "mlm_weights": np.ones(masked.shape, "float32"), "nsp_labels": nsp}
+    return inputs, {
+        "mlm_labels": labels,
+        "mlm_weights": np.ones(masked.shape, "float32"),
+        "nsp_labels": nsp,
+    }
 
 
 def _held_out_accuracies(model, inputs, targets):
@@ -288,10 +338,17 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
     keras.utils.set_random_seed(0)
     strategy = get_strategy("one_device", ["/cpu:0"])
     with strategy.scope():
-        model = BertPretrainer(BertBackbone(
-            len(SPECIAL_TOKENS) + TOPICS * WORDS, max_sequence_length=16, dropout=0.0,
-            num_layers=2, hidden_dim=32, num_heads=2, intermediate_dim=64,
-        ))
+        model = BertPretrainer(
+            BertBackbone(
+                len(SPECIAL_TOKENS) + TOPICS * WORDS,
+                max_sequence_length=16,
+                dropout=0.0,
+                num_layers=2,
+                hidden_dim=32,
+                num_heads=2,
+                intermediate_dim=64,
+            )
+        )
         model.compile(optimizer=keras.optimizers.Adam(3e-3))
         model.optimizer.build(model.trainable_variables)
         build_metrics(model, _topic_pairs(1, seed=1))
@@ -310,20 +367,36 @@ def test_pretraining_learns_masked_words_and_next_sentences_from_context():
 
     # The same masked LM through text: `[MASK]` in a sentence, the preprocessor, `fill_mask`.
     word = lambda topic, index: f"t{topic}w{index % WORDS}"  # noqa: E731  (token id 7 + topic * 8 + index)
-    model.preprocessor = BertPreprocessor([*SPECIAL_TOKENS, *(word(t, i) for t in range(TOPICS) for i in range(WORDS))], 16)
-    runs = [[word(topic, start + k) for k in range(SPAN)] for topic in range(TOPICS) for start in range(WORDS)]
+    model.preprocessor = BertPreprocessor(
+        [*SPECIAL_TOKENS, *(word(t, i) for t in range(TOPICS) for i in range(WORDS))], 16
+    )
+    runs = [
+        [word(topic, start + k) for k in range(SPAN)]
+        for topic in range(TOPICS)
+        for start in range(WORDS)
+    ]
     answers = model.fill_mask([" ".join([*run[:2], "[mask]", *run[3:]]) for run in runs], top_k=3)
     right = [answer["masks"][0][0][0] == run[2] for run, answer in zip(runs, answers)]
     assert np.mean(right) >= 0.6, np.mean(right)
-    assert all(answer["filled"] == " ".join(run) for run, answer, ok in zip(runs, answers, right) if ok)
+    assert all(
+        answer["filled"] == " ".join(run) for run, answer, ok in zip(runs, answers, right) if ok
+    )
 
 
 @pytest.mark.slow  # two short fits each
-@pytest.mark.parametrize("task, reported", [
-    (BertPretrainer, PretrainingMetrics.NAMES), (BertMaskedLM, PretrainingMetrics.MLM_NAMES),
-])
-def test_the_pretraining_tasks_fit_with_their_compile_defaults_under_two_replicas_as_on_one_device(task, reported):
-    """`compile()` then plain `fit` on the pretraining batches: their loss and metrics, 2 replicas equal to 1."""
+@pytest.mark.parametrize(
+    "task, reported",
+    [
+        (BertPretrainer, PretrainingMetrics.NAMES),
+        (BertMaskedLM, PretrainingMetrics.MLM_NAMES),
+    ],
+)
+def test_the_pretraining_tasks_fit_with_their_compile_defaults_under_two_replicas_as_on_one_device(
+    task, reported
+):
+    """`compile()` then plain `fit` on the pretraining batches: their
+    loss and metrics, 2 replicas equal to 1.
+    """
     data = tf.data.Dataset.from_tensor_slices(_topic_pairs(128, seed=5)).batch(32)
     small = dict(max_sequence_length=16, dropout=0.0, num_layers=1, hidden_dim=16, num_heads=2)
     keras.utils.set_random_seed(6)
@@ -341,13 +414,22 @@ def test_the_pretraining_tasks_fit_with_their_compile_defaults_under_two_replica
     assert set(one) == {"loss", *reported}
     for name, values in one.items():
         np.testing.assert_allclose(two[name], values, rtol=1e-4, err_msg=name)
-    np.testing.assert_allclose(one["loss"], np.add(one["mlm_loss"], one.get("nsp_loss", 0.0)), rtol=1e-4)
+    np.testing.assert_allclose(
+        one["loss"], np.add(one["mlm_loss"], one.get("nsp_loss", 0.0)), rtol=1e-4
+    )
     assert one["loss"][1] < one["loss"][0]
 
 
 def test_call_with_attention_is_the_models_computation_with_its_weights():
-    backbone = BertBackbone(40, max_sequence_length=16, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                            dropout=0.0)
+    backbone = BertBackbone(
+        40,
+        max_sequence_length=16,
+        num_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+    )
     token_ids = np.array([[4, 9, 6, 5, 10, 5], [4, 7, 5, 0, 0, 0]], "int32")
     segment_ids = np.array([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]], "int32")
     expected = backbone({"token_ids": token_ids, "segment_ids": segment_ids})["sequence_output"]
@@ -355,6 +437,9 @@ def test_call_with_attention_is_the_models_computation_with_its_weights():
     np.testing.assert_allclose(sequence, expected, atol=1e-6)
     assert weights.shape == (2, 2, 2, 6, 6)  # (B, layers, heads, queries, keys)
     real = token_ids != 0
-    sums = np.sum(weights, axis=-1)  # (B, layers, heads, queries): 1 for a real query, 0 for padding
-    np.testing.assert_allclose(sums, np.broadcast_to(real[:, None, None, :], sums.shape).astype("float32"), atol=1e-5)
+    # (B, layers, heads, queries): 1 for a real query, 0 for padding
+    sums = np.sum(weights, axis=-1)
+    np.testing.assert_allclose(
+        sums, np.broadcast_to(real[:, None, None, :], sums.shape).astype("float32"), atol=1e-5
+    )
     assert np.all(np.asarray(weights)[1, :, :, :, 3:] == 0)  # no weight on padded keys

@@ -1,15 +1,15 @@
 """The RNN encoder-decoder: stepper equals teacher forcing, attention masks, learning."""
 
-import numpy as np
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_attn import decoding
-from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.decoding import Stepper
-from keras_attn.special_tokens import BOS_ID, EOS_ID
+from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.models import Seq2SeqBackbone
+from keras_attn.special_tokens import BOS_ID, EOS_ID
 from keras_attn.training import (
     ScheduledSampling,
     exponential_decay,
@@ -78,7 +78,9 @@ def test_stepper_fed_the_gold_tokens_reproduces_teacher_forcing(name):
     for copy in (0, 1):
         np.testing.assert_allclose(logits.numpy()[copy::2], expected, atol=1e-4)
     _, scores = model.decoder(
-        TARGET_IN, *model.encoder(SOURCE), memory_mask=REAL,
+        TARGET_IN,
+        *model.encoder(SOURCE),
+        memory_mask=REAL,
         return_attention_scores=True,
     )
     np.testing.assert_allclose(weights.numpy()[::2], scores, atol=1e-5)
@@ -104,9 +106,7 @@ def test_local_attention_never_looks_outside_its_window():
     """local-m: only |s - p_t| <= D, p_t = min(t, last real key); local-p: at most 2D + 1
     consecutive keys, zero on padding."""
     window = 1
-    _, weights = _gold_steps(
-        Stepper(small_model(**CONFIGS["luong_local_m"])), SOURCE, TARGET_IN, 1
-    )
+    _, weights = _gold_steps(Stepper(small_model(**CONFIGS["luong_local_m"])), SOURCE, TARGET_IN, 1)
     steps, keys = np.arange(TARGET_IN.shape[1])[None, :, None], np.arange(SOURCE.shape[1])
     centres = np.minimum(steps, REAL.sum(1)[:, None, None] - 1)  # (B, T, 1)
     inside = (np.abs(keys - centres) <= window) & REAL[:, None]  # (B, T, S)
@@ -114,9 +114,7 @@ def test_local_attention_never_looks_outside_its_window():
     assert np.all(weights.numpy()[inside] > 0)
     assert np.any(centres[1] < steps[0])  # row 1's steps pass its source's end
 
-    _, weights = _gold_steps(
-        Stepper(small_model(**CONFIGS["luong_local_p"])), SOURCE, TARGET_IN, 1
-    )
+    _, weights = _gold_steps(Stepper(small_model(**CONFIGS["luong_local_p"])), SOURCE, TARGET_IN, 1)
     for row in weights.numpy().reshape(-1, SOURCE.shape[1]):
         seen = np.flatnonzero(row)
         assert 1 <= len(seen) and seen[-1] - seen[0] <= 2 * window
@@ -154,10 +152,12 @@ def exact_match_of(model, source, target):
     tokens = decoding.greedy_search(Stepper(model), source, target.shape[1])["tokens"]
     tokens = tokens.numpy()
     lengths = (target != 0).sum(1) - 1  # output tokens, [EOS] included
-    return np.array([
-        tokens.shape[1] >= n and np.array_equal(tokens[i, :n], target[i, 1 : n + 1])
-        for i, n in enumerate(lengths)
-    ])
+    return np.array(
+        [
+            tokens.shape[1] >= n and np.array_equal(tokens[i, :n], target[i, 1 : n + 1])
+            for i, n in enumerate(lengths)
+        ]
+    )
 
 
 def trained(attention, steps=150):
@@ -169,8 +169,11 @@ def trained(attention, steps=150):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
     )
     model.fit(
-        {"source": source, "target_in": target[:, :-1]}, target[:, 1:],
-        batch_size=64, epochs=1, verbose=0,
+        {"source": source, "target_in": target[:, :-1]},
+        target[:, 1:],
+        batch_size=64,
+        epochs=1,
+        verbose=0,
     )
     return model
 
@@ -184,7 +187,10 @@ def test_attention_learns_to_reverse_and_no_attention_does_worse_on_long_inputs(
     """
     source, target = reversal_data(300, seed=1)
     longest = (source != 0).sum(1) - 1 >= 9
-    matched = {name: exact_match_of(trained(name), source, target) for name in ("bahdanau", "luong", "none")}
+    matched = {
+        name: exact_match_of(trained(name), source, target)
+        for name in ("bahdanau", "luong", "none")
+    }
     for name in ("bahdanau", "luong"):
         assert matched[name].mean() >= 0.9, f"{name}: exact match {matched[name].mean():.3f}"
         assert matched["none"][longest].mean() <= matched[name][longest].mean() - 0.5, (
@@ -201,7 +207,9 @@ def test_teacher_forcing_ratio_schedules_follow_their_formulas():
     for step in (0, 1, 10, 1000, 12345):
         assert linear_decay(step, k=1.0, c=1e-4, minimum=0.1) == max(0.1, 1.0 - 1e-4 * step)
         assert exponential_decay(step, k=0.999) == pytest.approx(0.999**step)
-        assert inverse_sigmoid_decay(step, k=100.0) == pytest.approx(100 / (100 + np.exp(step / 100)))
+        assert inverse_sigmoid_decay(step, k=100.0) == pytest.approx(
+            100 / (100 + np.exp(step / 100))
+        )
         assert teacher_forcing_schedule("linear", c=1e-3)(step) == linear_decay(step, c=1e-3)
     assert inverse_sigmoid_decay(10**9, k=10.0) == 0.0  # no overflow
     assert linear_decay(0) == exponential_decay(0) == 1.0
@@ -221,15 +229,21 @@ def test_scheduled_sampling_callback_sets_p_to_one_minus_the_ratio_every_batch()
     )
     schedule = teacher_forcing_schedule("exponential", k=0.5)
     history = model.fit(
-        {"source": SOURCE, "target_in": TARGET_IN}, TARGET_IN, batch_size=1, epochs=1,
-        verbose=0, callbacks=[ScheduledSampling(schedule), probe],
+        {"source": SOURCE, "target_in": TARGET_IN},
+        TARGET_IN,
+        batch_size=1,
+        epochs=1,
+        verbose=0,
+        callbacks=[ScheduledSampling(schedule), probe],
     )
     np.testing.assert_allclose(seen, [1 - 0.5**i for i in range(3)], rtol=1e-6)
     assert history.history["sampling_probability"] == [pytest.approx(0.75)]
 
 
 def test_sampling_probability_one_feeds_the_models_own_argmax():
-    """p = 1 in training equals the stepper fed its own previous argmax; p = 0 equals teacher forcing."""
+    """p = 1 in training equals the stepper fed its own previous
+    argmax; p = 0 equals teacher forcing.
+    """
     model = small_model(attention="luong", scheduled_sampling="argmax")
     source, target_in = SOURCE[:1], TARGET_IN[:1]  # no padding in the target
     forced = teacher_forced(model, source, target_in)
@@ -256,12 +270,16 @@ def test_scheduled_sampling_trains_under_mixed_bfloat16():
     decoder = model.decoder
     inputs = {"source": SOURCE, "target_in": TARGET_IN}
     forced = np.asarray(model(inputs, training=False), "float32")
-    np.testing.assert_array_equal(np.asarray(model(inputs, training=True), "float32"), forced)  # p = 0
+    # p = 0
+    np.testing.assert_array_equal(np.asarray(model(inputs, training=True), "float32"), forced)
     decoder.sampling_probability.assign(1.0)
     sampled = np.asarray(model(inputs, training=True), "float32")
     assert np.max(np.abs(sampled - forced)) > 1e-4  # untrained logits are ~1e-3
-    decoder.sampling_probability.assign(0.3)  # float32 inside the bfloat16 call, not rounded to 0.30078
-    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # float32 inside the bfloat16 call, not rounded to 0.30078
+    decoder.sampling_probability.assign(0.3)
+    model.compile(
+        optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     history = model.fit(inputs, TARGET_IN, batch_size=2, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     assert decoder.sampling_probability.dtype == "float32"
@@ -274,8 +292,15 @@ def test_scheduled_sampling_trains_under_mixed_bfloat16():
 def test_layers_round_trip_their_config_and_refuse_bad_arguments():
     for layer in (
         RNNEncoder(20, 8, cell="gru", num_layers=2, bidirectional=True, dropout=0.1),
-        AttentionDecoder(20, 8, attention="luong", score="concat", local="predictive",
-                         window=3, scheduled_sampling="sample"),
+        AttentionDecoder(
+            20,
+            8,
+            attention="luong",
+            score="concat",
+            local="predictive",
+            window=3,
+            scheduled_sampling="sample",
+        ),
     ):
         config = layer.get_config()
         assert type(layer).from_config(config).get_config() == config
@@ -304,8 +329,13 @@ def test_initial_weights_are_independent_draws():
 
 def test_keras_file_round_trip_with_safe_mode(tmp_path):
     model = small_model(
-        attention="luong", score="general", local="predictive", window=2, cell="gru",
-        bidirectional=True, scheduled_sampling="argmax",
+        attention="luong",
+        score="general",
+        local="predictive",
+        window=2,
+        cell="gru",
+        bidirectional=True,
+        scheduled_sampling="argmax",
     )
     path = str(tmp_path / "seq2seq.keras")
     model.save(path)

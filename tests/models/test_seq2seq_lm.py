@@ -1,4 +1,6 @@
-"""The translation task: compile defaults, fit under a strategy, generate without retracing, save and load."""
+"""The translation task: compile defaults, fit under a strategy,
+generate without retracing, save and load.
+"""
 
 import re
 
@@ -22,12 +24,16 @@ def corpus():
 
 
 def _words(texts):
-    """The special tokens, then every word and mark of `texts`: a vocabulary the same in every process.
+    """The special tokens, then every word and mark of `texts`: a
+    vocabulary the same in every process.
 
     (A learned one is not: HuggingFace `tokenizers` breaks ties in hash-map
     order, and with other ids the two-replica test drifted in 10% of the weights instead of 1%.)
     """
-    return [*SPECIAL_TOKENS, *sorted({word for text in texts for word in re.findall(r"\w+|[^\w\s]", text)})]
+    return [
+        *SPECIAL_TOKENS,
+        *sorted({word for text in texts for word in re.findall(r"\w+|[^\w\s]", text)}),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +45,14 @@ def preprocessor(corpus):
 def _dataset(corpus, preprocessor, batch_size=32):
     train = corpus["train"]
     return translation.translation_dataset(
-        train.sources, train.targets, preprocessor.source_tokenizer, preprocessor.target_tokenizer,
-        batch_size, preprocessor.max_length, shuffle=False, drop_remainder=True,
+        train.sources,
+        train.targets,
+        preprocessor.source_tokenizer,
+        preprocessor.target_tokenizer,
+        batch_size,
+        preprocessor.max_length,
+        shuffle=False,
+        drop_remainder=True,
     )
 
 
@@ -52,15 +64,23 @@ def test_generate_compiles_once_for_every_batch_size_length_and_beam_width(prepr
     for call in range(20):
         batch = list(rng.choice(sources, size=rng.integers(1, 6)))
         beam_width = [1, 2, 4][call % 3]
-        translations = model.generate(batch, beam_width=beam_width, max_length=int(rng.integers(3, 9)) if call % 2 else None)
-        assert len(translations) == len(batch) and all(isinstance(text, str) for text in translations)
+        translations = model.generate(
+            batch, beam_width=beam_width, max_length=int(rng.integers(3, 9)) if call % 2 else None
+        )
+        assert len(translations) == len(batch) and all(
+            isinstance(text, str) for text in translations
+        )
     assert model._greedy.experimental_get_tracing_count() == 1
     assert model._beam.experimental_get_tracing_count() == 1
 
 
-@pytest.mark.parametrize("family, settings", [
-    ("transformer", SMALL), ("seq2seq", dict(num_layers=1, hidden_dim=32, attention="luong", dropout=0.0)),
-])
+@pytest.mark.parametrize(
+    "family, settings",
+    [
+        ("transformer", SMALL),
+        ("seq2seq", dict(num_layers=1, hidden_dim=32, attention="luong", dropout=0.0)),
+    ],
+)
 @pytest.mark.slow
 def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus, family, settings):
     from keras_attn import decoding
@@ -70,7 +90,9 @@ def test_generate_from_ids_equals_the_stepper_searches(preprocessor, corpus, fam
     budget = decoding.max_decode_length(source, cap=preprocessor.max_length)
     greedy = decoding.greedy_search(decoding.Stepper(model.backbone), source, budget)["tokens"]
     np.testing.assert_array_equal(model.generate(source.numpy()), greedy)
-    beam = decoding.beam_search(decoding.Stepper(model.backbone), source, budget, 3, length_penalty=0.6)["tokens"]
+    beam = decoding.beam_search(
+        decoding.Stepper(model.backbone), source, budget, 3, length_penalty=0.6
+    )["tokens"]
     np.testing.assert_array_equal(model.generate(source.numpy(), beam_width=3), beam)
     with pytest.raises(ValueError, match="no preprocessor"):
         Seq2SeqLM(model.backbone).generate(["a cat"])
@@ -106,9 +128,12 @@ def test_fit_under_two_replicas_equals_one_device(preprocessor, corpus):
 
 
 @pytest.mark.slow
-def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(preprocessor, corpus, tmp_path):
+def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer(
+    preprocessor, corpus, tmp_path
+):
     model = Seq2SeqLM.from_preset("tiny", preprocessor, **SMALL)
-    model.compile(learning_rate=warmup_cosine(1e-3, 5, 50))  # a schedule object, as the translation job gives
+    # a schedule object, as the translation job gives
+    model.compile(learning_rate=warmup_cosine(1e-3, 5, 50))
     model.train_on_batch(*next(iter(_dataset(corpus, preprocessor))))
     sources = corpus["valid"].sources[:4]
     expected = model.generate(sources, beam_width=2)
@@ -117,7 +142,12 @@ def test_the_keras_file_keeps_the_preprocessor_the_generations_and_the_optimizer
     assert len(loaded.optimizer.variables) == len(model.optimizer.variables) > 1
     for saved, restored in zip(model.optimizer.variables, loaded.optimizer.variables):
         np.testing.assert_array_equal(restored, saved)  # training resumes where it was
-    assert loaded.optimizer.get_config()["learning_rate"] == model.optimizer.get_config()["learning_rate"]
+    assert (
+        loaded.optimizer.get_config()["learning_rate"]
+        == model.optimizer.get_config()["learning_rate"]
+    )
     assert isinstance(loaded.backbone, TransformerBackbone)
-    assert loaded.preprocessor.target_tokenizer.vocabulary == preprocessor.target_tokenizer.vocabulary
+    assert (
+        loaded.preprocessor.target_tokenizer.vocabulary == preprocessor.target_tokenizer.vocabulary
+    )
     assert loaded.generate(sources, beam_width=2) == expected

@@ -1,4 +1,6 @@
-"""Encoded images to pixels: every readable format read exactly, hostile bytes answered, never an error."""
+"""Encoded images to pixels: every readable format read exactly,
+hostile bytes answered, never an error.
+"""
 
 import io
 
@@ -27,12 +29,20 @@ def with_size(png, width, height):
 
 LOSSLESS = {"png": encoded(PIXELS, "PNG"), "bmp": encoded(PIXELS, "BMP")}
 READABLE = {
-    **LOSSLESS, "jpeg": encoded(PIXELS, "JPEG"), "gif": encoded(PIXELS, "GIF"),
-    "grayscale png": encoded(PIXELS[..., 0], "PNG"), "rgba png": encoded(np.dstack([PIXELS, PIXELS[..., :1]]), "PNG"),
-    "animated gif": encoded(PIXELS, "GIF", save_all=True, append_images=[Image.fromarray(255 - PIXELS)]),
+    **LOSSLESS,
+    "jpeg": encoded(PIXELS, "JPEG"),
+    "gif": encoded(PIXELS, "GIF"),
+    "grayscale png": encoded(PIXELS[..., 0], "PNG"),
+    "rgba png": encoded(np.dstack([PIXELS, PIXELS[..., :1]]), "PNG"),
+    "animated gif": encoded(
+        PIXELS, "GIF", save_all=True, append_images=[Image.fromarray(255 - PIXELS)]
+    ),
 }
 HOSTILE = {
-    "empty": b"", "text": b"hello", "png cut short": LOSSLESS["png"][:200], "jpeg header only": READABLE["jpeg"][:40],
+    "empty": b"",
+    "text": b"hello",
+    "png cut short": LOSSLESS["png"][:200],
+    "jpeg header only": READABLE["jpeg"][:40],
     "png claiming 60 gigapixels": with_size(LOSSLESS["png"], 250_000, 250_000),
     "png claiming one pixel over the cap": with_size(LOSSLESS["png"], MAX_PIXELS + 1, 1),
     "png claiming no pixels": with_size(LOSSLESS["png"], 0, 24),
@@ -50,8 +60,11 @@ def test_hostile_bytes_are_unreadable_rows_and_the_others_are_still_read():
     names = [*READABLE, *HOSTILE]
     batch = tf.constant([*READABLE.values(), *HOSTILE.values()])
     pixels, readable = decode_images(batch, 16)
-    assert dict(zip(names, readable.numpy().tolist())) == {**{n: True for n in READABLE}, **{n: False for n in HOSTILE}}
-    assert not pixels.numpy()[len(READABLE):].any()  # unreadable rows are black
+    assert dict(zip(names, readable.numpy().tolist())) == {
+        **{n: True for n in READABLE},
+        **{n: False for n in HOSTILE},
+    }
+    assert not pixels.numpy()[len(READABLE) :].any()  # unreadable rows are black
     alone, _ = decode_images(tf.constant([READABLE["png"]]), 16)
     np.testing.assert_array_equal(pixels[0], alone[0])  # a row does not depend on its neighbours
     grayscale = pixels.numpy()[names.index("grayscale png")]
@@ -75,5 +88,12 @@ def test_files_missing_or_not_images_are_unreadable(tmp_path):
     paths = [str(tmp_path / name) for name in ("a.png", "missing.png", "b.png", "c.jpg", "d.png")]
     pixels, readable, sizes = read_images(paths, 24)
     assert readable.tolist() == [True, False, False, True, True]
-    assert sizes.tolist() == [[24, 24], [0, 0], [0, 0], [24, 24], [10, 24]]  # each image's own height and width
+    # each image's own height and width
+    assert sizes.tolist() == [
+        [24, 24],
+        [0, 0],
+        [0, 0],
+        [24, 24],
+        [10, 24],
+    ]
     np.testing.assert_array_equal(pixels[0], PIXELS)

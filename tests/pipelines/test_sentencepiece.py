@@ -7,7 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.preprocessors import TranslationPreprocessor
-from pipelines.sentencepiece_tokenizer import PREFIX, SentencePieceTokenizer, learn_sentencepiece_model
+from pipelines.sentencepiece_tokenizer import (
+    PREFIX,
+    SentencePieceTokenizer,
+    learn_sentencepiece_model,
+)
 from pipelines.synthetic import translation_corpus
 from pipelines.tokenizers import SPECIAL_TOKENS, UNK_ID
 from tests import fresh_process
@@ -27,15 +31,16 @@ def model(training_text, request):
 
 def test_special_tokens_keep_their_ids_and_are_never_made_from_text(model):
     tokenizer = SentencePieceTokenizer(model)
-    assert tokenizer.vocabulary[:len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
+    assert tokenizer.vocabulary[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
     assert 900 <= tokenizer.vocabulary_size <= 1000
     ids = tokenizer.tokenize([" ".join(SPECIAL_TOKENS)]).flat_values.numpy().tolist()
     assert not set(ids) & set(range(len(SPECIAL_TOKENS)))
 
 
 def test_in_graph_tokenization_equals_the_python_librarys_on_hostile_strings(model):
-    """The same pieces as `sentencepiece.SentencePieceProcessor.encode` of the text with its prefix, for every
-    string (invalid UTF-8 repaired to U+FFFD first, as the graph does); none for the empty string."""
+    """The same pieces as `sentencepiece.SentencePieceProcessor.encode`
+    of the text with its prefix, for every string (invalid UTF-8 repaired
+    to U+FFFD first, as the graph does); none for the empty string."""
     processor = sentencepiece.SentencePieceProcessor(model_proto=model)
     strings = HOSTILE + [text.encode() for text in TRICKY]
     rows = SentencePieceTokenizer(model).tokenize(tf.constant(strings)).to_list()
@@ -46,7 +51,11 @@ def test_in_graph_tokenization_equals_the_python_librarys_on_hostile_strings(mod
 
 
 @settings(max_examples=150, deadline=None)  # for each model type
-@given(text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=60))
+@given(
+    text=st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), max_size=60
+    )
+)
 @pytest.mark.slow
 def test_detokenize_inverts_tokenize_on_any_text(model, text):
     tokenizer = SentencePieceTokenizer(model)
@@ -60,7 +69,9 @@ def test_the_space_marker_in_text_comes_back_as_a_space(model):
 
 
 def test_a_vocabulary_too_small_for_the_texts_characters_is_one_line(training_text):
-    with pytest.raises(ValueError, match=r"^vocabulary_size=200 is below the \d+ pieces the text needs"):
+    with pytest.raises(
+        ValueError, match=r"^vocabulary_size=200 is below the \d+ pieces the text needs"
+    ):
         learn_sentencepiece_model(training_text, 200)
 
 
@@ -81,12 +92,15 @@ def test_detokenize_drops_special_tokens_and_padding(model):
 
 def test_a_scalar_string_gives_the_row_of_a_batch(model):
     tokenizer = SentencePieceTokenizer(model)
-    assert tokenizer.tokenize("a man").numpy().tolist() == tokenizer.tokenize(["a man"]).to_list()[0]
+    assert (
+        tokenizer.tokenize("a man").numpy().tolist() == tokenizer.tokenize(["a man"]).to_list()[0]
+    )
 
 
 def test_tokenizers_outlive_set_random_seed_in_a_pipeline(model):
-    """tf.random.set_seed empties the eager kernel cache; a resource made eagerly once (tensorflow_text's
-    SentencepieceTokenizer) was gone for the graphs using it ("Resource ... does not exist")."""
+    """tf.random.set_seed empties the eager kernel cache; a resource
+    made eagerly once (tensorflow_text's SentencepieceTokenizer) was
+    gone for the graphs using it ("Resource ... does not exist")."""
     import keras
 
     first, second = SentencePieceTokenizer(model), SentencePieceTokenizer(model)
@@ -98,7 +112,9 @@ def test_tokenizers_outlive_set_random_seed_in_a_pipeline(model):
 
 
 def test_lowercase_lowercases_before_the_pieces(training_text):
-    tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(training_text, 1000, lowercase=True), lowercase=True)
+    tokenizer = SentencePieceTokenizer(
+        learn_sentencepiece_model(training_text, 1000, lowercase=True), lowercase=True
+    )
     assert tokenizer.tokenize(["A MAN"]).to_list() == tokenizer.tokenize(["a man"]).to_list()
 
 
@@ -109,7 +125,10 @@ def test_save_load_and_the_preprocessors_config_round_trip(model, tmp_path):
     assert SentencePieceTokenizer.load(tmp_path / "source.model").model == model
     preprocessor = TranslationPreprocessor(tokenizer, max_length=16)
     again = TranslationPreprocessor.from_config(preprocessor.get_config())
-    assert isinstance(again.source_tokenizer, SentencePieceTokenizer) and again.source_tokenizer.model == model
+    assert (
+        isinstance(again.source_tokenizer, SentencePieceTokenizer)
+        and again.source_tokenizer.model == model
+    )
     assert again.target_tokenizer is again.source_tokenizer
 
 
@@ -117,8 +136,9 @@ def test_a_model_without_our_special_tokens_is_refused(training_text, tmp_path):
     import io
 
     plain = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(training_text), model_writer=plain,
-                                             vocab_size=500, minloglevel=2)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(training_text), model_writer=plain, vocab_size=500, minloglevel=2
+    )
     with pytest.raises(ValueError, match=r"first pieces must be \['\[PAD\]'"):
         SentencePieceTokenizer(plain.getvalue())
 
@@ -126,7 +146,8 @@ def test_a_model_without_our_special_tokens_is_refused(training_text, tmp_path):
 @pytest.mark.slow
 def test_saved_model_tokenizes_in_a_process_with_only_tensorflow_text(training_text, tmp_path):
     module = tf.Module()
-    module.tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(training_text, 1000))  # BPE: the kernels are one
+    # BPE: the kernels are one
+    module.tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(training_text, 1000))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def round_trip(strings):
@@ -149,8 +170,10 @@ def test_saved_model_tokenizes_in_a_process_with_only_tensorflow_text(training_t
     """)
     process = fresh_process.run(script)
     assert process.returncode == 0, process.stderr[-3000:]
-    read = lambda name, dtype: tf.io.parse_tensor(tf.io.read_file(str(tmp_path / name)), dtype).numpy()  # noqa: E731
+    read = lambda name, dtype: tf.io.parse_tensor(
+        tf.io.read_file(str(tmp_path / name)), dtype
+    ).numpy()  # noqa: E731
     expected = round_trip(inputs)
     assert (read("ids.pb", tf.int32) == expected["ids"].numpy()).all()
     assert read("text.pb", tf.string).tolist() == expected["text"].numpy().tolist()
-    assert [t.decode() for t in expected["text"].numpy()[len(HOSTILE):]] == TRICKY
+    assert [t.decode() for t in expected["text"].numpy()[len(HOSTILE) :]] == TRICKY

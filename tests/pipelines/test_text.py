@@ -59,16 +59,12 @@ def test_missing_file(tmp_path):
 def test_unequal_line_counts(tmp_path):
     source = write(tmp_path / "train.de", "a\nb\nc\n")
     target = write(tmp_path / "train.en", "a\nb\n")
-    assert data_error(read_parallel, source, target) == (
-        f"{source} has 3 lines but {target} has 2"
-    )
+    assert data_error(read_parallel, source, target) == (f"{source} has 3 lines but {target} has 2")
 
 
 def test_invalid_utf8_names_file_line_and_column(tmp_path):
     plain = write(tmp_path / "train.de", b"gut\nauch gut\nab\xc3\xa4\xffcd\nnie erreicht\n")
-    assert data_error(read_lines, plain) == (
-        f"{plain}:3: invalid UTF-8 (byte 0xff at column 4)"
-    )
+    assert data_error(read_lines, plain) == (f"{plain}:3: invalid UTF-8 (byte 0xff at column 4)")
     packed = write(tmp_path / "train.de.gz", gzip.compress(b"ok\n\xc3(\n"))
     other = write(tmp_path / "train.en", "ok\nok\n")
     assert data_error(read_parallel, packed, other) == (

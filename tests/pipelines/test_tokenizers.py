@@ -25,10 +25,38 @@ from tests import fresh_process
 MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
 
 WORDS = [
-    "A", "man", "in", "a", "blue", "shirt", "is", "standing", "on", "ladder",
-    "Two", "dogs", "play", "with", "ball", "The", "woman", "wears", "t-shirt",
-    "It", "man's", "don't", "they're", "Männer", "über", "Straße", "café",
-    "well-known", "and/or", "naïve", "Zürich", "e-mail",
+    "A",
+    "man",
+    "in",
+    "a",
+    "blue",
+    "shirt",
+    "is",
+    "standing",
+    "on",
+    "ladder",
+    "Two",
+    "dogs",
+    "play",
+    "with",
+    "ball",
+    "The",
+    "woman",
+    "wears",
+    "t-shirt",
+    "It",
+    "man's",
+    "don't",
+    "they're",
+    "Männer",
+    "über",
+    "Straße",
+    "café",
+    "well-known",
+    "and/or",
+    "naïve",
+    "Zürich",
+    "e-mail",
 ]
 ENDING_IN_DIGITS = ["3.5", "1,000", "19", "10:30", "covid-19"]
 PUNCTUATION = [".", ",", "!", "?", ";", ":"]
@@ -72,8 +100,13 @@ def tokenizer(training_text):
 def test_special_tokens_have_fixed_ids(tokenizer):
     assert SPECIAL_TOKENS == ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]", "[MASK]")
     ids = (
-        tokenizers.PAD_ID, tokenizers.UNK_ID, tokenizers.BOS_ID, tokenizers.EOS_ID,
-        tokenizers.CLS_ID, tokenizers.SEP_ID, tokenizers.MASK_ID,
+        tokenizers.PAD_ID,
+        tokenizers.UNK_ID,
+        tokenizers.BOS_ID,
+        tokenizers.EOS_ID,
+        tokenizers.CLS_ID,
+        tokenizers.SEP_ID,
+        tokenizers.MASK_ID,
     )
     assert ids == tuple(range(7))
     assert tuple(tokenizer.vocabulary[:7]) == SPECIAL_TOKENS
@@ -154,8 +187,24 @@ def test_detokenize_inverts_tokenize_on_normal_text(round_trip, sentence):
 
 def test_detokenize_joins_subwords_and_fixes_punctuation_spacing(tokenizer):
     vocabulary = list(SPECIAL_TOKENS) + [
-        "A", "man", ",", "in", "a", "blue", "sh", "##irt", ".", "(", ")", "t", "-",
-        "'", "s", "3", "5", "!",
+        "A",
+        "man",
+        ",",
+        "in",
+        "a",
+        "blue",
+        "sh",
+        "##irt",
+        ".",
+        "(",
+        ")",
+        "t",
+        "-",
+        "'",
+        "s",
+        "3",
+        "5",
+        "!",
     ]
     small = WordPieceTokenizer(vocabulary)
     text = "A man, in a (blue) t-shirt. A man's 3.5 shirt!"

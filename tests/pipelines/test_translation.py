@@ -4,6 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.measures import count_truncated, padding_fraction
 from pipelines.synthetic import translation_corpus
 from pipelines.text import read_parallel
 from pipelines.tokenizers import (
@@ -12,7 +13,6 @@ from pipelines.tokenizers import (
     WordPieceTokenizer,
     learn_wordpiece_vocabulary,
 )
-from benchmarks.measures import count_truncated, padding_fraction
 from pipelines.translation import (
     translation_dataset,
     translation_epochs,
@@ -162,7 +162,8 @@ def test_length_multiple_bounds_the_batch_shapes_and_only_adds_padding(corpus, t
     padded = dataset(corpus, tokenizers, **options, length_multiple=8)
     assert rows(padded) == rows(plain)  # the same pairs in the same order
     shapes = collections.Counter(
-        (inputs["source"].shape[1], inputs["target_in"].shape[1], out.shape[1]) for inputs, out in padded
+        (inputs["source"].shape[1], inputs["target_in"].shape[1], out.shape[1])
+        for inputs, out in padded
     )
     widths = {width for shape in shapes for width in shape}
     assert widths <= {8, 16, 20} and len(widths) > 1, shapes
@@ -171,7 +172,9 @@ def test_length_multiple_bounds_the_batch_shapes_and_only_adds_padding(corpus, t
     for (inputs, _), (unpadded, _) in zip(padded, plain):  # the fewest columns that hold the batch
         for key in ("source", "target_in"):
             assert inputs[key].shape[1] == min(-(-unpadded[key].shape[1] // 8) * 8, max_length)
-    epochs = translation_epochs(corpus.sources, corpus.targets, *tokenizers, 32, 64, length_multiple=16)
+    epochs = translation_epochs(
+        corpus.sources, corpus.targets, *tokenizers, 32, 64, length_multiple=16
+    )
     assert all(inputs["source"].shape[1] % 16 == 0 for inputs, _ in epochs(0))
     with pytest.raises(ValueError, match="length_multiple must be >= 1, got 0"):
         dataset(corpus, tokenizers, length_multiple=0)
@@ -203,7 +206,9 @@ def test_multi30k_pipeline():
 
 @pytest.mark.parametrize("bucket", [True, False])
 @pytest.mark.parametrize("drop_remainder", [True, False])
-def test_declared_cardinality_is_the_true_number_of_batches(corpus, tokenizers, bucket, drop_remainder):
+def test_declared_cardinality_is_the_true_number_of_batches(
+    corpus, tokenizers, bucket, drop_remainder
+):
     batches = dataset(corpus, tokenizers, bucket=bucket, drop_remainder=drop_remainder)
     assert int(batches.cardinality()) == len(list(batches))
 
@@ -213,16 +218,29 @@ def test_sources_without_any_token_are_kept_as_empty_rows(tokenizers):
     # leave no token: a chunk of only such sources once crashed TensorFlow.
     sources, targets = ["\u200b", "\u00ad"], ["the dog", "a cat"]
     for batch_size in (1, 2):
-        pairs = rows(translation_dataset(sources, targets, *tokenizers, batch_size=batch_size, max_length=8,
-                                         shuffle=False, bucket=False))
+        pairs = rows(
+            translation_dataset(
+                sources,
+                targets,
+                *tokenizers,
+                batch_size=batch_size,
+                max_length=8,
+                shuffle=False,
+                bucket=False,
+            )
+        )
         assert [source for source, _, _ in pairs] == [(), ()]
         assert [out[-1] for _, _, out in pairs] == [EOS_ID, EOS_ID]
 
 
 @pytest.mark.parametrize("length_multiple", [1, 16])
-def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(corpus, tokenizers, length_multiple):
+def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(
+    corpus, tokenizers, length_multiple
+):
     budget = 300
-    batches = dataset(corpus, tokenizers, batch_size=1000, batch_tokens=budget, length_multiple=length_multiple)
+    batches = dataset(
+        corpus, tokenizers, batch_size=1000, batch_tokens=budget, length_multiple=length_multiple
+    )
     step = max(length_multiple, 8)  # columns are counted in steps of 8 at least
     sizes, shapes = [], set()
     for inputs, target_out in batches:
@@ -234,8 +252,11 @@ def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(corpus, tokeni
     assert len(set(sizes)) >= 2  # short pairs share a batch with more of their kind
     got = [pair for pair in rows(batches) if pair != ((), (), ())]
     assert collections.Counter(got) == collections.Counter(expected_rows(corpus, tokenizers, 64))
-    if length_multiple > 1:  # XLA's case: the pairs of a batch follow from its columns, so few shapes
-        assert len(shapes) <= width_count(64, 16) ** 2 and len({(s, t) for _, s, t in shapes}) == len(shapes)
+    # XLA's case: the pairs of a batch follow from its columns, so few shapes
+    if length_multiple > 1:
+        assert len(shapes) <= width_count(64, 16) ** 2 and len(
+            {(s, t) for _, s, t in shapes}
+        ) == len(shapes)
     capped = dataset(corpus, tokenizers, batch_size=8, batch_tokens=10_000)
     assert max(out.shape[0] for _, out in capped) == 8  # batch_size still bounds the pairs
 
@@ -243,7 +264,9 @@ def test_a_token_budget_caps_each_batch_and_keeps_every_pair_once(corpus, tokeni
 @pytest.mark.slow
 def test_token_budget_epochs_have_one_declared_length_and_orders_of_their_own(corpus, tokenizers):
     def epochs(seed):
-        return translation_epochs(corpus.sources, corpus.targets, *tokenizers, 1000, 64, seed=seed, batch_tokens=400)
+        return translation_epochs(
+            corpus.sources, corpus.targets, *tokenizers, 1000, 64, seed=seed, batch_tokens=400
+        )
 
     first = epochs(1)
     steps = int(first(0).cardinality())
@@ -257,7 +280,9 @@ def test_token_budget_epochs_have_one_declared_length_and_orders_of_their_own(co
 
 def test_a_token_budget_needs_bucketing_and_batches_of_varying_size(corpus, tokenizers):
     for options in ({"bucket": False}, {"drop_remainder": True}):
-        with pytest.raises(ValueError, match="batch_tokens needs bucket=True and drop_remainder=False"):
+        with pytest.raises(
+            ValueError, match="batch_tokens needs bucket=True and drop_remainder=False"
+        ):
             dataset(corpus, tokenizers, batch_tokens=256, **options)
     with pytest.raises(ValueError, match="batch_tokens must be >= 1, got 0"):
         dataset(corpus, tokenizers, batch_tokens=0)

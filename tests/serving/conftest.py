@@ -17,21 +17,38 @@ def free_port():
 
 def post(url, payload, timeout=120):
     """`(status, JSON answer)` of a POST of `payload` as JSON."""
-    request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return answer.status, json.loads(answer.read())
 
 
 @contextlib.contextmanager
 def serving_process(model_root):
-    """`keras-attn serve MODEL_ROOT` on a free port: yields `(process, base URL, its first line)`."""
+    """`keras-attn serve MODEL_ROOT` on a free port: yields
+    `(process, base URL, its first line)`.
+    """
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "keras_attn.cli", "serve", str(model_root), "--port", str(port), "--poll-seconds", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "keras_attn.cli",
+            "serve",
+            str(model_root),
+            "--port",
+            str(port),
+            "--poll-seconds",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
-        first = process.stdout.readline()  # printed once the models are loaded (TensorFlow's logs go to stderr)
+        # printed once the models are loaded (TensorFlow's logs go to stderr)
+        first = process.stdout.readline()
         assert "serving on" in first, first
         deadline = time.time() + 60
         while time.time() < deadline:

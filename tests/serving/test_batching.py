@@ -17,7 +17,9 @@ def test_while_the_model_is_busy_waiting_calls_fill_one_batch():
         release.wait(10)
         return {"twice": inputs["x"] * 2}
 
-    batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=4, timeout_ms=1)
+    batcher = DynamicBatcher(
+        run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=4, timeout_ms=1
+    )
 
     async def callers():
         first = asyncio.ensure_future(batcher("key", {"x": np.array([0])}, 1))
@@ -30,7 +32,12 @@ def test_while_the_model_is_busy_waiting_calls_fill_one_batch():
 
     answers = asyncio.run(callers())
     assert [answer["twice"].tolist() for answer in answers] == [[2 * x] for x in range(7)]
-    assert sizes == [1, 4, 2]  # the six waiting calls in batches of at most max_batch_size, oldest first
+    # the six waiting calls in batches of at most max_batch_size, oldest first
+    assert sizes == [
+        1,
+        4,
+        2,
+    ]
 
 
 def test_a_caller_that_has_gone_is_left_out_of_its_batch():
@@ -41,7 +48,9 @@ def test_a_caller_that_has_gone_is_left_out_of_its_batch():
         release.wait(10)
         return {"same": inputs["x"]}
 
-    batcher = DynamicBatcher(run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=1)
+    batcher = DynamicBatcher(
+        run, concurrent.futures.ThreadPoolExecutor(1), max_batch_size=8, timeout_ms=1
+    )
 
     async def callers():
         first = asyncio.ensure_future(batcher("key", {"x": np.array([0])}, 1))

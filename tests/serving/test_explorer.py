@@ -1,4 +1,6 @@
-"""The explorer page in a real browser (headless Chromium, driven by Playwright), as a user meets it."""
+"""The explorer page in a real browser (headless Chromium, driven by
+Playwright), as a user meets it.
+"""
 
 import pytest
 
@@ -19,9 +21,14 @@ def server(model_root):
 def page(browser, server):
     page = browser.new_page()
     page.problems = []
-    page.on("console", lambda message: message.type == "error" and page.problems.append(message.text))
+    page.on(
+        "console", lambda message: message.type == "error" and page.problems.append(message.text)
+    )
     page.on("pageerror", lambda error: page.problems.append(str(error)))
-    page.on("dialog", lambda dialog: (page.problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    page.on(
+        "dialog",
+        lambda dialog: (page.problems.append(f"dialog: {dialog.message}"), dialog.dismiss()),
+    )
     page.goto(server + "/")
     page.wait_for_selector("body[data-state=ready]")
     yield page
@@ -40,7 +47,9 @@ def _translate(page, text, search="1", model="toy"):
 def test_a_translation_shows_the_apis_answer_and_its_attention(page, server):
     text = "ein hund läuft ."
     _translate(page, text, search="4")
-    _, answer = post(f"{server}/v1/models/toy:predict", {"inputs": {"text": [text], "beam_width": 4}})
+    _, answer = post(
+        f"{server}/v1/models/toy:predict", {"inputs": {"text": [text], "beam_width": 4}}
+    )
     assert page.text_content("#translation") == answer["outputs"]["translation"][0]
     sources = page.locator(".token.source")
     targets = page.locator(".token.target")
@@ -50,15 +59,21 @@ def test_a_translation_shows_the_apis_answer_and_its_attention(page, server):
     targets.first.hover()  # BertViz's head view: the source tokens this one attends to light up
     assert "active" in targets.first.get_attribute("class")
     weights = [float(sources.nth(i).get_attribute("data-weight")) for i in range(sources.count())]
-    assert sum(weights) == pytest.approx(1.0, abs=0.01) and max(weights) > 0  # one head's softmax over the source
+    # one head's softmax over the source
+    assert sum(weights) == pytest.approx(1.0, abs=0.01) and max(weights) > 0
     page.mouse.move(0, 0)
-    assert all(float(sources.nth(i).get_attribute("data-weight")) == 0 for i in range(sources.count()))
+    assert all(
+        float(sources.nth(i).get_attribute("data-weight")) == 0 for i in range(sources.count())
+    )
     assert page.problems == []
 
 
 def test_a_ctranslate2_version_translates_and_says_it_gives_no_attention(page, server):
     _translate(page, "ein hund läuft .", model="ct2")
-    _, answer = post(f"{server}/v1/models/ct2:predict", {"inputs": {"text": ["ein hund läuft ."], "beam_width": 1}})
+    _, answer = post(
+        f"{server}/v1/models/ct2:predict",
+        {"inputs": {"text": ["ein hund läuft ."], "beam_width": 1}},
+    )
     assert page.text_content("#translation") == answer["outputs"]["translation"][0]
     assert page.is_visible("#no-attention") and not page.is_visible("#attention")
     _translate(page, "ein hund läuft .", model="toy")  # a SavedModel again: its attention, no note
@@ -68,7 +83,10 @@ def test_a_ctranslate2_version_translates_and_says_it_gives_no_attention(page, s
 
 def test_a_seq2seq_translation_shows_its_one_map(page, server):
     _translate(page, "zwei katzen schlafen .", model="rnn")
-    _, answer = post(f"{server}/v1/models/rnn:predict", {"inputs": {"text": ["zwei katzen schlafen ."], "beam_width": 1}})
+    _, answer = post(
+        f"{server}/v1/models/rnn:predict",
+        {"inputs": {"text": ["zwei katzen schlafen ."], "beam_width": 1}},
+    )
     assert page.text_content("#translation") == answer["outputs"]["translation"][0]
     assert page.locator("#layer option").count() == page.locator("#head option").count() == 1
     assert page.locator("#heatmap tbody tr").count() == page.locator(".token.target").count() >= 1
@@ -82,11 +100,17 @@ def test_a_mask_is_filled_with_its_candidates(page, server):
     page.fill("#top-k", "3")
     page.click("#fill")
     page.wait_for_selector("body[data-state=filled]")
-    _, answer = post(f"{server}/v1/models/bert:predict",
-                     {"signature_name": "fill_mask", "inputs": {"text": ["the [MASK] sat on the mat ."], "top_k": 3}})
+    _, answer = post(
+        f"{server}/v1/models/bert:predict",
+        {
+            "signature_name": "fill_mask",
+            "inputs": {"text": ["the [MASK] sat on the mat ."], "top_k": 3},
+        },
+    )
     assert page.text_content("#filled") == answer["outputs"]["filled"][0]
     assert page.locator(".candidate").count() == 3
-    queries = page.locator(".token.target")  # the self-attention of the text: [CLS] the [MASK] ... [SEP]
+    # the self-attention of the text: [CLS] the [MASK] ... [SEP]
+    queries = page.locator(".token.target")
     assert queries.count() == page.locator(".token.source").count() == 9
     assert page.locator("#heatmap tbody tr").count() == 9
     queries.nth(2).hover()
@@ -98,7 +122,10 @@ def test_a_mask_is_filled_with_its_candidates(page, server):
 
 def test_what_a_user_types_is_shown_as_text_and_runs_nothing(page):
     _translate(page, HOSTILE)
-    assert page.locator("#source-tokens img").count() == 0 and page.locator("#tokens script").count() == 0
+    assert (
+        page.locator("#source-tokens img").count() == 0
+        and page.locator("#tokens script").count() == 0
+    )
     assert page.text_content("#source-shown") == HOSTILE  # shown literally
     assert page.evaluate("document.querySelectorAll('img, script:not([src])').length") == 0
     assert page.problems == []  # no alert dialog, no error

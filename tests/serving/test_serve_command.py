@@ -1,4 +1,6 @@
-"""`keras-attn serve` as a process: it starts, answers, survives a client that leaves, and stops cleanly."""
+"""`keras-attn serve` as a process: it starts, answers, survives a
+client that leaves, and stops cleanly.
+"""
 
 import concurrent.futures
 import json
@@ -25,34 +27,54 @@ def test_a_client_that_leaves_mid_request_costs_nothing(server):
     process, url, _ = server
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"inputs": {"text": ["ein hund läuft ."] * 100, "beam_width": 4}}).encode()
-    for cut in (len(body) // 2, len(body)):  # leaves while sending the body, then while the model runs
+    # leaves while sending the body, then while the model runs
+    for cut in (
+        len(body) // 2,
+        len(body),
+    ):
         with socket.create_connection((host, int(port))) as connection:
-            connection.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:cut])
-    status, answer = post(f"{url}/v1/models/toy:predict", {"instances": [{"text": "ein hund läuft .", "beam_width": 1}]})
+            connection.sendall(
+                b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body[:cut]
+            )
+    status, answer = post(
+        f"{url}/v1/models/toy:predict",
+        {"instances": [{"text": "ein hund läuft .", "beam_width": 1}]},
+    )
     assert status == 200 and len(answer["predictions"]) == 1
     assert process.poll() is None
 
 
-@pytest.mark.parametrize("head", [b"Content-Length: many", b"Content-Length: 1\r\nContent-Length: 2", b"no colon"])
+@pytest.mark.parametrize(
+    "head", [b"Content-Length: many", b"Content-Length: 1\r\nContent-Length: 2", b"no colon"]
+)
 def test_a_request_http_cannot_parse_gets_a_json_400(server, head):
     _, url, _ = server
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as connection:
-        connection.sendall(b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n{}")
+        connection.sendall(
+            b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n{}"
+        )
         answer = b""
         while chunk := connection.recv(65536):
             answer += chunk
     status, rest = answer.split(b"\r\n", 1)
     headers, body = rest.split(b"\r\n\r\n", 1)
-    assert status.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in headers.lower(), answer
+    assert (
+        status.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in headers.lower()
+    ), answer
     assert json.loads(body)["error"], answer
 
 
 def test_sigterm_answers_the_requests_in_flight_and_exits_0(server):  # last: it stops the server
     process, url, first = server
     assert "toy/1" in first and "bert/1" in first and "failed to load: broken/1" in first
-    many = {"signature_name": "translate", "inputs": {"text": ["der mann isst einen apfel . " * 3] * 256, "beam_width": 8}}
+    many = {
+        "signature_name": "translate",
+        "inputs": {"text": ["der mann isst einen apfel . " * 3] * 256, "beam_width": 8},
+    }
 
     def timed_post():
         return (*post(f"{url}/v1/models/toy:predict", many), time.time())

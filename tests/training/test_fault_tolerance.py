@@ -36,10 +36,19 @@ TIMEOUT = 240  # seconds any one process may take
 # 320 pairs at a global batch of 32: 10 steps an epoch, 20 in all, with a
 # backup every 4 steps within an epoch (steps 4 and 8, then 10 at its end).
 JOB = dict(
-    builtin_size=320, builtin_eval_size=16, epochs=2, preset="tiny", warmup_steps=5,
-    vocabulary_size=600, beam_width=1, verbose=2, backup_every=4, export=False,
+    builtin_size=320,
+    builtin_eval_size=16,
+    epochs=2,
+    preset="tiny",
+    warmup_steps=5,
+    vocabulary_size=600,
+    beam_width=1,
+    verbose=2,
+    backup_every=4,
+    export=False,
     translate_test_split=False,  # no test here reads the scores
-    compiled_search=False,  # (tracing translate_compiled adds seconds to each export: tests/test_compiled_search.py)
+    # Tracing translate_compiled adds seconds to each export (tests/test_compiled_search.py).
+    compiled_search=False,
 )
 STEPS_PER_EPOCH, STEPS = 10, 20
 
@@ -69,11 +78,15 @@ class Cluster:
         env.pop("TF_CONFIG", None)
         if tf_config:
             env["TF_CONFIG"] = tf_config
-        config = _job(batch_size, run_dir, "multi_worker" if tf_config else "one_device", **overrides)
+        config = _job(
+            batch_size, run_dir, "multi_worker" if tf_config else "one_device", **overrides
+        )
         log = open(self.tmp_path / f"{name}.log", "w")
         process = subprocess.Popen(
             [sys.executable, str(WORKER), json.dumps(config), str(self.tmp_path / name)],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()  # the child has its own copy
         process.name, process.started = name, time.time()
@@ -81,20 +94,27 @@ class Cluster:
         return process
 
     def killed_here(self, name, batch_size, run_dir, **overrides):
-        """`killed(start(...))` for one process on one device, forked from a process that has imported TensorFlow
-        (tests/fresh_process.py) instead of started anew: a process start costs seconds."""
+        """`killed(start(...))` for one process on one device, forked from
+        a process that has imported TensorFlow (tests/fresh_process.py)
+        instead of started anew: a process start costs seconds."""
         from tests import fresh_process
 
         assert "TF_CONFIG" not in os.environ
         config = _job(batch_size, run_dir, "one_device", **overrides)
         script = f"import runpy\nrunpy.run_path({str(WORKER)!r}, run_name='__main__')\n"
         try:
-            done = fresh_process.run(script, json.dumps(config), self.tmp_path / name, timeout=TIMEOUT)
+            done = fresh_process.run(
+                script, json.dumps(config), self.tmp_path / name, timeout=TIMEOUT
+            )
         except subprocess.TimeoutExpired as expired:
-            raise AssertionError(f"{name} did not end within {TIMEOUT} s:\n{expired.stdout[-3000:]}") from None
+            raise AssertionError(
+                f"{name} did not end within {TIMEOUT} s:\n{expired.stdout[-3000:]}"
+            ) from None
         log = done.stdout + done.stderr
         (self.tmp_path / f"{name}.log").write_text(log)
-        assert done.returncode == -signal.SIGKILL, f"{name} exited with {done.returncode}, not SIGKILL:\n{log[-3000:]}"
+        assert done.returncode == -signal.SIGKILL, (
+            f"{name} exited with {done.returncode}, not SIGKILL:\n{log[-3000:]}"
+        )
         assert "SIGKILL" in log
 
     def exit_code(self, process, timeout=TIMEOUT):
@@ -104,7 +124,9 @@ class Cluster:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            raise AssertionError(f"{process.name} did not end within {timeout} s:\n{self.log(process)}")
+            raise AssertionError(
+                f"{process.name} did not end within {timeout} s:\n{self.log(process)}"
+            )
 
     def wait(self, process, timeout=TIMEOUT):
         code = self.exit_code(process, timeout)
@@ -114,14 +136,18 @@ class Cluster:
     def killed(self, process):
         """Waits for a process that SIGKILLs itself."""
         code = self.exit_code(process)
-        assert code == -signal.SIGKILL, f"{process.name} exited with {code}, not SIGKILL:\n{self.log(process)}"
+        assert code == -signal.SIGKILL, (
+            f"{process.name} exited with {code}, not SIGKILL:\n{self.log(process)}"
+        )
         assert "SIGKILL" in self.log(process)
 
     def result(self, name):
         with open(self.tmp_path / f"{name}.json") as f:
             result = json.load(f)
         with np.load(self.tmp_path / f"{name}.npz") as weights:
-            result["weights"] = [weights[key] for key in sorted(weights.files, key=lambda k: int(k.split("_")[1]))]
+            result["weights"] = [
+                weights[key] for key in sorted(weights.files, key=lambda k: int(k.split("_")[1]))
+            ]
         return result
 
     def log(self, process, tail=3000):
@@ -158,8 +184,11 @@ def _run_here(folder, name, batch_size, run_dir, **overrides):
         result = translation.run(TranslationConfig(**config))
     (folder / f"{name}.log").write_text(printed.getvalue())
     return {
-        "steps": result.steps, "history": result.history, "export_path": result.export_path,
-        "new_export": result.new_export, "already_finished": result.already_finished,
+        "steps": result.steps,
+        "history": result.history,
+        "export_path": result.export_path,
+        "new_export": result.new_export,
+        "already_finished": result.already_finished,
         "weights": result.model.get_weights(),
     }
 
@@ -212,7 +241,11 @@ def _latest_backup_step(run_dir):
 
 
 def _file_contents(folder):
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def _assert_equal_but_for_sign_flips(a, b, atol=1e-4, share=0.9995, at_most=1e-2):
@@ -240,7 +273,13 @@ def _assert_identical(a, b):
 # for this job's first epoch on a loaded machine), so one batch an epoch,
 # cut to 8 tokens: every batch has the same shape. No warm-up: both steps learn.
 BF16_XLA = dict(
-    builtin_size=32, epochs=2, max_sequence_length=8, warmup_steps=0, backup_every=0, mixed_precision=True, jit_compile=True,
+    builtin_size=32,
+    epochs=2,
+    max_sequence_length=8,
+    warmup_steps=0,
+    backup_every=0,
+    mixed_precision=True,
+    jit_compile=True,
 )
 BF16_XLA_TIMEOUT = 420  # each compilation takes tens of seconds on a loaded 2-core machine
 
@@ -250,11 +289,11 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     """Both workers in bfloat16 with XLA, in step with each other, learning.
 
     That two workers compute what one process computes is checked in float32
-    (`test_two_workers_resume_after_one_is_killed`), and in
-    tests/training/test_runner.py the XLA step against the plain one, and
-    bfloat16 with XLA against float32 on one device: the precision policy changes the model,
-    the strategy the step around it; this is the suite's one bfloat16 + XLA run on two devices. (A one-process bfloat16/XLA reference
-    here cost a third XLA compilation, a third of this test's time.)
+    (`test_two_workers_resume_after_one_is_killed`), and in tests/training/test_runner.py
+    the XLA step against the plain one, and bfloat16 with XLA against float32 on one
+    device: the precision policy changes the model, the strategy the step around it; this
+    is the suite's one bfloat16 + XLA run on two devices. (A one-process bfloat16/XLA
+    reference here cost a third XLA compilation, a third of this test's time.)
     """
     configs = local_cluster(2)
     run = _run_dir(tmp_path, uninterrupted)
@@ -263,7 +302,10 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     for name in ("worker0", "worker1"):
         log = (tmp_path / f"{name}.log").read_text()
         assert "precision: mixed_bfloat16" in log and "XLA: on" in log
-        assert "XLA: batch lengths rounded up to multiples of 8 ids: at most 1 x 1 (source x target)" in log
+        assert (
+            "XLA: batch lengths rounded up to multiples of 8 ids: at most 1 x 1 (source x target)"
+            in log
+        )
     assert chief["steps"] == other["steps"] == 2
     _assert_identical(chief["weights"], other["weights"])
     # It learns: on the same 32 pairs the loss falls by over 1.5 after the
@@ -273,7 +315,7 @@ def test_two_workers_train_in_bfloat16_with_xla(cluster, uninterrupted, tmp_path
     assert history["val_loss"][1] < history["val_loss"][0] - 0.05, history
 
 
-@pytest.mark.long  # 80-100 s with its reference run; the suite's 10 minutes: `python -m pytest -m long`
+@pytest.mark.long  # it trains a reference run too: `python -m pytest -m long`
 def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path):
     run = _run_dir(tmp_path, uninterrupted)
     configs = local_cluster(2)
@@ -282,10 +324,12 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
     other = cluster.start("other", 16, run, configs[1], kill_after_step=16)
     cluster.killed(other)
     # The survivor notices through TensorFlow's heartbeats and ends with one line of ours.
-    code = cluster.exit_code(chief, timeout=time.time() - chief.started + SURVIVOR_TIMEOUT)  # from now
+    # from now
+    code = cluster.exit_code(chief, timeout=time.time() - chief.started + SURVIVOR_TIMEOUT)
     assert code != 0, cluster.log(chief)
     assert re.search(
-        r"training stopped: .*Start the job again on every worker; it resumes from the last backup\.",
+        r"training stopped: .*Start the job again on every worker; "
+        r"it resumes from the last backup\.",
         cluster.log(chief),
     ), cluster.log(chief)
     assert _latest_backup_step(run) == 14
@@ -301,12 +345,20 @@ def test_two_workers_resume_after_one_is_killed(cluster, uninterrupted, tmp_path
     # 1,079,296). A resume that gets anything wrong moves most weights: a run
     # whose warm-up is 6 steps instead of 5 differs in 75% of them (measured).
     _assert_equal_but_for_sign_flips(first["weights"], uninterrupted["weights"], share=0.995)
-    np.testing.assert_allclose(first["history"]["loss"], uninterrupted["history"]["loss"][-1:], rtol=1e-4)
-    np.testing.assert_allclose(first["history"]["val_loss"], uninterrupted["history"]["val_loss"][-1:], rtol=1e-4)
+    np.testing.assert_allclose(
+        first["history"]["loss"], uninterrupted["history"]["loss"][-1:], rtol=1e-4
+    )
+    np.testing.assert_allclose(
+        first["history"]["val_loss"], uninterrupted["history"]["val_loss"][-1:], rtol=1e-4
+    )
     # (This test also stands for "two workers equal one process": the restarted
     # pair trains epoch 2 from the backup to the reference's weights and losses.)
     assert not [p for p in run.iterdir() if "scratch" in p.name]  # temporary folders gone
-    assert sorted(p.name for p in (run / "logs").iterdir()) == ["train", "validation"]  # the chief's
+    # the chief's
+    assert sorted(p.name for p in (run / "logs").iterdir()) == [
+        "train",
+        "validation",
+    ]
     for name in ("chief", "again0", "again1"):  # no strategy runs eagerly (TensorFlow warns: slow)
         assert "eagerly has significant overhead" not in (tmp_path / f"{name}.log").read_text()
 
@@ -344,8 +396,12 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     assert "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in (tmp_path / "resumed.log").read_text()
     # Both epochs' training loss, the interrupted one's over all its steps.
     history = read_history(run)
-    np.testing.assert_allclose(history["loss"], uninterrupted_one_layer["history"]["loss"], rtol=1e-5)
-    np.testing.assert_allclose(history["val_loss"], uninterrupted_one_layer["history"]["val_loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        history["loss"], uninterrupted_one_layer["history"]["loss"], rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        history["val_loss"], uninterrupted_one_layer["history"]["val_loss"], rtol=1e-5
+    )
 
     # The kill left version 1 as it was, and its own temporary folder.
     assert sorted(p.name for p in models.iterdir() if not p.name.startswith(".")) == ["1"]
@@ -355,7 +411,10 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
 
     # Run a third time: nothing to train; it exports version 2 and cleans up.
     third = _run_here(tmp_path, "third", 32, run, **exported)
-    assert "nothing trained: the run had already finished after 20 steps" in (tmp_path / "third.log").read_text()
+    assert (
+        "nothing trained: the run had already finished after 20 steps"
+        in (tmp_path / "third.log").read_text()
+    )
     assert third["steps"] == STEPS and third["already_finished"]
     assert third["export_path"] == str(models / "2") and third["new_export"]
     assert sorted(p.name for p in models.iterdir()) == ["1", "2"]
@@ -366,20 +425,27 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
 
 @pytest.mark.long  # two workers, 30-60 s: `python -m pytest -m long`
 def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
-    """A corpus of 4 TSV shards on 2 workers: each reads 2 (pipelines' tests check they are disjoint),
-    both declare the same epoch, stay in step and learn; the chief prepares the shards, the other waits
-    for them."""
+    """A corpus of 4 TSV shards on 2 workers: each reads 2 (pipelines' tests
+    check they are disjoint), both declare the same epoch, stay in step and
+    learn; the chief prepares the shards, the other waits for them."""
     from pipelines.synthetic import translation_corpus
     from tests.streams import write_shards
 
-    data = write_shards(tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4)
+    data = write_shards(
+        tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4
+    )
     data["prepared"] = str(tmp_path / "prepared")
     configs = local_cluster(2)
-    workers = [cluster.start(f"worker{i}", 16, tmp_path / "run", configs[i], **data) for i in range(2)]
+    workers = [
+        cluster.start(f"worker{i}", 16, tmp_path / "run", configs[i], **data) for i in range(2)
+    ]
     chief, other = (cluster.wait(worker) for worker in workers)
     for index, name in enumerate(("worker0", "worker1")):
         log = (tmp_path / f"{name}.log").read_text()
-        assert f"input: each of 2 workers reads its own part of the training data (this one: {index})" in log, log
+        assert (
+            f"input: each of 2 workers reads its own part of the training data (this one: {index})"
+            in log
+        ), log
         assert ("(4 shards written now)" in log) == (index == 0)
     assert chief["steps"] == other["steps"] == 2 * 10  # about 320 pairs a global batch of 32
     _assert_identical(chief["weights"], other["weights"])
@@ -387,16 +453,19 @@ def test_two_workers_each_stream_their_own_shards_in_step(cluster, tmp_path):
 
 
 @pytest.mark.long  # three processes, 40-70 s: `python -m pytest -m long`
-def test_a_run_over_shards_killed_mid_epoch_resumes_from_prepared_shards_on_the_batches_it_had_not_seen(
+def test_a_run_over_shards_killed_mid_epoch_resumes_from_prepared_shards_on_the_unseen_batches(
     cluster, tmp_path
 ):
-    """4 TSV shards read as a stream; killed after step 6 of its first epoch (last backup: step 4), rerun with
-    the shards prepared (`--prepared`): its losses are those of a run over the text that never stopped."""
+    """4 TSV shards read as a stream; killed after step 6 of its first epoch
+    (last backup: step 4), rerun with the shards prepared (`--prepared`):
+    its losses are those of a run over the text that never stopped."""
     from keras_attn.training.runner import read_history
     from pipelines.synthetic import translation_corpus
     from tests.streams import write_shards
 
-    data = write_shards(tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4)
+    data = write_shards(
+        tmp_path, translation_corpus(seed=0, train_size=320, valid_size=16, test_size=0), 4
+    )
     reference = cluster.wait(cluster.start("reference", 32, tmp_path / "reference", **data))
     run = tmp_path / "run"
     run.mkdir()
@@ -408,6 +477,8 @@ def test_a_run_over_shards_killed_mid_epoch_resumes_from_prepared_shards_on_the_
     assert "(4 shards written now)" in (tmp_path / "killed.log").read_text()
     resumed = cluster.wait(cluster.start("resumed", 32, run, **prepared))
     log = (tmp_path / "resumed.log").read_text()
-    assert "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in log and "(0 shards written now)" in log
+    assert (
+        "ckpt-4: epoch 1, 4 steps done in it, 4 in all" in log and "(0 shards written now)" in log
+    )
     assert resumed["steps"] == reference["steps"] > 2 * 6
     np.testing.assert_allclose(read_history(run)["loss"], reference["history"]["loss"], rtol=1e-5)

@@ -56,7 +56,9 @@ def test_the_token_losss_gradient_is_p_minus_the_smoothed_target(smoothing, smoo
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_inside_an_xla_function_the_loss_compiles_with_it(smoothing, monkeypatch):
-    """A nested XLA function with a gradient through it was compiled again at every call of the step."""
+    """A nested XLA function with a gradient through it was compiled
+    again at every call of the step.
+    """
     from keras_attn.training import losses
 
     monkeypatch.setattr(losses, "XLA_FROM_VOCABULARY", 0)
@@ -69,7 +71,9 @@ def test_inside_an_xla_function_the_loss_compiles_with_it(smoothing, monkeypatch
         return tape.gradient(total, logits)
 
     operations = gradient.get_concrete_function().graph.get_operations()
-    assert not [op.name for op in operations if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert not [
+        op.name for op in operations if op.type in ("PartitionedCall", "StatefulPartitionedCall")
+    ]
     with tf.GradientTape() as tape:
         total = tf.reduce_sum(token_cross_entropy(TARGETS, logits, smoothing))
     np.testing.assert_allclose(gradient(), tape.gradient(total, logits), atol=1e-6)
@@ -79,15 +83,19 @@ def test_padding_targets_do_not_count():
     loss = MaskedSparseCrossEntropy()
     changed = LOGITS.copy()
     changed[TARGETS == 0] += RNG.normal(size=changed[TARGETS == 0].shape) * 10
-    np.testing.assert_allclose(float(loss(TARGETS, changed)), float(loss(TARGETS, LOGITS)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(loss(TARGETS, changed)), float(loss(TARGETS, LOGITS)), rtol=1e-6
+    )
 
 
 def test_replicas_with_different_padding_sum_to_the_global_token_mean():
     strategy = get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
     loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
     per_replica = strategy.experimental_distribute_values_from_function(
-        lambda context: (TARGETS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1],
-                         LOGITS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1])
+        lambda context: (
+            TARGETS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1],
+            LOGITS[context.replica_id_in_sync_group : context.replica_id_in_sync_group + 1],
+        )
     )
     losses = strategy.run(tf.function(lambda pair: loss(*pair)), args=(per_replica,))
     total = strategy.reduce("SUM", losses, axis=None)
@@ -135,7 +143,10 @@ def test_the_metrics_likelihood_equals_the_fused_cross_entropy(dtype, smoothed_p
     logits = tf.cast(RNG.normal(size=(3, 4, 50)).astype("float32") * 4, dtype)
     targets = RNG.integers(0, 50, (3, 4))
     np.testing.assert_allclose(
-        token_negative_log_likelihood(targets, logits), token_cross_entropy(targets, logits), rtol=1e-5, atol=1e-5
+        token_negative_log_likelihood(targets, logits),
+        token_cross_entropy(targets, logits),
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -149,7 +160,12 @@ def test_transformer_schedule_warms_up_then_decays():
 
 @pytest.mark.parametrize(
     "flags, native",
-    [("fma avx2 avx512f", False), ("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True), ("", False)],
+    [
+        ("fma avx2 avx512f", False),
+        ("avx512f avx512_bf16", True),
+        ("amx_tile amx_bf16", True),
+        ("", False),
+    ],
 )
 def test_precision_auto_follows_the_cpu_flags(flags, native, monkeypatch):
     from keras_attn.training import precision
@@ -170,14 +186,15 @@ def test_transformer_schedule_follows_its_formula():
     n = steps + 1.0
     expected = 2.0 * 256**-0.5 * np.minimum(n**-0.5, n * 100**-1.5)
     np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5)
-    # A schedule saved before the width was called hidden_dim (in a .keras file's optimizer) loads the same.
+    # A schedule saved before the width was called hidden_dim (in a
+    # .keras file's optimizer) loads the same.
     legacy = TransformerSchedule.from_config({"d_model": 256, "warmup_steps": 100, "scale": 2.0})
     assert legacy.get_config() == schedule.get_config()
 
 
 def test_with_peak_is_fairseqs_inverse_sqrt():
-    """fairseq's `inverse_sqrt` (warm-up from 0): lr = peak · n / warmup up to the warm-up's end, then
-    peak · sqrt(warmup / n), at update n = step + 1: `--schedule inverse_sqrt`."""
+    """fairseq's `inverse_sqrt` (warm-up from 0): lr = peak · n / warmup up to the warm-up's end,
+    then peak · sqrt(warmup / n), at update n = step + 1: `--schedule inverse_sqrt`."""
     schedule = TransformerSchedule.with_peak(128, warmup_steps=2000, peak=5e-3)
     n = np.arange(0, 9000, 37) + 1.0
     expected = np.where(n < 2000, 5e-3 * n / 2000, 5e-3 * np.sqrt(2000 / n))

@@ -26,15 +26,15 @@ def _batches(count=4):
 
 
 def _train(make_optimizer, strategy=None):
-    """Weights after `fit`-like steps from the same start; the strategy's replicas split each batch."""
+    """Weights after `fit`-like steps from the same start; the
+    strategy's replicas split each batch.
+    """
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(7)
     with strategy.scope():
         model, optimizer = _model(), make_optimizer()
         optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction="sum"
-    )
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
 
     @tf.function
     def step(inputs, labels):
@@ -97,7 +97,9 @@ def test_serialization_round_trip():
 
 
 def test_embedding_slices_keep_keras_update():
-    """Keras squares each looked-up row's slice: a row looked up twice gets v = Σ gᵢ², kept as is."""
+    """Keras squares each looked-up row's slice: a row looked up
+    twice gets v = Σ gᵢ², kept as is.
+    """
     rows = tf.IndexedSlices(tf.ones((2, 2)), tf.constant([0, 0]), tf.constant([3, 2]))
     velocities = []
     for optimizer in (keras.optimizers.Adam(1e-2), FusedAdam(1e-2)):
@@ -110,13 +112,16 @@ def test_embedding_slices_keep_keras_update():
 
 
 def test_a_step_makes_the_scalars_every_weight_shares_once():
-    """β1ᵗ and β2ᵗ are two `Pow` ops in a step's graph, not two per weight (fewer ops to trace and optimize)."""
+    """β1ᵗ and β2ᵗ are two `Pow` ops in a step's graph, not two per
+    weight (fewer ops to trace and optimize).
+    """
     model, optimizer = _model(), FusedAdam(_schedule())
     optimizer.build(model.trainable_variables)
 
     @tf.function
     def step():
-        optimizer.apply([tf.ones_like(weight) for weight in model.trainable_variables])  # dense gradients
+        # dense gradients
+        optimizer.apply([tf.ones_like(weight) for weight in model.trainable_variables])
 
     operations = step.get_concrete_function().graph.get_operations()
     assert len(model.trainable_variables) == 5

@@ -1,14 +1,14 @@
 import json
 import shutil
 
-import numpy as np
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_attn.config import RunConfig
 from keras_attn.models import TransformerBackbone
 from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
-from keras_attn.config import RunConfig
 from keras_attn.training.runner import read_history, train
 
 RNG = np.random.default_rng(0)
@@ -30,21 +30,45 @@ INPUTS, TARGETS = _data(count=17)
 
 
 def _small_model(dropout):
-    """A model of the Transformer's inputs and outputs with little to trace: the target's embedding, a dense layer
-    with dropout, the logits. What most tests here check is the runner's and shows with any model; a
-    Transformer's step takes seconds to trace (the reference run and the runs that resume it train one)."""
-    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in ("source", "target_in")}
-    hidden = keras.layers.Dense(16, activation="relu")(keras.layers.Embedding(20, 16)(inputs["target_in"]))
+    """A model of the Transformer's inputs and outputs with little to trace: the
+    target's embedding, a dense layer with dropout, the logits. What most tests
+    here check is the runner's and shows with any model; a Transformer's step takes
+    seconds to trace (the reference run and the runs that resume it train one)."""
+    inputs = {
+        name: keras.Input((None,), dtype="int32", name=name) for name in ("source", "target_in")
+    }
+    hidden = keras.layers.Dense(16, activation="relu")(
+        keras.layers.Embedding(20, 16)(inputs["target_in"])
+    )
     return keras.Model(inputs, keras.layers.Dense(20)(keras.layers.Dropout(dropout)(hidden)))
 
 
 def _transformer(dropout):
-    return TransformerBackbone(20, 20, max_sequence_length=8, num_layers=1, hidden_dim=16, num_heads=2,
-                               intermediate_dim=32, dropout=dropout)
+    return TransformerBackbone(
+        20,
+        20,
+        max_sequence_length=8,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=dropout,
+    )
 
 
-def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), rows=16, learning_rate=1e-2,
-         model=_small_model, wrap=lambda backbone: backbone, dropout=0.0, **options):
+def _job(
+    run_dir,
+    epochs,
+    strategy="one_device",
+    devices=None,
+    callbacks=(),
+    rows=16,
+    learning_rate=1e-2,
+    model=_small_model,
+    wrap=lambda backbone: backbone,
+    dropout=0.0,
+    **options,
+):
     def make_datasets(global_batch):
         data = tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).take(rows).batch(global_batch)
         return data, data
@@ -52,13 +76,20 @@ def _job(run_dir, epochs, strategy="one_device", devices=None, callbacks=(), row
     replicas = 2 if strategy == "mirrored" else 1
     options.setdefault("batch_size", 16 // replicas)
     return train(
-        RunConfig(run_dir=str(run_dir), epochs=epochs,
-                  strategy=strategy, devices=devices, verbose=0, **options),
+        RunConfig(
+            run_dir=str(run_dir),
+            epochs=epochs,
+            strategy=strategy,
+            devices=devices,
+            verbose=0,
+            **options,
+        ),
         build_model=lambda: wrap(model(dropout)),
         make_datasets=make_datasets,
         compile_model=lambda model, total_steps: model.compile(
             keras.optimizers.Adam(learning_rate, clipnorm=0.05),  # always clips
-            MaskedSparseCrossEntropy(label_smoothing=0.1), metrics=[MaskedTokenAccuracy()],
+            MaskedSparseCrossEntropy(label_smoothing=0.1),
+            metrics=[MaskedTokenAccuracy()],
         ),
         callbacks=callbacks,
     )
@@ -131,15 +162,16 @@ class _StopAfterEpoch(keras.callbacks.Callback):
         self.model.stop_training = epoch + 1 == self.epochs
 
 
-# A rate high enough to make the weights jump about: the mean of the last epochs' weights then validates best
-# (single epochs at best 2.85 here, means 2.66).
+# A rate high enough to make the weights jump about: the mean of the last epochs' weights then
+# validates best (single epochs at best 2.85 here, means 2.66).
 JUMPING_RATE = 0.5
 
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """At `JUMPING_RATE`, stopped by a callback after epoch 5 of 6: a stopped run, and (its 5 epochs) a run
-    without checkpoint averaging for `test_epoch_averaging_validates_the_mean_of_the_last_epochs`."""
+    """At `JUMPING_RATE`, stopped by a callback after epoch 5 of 6: a stopped run, and (its 5
+    epochs) a run without checkpoint averaging for
+    `test_epoch_averaging_validates_the_mean_of_the_last_epochs`."""
     run_dir = tmp_path_factory.mktemp("stopped")
     result = _job(run_dir, epochs=6, learning_rate=JUMPING_RATE, callbacks=[_StopAfterEpoch(5)])
     result.run_dir = run_dir
@@ -161,7 +193,9 @@ def _assert_same_weights(a, b, atol=1e-6):
 def test_two_replicas_give_the_losses_of_one_device(tmp_path):
     # 17 rows: a full batch of 16 (8 rows a replica), then a last batch of 1 row, one replica none.
     one = _job(tmp_path / "one", epochs=3, rows=17)
-    two = _job(tmp_path / "two", epochs=3, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=17)
+    two = _job(
+        tmp_path / "two", epochs=3, strategy="mirrored", devices=["/cpu:0", "/cpu:1"], rows=17
+    )
     assert two.strategy.num_replicas_in_sync == 2 and two.global_batch_size == 16
     np.testing.assert_allclose(two.history["loss"], one.history["loss"], atol=1e-4)
     np.testing.assert_allclose(two.history["val_loss"], one.history["val_loss"], atol=1e-4)
@@ -170,14 +204,18 @@ def test_two_replicas_give_the_losses_of_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_xla_and_bfloat16_equal_the_plain_float32_run(tmp_path, reference):
-    """XLA, then bfloat16 + XLA, on one device (on two workers: tests/training/test_fault_tolerance.py).
+    """XLA, then bfloat16 + XLA, on one device (on two workers:
+    tests/training/test_fault_tolerance.py).
 
     (bfloat16 + XLA on two replicas here cost a second XLA compilation, 20-40 s of the suite.)
     """
-    xla = _job(tmp_path / "xla", epochs=6, model=_transformer, jit_compile=True)  # a compiled step equals the plain one
+    # a compiled step equals the plain one
+    xla = _job(tmp_path / "xla", epochs=6, model=_transformer, jit_compile=True)
     np.testing.assert_allclose(xla.history["loss"], reference.history["loss"], rtol=1e-4)
     _assert_same_weights(xla.model.get_weights(), reference.model.get_weights(), atol=1e-4)
-    bf16 = _job(tmp_path / "bf16", epochs=6, model=_transformer, mixed_precision=True, jit_compile=True)
+    bf16 = _job(
+        tmp_path / "bf16", epochs=6, model=_transformer, mixed_precision=True, jit_compile=True
+    )
     assert {layer.compute_dtype for layer in bf16.model.layers} >= {"bfloat16"}
     # bfloat16 rounds activations to 8 significant bits: the per-epoch losses
     # of this tiny model stay within 2% of float32 (measured on one device: under 1%).
@@ -201,18 +239,23 @@ def test_resuming_with_another_global_batch_is_refused(reference):
 
 @pytest.mark.slow
 def test_a_backup_of_another_model_is_refused_in_one_line(reference):
-    """A run folder of a bare backbone, resumed by a run that trains it in a task (as the jobs now do), is refused."""
+    """A run folder of a bare backbone, resumed by a run that trains
+    it in a task (as the jobs now do), is refused.
+    """
     from keras_attn.errors import UserError
     from keras_attn.models import Seq2SeqLM
 
-    with pytest.raises(UserError, match="its saved weights are of another model than this run builds"):
+    with pytest.raises(
+        UserError, match="its saved weights are of another model than this run builds"
+    ):
         _job(reference.run_dir, epochs=6, model=_transformer, wrap=Seq2SeqLM)
 
 
 @pytest.mark.slow
 def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, reference):
-    """The folder as the reference's epoch 2 left it (an interruption there and the end of a 2-epoch run
-    leave the same): rerun for 2 epochs it trains no more; given 6, it trains on as if it had never stopped."""
+    """The folder as the reference's epoch 2 left it (an interruption there
+    and the end of a 2-epoch run leave the same): rerun for 2 epochs it
+    trains no more; given 6, it trains on as if it had never stopped."""
     shutil.copytree(reference.after_epoch[2], tmp_path, dirs_exist_ok=True)
     steps_per_epoch = reference.steps // 6
 
@@ -230,7 +273,8 @@ def test_training_resumes_from_its_checkpoint_after_interruption(tmp_path, refer
     assert longer.best_val_loss == pytest.approx(reference.best_val_loss, rel=1e-5)
     _assert_same_weights(longer.model.get_weights(), reference.model.get_weights())
     assert not list(tmp_path.glob("*.tmp*"))
-    longer.model.load_weights(reference.after_epoch[2] / "best.weights.h5")  # the 2-epoch run's best
+    # the 2-epoch run's best
+    longer.model.load_weights(reference.after_epoch[2] / "best.weights.h5")
     _assert_same_weights(again.model.get_weights(), longer.model.get_weights(), atol=0)
 
     # history.json holds every epoch once, as the uninterrupted run's does.
@@ -268,7 +312,9 @@ def test_each_run_sets_its_own_precision_policy_in_a_shared_process():
 def _validation_loss(model):
     """The runner's validation loss of `model` on the 16 rows every `_job` validates on."""
     inputs = {name: values[:16] for name, values in INPUTS.items()}
-    return float(MaskedSparseCrossEntropy(label_smoothing=0.1)(TARGETS[:16], model(inputs, training=False)))
+    return float(
+        MaskedSparseCrossEntropy(label_smoothing=0.1)(TARGETS[:16], model(inputs, training=False))
+    )
 
 
 @pytest.mark.slow
@@ -291,35 +337,48 @@ def test_epoch_averaging_validates_the_mean_of_the_last_epochs(tmp_path, stopped
     assert _validation_loss(model) == pytest.approx(averaged[-1], rel=1e-4)
     # The best weights are the best of the single epochs and the means, and are what it returns.
     best = min(averaged)
-    assert best < min(straight.history["val_loss"]) and straight.best_val_loss == pytest.approx(best)
+    assert best < min(straight.history["val_loss"]) and straight.best_val_loss == pytest.approx(
+        best
+    )
     model.load_weights(tmp_path / "straight" / "best.weights.h5")
     assert _validation_loss(model) == pytest.approx(best, rel=1e-4)
-    # Training goes on from each epoch's own weights: the losses are those of a run without averaging.
+    # Training goes on from each epoch's own weights: the losses are
+    # those of a run without averaging.
     np.testing.assert_allclose(straight.history["loss"], stopped.history["loss"], rtol=1e-6)
 
-    # Interrupted after epoch 2 (its folder as epoch 2 left it) and resumed: the mean after the restart
-    # includes the epochs before it.
+    # Interrupted after epoch 2 (its folder as epoch 2 left it) and resumed: the mean after the
+    # restart includes the epochs before it.
     resumed = _job(copies.copy(2), epochs=5, **options)
     np.testing.assert_allclose(resumed.history["val_loss_averaged"], averaged[1:], rtol=1e-5)
     assert resumed.best_val_loss == pytest.approx(straight.best_val_loss, rel=1e-5)
 
 
 @pytest.mark.slow
-def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_backups_and_a_mid_epoch_resume_logs_the_whole_epoch(
+def test_max_updates_cuts_the_last_epoch_and_average_last_is_the_mean_of_the_last_backups(
     tmp_path,
 ):
-    """fairseq's --max-update 11 and average_checkpoints --num-update-checkpoints 3, with a backup every 4
-    updates: the model is the mean of the weights at updates 4, 8 and 11 (the last), also after a kill in the
+    """fairseq's --max-update 11 and average_checkpoints
+    --num-update-checkpoints 3, with a backup every 4
+    updates: the model is the mean of the weights at updates 4, 8 and
+        11 (the last), also after a kill in the
     first epoch and a resume from its backup, and a rerun gives it again."""
     from keras_attn.errors import UserError
 
     # 8 updates an epoch; dropout: the backup holds where its masks' seeds are
-    options = dict(batch_size=2, backup_every=4, max_updates=11, average_last=3, learning_rate=0.1, dropout=0.1)
+    options = dict(
+        batch_size=2, backup_every=4, max_updates=11, average_last=3, learning_rate=0.1, dropout=0.1
+    )
     copies = _CopyAfterStep(tmp_path / "straight", 6)
     straight = _job(tmp_path / "straight", epochs=1, callbacks=[copies], **options)
     assert straight.steps == 11 and len(straight.history["loss"]) == 2  # 8 updates, then 3
-    files = sorted((tmp_path / "straight" / "updates").glob("update-*.weights.h5"), key=lambda p: len(p.name))
-    assert [f.name for f in files] == ["update-4.weights.h5", "update-8.weights.h5", "update-11.weights.h5"]
+    files = sorted(
+        (tmp_path / "straight" / "updates").glob("update-*.weights.h5"), key=lambda p: len(p.name)
+    )
+    assert [f.name for f in files] == [
+        "update-4.weights.h5",
+        "update-8.weights.h5",
+        "update-11.weights.h5",
+    ]
     assert straight.averaged_updates == (4, 8, 11)  # what the job's last line names
     model = straight.model
     averaged = model.get_weights()
@@ -328,14 +387,21 @@ def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_ba
         model.load_weights(path)
         snapshots.append(model.get_weights())
     _assert_same_weights(averaged, [np.mean(ws, axis=0) for ws in zip(*snapshots)])
-    assert not all(np.allclose(a, b) for a, b in zip(snapshots[0], snapshots[2]))  # a mean of different weights
+    # a mean of different weights
+    assert not all(np.allclose(a, b) for a, b in zip(snapshots[0], snapshots[2]))
     model.set_weights(averaged)
     loss = MaskedSparseCrossEntropy(label_smoothing=0.1)
-    per_batch = [float(loss(TARGETS[i:i + 2], model({k: v[i:i + 2] for k, v in INPUTS.items()})))
-                 for i in range(0, 16, 2)]  # the runner's validation: batches of 2
-    assert straight.history["val_loss_average_last"] == [pytest.approx(np.mean(per_batch), rel=1e-4)]
-    # Killed after update 6 (the folder as update 6 left it), resumed from the backup of update 4: the same
-    # updates, the same mean. Interrupted again before it trains, it hands the interruption on.
+    # the runner's validation: batches of 2
+    per_batch = [
+        float(loss(TARGETS[i : i + 2], model({k: v[i : i + 2] for k, v in INPUTS.items()})))
+        for i in range(0, 16, 2)
+    ]
+    assert straight.history["val_loss_average_last"] == [
+        pytest.approx(np.mean(per_batch), rel=1e-4)
+    ]
+    # Killed after update 6 (the folder as update 6 left it), resumed
+    # from the backup of update 4: the same updates, the same mean.
+    # Interrupted again before it trains, it hands the interruption on.
     resumed_dir = copies.copy
     with pytest.raises(KeyboardInterrupt):
         _job(resumed_dir, epochs=1, callbacks=[_InterruptAtStart()], **options)
@@ -346,7 +412,9 @@ def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_ba
     assert resumed.initial_steps == 4 and resumed.steps == straight.steps == 11
     # The first epoch's metrics count its 4 steps before the backup too.
     np.testing.assert_allclose(resumed.history["loss"], straight.history["loss"], rtol=1e-5)
-    np.testing.assert_allclose(resumed.history["token_accuracy"], straight.history["token_accuracy"], rtol=1e-5)
+    np.testing.assert_allclose(
+        resumed.history["token_accuracy"], straight.history["token_accuracy"], rtol=1e-5
+    )
     for path in files:  # the weights at each update kept
         model.load_weights(path)
         kept = model.get_weights()
@@ -354,11 +422,21 @@ def test_max_updates_cuts_the_last_epoch_average_last_is_the_mean_of_the_last_ba
         _assert_same_weights(model.get_weights(), kept)
     _assert_same_weights(resumed.model.get_weights(), averaged, atol=1e-5)
     again = _job(resumed_dir, epochs=1, **options)
-    assert again.already_finished and resumed.averaged_updates == again.averaged_updates == (4, 8, 11)
+    assert again.already_finished and resumed.averaged_updates == again.averaged_updates == (
+        4,
+        8,
+        11,
+    )
     _assert_same_weights(again.model.get_weights(), averaged, atol=1e-5)
-    # A lower limit is already met; a higher one trains on to it, from update 11 (the finished run's last, kept).
+    # A lower limit is already met; a higher one trains on to it, from
+    # update 11 (the finished run's last, kept).
     assert _job(resumed_dir, epochs=1, **dict(options, max_updates=9)).already_finished
     longer = _job(resumed_dir, epochs=1, **dict(options, max_updates=14))
-    assert longer.steps == 14 and not longer.already_finished and longer.averaged_updates == (11, 12, 14)
-    assert sorted(int(f.name.split("-")[1].split(".")[0]) for f in (resumed_dir / "updates").iterdir()) == [
-        11, 12, 14]
+    assert (
+        longer.steps == 14
+        and not longer.already_finished
+        and longer.averaged_updates == (11, 12, 14)
+    )
+    assert sorted(
+        int(f.name.split("-")[1].split(".")[0]) for f in (resumed_dir / "updates").iterdir()
+    ) == [11, 12, 14]

@@ -37,9 +37,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_attn import evaluation  # noqa: E402
-from keras_attn.serving import versions  # noqa: E402
-from keras_attn.jobs import translation  # noqa: E402
 from keras_attn.config import TranslationConfig  # noqa: E402
+from keras_attn.jobs import translation  # noqa: E402
+from keras_attn.serving import versions  # noqa: E402
 
 
 def _die():
@@ -94,10 +94,16 @@ def main(config_json, out_prefix):
     result = translation.run(TranslationConfig(**config))
     np.savez(out_prefix + ".npz", *result.model.get_weights())
     with open(out_prefix + ".json", "w") as f:
-        json.dump({
-            "steps": result.steps, "history": result.history, "export_path": result.export_path,
-            "new_export": result.new_export, "already_finished": result.already_finished,
-        }, f)
+        json.dump(
+            {
+                "steps": result.steps,
+                "history": result.history,
+                "export_path": result.export_path,
+                "new_export": result.new_export,
+                "already_finished": result.already_finished,
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":
