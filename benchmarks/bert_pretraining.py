@@ -228,7 +228,7 @@ def measure_speed(batch, vocabulary_size, preset, max_length, xla_precision, rep
             cases["keras-hub XLA"] = training_step(
                 theirs, masked_lm_loss, keras_hub_inputs, jit_compile=True
             )
-        for name, step in cases.items():
+        for step in cases.values():
             for _ in range(2):
                 step(features, labels)  # trace, warm up
         times = {name: [] for name in cases}

@@ -91,9 +91,10 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
             seed=0,
         )
 
-    build = lambda: TransformerBackbone(
-        len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1
-    )  # noqa: E731
+    def build():
+        return TransformerBackbone(
+            len(vocab), len(vocab), max_sequence_length=64, preset="small", dropout=0.1
+        )
 
     def compile_model(model, total_steps=None):
         model.compile(

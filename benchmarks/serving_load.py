@@ -109,10 +109,9 @@ def model_bounds(export, texts, sentences=256):
     bounds = {}
     for beam in (1, 4):
 
-        def call(batch):
-            return translate(text=tf.constant(batch), beam_width=tf.constant(beam))[
-                "translation"
-            ].numpy()
+        def call(batch, beam=beam):
+            out = translate(text=tf.constant(batch), beam_width=tf.constant(beam))
+            return out["translation"].numpy()
 
         call(texts[:32]), call(texts[:1])  # warm-up
         alone = []

@@ -76,7 +76,7 @@ def summarize(runs, learning_rates):
     for rows in sorted({r for r, _, _, _ in runs}):
         for backbone in ("pretrained", "from_scratch"):
 
-            def results(rate):
+            def results(rate, rows=rows, backbone=backbone):
                 return [result[backbone] for r, _, lr, result in runs if r == rows and lr == rate]
 
             dev = {

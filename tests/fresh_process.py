@@ -91,7 +91,7 @@ def _child(script, args, env, cwd, standard):
         exec(
             compile(script, "<string>", "exec"),
             {"__name__": "__main__", "__builtins__": __builtins__},
-        )  # noqa: S102
+        )
     except SystemExit as exit:
         if isinstance(exit.code, str):
             print(exit.code, file=sys.stderr)

@@ -327,7 +327,7 @@ def test_stepper_steps_give_the_full_model_logits(model, stepper):
             tf.nest.flatten(new_state["encoded"]), tf.nest.flatten(state["encoded"])
         ):
             assert new is old
-        for new, old in zip(tf.nest.flatten(new_state["cache"]), tf.nest.flatten(state["cache"])):
+        for new in tf.nest.flatten(new_state["cache"]):
             assert new.shape == (4, 4, index + 1, 8)  # one more step
         state = new_state
 

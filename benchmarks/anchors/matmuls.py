@@ -53,8 +53,8 @@ def main():
         )
         times = alternate(
             {
-                "TensorFlow": lambda: matmul(tf_a, tf_b),
-                "PyTorch": lambda: tf.constant(torch.mm(torch_a, torch_b)[0, 0].item()),
+                "TensorFlow": lambda a=tf_a, b=tf_b: matmul(a, b),
+                "PyTorch": lambda a=torch_a, b=torch_b: tf.constant(torch.mm(a, b)[0, 0].item()),
             },
             repeats=3,
             calls=30,

@@ -244,7 +244,7 @@ def load_preprocessor(checkpoint, max_length):
             raise UserError(
                 f"{path}: not readable ({error.strerror}); a Marian folder has its SentencePiece "
                 "models"
-            )
+            ) from None
     return TranslationPreprocessor(
         MarianTokenizer(models[SOURCE_MODEL], checkpoint.vocabulary),
         MarianTokenizer(models[TARGET_MODEL], checkpoint.vocabulary),

@@ -399,17 +399,18 @@ class AttentionDecoder(keras.layers.Layer):
         if self.feeds_output:
             rest.append(state["feed"])
         states = []
-        for i, (layer_weights, cell_state) in enumerate(zip(rnn_weights, previous)):
-            if i:
-                projected = input_projection(
-                    self.dropout_layer(x, training=training), layer_weights
-                )
-            else:  # [E y_{t-1}; rest] W + b, as E y_{t-1} W_e + b + rest W_rest
+        x = None  # the output of the layer below
+        for layer_weights, cell_state in zip(rnn_weights, previous):
+            if x is None:  # [E y_{t-1}; rest] W + b, as E y_{t-1} W_e + b + rest W_rest
                 if embedded_projection is None:
                     embedded_projection = self._embedded_projection(embedded, layer_weights)
                 projected = embedded_projection
                 if rest:
                     projected += ops.matmul(ops.concatenate(rest, axis=-1), layer_weights["kernel"])
+            else:
+                projected = input_projection(
+                    self.dropout_layer(x, training=training), layer_weights
+                )
             x, cell_state = recurrence(self.cell, projected, cell_state, layer_weights)
             states.append(cell_state)
         new_state["rnn"] = states

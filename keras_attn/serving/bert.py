@@ -164,9 +164,9 @@ class BertServer(tf.Module):
         return self._run_classifier(token_ids, segment_ids)
 
     def _fill_mask(self, text, top_k):
-        encode = lambda token_ids, segment_ids: self._run_backbone(token_ids, segment_ids)[
-            "sequence_output"
-        ]  # noqa: E731
+        def encode(token_ids, segment_ids):
+            return self._run_backbone(token_ids, segment_ids)["sequence_output"]
+
         return fill_masks(
             self.preprocessor,
             encode,

@@ -158,13 +158,13 @@ def test_local_windows_stay_in_place_in_bfloat16(alignment):
     value = RNG.normal(size=(1, 600, 6)).astype("float32")
     # same input to both
     query = np.asarray(keras.ops.cast(RNG.normal(size=(1, 6)), "bfloat16"), "float32")
-    windows = []
+    windows, weights = [], None
     for dtype in ("float32", "mixed_bfloat16"):
         layer = DotProductAttention("general", window=2, alignment=alignment, dtype=dtype)
         layer.build(query[:, None].shape, value.shape)
-        if windows:
-            layer.set_weights(weights)
-        weights = layer.get_weights()
+        if weights is None:
+            weights = layer.get_weights()
+        layer.set_weights(weights)
         step = layer(query, value, query_position=513, return_attention_scores=True)[1]
         windows.append(np.flatnonzero(np.asarray(step, "float32")[0]))
     assert list(windows[1]) == list(windows[0])

@@ -274,7 +274,7 @@ def test_two_replicas_train_as_one_device():
     assert set(two_logs) == {"loss", *PretrainingMetrics.NAMES}
     for name, value in one_logs.items():
         assert two_logs[name] == pytest.approx(value, rel=1e-4), name
-    for a, b, start in zip(two, one, initial):
+    for a, b in zip(two, one):
         np.testing.assert_allclose(a, b, atol=2e-5)
     assert not np.allclose(two[0], initial[0])
 

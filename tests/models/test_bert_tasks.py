@@ -47,7 +47,7 @@ def test_fill_mask_answers_every_text_and_compiles_once(preprocessor):
     keras.utils.set_random_seed(0)
     model = BertMaskedLM.from_preset("tiny", preprocessor, **SMALL)
     rng = np.random.default_rng(0)
-    for call in range(20):
+    for _ in range(20):
         texts = [
             " ".join(rng.choice([*WORDS, "[MASK]", "[mask]", "zebra"], size=rng.integers(0, 14)))
             for _ in range(rng.integers(0, 5))

@@ -32,7 +32,7 @@ def test_captions_name_the_objects_left_to_right_with_their_relations():
                 )
             expected.append(f"a {size} {colour} {shape}")
         assert caption == " ".join(expected)
-        for (size, colour, shape), (x0, y0, x1, y1) in zip(named, boxes):
+        for (size, colour, _), (x0, y0, x1, y1) in zip(named, boxes):
             colour_of_centre = image[(y0 + y1) // 2, (x0 + x1) // 2] / 255
             # the named colour is there
             assert np.abs(colour_of_centre - scenes.COLOURS[colour]).max() < 0.3

@@ -170,9 +170,10 @@ def test_saved_model_tokenizes_in_a_process_with_only_tensorflow_text(training_t
     """)
     process = fresh_process.run(script)
     assert process.returncode == 0, process.stderr[-3000:]
-    read = lambda name, dtype: tf.io.parse_tensor(
-        tf.io.read_file(str(tmp_path / name)), dtype
-    ).numpy()  # noqa: E731
+
+    def read(name, dtype):
+        return tf.io.parse_tensor(tf.io.read_file(str(tmp_path / name)), dtype).numpy()
+
     expected = round_trip(inputs)
     assert (read("ids.pb", tf.int32) == expected["ids"].numpy()).all()
     assert read("text.pb", tf.string).tolist() == expected["text"].numpy().tolist()

@@ -3,21 +3,20 @@
 import json
 import os
 
+import ctranslate2
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-ctranslate2 = pytest.importorskip("ctranslate2")
-
-from keras_attn import decoding  # noqa: E402
-from keras_attn.errors import UserError  # noqa: E402
-from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone  # noqa: E402
+from keras_attn import decoding
+from keras_attn.errors import UserError
+from keras_attn.models import Seq2SeqBackbone, Seq2SeqLM, TransformerBackbone
 from keras_attn.serving.ctranslate2_export import (
     SEARCH_OPTIONS,
     ctranslate2_spec,
     export_ctranslate2,
-)  # noqa: E402
+)
 from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: E402
 
 pytest_plugins = ["tests.fixtures_export"]

@@ -126,7 +126,7 @@ class Cluster:
             process.wait()
             raise AssertionError(
                 f"{process.name} did not end within {timeout} s:\n{self.log(process)}"
-            )
+            ) from None
 
     def wait(self, process, timeout=TIMEOUT):
         code = self.exit_code(process, timeout)
