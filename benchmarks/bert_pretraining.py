@@ -475,7 +475,7 @@ def export_reinitialized(pretrained_dir, run_dir, keep_blocks=None):
     the top layers for few-sample fine-tuning (Zhang et al. 2021, "Revisiting
     few-sample BERT fine-tuning").
     """
-    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
+    from keras_attn.checkpoints.pretrained_bert import load_backbone, read_pretrained
     from keras_attn.models.bert import backbone_arguments
 
     tokenizer, settings = read_pretrained(pretrained_dir)

@@ -155,7 +155,7 @@ def estimator_probe(task, inputs, targets, draws=8):
     import tensorflow as tf
 
     from keras_attn.layers.caption_decoder import caption_log_likelihood
-    from keras_attn.special_tokens import PAD_ID
+    from pipelines.special_tokens import PAD_ID
 
     backbone = task.backbone
     baseline = backbone.decoder.baseline

@@ -20,8 +20,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from keras_attn.training.precision import NATIVE_BFLOAT16_FLAGS, cpu_info
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def uncached_greedy_search(model, source, max_length, bos_id=BOS_ID, eos_id=EOS_ID):

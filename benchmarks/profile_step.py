@@ -69,9 +69,9 @@ import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
 from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
-from keras_attn.special_tokens import SPECIAL_TOKENS  # noqa: E402
 from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
+from pipelines.special_tokens import SPECIAL_TOKENS  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "raw"
 CASES = (

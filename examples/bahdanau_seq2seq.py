@@ -25,7 +25,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
 from keras_attn.models import Seq2SeqBackbone  # noqa: E402
-from keras_attn.special_tokens import PAD_ID  # noqa: E402
+from pipelines.special_tokens import PAD_ID  # noqa: E402
 from pipelines.synthetic import reversal_task  # noqa: E402
 
 

@@ -21,4 +21,4 @@ with stderr_held():
     from keras_attn import layers  # noqa: F401
 
     if keras.backend.backend() == "tensorflow":  # the models run on TensorFlow only
-        from keras_attn import models  # noqa: F401
+        from keras_attn import checkpoints, models  # noqa: F401  (checkpoints: `from_preset`)

@@ -734,21 +734,23 @@ def _export_ct2(args):
 
 
 def _import(args):
-    from keras_attn import serving
-    from keras_attn.checkpoints import bert, huggingface, keras_hub, marian
+    from keras_attn import checkpoints, serving
+    from keras_attn.checkpoints import bert, marian
 
     _check_import_out(args.out, args.folder)
-    if huggingface.is_folder(args.folder) and keras_hub.is_preset(args.folder):
+    if not os.path.isdir(args.folder):
+        raise UserError(f"{args.folder}: no such folder")
+    kind = checkpoints.kind_of(args.folder)
+    if kind == "keras-hub":
         raise UserError(
             f"{args.folder}: a keras-hub preset folder, which holds no masked-LM head to export; "
             f"keras-attn finetune {args.folder} fine-tunes its encoder"
         )
-    kind = huggingface.model_type(args.folder)
-    if kind == "bert":
-        task = bert.pretrained_task(args.folder)
+    if kind == "huggingface-bert":
+        task = bert.pretrained_task(bert.read_checkpoint(args.folder))
         module, reads = serving.BertServer(task), "keras-attn fill-mask {} ... and finetune read it"
-    elif kind == "marian":
-        task = marian.load_task(args.folder)
+    elif kind == "huggingface-marian":
+        task = marian.build_task(marian.read_checkpoint(args.folder))
         translator = serving.Translator(
             task,
             compiled_search=getattr(
@@ -757,10 +759,7 @@ def _import(args):
         )
         module, reads = translator, "keras-attn translate {} ... translates with it"
     else:
-        raise UserError(
-            f"{os.path.join(args.folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "
-            "'marian' (the folders import reads)"
-        )
+        raise UserError(f"{args.folder}: already an export of keras-attn")
     out = os.path.normpath(args.out)
     path = serving.export(module, os.path.dirname(out) or ".", os.path.basename(out))
     print(f"{path}: {type(task).__name__} of {args.folder} ({reads.format(path)})")
@@ -928,8 +927,8 @@ def _pretrain(args):
 
 def _finetune(args):
     from keras_attn.checkpoints.huggingface import CONFIG
+    from keras_attn.checkpoints.pretrained_bert import is_checkpoint_folder
     from keras_attn.jobs import bert
-    from keras_attn.jobs.bert_loader import is_checkpoint_folder
 
     if not run_folder.is_run_folder(args.model_dir) and not is_checkpoint_folder(args.model_dir):
         _check_export_folder(

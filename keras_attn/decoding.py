@@ -50,7 +50,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn import graph
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 _INF = math.inf
 LENGTH_PENALTY = 0.6  # GNMT's α (Wu et al., 2016): beam search's default

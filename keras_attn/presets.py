@@ -45,6 +45,24 @@ PRESETS = {
 }
 
 
+_loader = []  # the one preset loader, `keras_attn.checkpoints.load`, once it is imported
+
+
+def set_loader(loader):
+    """Makes `loader(model_class, preset, **kwargs)` the one that every `from_preset` asks.
+
+    `keras_attn.checkpoints` sets itself when imported (as importing `keras_attn` does): it knows
+    the models; the models know only this hook.
+    """
+    _loader[:] = [loader]
+
+
+def load(model_class, preset, **kwargs):
+    """The model of class `model_class` that `preset` names (a size name or a folder), made by the
+    one preset loader."""
+    return _loader[0](model_class, preset, **kwargs)
+
+
 def architecture(family, preset, defaults, **given):
     """The architecture values a model of `family` is built with.
 

@@ -19,7 +19,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
     gen_sentencepiece_tokenizer as kernels,
 )
 
-from keras_attn.special_tokens import SPECIAL_TOKENS, UNK_ID
+from pipelines.special_tokens import SPECIAL_TOKENS, UNK_ID
 from pipelines.tokenizers import SubwordTokenizer
 
 LANGUAGE_CODE = r"^>>.*?<<"  # what MarianTokenizer takes off the front of a text as one token

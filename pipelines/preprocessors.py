@@ -9,9 +9,9 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn.special_tokens import BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID
 from pipelines.marian_tokenizer import MarianTokenizer
 from pipelines.sentencepiece_tokenizer import SentencePieceTokenizer
+from pipelines.special_tokens import BOS_ID, CLS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID
 from pipelines.tokenizers import SubwordTokenizer, WordPieceTokenizer
 
 

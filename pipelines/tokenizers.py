@@ -23,7 +23,7 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn.special_tokens import (  # noqa: F401  (this module's users import them from here too)
+from pipelines.special_tokens import (  # noqa: F401  (this module's users import them from here too)
     BOS_ID,
     CLS_ID,
     EOS_ID,

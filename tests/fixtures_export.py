@@ -23,9 +23,9 @@ from keras_attn.models import (
     Seq2SeqLM,
     TransformerBackbone,
 )
-from keras_attn.special_tokens import SPECIAL_TOKENS
 from pipelines import tokenizers
 from pipelines.preprocessors import BertPreprocessor, TranslationPreprocessor
+from pipelines.special_tokens import SPECIAL_TOKENS
 
 SOURCES = ["ein hund läuft .", "zwei katzen schlafen .", "der mann isst einen apfel ."]
 TARGETS = ["a dog runs .", "two cats sleep .", "the man eats an apple ."]

@@ -104,7 +104,7 @@ def test_captioning_grounding_reads_each_word_at_its_first_token():
     import numpy as np
 
     from benchmarks.captioning import grounding
-    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from pipelines.special_tokens import SPECIAL_TOKENS
     from pipelines.tokenizers import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "small", "r", "##e", "##d", "circle"])

@@ -260,9 +260,9 @@ def test_the_classifier_export_answers_as_the_jobs_model_and_scores_its_accuracy
     import numpy as np
     import tensorflow as tf
 
+    from keras_attn.checkpoints.pretrained_bert import read_pretrained
     from keras_attn.config import FinetuneConfig
     from keras_attn.jobs import bert
-    from keras_attn.jobs.bert_loader import read_pretrained
     from pipelines.classification import read_labelled_tsv
     from pipelines.preprocessors import pack
 

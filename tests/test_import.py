@@ -70,12 +70,12 @@ def saved(tmp_path_factory, tiny_translator):
         "import keras_attn\nimport keras",
         "import keras\nimport keras_attn",
         "import keras_attn\nfrom keras_attn import layers\nimport keras",
-        "import pipelines.preprocessors\nimport keras",
+        "import pipelines.preprocessors\nimport keras_attn\nimport keras",
     ],
 )
 def test_a_fresh_process_loads_a_saved_task_after_import_keras_attn(saved, imports):
-    """The last order: `pipelines` import `keras_attn`'s special tokens, which imports the models,
-    so the preprocessors alone register the task too, and no import cycle breaks.
+    """The last order: the data floor first (`pipelines` imports nothing of `keras_attn`), then
+    the package; no import cycle breaks.
 
     Where `keras_attn` comes first, `TF_CPP_MIN_LOG_LEVEL` is left unset:
     TensorFlow's start-up lines (oneDNN, CUDA stubs, absl) are held back

@@ -29,7 +29,6 @@ built (framework, model and optimizer), after the steps, and at its peak.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -41,19 +40,8 @@ import time
 
 import numpy as np
 
-
-def _special_tokens():
-    """`keras_attn/special_tokens.py` on its own: through the package it would import TensorFlow
-    (importing keras_attn registers its Keras classes), which a PyTorch process must not hold."""
-    folder = importlib.util.find_spec("keras_attn").submodule_search_locations[0]  # (runs nothing)
-    path = os.path.join(folder, "special_tokens.py")
-    spec = importlib.util.spec_from_file_location("keras_attn_special_tokens", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PAD_ID = _special_tokens().PAD_ID
+# pipelines/special_tokens.py imports nothing: a PyTorch process must not hold TensorFlow.
+from pipelines.special_tokens import PAD_ID
 
 CACHE = os.path.join(tempfile.gettempdir(), "keras_attn_anchors")
 BATCHES = 48  # the first batches of the job's epoch 0: warm-up and timed steps

@@ -1,5 +1,4 @@
-"""Hugging Face BERT folders (and keras-hub's, `checkpoints.keras_hub`)
-as our BERT models, with the reference's outputs.
+"""Hugging Face BERT folders as our BERT models, with the reference's outputs.
 
 A folder `save_pretrained` wrote for `BertModel`, `BertForPreTraining`,
 `BertForMaskedLM` or `BertForSequenceClassification` (its `config.json`,
@@ -8,21 +7,28 @@ prefix) becomes a `BertBackbone` of the same architecture, and its heads
 ours: the masked-LM head (transform, LayerNorm, output bias; the output
 projection is the token table in both) and the next-sentence head.
 
-Our special tokens have fixed ids (`special_tokens.SPECIAL_TOKENS`, 0-6); a
-Hugging Face vocabulary has its own (`[CLS]` is 101 in BERT's). With the
+Our special tokens have fixed ids (`pipelines.special_tokens.SPECIAL_TOKENS`,
+0-6); a Hugging Face vocabulary has its own (`[CLS]` is 101 in BERT's). With the
 folder's `vocab.txt`, the vocabulary is reordered to ours (`[BOS]` and `[EOS]`,
 which BERT does not use, take two `[unused]` slots) and the token table's rows
 and the masked LM's output bias with it; `tokenizer_config.json` says how text
 is normalised (`do_lower_case`; `strip_accents`, by default as lowercasing).
 LayerNorms named `gamma` and `beta` (older checkpoints) read as `weight` and `bias`.
+
+Everything is checked before the model is built: each setting's type and range,
+each size against the shape of the tensor it makes, the number of layers against
+the layers the weights hold, the vocabulary's tokens against the token table.
 """
 
 import dataclasses
+import inspect
 import os
 
-from keras_attn.checkpoints import huggingface
+from keras_attn.checkpoints import files, huggingface
+from keras_attn.checkpoints.tensors import TensorFiles
 from keras_attn.errors import UserError
-from keras_attn.special_tokens import SPECIAL_TOKENS
+from keras_attn.models.bert import BertBackbone, BertMaskedLM, BertPretrainer
+from pipelines.special_tokens import SPECIAL_TOKENS
 
 VOCABULARY = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -37,66 +43,121 @@ HIDDEN_ACT = {
     "silu": "silu",
     "swish": "silu",
 }
+SIZES = (
+    "vocab_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+)
+# Tensors some checkpoints hold and we do not read: a buffer of position ids, and the masked LM's
+# output projection and bias, which are the token table and `cls.predictions.bias` again.
+KNOWN_EXTRAS = (r"embeddings\.position_ids", r"cls\.predictions\.decoder\.(weight|bias)")
+# Our heads, by the tensor that tells a checkpoint has them, and how a refusal names them.
+HEADS = {"mlm_head": "cls.predictions.bias", "nsp_head": "cls.seq_relationship.weight"}
+HEAD_NAMES = {"mlm_head": "masked-LM head", "nsp_head": "next-sentence head"}
 
 
-def backbone_arguments(config, origin):
-    """`BertBackbone` arguments of a Hugging Face BERT `config.json`."""
-    if config.get("hidden_act") not in HIDDEN_ACT:
-        raise UserError(
-            f"{origin}: hidden_act {config.get('hidden_act')!r} is not one of "
-            f"{', '.join(HIDDEN_ACT)}"
-        )
-    if (
-        config.get("pad_token_id", 0) != 0
-        or config.get("position_embedding_type", "absolute") != "absolute"
-    ):
-        raise UserError(
-            f"{origin}: pad_token_id {config.get('pad_token_id')} and position_embedding_type "
-            f"{config.get('position_embedding_type')!r}: only 0 and 'absolute' (BERT's) are read"
-        )
-    sizes = huggingface.positive_whole_numbers(
-        config,
-        (
-            "vocab_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-            "num_hidden_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "intermediate_size",
-        ),
-        origin,
+def backbone_arguments(settings):
+    """`(sizes, arguments)`: the checked sizes of a BERT `config.json` (`Settings`) and the
+    `BertBackbone` arguments they make (the layers are counted in the weights, `read_checkpoint`).
+    """
+    activation = HIDDEN_ACT[settings.choice("hidden_act", HIDDEN_ACT)]
+    settings.equal("pad_token_id", 0, "only BERT's padding id 0 is read", default=0)
+    settings.equal(
+        "position_embedding_type",
+        "absolute",
+        "only BERT's absolute positions are read",
+        default="absolute",
     )
-    epsilon = config.get("layer_norm_eps")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon <= 0:
-        raise UserError(f"{origin}: layer_norm_eps {epsilon!r}, where a positive number belongs")
+    sizes = {name: settings.whole(name) for name in SIZES}
     if sizes["hidden_size"] % sizes["num_attention_heads"]:
         raise UserError(
-            f"{origin}: hidden_size {sizes['hidden_size']} does not split into num_attention_heads "
-            f"{sizes['num_attention_heads']} heads"
+            f"{settings.origin}: hidden_size {sizes['hidden_size']} does not split into "
+            f"num_attention_heads {sizes['num_attention_heads']} heads"
         )
-    return dict(
+    arguments = dict(
         vocabulary_size=sizes["vocab_size"],
         preset=None,
         max_sequence_length=sizes["max_position_embeddings"],
         num_segments=sizes["type_vocab_size"],
-        dropout=config.get("hidden_dropout_prob", 0.1),
-        num_layers=sizes["num_hidden_layers"],
+        dropout=settings.number("hidden_dropout_prob", at_least=0, below=1, default=0.1),
         hidden_dim=sizes["hidden_size"],
         num_heads=sizes["num_attention_heads"],
         intermediate_dim=sizes["intermediate_size"],
-        activation=HIDDEN_ACT[config["hidden_act"]],
-        layer_norm_epsilon=epsilon,
+        activation=activation,
+        layer_norm_epsilon=settings.number("layer_norm_eps", above=0, below=1),
     )
+    return sizes, arguments
 
 
-def read_vocabulary(path):
+def our_name(key):
+    """A tensor's name without the `bert.` prefix, LayerNorm's `gamma` and `beta` as `weight` and
+    `bias`."""
+    name = key.removeprefix("bert.")
+    if ".LayerNorm." in name or name.startswith("LayerNorm."):
+        name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+    return name
+
+
+def plan_of(sizes, layers, heads):
+    """The `huggingface.Plan` of a `BertBackbone` of `sizes` and `layers`, with `heads`."""
+    plan = huggingface.Plan(sizes)
+    width = "hidden_size"
+    plan.table(
+        "embeddings.word_embeddings.weight",
+        "embedding/token_embedding/embeddings",
+        ("vocab_size", width),
+    )
+    plan.tensor(
+        "embeddings.token_type_embeddings.weight",
+        "embedding/segment_embedding/embeddings",
+        ("type_vocab_size", width),
+    )
+    plan.tensor(
+        "embeddings.position_embeddings.weight",
+        "embedding/position_embedding/embeddings",
+        ("max_position_embeddings", width),
+    )
+    plan.layer_norm("embeddings.LayerNorm", "embedding/layer_norm", width)
+    plan.dense("pooler.dense", "pooler", width, width)
+    for layer in range(layers):
+        theirs, ours = f"encoder.layer.{layer}", f"encoder_block_{layer}"
+        names = {part: f"{theirs}.attention.self.{part}" for part in ("query", "key", "value")}
+        plan.attention(
+            {**names, "output": f"{theirs}.attention.output.dense"},
+            f"{ours}/self_attention",
+            width,
+            "num_attention_heads",
+        )
+        plan.layer_norm(
+            f"{theirs}.attention.output.LayerNorm", f"{ours}/self_attention_norm/layer_norm", width
+        )
+        inner = "intermediate_size"
+        plan.dense(f"{theirs}.intermediate.dense", f"{ours}/feed_forward/inner", width, inner)
+        plan.dense(f"{theirs}.output.dense", f"{ours}/feed_forward/outer", inner, width)
+        plan.layer_norm(f"{theirs}.output.LayerNorm", f"{ours}/feed_forward_norm/layer_norm", width)
+    if "mlm_head" in heads:  # its output projection is the token table
+        plan.dense("cls.predictions.transform.dense", "mlm_head/transform", width, width)
+        plan.layer_norm("cls.predictions.transform.LayerNorm", "mlm_head/layer_norm", width)
+        plan.table("cls.predictions.bias", "mlm_head/output_bias", ("vocab_size",))
+    if "nsp_head" in heads:  # label 0 is "B follows A" in both
+        plan.dense("cls.seq_relationship", "nsp_head/projection", width, 2)
+    return plan
+
+
+def read_vocabulary(path, size):
     """`(vocabulary, order)`: our order of the vocabulary file `path` (our special tokens first),
-    and for each of our ids the checkpoint's; `(None, None)` without the file."""
+    and for each of our ids the checkpoint's; `(None, None)` without the file.
+
+    Its tokens must be valid UTF-8, each once, as many as the token table's `size` rows.
+    """
     if not os.path.isfile(path):
         return None, None
-    with open(path, encoding="utf-8") as file:
-        theirs = [line.rstrip("\n") for line in file]
+    theirs = files.read_token_lines(path)
+    if len(theirs) != size:
+        raise UserError(f"{path}: {len(theirs)} tokens, where the token table has {size} rows")
     index = {token: i for i, token in enumerate(theirs)}
     spare = [i for i, token in enumerate(theirs) if token.startswith("[unused")][:2]
     stand_ins = {
@@ -115,10 +176,59 @@ def read_vocabulary(path):
     return list(SPECIAL_TOKENS) + [theirs[i] for i in order[len(SPECIAL_TOKENS) :]], order
 
 
-def load_preprocessor(checkpoint, max_length):
-    """The `BertPreprocessor` of a checkpoint's vocabulary and text
-    settings, or None without a vocabulary.
+def text_settings(folder):
+    """`(lowercase, strip_accents)` of the folder's `tokenizer_config.json`, with Hugging Face's
+    defaults (accents stripped when lowercasing, unless it says otherwise)."""
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    if not os.path.isfile(path):
+        return True, True
+    settings = files.read_settings(path)
+    lowercase = settings.boolean("do_lower_case", default=True)
+    if settings.values.get("strip_accents") is None:
+        return lowercase, lowercase
+    return lowercase, settings.boolean("strip_accents")
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A BERT checkpoint, checked: the `BertBackbone` arguments of its architecture, the `Plan` of
+    its weights (the backbone's and those of the heads it has), their files, its vocabulary in our
+    order (None without one) and how its text is normalised."""
+
+    folder: str
+    arguments: dict
+    plan: huggingface.Plan
+    tensors: object  # `TensorFiles`, or keras-hub's weights file (`checkpoints.keras_hub`)
+    heads: tuple
+    vocabulary: list
+    lowercase: bool
+    strip_accents: bool
+
+
+def read_checkpoint(folder):
+    """The `Checkpoint` of the Hugging Face BERT folder `folder`, every file checked, no tensor
+    read yet.
+
+    Tensors the model does not use are not read; those `KNOWN_EXTRAS` does not list are named in a
+    warning.
     """
+    settings = huggingface.read_config(folder, "bert")
+    sizes, arguments = backbone_arguments(settings)
+    tensors = TensorFiles(folder, rename=our_name)
+    arguments["num_layers"] = tensors.layer_count(
+        r"encoder\.layer\.(\d+)\.", "num_hidden_layers", settings, "encoder layer"
+    )
+    heads = tuple(head for head, marker in HEADS.items() if marker in tensors)
+    plan = plan_of(sizes, arguments["num_layers"], heads)
+    tensors.check(plan.expected, sizes, settings.origin)
+    huggingface.warn_unread(folder, tensors.unexpected(plan.expected, KNOWN_EXTRAS), "BERT")
+    vocabulary, plan.order = read_vocabulary(os.path.join(folder, VOCABULARY), sizes["vocab_size"])
+    return Checkpoint(folder, arguments, plan, tensors, heads, vocabulary, *text_settings(folder))
+
+
+def load_preprocessor(checkpoint, max_length):
+    """The `BertPreprocessor` of a checkpoint's vocabulary and text settings, or None without a
+    vocabulary."""
     from pipelines.preprocessors import BertPreprocessor
     from pipelines.tokenizers import WordPieceTokenizer
 
@@ -134,171 +244,22 @@ def load_preprocessor(checkpoint, max_length):
     )
 
 
-def text_settings(folder):
-    """`(lowercase, strip_accents)` of the folder's `tokenizer_config.json`, with Hugging Face's
-    defaults (accents stripped when lowercasing, unless it says otherwise)."""
-    settings = {}
-    path = os.path.join(folder, TOKENIZER_CONFIG)
-    if os.path.isfile(path):
-        settings = huggingface.read_json(path)
-        if not isinstance(settings, dict):
-            raise UserError(f"{path}: not a JSON object of settings")
-    lowercase = settings.get("do_lower_case", True)
-    return lowercase, lowercase if settings.get("strip_accents") is None else bool(
-        settings["strip_accents"]
-    )
-
-
-def read_weights(folder):
-    """The folder's weights by their names without the `bert.` prefix,
-    LayerNorm's as `weight` and `bias`.
-    """
-    weights = {}
-    for name, value in huggingface.read_weights(folder).items():
-        name = name.removeprefix("bert.")
-        if ".LayerNorm." in name or name.startswith("LayerNorm."):
-            name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
-        weights[name] = value
-    return huggingface.Weights(weights, folder)
-
-
-def backbone_values(weights, heads, order=None):
-    """`{our weight path: value}` of a `BertBackbone` with `heads` attention heads (the token
-    table's rows in `order`, `read_vocabulary`'s)."""
-    tokens = weights["embeddings.word_embeddings.weight"]
-    values = {
-        "embedding/token_embedding/embeddings": tokens if order is None else tokens[order],
-        "embedding/segment_embedding/embeddings": weights[
-            "embeddings.token_type_embeddings.weight"
-        ],
-        "embedding/position_embedding/embeddings": weights["embeddings.position_embeddings.weight"],
-        **huggingface.layer_norm(weights, "embeddings.LayerNorm", "embedding/layer_norm"),
-        **huggingface.dense(weights, "pooler.dense", "pooler"),
-    }
-    layer = 0
-    while f"encoder.layer.{layer}.attention.self.query.weight" in weights:
-        source, block = f"encoder.layer.{layer}", f"encoder_block_{layer}"
-        names = {part: f"{source}.attention.self.{part}" for part in ("query", "key", "value")}
-        values.update(
-            huggingface.attention(
-                weights,
-                {**names, "output": f"{source}.attention.output.dense"},
-                f"{block}/self_attention",
-                heads,
-            )
-        )
-        values.update(
-            huggingface.layer_norm(
-                weights,
-                f"{source}.attention.output.LayerNorm",
-                f"{block}/self_attention_norm/layer_norm",
-            )
-        )
-        values.update(
-            huggingface.dense(
-                weights, f"{source}.intermediate.dense", f"{block}/feed_forward/inner"
-            )
-        )
-        values.update(
-            huggingface.dense(weights, f"{source}.output.dense", f"{block}/feed_forward/outer")
-        )
-        values.update(
-            huggingface.layer_norm(
-                weights, f"{source}.output.LayerNorm", f"{block}/feed_forward_norm/layer_norm"
-            )
-        )
-        layer += 1
-    return values
-
-
-def masked_lm_values(weights, order=None):
-    """Our `mlm_head`'s weights (its output projection is the token
-    table, set with the backbone's).
-    """
-    bias = weights["cls.predictions.bias"]
-    return {
-        **huggingface.dense(weights, "cls.predictions.transform.dense", "mlm_head/transform"),
-        **huggingface.layer_norm(
-            weights, "cls.predictions.transform.LayerNorm", "mlm_head/layer_norm"
-        ),
-        "mlm_head/output_bias": bias if order is None else bias[order],
-    }
-
-
-def next_sentence_values(weights):
-    """Our `nsp_head`'s weights: label 0 is "B follows A" in both."""
-    return huggingface.dense(weights, "cls.seq_relationship", "nsp_head/projection")
-
-
-@dataclasses.dataclass
-class Checkpoint:
-    """A BERT checkpoint, read once: the `BertBackbone` arguments of its architecture, its weights
-    as ours (by weight path: the backbone's and those of the heads it has), its vocabulary in our
-    order (None without one) and how its text is normalised."""
-
-    folder: str
-    arguments: dict
-    values: dict
-    heads: tuple
-    vocabulary: list
-    lowercase: bool
-    strip_accents: bool
-
-
-HEADS = {"mlm_head": "masked-LM head", "nsp_head": "next-sentence head"}
-
-
-def read_checkpoint(folder):
-    """The `Checkpoint` of `folder`, a Hugging Face BERT folder or a
-    keras-hub preset folder, each file read once."""
-    from keras_attn.checkpoints import keras_hub
-
-    if keras_hub.is_preset(folder):
-        return keras_hub.read_bert(folder)
-    config = huggingface.read_config(folder, "bert")
-    # its settings checked first
-    arguments = backbone_arguments(config, os.path.join(folder, huggingface.CONFIG))
-    weights = read_weights(folder)
-    vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
-    values = backbone_values(weights, arguments["num_heads"], order)
-    heads = []
-    if "cls.predictions.bias" in weights:
-        values.update(masked_lm_values(weights, order))
-        heads.append("mlm_head")
-    if "cls.seq_relationship.weight" in weights:
-        values.update(next_sentence_values(weights))
-        heads.append("nsp_head")
-    return Checkpoint(folder, arguments, values, tuple(heads), vocabulary, *text_settings(folder))
-
-
-def load_backbone(folder, **kwargs):
-    """A `BertBackbone` with the weights of the Hugging Face BERT folder `folder` (`kwargs` win over
-    its config: `dropout`, `dtype`, `name`)."""
-    return _backbone(read_checkpoint(folder), **kwargs)
-
-
-def _backbone(checkpoint, **kwargs):
-    from keras_attn.models.bert import BertBackbone
-
+def build_backbone(checkpoint, **kwargs):
+    """A `BertBackbone` of the checkpoint, with its weights (`kwargs`: `OWN_CHOICES`)."""
+    huggingface.check_own_choices(kwargs, checkpoint.folder)
     backbone = BertBackbone(**{**checkpoint.arguments, **kwargs})
-    huggingface.assign(backbone.weights, checkpoint.values, checkpoint.folder)
+    huggingface.assign(backbone.weights, checkpoint.plan, checkpoint.tensors, checkpoint.folder)
     return backbone
 
 
-def load_task(task_class, folder, preprocessor=None, **kwargs):
-    """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the folder's backbone,
-    with the heads the checkpoint has and, unless one is given, the preprocessor of its vocabulary
-    (`load_preprocessor`); a head the task needs and the checkpoint lacks is refused in one line (a
-    classifier's output layer is new)."""
-    return _task(task_class, read_checkpoint(folder), preprocessor, **kwargs)
-
-
-def _task(task_class, checkpoint, preprocessor=None, **kwargs):
-    import inspect
-
+def build_task(task_class, checkpoint, preprocessor=None, **kwargs):
+    """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the checkpoint's
+    backbone, with the heads it has and, unless one is given, the preprocessor of its vocabulary
+    (`load_preprocessor`); a head the task needs and the checkpoint lacks is refused in one line
+    (a classifier's output layer is new)."""
     own = inspect.signature(task_class.__init__).parameters
     task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
-    backbone = _backbone(checkpoint, **kwargs)
+    backbone = build_backbone(checkpoint, **kwargs)
     if preprocessor is None:
         preprocessor = load_preprocessor(checkpoint, backbone.get_config()["max_sequence_length"])
     task = task_class(backbone, preprocessor=preprocessor, **task_arguments)
@@ -306,27 +267,25 @@ def _task(task_class, checkpoint, preprocessor=None, **kwargs):
         if hasattr(task, head):
             if head not in checkpoint.heads:
                 raise UserError(
-                    f"{checkpoint.folder}: no {HEADS[head]} in its checkpoint, which "
+                    f"{checkpoint.folder}: no {HEAD_NAMES[head]} in its checkpoint, which "
                     f"{task_class.__name__} needs"
                 )
-            # not the token table
+            # its own weights, not the token table
             owned = [w for w in getattr(task, head).weights if w.path.startswith(f"{head}/")]
-            huggingface.assign(owned, checkpoint.values, checkpoint.folder)
+            huggingface.assign(owned, checkpoint.plan, checkpoint.tensors, checkpoint.folder)
     return task
 
 
-def pretrained_task(folder):
-    """The folder's task with every head its checkpoint has: `BertPretrainer`
-    (masked LM and next sentence) or `BertMaskedLM`; a checkpoint without a
-    masked-LM head (a bare `BertModel`) is refused in one line."""
-    from keras_attn.models.bert import BertMaskedLM, BertPretrainer
-
-    checkpoint = read_checkpoint(folder)
+def pretrained_task(checkpoint):
+    """The checkpoint's task with every head it has: `BertPretrainer` (masked LM and next
+    sentence) or `BertMaskedLM`; a checkpoint without a masked-LM head (a bare `BertModel`) is
+    refused in one line."""
     if "mlm_head" not in checkpoint.heads:
         raise UserError(
-            f"{folder}: no masked-LM head in its weights; a bare encoder loads with "
+            f"{checkpoint.folder}: no masked-LM head in its weights; a bare encoder loads with "
             "BertBackbone.from_preset(folder)"
         )
     if checkpoint.vocabulary is None:
-        raise UserError(f"{folder}: no {VOCABULARY}, which an export needs to read text")
-    return _task(BertPretrainer if "nsp_head" in checkpoint.heads else BertMaskedLM, checkpoint)
+        raise UserError(f"{checkpoint.folder}: no {VOCABULARY}, which an export needs to read text")
+    task_class = BertPretrainer if "nsp_head" in checkpoint.heads else BertMaskedLM
+    return build_task(task_class, checkpoint)

@@ -1,155 +1,164 @@
-"""A Hugging Face model folder read without torch: its `config.json`
-and its safetensors weights as NumPy arrays.
+"""Hugging Face model folders read without torch: what a converter expects of their tensors, and
+how each of our weights is made from them.
 
-`save_pretrained` (and `hf download`) write `config.json` and
-either `model.safetensors` or shards listed by `model.safetensors.index.json`.
-The weights are read with the `safetensors` package into float32 NumPy arrays,
-and become ours by the same rules in every model:
+A PyTorch layer's weights become ours by the same rules in every model:
 
     torch Linear weight W (out, in)   → Dense kernel W.T
     query/key/value W (d, d), b (d,)  → kernel W.T as (d, heads, d/heads), bias as (heads, d/heads)
     attention output W (d, d)         → output_kernel W.T as (heads, d/heads, d)
     LayerNorm weight, bias            → gamma, beta
+    Embedding weight (rows, d)        → embeddings, its rows in our vocabulary's order
+
+A `Plan` records both sides from the settings alone, before any tensor is read: `expected` (each
+tensor's name and shape, checked against the files' headers by `TensorFiles.check`) and `values`
+(for each of our weight paths, how to make it), which `assign` follows one weight at a time.
 """
 
-import json
 import os
+import warnings
 
 import numpy as np
 
+from keras_attn.checkpoints import files
 from keras_attn.errors import UserError
 
 CONFIG = "config.json"
-WEIGHTS = "model.safetensors"
-SHARDS = "model.safetensors.index.json"
+# What a caller may set on a checkpoint's model; the rest is its architecture.
+OWN_CHOICES = ("dropout", "dtype", "name", "trainable")
 
 
 def is_folder(path):
-    """Whether `path` is a folder (a Hugging Face model folder, where a preset would be a name)."""
+    """Whether `path` is a folder (a checkpoint folder, where a preset would be a name)."""
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path)
 
 
-def names_checkpoint(preset, presets):
-    """Whether `from_preset(preset)` reads a checkpoint folder: `preset` is a folder and not one of
-    `presets` (a preset's name wins over a folder of that name)."""
-    return preset not in presets and is_folder(preset)
-
-
-def read_json(path):
-    """The JSON file `path`, refused in one line if it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: not a readable JSON file ({error})") from None
-
-
 def read_config(folder, model_type):
-    """`config.json` of `folder`, refused in one line unless its
-    `model_type` is `model_type` (any, with None).
-    """
-    if not os.path.isdir(folder):
-        raise UserError(f"{folder}: no such folder")
-    path = os.path.join(folder, CONFIG)
-    config = read_json(path)
-    if not isinstance(config, dict):
-        raise UserError(f"{path}: not a JSON object of settings")
-    if model_type not in (None, config.get("model_type")):
-        raise UserError(f"{path}: model_type {config.get('model_type')!r}, not {model_type!r}")
-    return config
+    """The `Settings` of `folder`'s `config.json`, refused in one line unless its `model_type` is
+    `model_type`."""
+    settings = files.read_settings(os.path.join(folder, CONFIG))
+    settings.equal("model_type", model_type, f"not a {model_type} folder")
+    return settings
 
 
-def positive_whole_numbers(config, names, origin):
-    """`{name: config[name]}`, refused in one line where a setting is
-    missing or not a positive whole number.
-    """
-    for name in names:
-        if name not in config:
-            raise UserError(f"{origin}: no {name}")
-        value = config[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{origin}: {name} {value!r}, where a positive whole number belongs")
-    return {name: config[name] for name in names}
-
-
-def read_weights(folder):
-    """`{name: float32 array}` of every weight in `folder`'s `model.safetensors` or its shards."""
-    from safetensors import SafetensorError, safe_open
-
-    index = os.path.join(folder, SHARDS)
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as file:
-            files = sorted(set(json.load(file)["weight_map"].values()))
-    elif os.path.isfile(os.path.join(folder, WEIGHTS)):
-        files = [WEIGHTS]
-    else:
+def check_own_choices(kwargs, folder):
+    """Refuses in one line an architecture argument given beside a checkpoint, which fixes it."""
+    fixed = sorted(set(kwargs) - set(OWN_CHOICES))
+    if fixed:
         raise UserError(
-            f"{folder}: no {WEIGHTS} or {SHARDS} (only safetensors weights are read; "
-            "`save_pretrained(..., safe_serialization=True)` writes them)"
+            f"{folder}: {', '.join(fixed)}: set by its checkpoint; only {', '.join(OWN_CHOICES)} "
+            "may be given with it"
         )
-    weights = {}
-    for name in files:
-        path = os.path.join(folder, name)
-        try:
-            with safe_open(path, framework="np") as file:
-                for key in file.keys():
-                    weights[key] = np.asarray(file.get_tensor(key), np.float32)
-        except (OSError, SafetensorError) as error:
-            raise UserError(f"{path}: not a readable safetensors file ({error})") from None
-    return weights
+
+
+def warn_unread(origin, names, family):
+    """Warns, in one line, of a checkpoint's tensors `names` that are no part of a `family` model
+    and are not read."""
+    if names:
+        warnings.warn(
+            f"{origin}: not read, not part of a {family}: {', '.join(names)}", stacklevel=3
+        )
 
 
 def model_type(folder):
-    """The `model_type` of `folder`'s `config.json`."""
-    return read_config(folder, None).get("model_type")
+    """The `model_type` of `folder`'s `config.json` (None if it names none)."""
+    settings = files.read_settings(os.path.join(folder, CONFIG))
+    kind = settings.values.get("model_type")
+    return kind if isinstance(kind, str) else None
 
 
-def dense(weights, name, into):
-    """`{into/kernel, into/bias}` of the torch Linear `name`."""
-    return {f"{into}/kernel": weights[f"{name}.weight"].T, f"{into}/bias": weights[f"{name}.bias"]}
+class Plan:
+    """The tensors a converter expects and how each of our weights is made from them.
+
+    Args:
+        sizes: dict. `{setting name: value}`: the shapes in `expected` name these sizes, so a shape
+            the weights disagree with is said with the settings that made it.
+    """
+
+    def __init__(self, sizes):
+        self.sizes = dict(sizes)
+        self.expected = {}  # {tensor name: shape, each dimension a number or a size's name}
+        self.values = {}  # {our weight path: function of the `TensorFiles` → array}
+        self.order = None  # our vocabulary's order: for each of our ids, the checkpoint's
+
+    def dense(self, name, into, inputs, outputs):
+        """The torch Linear `name` (`outputs` × `inputs`) as our Dense `into`."""
+        self.expected.update({f"{name}.weight": (outputs, inputs), f"{name}.bias": (outputs,)})
+        self.values[f"{into}/kernel"] = lambda tensors: tensors.read(f"{name}.weight").T
+        self.values[f"{into}/bias"] = lambda tensors: tensors.read(f"{name}.bias")
+
+    def layer_norm(self, name, into, width):
+        """The torch LayerNorm `name` as our LayerNormalization `into`."""
+        self.expected.update({f"{name}.weight": (width,), f"{name}.bias": (width,)})
+        self.values[f"{into}/gamma"] = lambda tensors: tensors.read(f"{name}.weight")
+        self.values[f"{into}/beta"] = lambda tensors: tensors.read(f"{name}.bias")
+
+    def attention(self, names, into, width, heads):
+        """Our `MultiHeadAttention` `into`, of the Linear layers `names` gives for "query", "key",
+        "value" and "output" (each `width` × `width`, split into `heads`)."""
+        for part in ("query", "key", "value", "output"):
+            self.expected.update(
+                {f"{names[part]}.weight": (width, width), f"{names[part]}.bias": (width,)}
+            )
+        for part in ("query", "key", "value"):
+            name = names[part]
+            self.values[f"{into}/{part}_kernel"] = lambda tensors, name=name: _split_heads(
+                tensors.read(f"{name}.weight").T, self.size(heads)
+            )
+            self.values[f"{into}/{part}_bias"] = lambda tensors, name=name: tensors.read(
+                f"{name}.bias"
+            ).reshape(self.size(heads), -1)
+        name = names["output"]
+        self.values[f"{into}/output_kernel"] = lambda tensors: tensors.read(
+            f"{name}.weight"
+        ).T.reshape(self.size(heads), -1, self.size(width))
+        self.values[f"{into}/output_bias"] = lambda tensors: tensors.read(f"{name}.bias")
+
+    def table(self, name, into, shape, fill=0.0):
+        """The tensor `name` of `shape`, a row per token (a torch Embedding's, a logit bias), as our
+        weight `into`, its rows in our vocabulary's order (`self.order`; a row the checkpoint lacks,
+        None there, is `fill`)."""
+        self.expected[name] = shape
+        self.values[into] = lambda tensors: self.in_our_order(tensors.read(name), fill)
+
+    def tensor(self, name, into, shape, reshape=None):
+        """The tensor `name` (of `shape`) as our weight `into`, reshaped to `reshape` if given."""
+        self.expected[name] = shape
+        self.values[into] = lambda tensors: (
+            tensors.read(name) if reshape is None else tensors.read(name).reshape(reshape)
+        )
+
+    def size(self, dim):
+        """A dimension's value: `dim` itself, or the size it names."""
+        return self.sizes[dim] if isinstance(dim, str) else dim
+
+    def in_our_order(self, rows, fill=0.0):
+        """`rows` (the checkpoint's, by its ids) by our ids, when the vocabulary was reordered."""
+        if self.order is None:
+            return rows
+        if None not in self.order:
+            return rows[self.order]
+        blank = np.full_like(rows[0], fill)
+        return np.stack([rows[i] if i is not None else blank for i in self.order])
 
 
-def layer_norm(weights, name, into):
-    """`{into/gamma, into/beta}` of the LayerNorm `name`."""
-    return {f"{into}/gamma": weights[f"{name}.weight"], f"{into}/beta": weights[f"{name}.bias"]}
+def _split_heads(kernel, heads):
+    """A `(d, d)` kernel as `(d, heads, d / heads)`."""
+    return kernel.reshape(kernel.shape[0], heads, -1)
 
 
-def attention(weights, names, into, heads):
-    """Our `MultiHeadAttention` `into`'s weights, of the Linear layers `names` gives for "query",
-    "key", "value" and "output"."""
-    values = {}
-    for part in ("query", "key", "value"):
-        kernel = weights[f"{names[part]}.weight"].T
-        values[f"{into}/{part}_kernel"] = kernel.reshape(kernel.shape[0], heads, -1)
-        values[f"{into}/{part}_bias"] = weights[f"{names[part]}.bias"].reshape(heads, -1)
-    output = weights[f"{names['output']}.weight"].T
-    values[f"{into}/output_kernel"] = output.reshape(heads, -1, output.shape[1])
-    values[f"{into}/output_bias"] = weights[f"{names['output']}.bias"]
-    return values
+def assign(weights, plan, tensors, origin):
+    """Sets each of `weights` (a model's) from `plan`, reading one tensor at a time.
 
-
-def assign(weights, values, origin):
-    """Sets each of `weights` to `values[weight.path]`, refusing in
-    one line a weight of the wrong shape.
+    The shapes were checked against the plan before the model was built; a weight the plan does
+    not make, or makes in another shape, is refused in one line (a converter's mistake).
     """
     for weight in weights:
-        value = values[weight.path]
+        if weight.path not in plan.values:
+            raise UserError(f"{origin}: nothing in its checkpoint makes the model's {weight.path}")
+        value = plan.values[weight.path](tensors)
         if tuple(value.shape) != tuple(weight.shape):
             raise UserError(
                 f"{origin}: {weight.path} has shape {tuple(value.shape)} in the checkpoint, the "
                 f"model's is {tuple(weight.shape)}"
             )
         weight.assign(value)
-
-
-class Weights(dict):
-    """A checkpoint's weights by name; a name asked for and missing is
-    refused in one line naming the folder.
-    """
-
-    def __init__(self, values, origin):
-        super().__init__(values)
-        self.origin = origin
-
-    def __missing__(self, name):
-        raise UserError(f"{self.origin}: no weight {name} in its checkpoint")

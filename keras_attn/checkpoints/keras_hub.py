@@ -1,5 +1,5 @@
-"""keras-hub BERT preset folders (what `save_to_preset` writes) as our
-`BertBackbone`, with keras-hub's outputs.
+"""keras-hub BERT preset folders (what `save_to_preset` writes) as our `BertBackbone`, with
+keras-hub's outputs.
 
 A preset folder holds `config.json` (the backbone's Keras config, registered
 name `keras_hub>BertBackbone`), `model.weights.h5` (its weights, in Keras's
@@ -9,133 +9,180 @@ made them), `tokenizer.json` (`lowercase`, `strip_accents`) and
 approximation and LayerNorm with epsilon 1e-12; its kernels already have our
 shapes. The masked-LM head of a keras-hub task (`task.weights.h5`) is not read:
 its activation and epsilon differ from the backbone's, where ours share them.
+
+As for Hugging Face folders, every setting, shape and dtype is checked, from the
+weights file's dataset headers, before the model is built.
 """
 
 import os
 
-from keras_attn.checkpoints.huggingface import CONFIG, read_json
+from keras_attn.checkpoints import bert, files, huggingface
+from keras_attn.checkpoints.tensors import Tensor, TensorHeaders
 from keras_attn.errors import UserError
 
 WEIGHTS, TOKENIZER = "model.weights.h5", "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
 BACKBONE = "keras_hub>BertBackbone"
+SIZES = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "max_sequence_length",
+    "num_segments",
+)
 
 
 def is_preset(folder):
     """Whether `folder` is a keras-hub preset folder: its `config.json` names a keras-hub class."""
-    path = os.path.join(folder, CONFIG)
+    path = os.path.join(folder, huggingface.CONFIG)
     if not os.path.isfile(path):
         return False
-    config = read_json(path)
+    config = files.read_json(path)
     return isinstance(config, dict) and str(config.get("registered_name", "")).startswith(
         "keras_hub>"
     )
 
 
-def read_weights(path):
-    """`{layer path inside the file: [its variables in order]}` of a Keras `.weights.h5` file."""
-    import h5py
+class KerasWeights(TensorHeaders):
+    """The variables of a Keras `.weights.h5` file, named `layer/index` (the layer's path in the
+    file, the variable's index in it), known by their dataset headers."""
 
-    layers = {}
-    try:
-        with h5py.File(path, "r") as file:
+    FLOATS = ("float16", "float32", "float64")
 
-            def visit(name, item):
-                if isinstance(item, h5py.Dataset) and "/vars/" in name:
-                    layer, index = name.rsplit("/vars/", 1)
-                    layers.setdefault(layer.removeprefix("layers/"), {})[int(index)] = item[()]
+    def __init__(self, path):
+        import h5py
 
-            file.visititems(visit)
-    except OSError as error:
-        raise UserError(f"{path}: not a readable Keras weights file ({error})") from None
-    return {layer: [found[i] for i in sorted(found)] for layer, found in layers.items()}
+        super().__init__(path)
+        self.path = path
+        try:
+            with h5py.File(path, "r") as file:
+                file.visititems(self._visit)
+        except OSError as error:
+            raise UserError(f"{path}: not a readable Keras weights file ({error})") from None
+
+    def _visit(self, name, item):
+        import h5py
+
+        if isinstance(item, h5py.Dataset) and "/vars/" in name:
+            layer, index = name.rsplit("/vars/", 1)
+            ours = f"{layer.removeprefix('layers/')}/{index}"
+            self.headers[ours] = Tensor(self.path, name, str(item.dtype), tuple(item.shape))
+
+    def load(self, tensor):
+        import h5py
+
+        with h5py.File(tensor.path, "r") as file:
+            return file[tensor.key][()]
 
 
-def _layer(layers, name, origin):
-    if name not in layers:
-        raise UserError(f"{origin}: no layer {name} in its weights")
-    return layers[name]
-
-
-def backbone_values(layers, num_layers, order, origin):
-    """`{our weight path: value}` of a `BertBackbone` from the layers of keras-hub's
-    `model.weights.h5` (the token table's rows in `order`)."""
-
-    def take(name):
-        return _layer(layers, name, origin)
-
-    tokens = take("reversible_embedding")[0]
-    values = {
-        "embedding/token_embedding/embeddings": tokens if order is None else tokens[order],
-        "embedding/segment_embedding/embeddings": take("embedding")[0],
-        "embedding/position_embedding/embeddings": take("position_embedding")[0],
-        "embedding/layer_norm/gamma": take("layer_normalization")[0],
-        "embedding/layer_norm/beta": take("layer_normalization")[1],
-        "pooler/kernel": take("dense")[0],
-        "pooler/bias": take("dense")[1],
+def plan_of(sizes, layers):
+    """The `huggingface.Plan` of a `BertBackbone` from the variables of keras-hub's
+    `model.weights.h5` (the token table's rows in our vocabulary's order)."""
+    plan = huggingface.Plan(sizes)
+    width, inner = "hidden_dim", "intermediate_dim"
+    plan.table(
+        "reversible_embedding/0",
+        "embedding/token_embedding/embeddings",
+        ("vocabulary_size", width),
+    )
+    tensors = {
+        "embedding/0": ("embedding/segment_embedding/embeddings", ("num_segments", width)),
+        "position_embedding/0": (
+            "embedding/position_embedding/embeddings",
+            ("max_sequence_length", width),
+        ),
+        "layer_normalization/0": ("embedding/layer_norm/gamma", (width,)),
+        "layer_normalization/1": ("embedding/layer_norm/beta", (width,)),
+        "dense/0": ("pooler/kernel", (width, width)),
+        "dense/1": ("pooler/bias", (width,)),
     }
-    sublayers = {
-        "_self_attention_layer_norm": "self_attention_norm/layer_norm",
-        "_feedforward_intermediate_dense": "feed_forward/inner",
-        "_feedforward_output_dense": "feed_forward/outer",
-        "_feedforward_layer_norm": "feed_forward_norm/layer_norm",
-    }
-    for i in range(num_layers):
-        theirs, block = "transformer_encoder" + (f"_{i}" if i else ""), f"encoder_block_{i}"
-        for part in ("query", "key", "value", "output"):
-            kernel, bias = take(f"{theirs}/_self_attention_layer/{part}_dense")
-            values[f"{block}/self_attention/{part}_kernel"] = kernel
-            values[f"{block}/self_attention/{part}_bias"] = bias
-        for sublayer, ours in sublayers.items():
-            first, second = take(f"{theirs}/{sublayer}")
-            names = ("gamma", "beta") if ours.endswith("layer_norm") else ("kernel", "bias")
-            values.update(
-                {f"{block}/{ours}/{names[0]}": first, f"{block}/{ours}/{names[1]}": second}
+    head = "head_dim"
+    for layer in range(layers):
+        theirs, ours = (
+            "transformer_encoder" + (f"_{layer}" if layer else ""),
+            f"encoder_block_{layer}",
+        )
+        attention = f"{theirs}/_self_attention_layer"
+        for part in ("query", "key", "value"):
+            tensors[f"{attention}/{part}_dense/0"] = (
+                f"{ours}/self_attention/{part}_kernel",
+                (width, "num_heads", head),
             )
-    return values
+            tensors[f"{attention}/{part}_dense/1"] = (
+                f"{ours}/self_attention/{part}_bias",
+                ("num_heads", head),
+            )
+        tensors[f"{attention}/output_dense/0"] = (
+            f"{ours}/self_attention/output_kernel",
+            ("num_heads", head, width),
+        )
+        tensors[f"{attention}/output_dense/1"] = (f"{ours}/self_attention/output_bias", (width,))
+        for sublayer, our_sublayer, shapes in (
+            ("_self_attention_layer_norm", "self_attention_norm/layer_norm", [(width,), (width,)]),
+            ("_feedforward_intermediate_dense", "feed_forward/inner", [(width, inner), (inner,)]),
+            ("_feedforward_output_dense", "feed_forward/outer", [(inner, width), (width,)]),
+            ("_feedforward_layer_norm", "feed_forward_norm/layer_norm", [(width,), (width,)]),
+        ):
+            names = ("gamma", "beta") if our_sublayer.endswith("layer_norm") else ("kernel", "bias")
+            for index, (name, shape) in enumerate(zip(names, shapes)):
+                tensors[f"{theirs}/{sublayer}/{index}"] = (f"{ours}/{our_sublayer}/{name}", shape)
+    for theirs, (ours, shape) in tensors.items():
+        plan.tensor(theirs, ours, shape)
+    return plan
 
 
 def read_bert(folder):
-    """The `checkpoints.bert.Checkpoint` of a keras-hub BERT preset
-    folder: the backbone, no heads.
-    """
-    from keras_attn.checkpoints.bert import Checkpoint, read_vocabulary
-
-    config_path = os.path.join(folder, CONFIG)
-    config = read_json(config_path)
-    if config.get("registered_name") != BACKBONE:
+    """The `checkpoints.bert.Checkpoint` of a keras-hub BERT preset folder, every file checked:
+    the backbone, no heads."""
+    config_path = os.path.join(folder, huggingface.CONFIG)
+    config = files.read_settings(config_path)
+    config.equal("registered_name", BACKBONE, "only keras-hub's BertBackbone presets are read")
+    nested = config.values.get("config")
+    if not isinstance(nested, dict):
+        raise UserError(f"{config_path}: no config object of the backbone's arguments")
+    settings = files.Settings(nested, config_path)
+    sizes = {name: settings.whole(name) for name in SIZES}
+    if sizes["hidden_dim"] % sizes["num_heads"]:
         raise UserError(
-            f"{config_path}: a keras-hub {config.get('registered_name', '?').split('>')[-1]}, not "
-            "a BertBackbone"
+            f"{config_path}: hidden_dim {sizes['hidden_dim']} does not split into num_heads "
+            f"{sizes['num_heads']} heads"
         )
-    settings = config["config"]
+    sizes["head_dim"] = sizes["hidden_dim"] // sizes["num_heads"]
     arguments = dict(
-        vocabulary_size=settings["vocabulary_size"],
+        vocabulary_size=sizes["vocabulary_size"],
         preset=None,
-        max_sequence_length=settings["max_sequence_length"],
-        num_segments=settings["num_segments"],
-        dropout=settings.get("dropout", 0.1),
-        num_layers=settings["num_layers"],
-        hidden_dim=settings["hidden_dim"],
-        num_heads=settings["num_heads"],
-        intermediate_dim=settings["intermediate_dim"],
+        max_sequence_length=sizes["max_sequence_length"],
+        num_segments=sizes["num_segments"],
+        dropout=settings.number("dropout", at_least=0, below=1, default=0.1),
+        hidden_dim=sizes["hidden_dim"],
+        num_heads=sizes["num_heads"],
+        intermediate_dim=sizes["intermediate_dim"],
         activation="gelu_tanh",
         layer_norm_epsilon=1e-12,
     )
-    vocabulary, order = read_vocabulary(os.path.join(folder, VOCABULARY))
-    text = {}
-    if os.path.isfile(os.path.join(folder, TOKENIZER)):
-        text = read_json(os.path.join(folder, TOKENIZER)).get("config", {})
-    weights = os.path.join(folder, WEIGHTS)
-    if not os.path.isfile(weights):
+    weights_path = os.path.join(folder, WEIGHTS)
+    if not os.path.isfile(weights_path):
         raise UserError(f"{folder}: no {WEIGHTS}")
-    values = backbone_values(read_weights(weights), settings["num_layers"], order, weights)
-    return Checkpoint(
-        folder,
-        arguments,
-        values,
-        (),
-        vocabulary,
-        bool(text.get("lowercase", False)),
-        bool(text.get("strip_accents", False)),
+    tensors = KerasWeights(weights_path)
+    arguments["num_layers"] = tensors.layer_count(
+        r"transformer_encoder(?:_(\d+))?/", "num_layers", settings, "encoder layer"
+    )
+    plan = plan_of(sizes, arguments["num_layers"])
+    tensors.check(plan.expected, sizes, config_path)
+    huggingface.warn_unread(weights_path, tensors.unexpected(plan.expected, ()), "BERT")
+    vocabulary, plan.order = bert.read_vocabulary(
+        os.path.join(folder, VOCABULARY), sizes["vocabulary_size"]
+    )
+    lowercase = strip_accents = False
+    if os.path.isfile(os.path.join(folder, TOKENIZER)):
+        text = files.read_settings(os.path.join(folder, TOKENIZER)).values.get("config", {})
+        text = files.Settings(
+            text if isinstance(text, dict) else {}, os.path.join(folder, TOKENIZER)
+        )
+        lowercase = text.boolean("lowercase", default=False)
+        strip_accents = text.boolean("strip_accents", default=False)
+    return bert.Checkpoint(
+        folder, arguments, plan, tensors, (), vocabulary, lowercase, strip_accents
     )

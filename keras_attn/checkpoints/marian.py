@@ -1,5 +1,5 @@
-"""Hugging Face Marian folders (OPUS-MT translators) as our
-Transformer, with the reference's outputs.
+"""Hugging Face Marian folders (OPUS-MT translators) as our Transformer, with the reference's
+outputs.
 
 A folder `save_pretrained` wrote for a `MarianMTModel` (`config.json`, model_type
 `marian`; safetensors weights; `source.spm`, `target.spm` and `vocab.json`)
@@ -10,27 +10,34 @@ feed-forward activation, and its `final_logits_bias` (`output_bias=True`).
 Its tokenizers are `pipelines.marian_tokenizer.MarianTokenizer`s, so an
 export translates with TensorFlow alone.
 
-Our special tokens have fixed ids (`special_tokens.SPECIAL_TOKENS`, 0-6);
+Our special tokens have fixed ids (`pipelines.special_tokens.SPECIAL_TOKENS`, 0-6);
 Marian's vocabulary has `</s>` at 0 and `<pad>` last, and starts decoding from
 `<pad>`. The vocabulary is put in our order: [PAD] and [BOS] are `<pad>`'s row,
 [UNK] `<unk>`'s and [EOS] `</s>`'s; [CLS], [SEP] and [MASK], which translation
 never uses, get zero rows and a logit bias no search picks (`NEVER`); the
 other pieces follow in the folder's order. Outputs are the reference's, in
 that order.
+
+Everything is checked before the model is built: each setting, each size against
+the shape of the tensor it makes, the layers against those the weights hold, the
+vocabulary against the token table, and both SentencePiece models (loaded once).
 """
 
 import dataclasses
 import os
 
-import numpy as np
-
-from keras_attn.checkpoints import huggingface
+from keras_attn.checkpoints import files, huggingface
+from keras_attn.checkpoints.tensors import TensorFiles
 from keras_attn.errors import UserError
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from keras_attn.models.seq2seq_lm import Seq2SeqLM
+from keras_attn.models.transformer import TransformerBackbone
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 VOCABULARY = "vocab.json"
 SOURCE_MODEL, TARGET_MODEL = "source.spm", "target.spm"
 NEVER = -1e9  # the logit bias of our special tokens that Marian lacks: never generated
+# Marian's positions are sinusoids, computed rather than read: a bound on the table we make.
+MAX_POSITIONS = 2**16
 
 # Hugging Face's `activation_function` → ours (`layers.activations`).
 ACTIVATION = {
@@ -40,226 +47,211 @@ ACTIVATION = {
     "relu": "relu",
     "gelu_new": "gelu_tanh",
 }
+# Tensors some checkpoints hold and we do not read: the sinusoids (computed), and copies of the
+# shared table (tied to it).
+KNOWN_EXTRAS = (
+    r"model\.(encoder|decoder)\.embed_positions\.weight",
+    r"model\.(encoder|decoder)\.embed_tokens\.weight",
+    r"lm_head\.weight",
+)
+SHARED = "model.shared.weight"
 
 
-def backbone_arguments(config, vocabulary_size, origin):
-    """`TransformerBackbone` arguments of a Hugging Face Marian `config.json`, for a vocabulary of
-    `vocabulary_size` in our order; what we cannot build is refused in one line."""
-    if config.get("activation_function") not in ACTIVATION:
-        raise UserError(
-            f"{origin}: activation_function {config.get('activation_function')!r} is not one of "
-            f"{', '.join(ACTIVATION)}"
+def backbone_arguments(settings):
+    """`(sizes, arguments)`: the checked sizes of a Marian `config.json` (`Settings`) and the
+    `TransformerBackbone` arguments they make (the layers are counted in the weights,
+    `read_checkpoint`); what we cannot build is refused in one line."""
+    activation = ACTIVATION[settings.choice("activation_function", ACTIVATION)]
+    sizes = {
+        name: settings.whole(name)
+        for name in ("vocab_size", "d_model", "encoder_attention_heads", "encoder_ffn_dim")
+    }
+    vocabulary_size = sizes["vocab_size"]
+    for name in ("attention_heads", "ffn_dim"):
+        settings.equal(
+            f"decoder_{name}",
+            sizes[f"encoder_{name}"],
+            f"read only when equal to encoder_{name} {sizes[f'encoder_{name}']}",
         )
-    different = [
-        f"{name} {config.get('encoder_' + name)} and {config.get('decoder_' + name)}"
-        for name in ("attention_heads", "ffn_dim")
-        if config.get("encoder_" + name) != config.get("decoder_" + name)
-    ]
-    if different:
+    settings.equal(
+        "decoder_vocab_size",
+        vocabulary_size,
+        "a separate target vocabulary is not read, only Marian's shared one",
+        default=vocabulary_size,
+    )
+    if sizes["d_model"] % sizes["encoder_attention_heads"]:
         raise UserError(
-            f"{origin}: encoder and decoder differ in {'; '.join(different)} (read only when equal)"
+            f"{settings.origin}: d_model {sizes['d_model']} does not split into "
+            f"encoder_attention_heads {sizes['encoder_attention_heads']} heads"
         )
-    if not config.get("share_encoder_decoder_embeddings", True) or not config.get(
-        "tie_word_embeddings", True
-    ):
+    for name in ("share_encoder_decoder_embeddings", "tie_word_embeddings", "scale_embedding"):
+        settings.equal(
+            name, True, "only Marian's one table, scaled by √d_model, is read", default=True
+        )
+    ids = {
+        name: settings.whole(name, low=0, high=vocabulary_size - 1)
+        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+    }
+    if ids["decoder_start_token_id"] != ids["pad_token_id"]:
         raise UserError(
-            f"{origin}: separate source and target embeddings (share_encoder_decoder_embeddings or "
-            "tie_word_embeddings false) are not read, only Marian's shared table"
+            f"{settings.origin}: decoder_start_token_id {ids['decoder_start_token_id']} is not "
+            f"the pad_token_id {ids['pad_token_id']} (Marian's)"
         )
-    if not config.get("scale_embedding", False):
-        raise UserError(
-            f"{origin}: scale_embedding false; only Marian's embeddings scaled by √d_model are read"
-        )
-    if config.get("decoder_start_token_id") != config.get("pad_token_id"):
-        raise UserError(
-            f"{origin}: decoder_start_token_id {config.get('decoder_start_token_id')} is not the "
-            f"pad_token_id {config.get('pad_token_id')} (Marian's)"
-        )
-    return dict(
-        source_vocabulary_size=vocabulary_size,
-        target_vocabulary_size=vocabulary_size,
-        max_sequence_length=config["max_position_embeddings"],
+    arguments = dict(
+        max_sequence_length=settings.whole("max_position_embeddings", high=MAX_POSITIONS),
         preset=None,
-        num_layers=config["encoder_layers"],
-        num_decoder_layers=config["decoder_layers"],
-        hidden_dim=config["d_model"],
-        num_heads=config["encoder_attention_heads"],
-        intermediate_dim=config["encoder_ffn_dim"],
-        dropout=config.get("dropout", 0.1),
+        hidden_dim=sizes["d_model"],
+        num_heads=sizes["encoder_attention_heads"],
+        intermediate_dim=sizes["encoder_ffn_dim"],
+        dropout=settings.number("dropout", at_least=0, below=1, default=0.1),
         norm_first=False,
         share_embeddings=True,
         tie_output=True,
-        activation=ACTIVATION[config["activation_function"]],
+        activation=activation,
         position="sinusoidal_halves",
         output_bias=True,
     )
+    return {**sizes, **ids}, arguments
 
 
-def read_vocabulary(folder, config):
+def plan_of(sizes, layers, table):
+    """The `huggingface.Plan` of a `TransformerBackbone` of `sizes` and `layers` (`{"encoder":
+    count, "decoder": count}`), its one table read from the tensor `table`."""
+    plan = huggingface.Plan(sizes)
+    width, heads, inner = "d_model", "encoder_attention_heads", "encoder_ffn_dim"
+    plan.table(table, "source_embedding/token_embedding/embeddings", ("vocab_size", width))
+    plan.expected["final_logits_bias"] = (1, "vocab_size")
+    plan.values["output_bias/bias"] = lambda tensors: plan.in_our_order(
+        tensors.read("final_logits_bias").reshape(-1), NEVER
+    )
+    parts = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "output": "out_proj"}
+    for stack, count in layers.items():
+        for layer in range(count):
+            theirs, ours = f"model.{stack}.layers.{layer}", f"{stack}_block_{layer}"
+            attentions = {"self_attn": "self_attention"}
+            if stack == "decoder":
+                attentions["encoder_attn"] = "cross_attention"
+            for their_attention, our_attention in attentions.items():
+                names = {part: f"{theirs}.{their_attention}.{n}" for part, n in parts.items()}
+                plan.attention(names, f"{ours}/{our_attention}", width, heads)
+                plan.layer_norm(
+                    f"{theirs}.{their_attention}_layer_norm",
+                    f"{ours}/{our_attention}_norm/layer_norm",
+                    width,
+                )
+            plan.dense(f"{theirs}.fc1", f"{ours}/feed_forward/inner", width, inner)
+            plan.dense(f"{theirs}.fc2", f"{ours}/feed_forward/outer", inner, width)
+            plan.layer_norm(
+                f"{theirs}.final_layer_norm", f"{ours}/feed_forward_norm/layer_norm", width
+            )
+    return plan
+
+
+def read_vocabulary(folder, sizes):
     """`(vocabulary, order)`: the tokens in our order (`SPECIAL_TOKENS`, then the folder's other
     pieces), and for each of our ids the checkpoint's (None for a token it lacks)."""
     path = os.path.join(folder, VOCABULARY)
-    theirs = huggingface.read_json(path)
-    if len(theirs) != config["vocab_size"] or sorted(theirs.values()) != list(range(len(theirs))):
-        raise UserError(
-            f"{path}: {len(theirs)} pieces, not the vocab_size {config['vocab_size']} of its "
-            "config with ids 0 to vocab_size - 1"
-        )
-    if "<unk>" not in theirs:
+    by_id = files.read_token_ids(path, sizes["vocab_size"])
+    if "<unk>" not in by_id:
         raise UserError(f"{path}: no <unk>")
     ours = {
-        PAD_ID: config["pad_token_id"],
-        UNK_ID: theirs["<unk>"],
-        BOS_ID: config["decoder_start_token_id"],
-        EOS_ID: config["eos_token_id"],
+        PAD_ID: sizes["pad_token_id"],
+        UNK_ID: by_id.index("<unk>"),
+        BOS_ID: sizes["decoder_start_token_id"],
+        EOS_ID: sizes["eos_token_id"],
     }
     order = [ours.get(i) for i in range(len(SPECIAL_TOKENS))]
     taken = set(ours.values())
-    by_id = sorted(theirs, key=theirs.get)
     order += [i for i in range(len(by_id)) if i not in taken]
     return list(SPECIAL_TOKENS) + [by_id[i] for i in order[len(SPECIAL_TOKENS) :]], order
 
 
-def _in_our_order(rows, order):
-    """`rows` (the checkpoint's, by its ids) by our ids; zeros for tokens it lacks."""
-    return np.stack([rows[i] if i is not None else np.zeros_like(rows[0]) for i in order])
+def read_sentencepiece_models(folder):
+    """`{file name: bytes}` of the folder's two SentencePiece models, each loaded once to check
+    it (TensorFlow's kernel would fail on a broken one only when it first tokenizes)."""
+    import sentencepiece
 
-
-def backbone_values(weights, config, order):
-    """`{our weight path: value}` of the `TransformerBackbone` of `backbone_arguments(config)`."""
-    heads = config["encoder_attention_heads"]
-    table = (
-        weights["model.shared.weight"]
-        if "model.shared.weight" in weights
-        else weights["model.encoder.embed_tokens.weight"]
-    )
-    bias = weights["final_logits_bias"].reshape(-1)
-    values = {
-        "source_embedding/token_embedding/embeddings": _in_our_order(table, order),
-        "output_bias/bias": np.array(
-            [bias[i] if i is not None else NEVER for i in order], np.float32
-        ),
-    }
-    for stack, count in (
-        ("encoder", config["encoder_layers"]),
-        ("decoder", config["decoder_layers"]),
-    ):
-        for layer in range(count):
-            source, block = f"model.{stack}.layers.{layer}", f"{stack}_block_{layer}"
-            attentions = {"self_attn": "self_attention"}
-            if stack == "decoder":
-                attentions["encoder_attn"] = "cross_attention"
-            for theirs, ours in attentions.items():
-                names = {
-                    "query": "q_proj",
-                    "key": "k_proj",
-                    "value": "v_proj",
-                    "output": "out_proj",
-                }
-                values.update(
-                    huggingface.attention(
-                        weights,
-                        {part: f"{source}.{theirs}.{name}" for part, name in names.items()},
-                        f"{block}/{ours}",
-                        heads,
-                    )
-                )
-                values.update(
-                    huggingface.layer_norm(
-                        weights, f"{source}.{theirs}_layer_norm", f"{block}/{ours}_norm/layer_norm"
-                    )
-                )
-            values.update(
-                huggingface.dense(weights, f"{source}.fc1", f"{block}/feed_forward/inner")
-            )
-            values.update(
-                huggingface.dense(weights, f"{source}.fc2", f"{block}/feed_forward/outer")
-            )
-            values.update(
-                huggingface.layer_norm(
-                    weights, f"{source}.final_layer_norm", f"{block}/feed_forward_norm/layer_norm"
-                )
-            )
-    return values
+    sentencepiece.set_min_log_level(2)  # its informational lines (an empty normalizer's, say)
+    models = {}
+    for name in (SOURCE_MODEL, TARGET_MODEL):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise UserError(f"{path}: no such file; a Marian folder has its SentencePiece models")
+        models[name] = files.read_bytes(path, files.MAX_VOCABULARY_BYTES)
+        try:
+            pieces = sentencepiece.SentencePieceProcessor(model_proto=models[name]).vocab_size()
+        except (RuntimeError, OSError, TypeError) as error:
+            reason = " ".join(str(error).split())
+            raise UserError(f"{path}: not a SentencePiece model ({reason})") from None
+        if pieces < 1:
+            raise UserError(f"{path}: a SentencePiece model without pieces")
+    return models
 
 
 @dataclasses.dataclass
 class Checkpoint:
-    """A Hugging Face Marian folder, read once: its `config.json`,
-    weights and vocabulary in our order.
-    """
+    """A Hugging Face Marian folder, checked: the `TransformerBackbone` arguments of its
+    architecture, the `Plan` of its weights, their files, its vocabulary in our order and its
+    SentencePiece models."""
 
     folder: str
-    config: dict
-    weights: huggingface.Weights
+    arguments: dict
+    plan: huggingface.Plan
+    tensors: TensorFiles
     vocabulary: list
-    order: list
+    models: dict
 
 
 def read_checkpoint(folder):
-    """The `Checkpoint` of `folder`, each file read once."""
-    config = huggingface.read_config(folder, "marian")
-    weights = huggingface.Weights(huggingface.read_weights(folder), folder)
-    return Checkpoint(folder, config, weights, *read_vocabulary(folder, config))
+    """The `Checkpoint` of `folder`, every file checked, no tensor read yet."""
+    settings = huggingface.read_config(folder, "marian")
+    sizes, arguments = backbone_arguments(settings)
+    tensors = TensorFiles(folder)
+    layers = {
+        stack: tensors.layer_count(
+            rf"model\.{stack}\.layers\.(\d+)\.", f"{stack}_layers", settings, f"{stack} layer"
+        )
+        for stack in ("encoder", "decoder")
+    }
+    arguments.update(num_layers=layers["encoder"], num_decoder_layers=layers["decoder"])
+    table = SHARED if SHARED in tensors else "model.encoder.embed_tokens.weight"
+    plan = plan_of(sizes, layers, table)
+    tensors.check(plan.expected, sizes, settings.origin)
+    huggingface.warn_unread(folder, tensors.unexpected(plan.expected, KNOWN_EXTRAS), "Marian model")
+    vocabulary, plan.order = read_vocabulary(folder, sizes)
+    # ours: the special tokens Marian lacks added, `<pad>` once for [PAD] and [BOS]
+    arguments.update(source_vocabulary_size=len(vocabulary), target_vocabulary_size=len(vocabulary))
+    models = read_sentencepiece_models(folder)
+    return Checkpoint(folder, arguments, plan, tensors, vocabulary, models)
 
 
-def load_backbone(folder, **kwargs):
-    """A `TransformerBackbone` with the weights of the Hugging Face
-    Marian folder `folder` (`kwargs` win over its
-    config: `dropout`, `dtype`, `name`)."""
-    return _backbone(read_checkpoint(folder), **kwargs)
-
-
-def _backbone(checkpoint, **kwargs):
-    from keras_attn.models.transformer import TransformerBackbone
-
-    arguments = backbone_arguments(
-        checkpoint.config,
-        len(checkpoint.vocabulary),
-        os.path.join(checkpoint.folder, huggingface.CONFIG),
-    )
-    backbone = TransformerBackbone(**{**arguments, **kwargs})
-    huggingface.assign(
-        backbone.weights,
-        backbone_values(checkpoint.weights, checkpoint.config, checkpoint.order),
-        checkpoint.folder,
-    )
+def build_backbone(checkpoint, **kwargs):
+    """A `TransformerBackbone` of the checkpoint, with its weights (`kwargs`: `dropout`, `dtype`,
+    `name`, `trainable`)."""
+    huggingface.check_own_choices(kwargs, checkpoint.folder)
+    backbone = TransformerBackbone(**{**checkpoint.arguments, **kwargs})
+    huggingface.assign(backbone.weights, checkpoint.plan, checkpoint.tensors, checkpoint.folder)
     return backbone
 
 
 def load_preprocessor(checkpoint, max_length):
-    """The `TranslationPreprocessor` of the folder's SentencePiece
-    models and vocabulary (sources end with [EOS]).
-    """
+    """The `TranslationPreprocessor` of the folder's SentencePiece models and vocabulary (sources
+    end with [EOS])."""
     from pipelines.marian_tokenizer import MarianTokenizer
     from pipelines.preprocessors import TranslationPreprocessor
 
-    models = {}
-    for name in (SOURCE_MODEL, TARGET_MODEL):
-        path = os.path.join(checkpoint.folder, name)
-        try:
-            with open(path, "rb") as file:
-                models[name] = file.read()
-        except OSError as error:
-            raise UserError(
-                f"{path}: not readable ({error.strerror}); a Marian folder has its SentencePiece "
-                "models"
-            ) from None
     return TranslationPreprocessor(
-        MarianTokenizer(models[SOURCE_MODEL], checkpoint.vocabulary),
-        MarianTokenizer(models[TARGET_MODEL], checkpoint.vocabulary),
+        MarianTokenizer(checkpoint.models[SOURCE_MODEL], checkpoint.vocabulary),
+        MarianTokenizer(checkpoint.models[TARGET_MODEL], checkpoint.vocabulary),
         max_length=max_length,
         source_eos=True,
     )
 
 
-def load_task(folder, preprocessor=None, **kwargs):
-    """A `Seq2SeqLM` on the folder's backbone, with, unless one is given, the preprocessor of its
-    tokenizers (`load_preprocessor`)."""
-    from keras_attn.models.seq2seq_lm import Seq2SeqLM
-
-    checkpoint = read_checkpoint(folder)
-    backbone = _backbone(checkpoint, **kwargs)
+def build_task(checkpoint, preprocessor=None, **kwargs):
+    """A `Seq2SeqLM` on the checkpoint's backbone, with, unless one is given, the preprocessor of
+    its tokenizers (`load_preprocessor`)."""
+    backbone = build_backbone(checkpoint, **kwargs)
     if preprocessor is None:
         preprocessor = load_preprocessor(checkpoint, backbone.get_config()["max_sequence_length"])
     return Seq2SeqLM(backbone, preprocessor=preprocessor)

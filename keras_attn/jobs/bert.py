@@ -15,10 +15,10 @@ import os
 import time
 
 from keras_attn import run_folder, serving
+from keras_attn.checkpoints.pretrained_bert import load_backbone, read_pretrained
 from keras_attn.config import STREAM_ABOVE_MB, STREAMED_VALID_DOCUMENTS, STREAMED_VOCAB_SAMPLE
 from keras_attn.errors import UserError
 from keras_attn.jobs import common
-from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
 from keras_attn.presets import PRESETS

@@ -51,8 +51,8 @@ from keras import ops
 from keras_attn.config import HARD_ESTIMATORS
 from keras_attn.layers.image_encoder import cell_centres
 from keras_attn.layers.rnn_decoder import AttentionDecoder
-from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import as_layer_loss, sum_over_replicas
+from pipelines.special_tokens import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

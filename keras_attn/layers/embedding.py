@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 # Position kinds: the sinusoids in either layout of
 # `SinusoidalPositionEncoding`, or learned vectors.

@@ -29,7 +29,7 @@ from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, input_projection, recurrence
 from keras_attn.layers.rnn_encoder import RNN_CELLS
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 SAMPLINGS = ("argmax", "sample")
 

@@ -7,7 +7,7 @@ from keras_attn.config import CELLS as RNN_CELLS
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

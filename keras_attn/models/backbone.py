@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_attn import presets
+
 
 class Backbone(keras.Model):
     """A functional `keras.Model` rebuilt from the arguments it was made with.
@@ -19,9 +21,26 @@ class Backbone(keras.Model):
     def from_config(cls, config):
         return cls(**config)
 
+    presets = {}  # the family's sizes by name (`keras_attn.presets.PRESETS`)
+
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        """The model of `preset` (a name of its family's `PRESETS`);
-        arguments given win over its values.
+        """The model of `preset`: a new one of a size name of `presets`, or one with the weights of
+        a checkpoint folder (`keras_attn.checkpoints.load` tells which).
+
+        Args:
+            preset: str. A size name (arguments given win over its values), or a folder: a Hugging
+                Face or keras-hub checkpoint, or an export of keras-attn.
+            **kwargs: the model's arguments; beside a folder only `dropout`, `dtype`, `name`
+                and `trainable`, the rest being the checkpoint's.
+
+        Raises:
+            ValueError: a name that is neither a size nor a folder, or a folder that cannot be
+                read, in one line (`keras_attn.errors.UserError`).
         """
+        return presets.load(cls, preset, **kwargs)
+
+    @classmethod
+    def from_size(cls, preset, **kwargs):
+        """A new model of the size name `preset`; arguments given win over its values."""
         return cls(preset=preset, **kwargs)

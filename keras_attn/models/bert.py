@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from keras_attn import graph
-from keras_attn.checkpoints import huggingface
 from keras_attn.config import MAX_TOP_K
 from keras_attn.layers import (
     BertEmbedding,
@@ -28,10 +27,10 @@ from keras_attn.models.backbone import Backbone
 from keras_attn.models.task import Task
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
-from keras_attn.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 from keras_attn.training.losses import ClassificationLoss, PretrainingLoss
 from keras_attn.training.metrics import PretrainingMetrics
 from keras_attn.training.optimizers import adamw
+from pipelines.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 
 PRESETS = _ALL_PRESETS["bert"]
 
@@ -73,6 +72,8 @@ class BertBackbone(Backbone):
         >>> backbone.count_params(), len(backbone.encoder_blocks)
         (4385920, 2)
     """
+
+    presets = PRESETS
 
     def __init__(
         self,
@@ -164,17 +165,6 @@ class BertBackbone(Backbone):
         self.encoder_blocks, self.final_norm, self.pooler = encoder_blocks, final_norm, pooler
         self._arguments = settings
 
-    @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a
-        Hugging Face BERT folder with its weights (`keras_attn.checkpoints.bert`; `dropout`,
-        `dtype`, `name` may be given)."""
-        if huggingface.names_checkpoint(preset, PRESETS):
-            from keras_attn.checkpoints.bert import load_backbone
-
-            return load_backbone(preset, **kwargs)
-        return super().from_preset(preset, **kwargs)
-
     def call_with_attention(self, token_ids, segment_ids):
         """The encoder's `(B, T, d)` sequence output and its
         self-attention, `(B, layers, heads, T, T)`.
@@ -251,22 +241,10 @@ def backbone_arguments(settings):
     }
 
 
-class _BertTask(Task):
-    @classmethod
-    def from_preset(cls, preset, preprocessor=None, **kwargs):
-        """A new task on a new backbone of `preset` (see `Task.from_preset`), or the task of a
-        Hugging Face BERT folder, with the heads its checkpoint has
-        (`keras_attn.checkpoints.bert.load_task`)."""
-        if huggingface.names_checkpoint(preset, PRESETS):
-            from keras_attn.checkpoints.bert import load_task
+class BertTask(Task):
+    """What the BERT tasks share: a `BertBackbone` of a preset sized by the preprocessor."""
 
-            return load_task(cls, preset, preprocessor, **kwargs)
-        if preprocessor is None:
-            raise ValueError(
-                f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it "
-                "reads with (a folder that is not one of the presets gives its own)"
-            )
-        return super().from_preset(preset, preprocessor, **kwargs)
+    presets = PRESETS
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
@@ -355,7 +333,7 @@ def fill_masks(
     return {name: value[:-1] for name, value in outputs.items()}
 
 
-class _MaskedLMTask(_BertTask):
+class _MaskedLMTask(BertTask):
     """What BERT's tasks with a masked-LM head share: the head,
     `fill_mask`, and the MLM values reported by `fit`.
     """
@@ -569,7 +547,7 @@ class BertMaskedLM(_MaskedLMTask):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class BertClassifier(_BertTask):
+class BertClassifier(BertTask):
     """A sentence (or sentence-pair) classifier on BERT's pooled output (section 4.1).
 
     Maps `{"token_ids", "segment_ids"}` to `(B, num_classes)` logits. Its

@@ -77,6 +77,8 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         16
     """
 
+    presets = PRESETS
+
     def __init__(
         self,
         vocabulary_size,

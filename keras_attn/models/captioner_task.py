@@ -5,10 +5,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.layers.caption_decoder import attention_supervision, region_masks
+from keras_attn.models.captioner import PRESETS as CAPTIONER_PRESETS
 from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
-from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import sum_over_replicas
+from pipelines.special_tokens import PAD_ID
 
 DEFAULT_MAX_CAPTION = (
     32  # the longest caption `generate` writes without a preprocessor or a max_length
@@ -44,6 +45,8 @@ class Captioner(Seq2SeqLM):
         >>> model.generate(np.zeros((2, 32, 32, 3), "float32"), max_length=5).shape
         (2, 5)
     """
+
+    presets = CAPTIONER_PRESETS
 
     def __init__(self, backbone, preprocessor=None, attention_supervision=1.0, **kwargs):
         super().__init__(backbone, preprocessor, **{"name": "captioner", **kwargs})

@@ -15,7 +15,7 @@ from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.models.backbone import Backbone
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["seq2seq"]
 
@@ -116,6 +116,8 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
         >>> model.get_config()["attention"], model.decoder.hidden_dim
         ('luong', 64)
     """
+
+    presets = PRESETS
 
     def __init__(
         self,

@@ -5,7 +5,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding, graph
-from keras_attn.checkpoints import huggingface
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
 from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
@@ -43,6 +42,8 @@ class Seq2SeqLM(Task):
         (1, 4)
     """
 
+    presets = TRANSFORMER_PRESETS  # (the RNN's sizes have the same names)
+
     def __init__(self, backbone, preprocessor=None, **kwargs):
         inputs = backbone.input
         super().__init__(inputs, backbone(inputs), **{"name": "seq2seq_lm", **kwargs})
@@ -73,23 +74,6 @@ class Seq2SeqLM(Task):
     def source_spec(self):
         """What `generate`'s searches take as the source: `(B, S)` token ids."""
         return tf.TensorSpec([None, None], tf.int32, name="source")
-
-    @classmethod
-    def from_preset(cls, preset, preprocessor=None, **kwargs):
-        """A new task on a new backbone of `preset` (see `Task.from_preset` and `make_backbone`), or
-        the translator of a Hugging Face Marian folder with its tokenizers
-        (`keras_attn.checkpoints.marian.load_task`).
-        """
-        if huggingface.names_checkpoint(preset, TRANSFORMER_PRESETS):
-            from keras_attn.checkpoints.marian import load_task
-
-            return load_task(preset, preprocessor, **kwargs)
-        if preprocessor is None:
-            raise ValueError(
-                f"Seq2SeqLM.from_preset({preset!r}): a new model needs the preprocessor it reads "
-                "with"
-            )
-        return super().from_preset(preset, preprocessor, **kwargs)
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, family="transformer", **kwargs):

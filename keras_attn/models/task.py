@@ -7,6 +7,9 @@ import inspect
 import keras
 import tensorflow as tf
 
+from keras_attn import presets
+from keras_attn.errors import UserError
+
 
 class Task(keras.Model):
     """A functional `keras.Model` on a backbone, with the preprocessor that feeds it.
@@ -47,17 +50,38 @@ class Task(keras.Model):
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 
+    presets = {}  # its backbone family's sizes by name (`keras_attn.presets.PRESETS`)
+
     @classmethod
-    def from_preset(cls, preset, preprocessor, **kwargs):
-        """A new task on a new backbone of `preset`, sized by
-        `preprocessor`'s vocabulary and length.
+    def from_preset(cls, preset, preprocessor=None, **kwargs):
+        """The task of `preset`: a new one on a new backbone of a size name of `presets`, or one
+        with the weights of a checkpoint folder (`keras_attn.checkpoints.load` tells which).
 
         Args:
-            preset: a preset name of the backbone's family (`keras_attn.presets`).
-            preprocessor: the preprocessor the task reads its inputs with.
-            **kwargs: the task's own arguments (those its constructor
-                names) and backbone arguments, which win over the preset's.
+            preset: str. A size name, or a folder: a Hugging Face or keras-hub checkpoint, or an
+                export of keras-attn.
+            preprocessor: the preprocessor the task reads its inputs with; a new model needs one,
+                a checkpoint folder gives its own unless one is given. Defaults to `None`.
+            **kwargs: the task's own arguments (those its constructor names) and backbone
+                arguments, which win over the size's (beside a folder: only `dropout`, `dtype`,
+                `name` and `trainable`).
+
+        Raises:
+            ValueError: a name that is neither a size nor a folder, a size without a
+                preprocessor, or a folder that cannot be read, in one line
+                (`keras_attn.errors.UserError`).
         """
+        return presets.load(cls, preset, preprocessor=preprocessor, **kwargs)
+
+    @classmethod
+    def from_size(cls, preset, preprocessor=None, **kwargs):
+        """A new task on a new backbone of the size name `preset`, sized by `preprocessor`'s
+        vocabulary and length (`make_backbone`); `kwargs` as `from_preset`'s."""
+        if preprocessor is None:
+            raise UserError(
+                f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it "
+                "reads with (a checkpoint folder gives its own)"
+            )
         own = inspect.signature(cls.__init__).parameters
         task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
         return cls(

@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_attn.checkpoints import huggingface
 from keras_attn.layers import (
     OutputBias,
     TokenAndPositionEmbedding,
@@ -14,7 +13,7 @@ from keras_attn.layers import (
 from keras_attn.models.backbone import Backbone
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 PRESETS = _ALL_PRESETS["transformer"]
 
@@ -75,6 +74,8 @@ class TransformerBackbone(Backbone):
         >>> len(model.decoder_blocks), model.get_config()["hidden_dim"]
         (2, 128)
     """
+
+    presets = PRESETS
 
     def __init__(
         self,
@@ -222,17 +223,6 @@ class TransformerBackbone(Backbone):
             position=position,
             output_bias=output_bias,
         )
-
-    @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """The model of `preset`, a name of `PRESETS` (arguments given win over its values), or a
-        Hugging Face Marian folder with its weights (`keras_attn.checkpoints.marian`; `dropout`,
-        `dtype`, `name` may be given)."""
-        if huggingface.names_checkpoint(preset, PRESETS):
-            from keras_attn.checkpoints.marian import load_backbone
-
-            return load_backbone(preset, **kwargs)
-        return super().from_preset(preset, **kwargs)
 
     def call_encoder(self, source, rows_per_source=1):
         """Encodes `source` `(B, S)` once; the per-source part of a decoding state.

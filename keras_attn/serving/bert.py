@@ -10,7 +10,7 @@ loads where only `tensorflow` and `tensorflow_text` are imported:
 
 Each version also holds, in `assets.extra/` (which servers ignore), the
 backbone's settings and weights and the vocabulary: what
-`keras_attn.jobs.bert_loader` reads to fine-tune it; and a classifier's
+`keras_attn.checkpoints.pretrained_bert` reads to fine-tune it; and a classifier's
 labels by id and whether it was fine-tuned on single texts or pairs
 (`read_classifier`).
 """
@@ -24,7 +24,7 @@ from keras_attn import graph
 from keras_attn.config import MAX_TOP_K
 from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
 from keras_attn.serving.versions import fingerprint
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"

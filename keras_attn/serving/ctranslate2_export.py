@@ -53,7 +53,7 @@ from ctranslate2.specs import common_spec, transformer_spec
 from keras_attn.errors import UserError
 from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.serving.versions import CTRANSLATE2_MODEL, is_ctranslate2_folder
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 # `translate_batch` options that search as `keras_attn.decoding` does: [PAD] and [BOS] never
 # emitted, [EOS] allowed from the first step, outputs without [EOS].

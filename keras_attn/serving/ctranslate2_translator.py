@@ -33,8 +33,8 @@ from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.ctranslate2_export import PREPROCESSOR, SEARCH_OPTIONS
 from keras_attn.serving.translator import nothing_to_translate
-from keras_attn.special_tokens import PAD_ID
 from pipelines import preprocessors  # noqa: F401  (registers the preprocessor `load_ctranslate2` deserializes)
+from pipelines.special_tokens import PAD_ID
 
 
 def threads_per_call(calls=1):

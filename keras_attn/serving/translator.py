@@ -25,7 +25,7 @@ from keras_attn import decoding, graph
 from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.versions import fingerprint
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 TASK_CONFIG = "translator_task.json"  # in assets.extra/
 # The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is
@@ -222,6 +222,12 @@ class Translator(tf.Module):
         if self.compiled is not None:
             signatures.update(translate_compiled=self.translate_compiled, warm_up=self.warm_up)
         return signatures
+
+
+def is_export(model_dir):
+    """Whether `model_dir` is a translation export of keras-attn (its task's config in
+    `assets.extra/`)."""
+    return os.path.isfile(os.path.join(model_dir, "assets.extra", TASK_CONFIG))
 
 
 def load_task(model_dir):

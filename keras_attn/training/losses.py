@@ -11,7 +11,7 @@ from keras import ops
 from tensorflow.python.ops import control_flow_util  # no public test for "inside XLA"
 
 from keras_attn import graph
-from keras_attn.special_tokens import PAD_ID
+from pipelines.special_tokens import PAD_ID
 
 # XLA compiles the smoothed loss once per batch shape (dozens of shapes a run) and saves about
 # 5 ns a logit: over an epoch that pays back for large vocabularies only.

@@ -4,12 +4,12 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.special_tokens import PAD_ID
 from keras_attn.training.losses import (
     classification_losses,
     count_rows,
     token_negative_log_likelihood,
 )
+from pipelines.special_tokens import PAD_ID
 
 
 def _predicted_ids(logits):

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.checkpoints.bert import read_vocabulary
+from keras_attn.checkpoints.bert import read_checkpoint
 from keras_attn.errors import UserError
 from keras_attn.models import BertBackbone, BertClassifier, BertMaskedLM, BertPretrainer
-from keras_attn.special_tokens import CLS_ID, MASK_ID, SEP_ID
 from pipelines.preprocessors import BertPreprocessor
+from pipelines.special_tokens import CLS_ID, MASK_ID, SEP_ID
 from tests.checkpoints.parity import assert_close
 
 FOLDERS = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface"
@@ -31,7 +31,7 @@ def _reference(folder):
     brought into our vocabulary's order.
     """
     reference = dict(np.load(folder / "reference.npz"))
-    order = np.array(read_vocabulary(str(folder / "vocab.txt"))[1])
+    order = np.array(read_checkpoint(str(folder)).plan.order)
     ours = np.argsort(order)  # the checkpoint's id → ours
     for ids in ("token_ids", "text_ids"):
         reference[ids] = ours[reference[ids]]
@@ -138,11 +138,12 @@ def _edit_config(folder, **settings):
             lambda folder: (folder / "config.json").write_text(
                 json.dumps({"model_type": "marian"})
             ),
-            "config.json: model_type 'marian', not 'bert'",
+            "a Hugging Face Marian folder, which makes a TransformerBackbone or a Seq2SeqLM, not a "
+            "BertPretrainer",
         ),
         (
             lambda folder: (folder / "config.json").write_text("{not json"),
-            "config.json: not a readable JSON file",
+            "config.json: not JSON",
         ),
         (
             lambda folder: (folder / "model.safetensors").unlink(),
@@ -156,12 +157,12 @@ def _edit_config(folder, **settings):
             lambda folder: (folder / "config.json").write_text(
                 (folder / "config.json").read_text().replace('"gelu"', '"quick_gelu"')
             ),
-            "config.json: hidden_act 'quick_gelu' is not one of gelu, gelu_new",
+            "config.json: hidden_act 'quick_gelu', where one of gelu, gelu_new",
         ),
         (lambda folder: _edit_config(folder, vocab_size=None), "config.json: no vocab_size"),
         (
             lambda folder: _edit_config(folder, vocab_size="forty"),
-            "config.json: vocab_size 'forty', where a positive",
+            "config.json: vocab_size 'forty', where a whole number from 1",
         ),
         (
             lambda folder: _edit_config(folder, max_position_embeddings=-5),
@@ -173,7 +174,7 @@ def _edit_config(folder, **settings):
         ),
         (
             lambda folder: _edit_config(folder, layer_norm_eps=None),
-            "config.json: layer_norm_eps None, where a positive",
+            "config.json: no layer_norm_eps",
         ),
         (
             lambda folder: (folder / "config.json").write_text("[1, 2]"),
@@ -181,7 +182,7 @@ def _edit_config(folder, **settings):
         ),
         (
             lambda folder: (folder / "tokenizer_config.json").write_text("{do_lower_case"),
-            "tokenizer_config.json: not a readable JSON file",
+            "tokenizer_config.json: not JSON",
         ),
     ],
 )
@@ -295,7 +296,7 @@ def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_ch
 def test_finetune_reads_a_folder_as_its_backbone_and_tokenizer():
     """What `keras-attn finetune FOLDER` starts from: the checkpoint's weights (not a new backbone)
     and its vocabulary and text settings."""
-    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
+    from keras_attn.checkpoints.pretrained_bert import load_backbone, read_pretrained
 
     tokenizer, settings = read_pretrained(str(PRETRAINING))
     reference = BertMaskedLM.from_preset(str(PRETRAINING))

@@ -21,8 +21,8 @@ import tensorflow as tf
 from keras_attn.checkpoints.marian import read_checkpoint
 from keras_attn.errors import UserError
 from keras_attn.models import BertBackbone, Seq2SeqLM, TransformerBackbone
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from pipelines.preprocessors import TranslationPreprocessor
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tests.checkpoints.parity import assert_close
 
 FOLDER = pathlib.Path(__file__).parents[1] / "fixtures" / "huggingface" / "marian"
@@ -42,7 +42,7 @@ def reference():
         reference["texts"].tolist(),
         reference["targets"].tolist(),
     )
-    order = read_checkpoint(str(FOLDER)).order
+    order = read_checkpoint(str(FOLDER)).plan.order
     theirs_to_ours = {
         their: ours for ours, their in reversed(list(enumerate(order))) if their is not None
     }
@@ -139,21 +139,22 @@ def _edit_config(folder, **changes):
     [
         (
             lambda folder: _edit_config(folder, decoder_attention_heads=4),
-            "config.json: encoder and decoder differ in attention_heads 2 and 4",
+            "config.json: decoder_attention_heads 4; read only when equal to "
+            "encoder_attention_heads 2",
         ),
         (
             lambda folder: _edit_config(folder, activation_function="quick_gelu"),
-            "config.json: activation_function 'quick_gelu' is not one of swish",
+            "config.json: activation_function 'quick_gelu', where one of swish",
         ),
         (
             lambda folder: _edit_config(folder, share_encoder_decoder_embeddings=False),
-            "config.json: separate source and target embeddings",
+            "config.json: share_encoder_decoder_embeddings False; only Marian's one table",
         ),
         (
             lambda folder: (folder / "vocab.json").write_text('{"</s>": 0}'),
-            "vocab.json: 1 pieces, not the vocab_size",
+            "vocab.json: 1 tokens, where the token table has 38 rows",
         ),
-        (lambda folder: (folder / "source.spm").unlink(), "source.spm: not readable"),
+        (lambda folder: (folder / "source.spm").unlink(), "source.spm: no such file"),
         (
             lambda folder: (folder / "model.safetensors").unlink(),
             "no model.safetensors or model.safetensors.index.json",
@@ -169,9 +170,9 @@ def test_a_folder_that_is_not_a_readable_marian_checkpoint_is_one_line(tmp_path,
 
 
 def test_a_folder_of_the_other_family_is_refused_in_one_line():
-    with pytest.raises(UserError, match=r"config.json: model_type 'marian', not 'bert'"):
+    with pytest.raises(UserError, match=r"marian: a Hugging Face Marian folder, which makes a "):
         BertBackbone.from_preset(str(FOLDER))
-    with pytest.raises(UserError, match=r"config.json: model_type 'bert', not 'marian'"):
+    with pytest.raises(UserError, match=r"bert: a Hugging Face BERT folder, which makes a "):
         TransformerBackbone.from_preset(str(FOLDER.parent / "bert"))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.checkpoints.bert import read_vocabulary
+from keras_attn.checkpoints.keras_hub import read_bert
 from keras_attn.errors import UserError
 from keras_attn.models import BertBackbone, BertClassifier, BertMaskedLM
 from tests.checkpoints.parity import assert_close
@@ -83,7 +83,7 @@ def test_a_keras_hub_preset_folder_gives_keras_hubs_outputs(preset):
     folder, reference = preset
     backbone = BertBackbone.from_preset(str(folder))
     # theirs → ours
-    ours = np.argsort(read_vocabulary(str(folder / "assets" / "tokenizer" / "vocabulary.txt"))[1])
+    ours = np.argsort(read_bert(str(folder)).plan.order)
     out = backbone(
         {"token_ids": ours[reference["token_ids"]], "segment_ids": reference["segment_ids"]}
     )
@@ -128,5 +128,7 @@ def test_what_a_keras_hub_folder_lacks_or_is_not_is_refused_in_one_line(preset, 
     )
     with pytest.raises(UserError) as error:
         BertBackbone.from_preset(str(other))
-    assert "config.json: a keras-hub GPT2Backbone, not a BertBackbone" in str(error.value)
+    assert "config.json: registered_name 'keras_hub>GPT2Backbone'; only keras-hub's" in str(
+        error.value
+    )
     assert "\n" not in str(error.value)

@@ -231,7 +231,7 @@ def test_fill_mask_command(pretrained, cli_loads_saved_models_once, capsys):
 
 @pytest.mark.slow
 def test_a_run_folder_gives_the_exported_backbone(pretrained, tmp_path):
-    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
+    from keras_attn.checkpoints.pretrained_bert import load_backbone, read_pretrained
 
     run = str(pretrained.root / "run")
     (from_run, run_settings), (from_export, export_settings) = (
@@ -301,8 +301,8 @@ def streamed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_pre_norm_pretraining_reloads_as_pre_norm(streamed, monkeypatch):
+    from keras_attn.checkpoints.pretrained_bert import load_backbone, read_pretrained
     from keras_attn.jobs import bert
-    from keras_attn.jobs.bert_loader import load_backbone, read_pretrained
 
     run, result = streamed.config["run_dir"], streamed.result
     trained = result.model.backbone
@@ -496,10 +496,10 @@ def test_an_export_that_names_its_preset_reads_as_one_that_writes_it_out(tmp_pat
     """Exports made before the backbone's config was saved whole keep
     `preset`: the same settings come back.
     """
-    from keras_attn.jobs.bert_loader import read_pretrained
+    from keras_attn.checkpoints.pretrained_bert import read_pretrained
     from keras_attn.models import BERT_PRESETS
     from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
-    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from pipelines.special_tokens import SPECIAL_TOKENS
 
     extra = tmp_path / "assets.extra"
     extra.mkdir()
@@ -541,8 +541,8 @@ def test_a_pretraining_run_folder_started_before_the_settings_renaming_still_loa
     names); read_pretrained reads them.
     """
     from keras_attn import run_folder
-    from keras_attn.jobs.bert_loader import read_pretrained
-    from keras_attn.special_tokens import SPECIAL_TOKENS
+    from keras_attn.checkpoints.pretrained_bert import read_pretrained
+    from pipelines.special_tokens import SPECIAL_TOKENS
 
     (tmp_path / run_folder.VOCABULARY).write_text(
         "".join(f"{token}\n" for token in [*SPECIAL_TOKENS, "a", "b"])

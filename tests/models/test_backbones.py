@@ -21,8 +21,8 @@ from keras_attn.models import (
     Seq2SeqBackbone,
     TransformerBackbone,
 )
-from keras_attn.special_tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 from pipelines.preprocessors import BertPreprocessor
+from pipelines.special_tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 
 SOURCE = np.array([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]], "int32")
 TARGET_IN = np.array([[BOS_ID, 11, 12, 13], [BOS_ID, 14, 15, PAD_ID]], "int32")

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.presets import PRESETS
-from keras_attn.special_tokens import SPECIAL_TOKENS
 from keras_attn.training import WarmupLinearDecay
 from pipelines.preprocessors import BertPreprocessor
+from pipelines.special_tokens import SPECIAL_TOKENS
 
 WORDS = ["the", "dog", "cat", "runs", "sits", "on", "a", "mat", "."]
 SMALL = dict(num_layers=1, hidden_dim=16, num_heads=2)
@@ -39,7 +39,7 @@ def test_from_preset_sizes_the_backbone_by_the_preprocessor_and_routes_each_argu
     assert model.classifier.units == 3 and model.preprocessor is preprocessor
     wider = BertPretrainer.from_preset("tiny", preprocessor, max_sequence_length=32)  # given wins
     assert wider.backbone.get_config()["max_sequence_length"] == 32
-    with pytest.raises(ValueError, match="unknown bert preset 'huge'"):
+    with pytest.raises(ValueError, match=r"no such folder, and not one of its sizes \(tiny, mini"):
         BertMaskedLM.from_preset("huge", preprocessor)
 
 

@@ -18,7 +18,7 @@ from keras_attn.layers.caption_decoder import (
 )
 from keras_attn.models import Captioner, CaptionerBackbone
 from keras_attn.models.captioner import starting_state
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 IMAGES = np.random.default_rng(0).random((2, 16, 16, 3)).astype("float32")
 TARGET_IN = np.array([[BOS_ID, 5, 6, 7], [BOS_ID, 8, PAD_ID, PAD_ID]], "int32")

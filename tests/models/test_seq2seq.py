@@ -9,7 +9,6 @@ from keras_attn import decoding
 from keras_attn.decoding import Stepper
 from keras_attn.layers import AttentionDecoder, RNNEncoder
 from keras_attn.models import Seq2SeqBackbone
-from keras_attn.special_tokens import BOS_ID, EOS_ID
 from keras_attn.training import (
     ScheduledSampling,
     exponential_decay,
@@ -19,6 +18,7 @@ from keras_attn.training import (
     teacher_forcing_schedule,
 )
 from pipelines import synthetic
+from pipelines.special_tokens import BOS_ID, EOS_ID
 
 BOS, EOS, FIRST, VOCAB = BOS_ID, EOS_ID, 4, 14
 

@@ -17,7 +17,7 @@ from keras_attn.serving.ctranslate2_export import (
     ctranslate2_spec,
     export_ctranslate2,
 )
-from keras_attn.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: E402
+from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # noqa: E402
 
 pytest_plugins = ["tests.fixtures_export"]
 

@@ -4,7 +4,7 @@ folder or a checkpoint folder.
 `keras-attn finetune MODEL_DIR` reads a BERT export (what
 `keras_attn.serving.BertServer` keeps in `assets.extra/`), the run folder of
 `keras-attn pretrain bert` (`keras_attn.run_folder`'s layout), or a Hugging
-Face or keras-hub BERT folder (`keras_attn.checkpoints.bert`).
+Face or keras-hub BERT folder (`keras_attn.checkpoints.bert`, `keras_hub`).
 """
 
 import functools
@@ -12,10 +12,12 @@ import json
 import os
 
 from keras_attn import run_folder
-from keras_attn.checkpoints import bert as checkpoints
+from keras_attn.checkpoints import bert, huggingface, keras_hub
 from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
 from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from pipelines.tokenizers import WordPieceTokenizer
+
+EXTRA = "assets.extra"  # an export's files that servers ignore
 
 
 def read_pretrained(model_dir):
@@ -42,16 +44,13 @@ def read_pretrained(model_dir):
         return _read_run_folder(model_dir)
     if is_checkpoint_folder(model_dir):
         return _read_checkpoint_folder(model_dir)
-    extra = os.path.join(model_dir, "assets.extra")
-    paths = [
-        os.path.join(extra, name) for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)
-    ]
-    if not all(os.path.isfile(path) for path in paths):
+    if not is_export(model_dir):
         raise ValueError(
-            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in assets.extra), "
+            f"{model_dir}: not a keras-attn BERT export (no {BACKBONE_SETTINGS} in {EXTRA}), "
             f"a pretraining run folder (no {run_folder.SETTINGS}) or a Hugging Face or keras-hub "
-            f"BERT folder (no {checkpoints.huggingface.CONFIG})"
+            f"BERT folder (no {huggingface.CONFIG})"
         )
+    paths = _export_files(model_dir)
     with open(paths[0]) as file:
         saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
     settings = {
@@ -63,6 +62,19 @@ def read_pretrained(model_dir):
     return WordPieceTokenizer.load(
         paths[2], lowercase=settings["lowercase"], strip_accents=settings["strip_accents"]
     ), settings
+
+
+def _export_files(model_dir):
+    return [
+        os.path.join(model_dir, EXTRA, name)
+        for name in (BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY)
+    ]
+
+
+def is_export(model_dir):
+    """Whether `model_dir` is a BERT export of keras-attn (its backbone's files in
+    `assets.extra/`)."""
+    return all(os.path.isfile(path) for path in _export_files(model_dir))
 
 
 def _read_run_folder(run_dir):
@@ -102,11 +114,14 @@ def is_checkpoint_folder(model_dir):
     """Whether `model_dir` is a Hugging Face or keras-hub BERT
     folder (it has their `config.json`).
     """
-    return os.path.isfile(os.path.join(model_dir, checkpoints.huggingface.CONFIG))
+    return os.path.isfile(os.path.join(model_dir, huggingface.CONFIG))
 
 
-# A checkpoint folder is read once a process (`read_pretrained` and `load_backbone` both ask).
-_checkpoint = functools.lru_cache(maxsize=1)(checkpoints.read_checkpoint)
+@functools.lru_cache(maxsize=1)  # read once a process: `read_pretrained` and `load_backbone` ask
+def _checkpoint(folder):
+    if keras_hub.is_preset(folder):
+        return keras_hub.read_bert(folder)
+    return bert.read_checkpoint(folder)
 
 
 def _read_checkpoint_folder(folder):
@@ -134,22 +149,27 @@ def _written_out(arguments):
     return backbone_arguments(BertBackbone.resolve(**arguments))
 
 
-def load_backbone(model_dir, dropout=0.1):
+def load_backbone(model_dir, dropout=0.1, **kwargs):
     """A new `BertBackbone` with the weights of a BERT export,
     pretraining run folder or checkpoint folder, to fine-tune.
 
     Build it inside the strategy scope it trains under.
 
+    Args:
+        model_dir: str. As `read_pretrained`'s.
+        dropout: float. The backbone's dropout rate. Defaults to 0.1.
+        **kwargs: `dtype`, `name`, `trainable` of the backbone.
+
     Raises:
         ValueError: as `read_pretrained`.
     """
-    _, settings = read_pretrained(model_dir)
-    backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout)
     if is_checkpoint_folder(model_dir):
-        checkpoints.huggingface.assign(backbone.weights, _checkpoint(model_dir).values, model_dir)
-    elif run_folder.is_run_folder(model_dir):
+        return bert.build_backbone(_checkpoint(model_dir), dropout=dropout, **kwargs)
+    _, settings = read_pretrained(model_dir)
+    backbone = BertBackbone(**backbone_arguments(settings), dropout=dropout, **kwargs)
+    if run_folder.is_run_folder(model_dir):
         # heads dropped
         BertPretrainer(backbone).load_weights(run_folder.path(model_dir, run_folder.BEST_WEIGHTS))
     else:
-        backbone.load_weights(os.path.join(model_dir, "assets.extra", BACKBONE_WEIGHTS))
+        backbone.load_weights(os.path.join(model_dir, EXTRA, BACKBONE_WEIGHTS))
     return backbone
