@@ -30,6 +30,7 @@ from keras_attn.errors import UserError
 from keras_attn.quiet import stderr_held
 
 PROG = "keras-attn"
+TRUNCATED = "input {number} was longer than the model accepts and was truncated"
 
 
 def _quiet_tensorflow():
@@ -597,6 +598,11 @@ def _load(model_dir):
                 f"{model_dir}: a captioning export, not a translation one (keras-attn caption "
                 f"{model_dir} IMAGE)"
             )
+        if {"fill_mask", "classify"} & set(loaded.signatures):
+            raise UserError(
+                f"{model_dir}: a BERT export, not a translation one (keras-attn fill-mask or "
+                "classify reads it)"
+            )
         raise UserError(
             f"{model_dir}: not a keras-attn translation export (no translate/attention signatures)"
         )
@@ -685,10 +691,13 @@ def _input_lines(texts):
     """The texts to translate, fill or classify as UTF-8 bytes: the arguments,
     else the lines of standard input (refused in one line, `<stdin>:N: invalid
     UTF-8 ...`, as `evaluate` refuses a file, where not UTF-8)."""
-    from pipelines.text import decode_line
+    from pipelines.text import decode_line, decode_text
 
-    if texts:
-        return [text.encode("utf-8", "surrogateescape") for text in texts]
+    if texts:  # invalid UTF-8 in an argument reaches Python as surrogate escapes
+        return [
+            decode_text(text.encode("utf-8", "surrogateescape"), f"argument {number}").encode()
+            for number, text in enumerate(texts, start=1)
+        ]
     if sys.stdin is None:
         return []
     if sys.stdin.isatty():
@@ -710,10 +719,7 @@ def _translate(args):
     ):
         print(translation)
         if truncated:
-            print(
-                f"keras-attn: input {number} was longer than the model accepts and was truncated",
-                file=sys.stderr,
-            )
+            print(f"{PROG}: {TRUNCATED.format(number=number)}", file=sys.stderr)
     return 0
 
 
@@ -796,6 +802,9 @@ def _check_import_out(out, folder):
 def _evaluate(args):
     from keras_attn.evaluation import format_scores, tokenized_bleu, translation_scores
 
+    if bool(args.src) != bool(args.ref):
+        raise UserError("--src and --ref must be given together")
+    translator = _load_translator(args.model_dir)  # what the folder is, said first
     source_path, reference_path = _test_split(args)
     sources, references = _read_lines(source_path), _read_lines(reference_path)
     if len(sources) != len(references):
@@ -804,7 +813,6 @@ def _evaluate(args):
         )
     if not sources:
         raise UserError(f"{source_path}: no sentences to score")
-    translator = _load_translator(args.model_dir)
     hypotheses = [t for t, _ in _translate_lines(translator, sources, args.beam_width)]
     scores = translation_scores(hypotheses, references)
     print(format_scores(scores))
@@ -824,8 +832,6 @@ def _test_split(args):
     """`(--src, --ref)`, by default the test split the export's run wrote."""
     from keras_attn.serving import read_metadata
 
-    if bool(args.src) != bool(args.ref):
-        raise UserError("--src and --ref must be given together")
     if args.src:
         return args.src, args.ref
     _check_export_folder(args.model_dir)
@@ -967,7 +973,13 @@ def _load_bert(model_dir, signature, command):
 
 
 def _caption(args):
-    images = [_read_image_file(path) for path in args.images]
+    images, unread = [], {}
+    for path in args.images:  # a file that cannot be read is said after the others are captioned
+        try:
+            images.append(_read_image_file(path))
+        except UserError as error:
+            images.append(b"")
+            unread[path] = str(error)
     loaded = _load_saved_model(args.model_dir)
     if "caption" not in loaded.signatures:
         raise UserError(
@@ -977,7 +989,9 @@ def _caption(args):
     code = 0
     for path, out in zip(args.images, _caption_images(loaded, images, args.beam_width)):
         print(out["caption"])
-        if not out["readable"]:
+        if path in unread:
+            code = _fail(f"{unread[path]} (an empty line printed)")
+        elif not out["readable"]:
             code = _fail(
                 f"{path}: not a readable PNG, JPEG, GIF or BMP image (an empty line printed)"
             )
@@ -990,6 +1004,8 @@ def _read_image_file(path):
             return file.read()
     except IsADirectoryError:
         raise UserError(f"{path}: is a folder, not an image file") from None
+    except OSError as error:
+        raise UserError(f"{path}: {error.strerror}") from None
 
 
 def _caption_images(loaded, images, beam_width, batch_size=16):
@@ -998,11 +1014,14 @@ def _caption_images(loaded, images, beam_width, batch_size=16):
     """
     import tensorflow as tf
 
+    from keras_attn.quiet import stderr_held
+
     for start in range(0, len(images), batch_size):
-        out = loaded.signatures["caption"](
-            image=tf.constant(images[start : start + batch_size], tf.string),
-            beam_width=tf.constant(beam_width, tf.int32),
-        )
+        with stderr_held():  # libjpeg's own line on a damaged JPEG: ours says it
+            out = loaded.signatures["caption"](
+                image=tf.constant(images[start : start + batch_size], tf.string),
+                beam_width=tf.constant(beam_width, tf.int32),
+            )
         out = {key: value.numpy() for key, value in out.items()}
         for row in range(len(out["caption"])):
             yield {
@@ -1018,31 +1037,45 @@ def _fill_mask(args):
 
     model = _load_bert(args.model_dir, "fill_mask", "fill-mask")
     lines = _input_lines(args.text)
+    unanswered = 0
     for start in range(0, len(lines), 64):
         out = model.signatures["fill_mask"](
             text=tf.constant(lines[start : start + 64], tf.string),
             top_k=tf.constant(args.top_k, tf.int32),
         )
+        tokens, scores = out["tokens"].numpy(), out["scores"].numpy()
         for row, filled in enumerate(out["filled"].numpy()):
+            number, masks = start + row + 1, int(out["num_masks"].numpy()[row])
+            answered = int((tokens[row, :, 0] != b"").sum()) if tokens.shape[1] else 0
             print(filled.decode("utf-8", "replace"))
-            masks = int(out["num_masks"].numpy()[row])
-            for index in range(min(masks, out["tokens"].shape[1])):
+            for index in range(answered):
                 candidates = [
                     f"{token.decode('utf-8', 'replace')} {score:.3f}"
-                    for token, score in zip(
-                        out["tokens"].numpy()[row, index], out["scores"].numpy()[row, index]
-                    )
+                    for token, score in zip(tokens[row, index], scores[row, index])
                 ]
                 print(f"  [MASK] {index + 1}: " + ", ".join(candidates))
-            if masks > out["tokens"].shape[1]:
+            problem = _unanswered_masks(masks, answered, bool(out["truncated"].numpy()[row]))
+            if problem:
                 print(
-                    f"keras-attn: input {start + row + 1}: only its first "
-                    f"{out['tokens'].shape[1]} masks are predicted",
+                    f"{PROG}: {'error: ' if not answered else ''}input {number}: {problem}",
                     file=sys.stderr,
                 )
-            if not masks:
-                print(f"keras-attn: input {start + row + 1} has no [MASK]", file=sys.stderr)
-    return 0
+                unanswered += not answered
+    return 2 if unanswered else 0
+
+
+def _unanswered_masks(masks, answered, truncated):
+    """What keeps some of a text's `masks` unanswered, or None when all are answered."""
+    if not masks:
+        return "no [MASK] to fill"
+    if answered == masks:
+        return None
+    if truncated:
+        return (
+            f"{masks - answered} of its {masks} [MASK]s lie past the model's length limit, "
+            "where the text was cut"
+        )
+    return f"only its first {answered} of {masks} [MASK]s are answered (the most a text has)"
 
 
 def _classify(args):
@@ -1060,7 +1093,13 @@ def _classify(args):
         )
     lines = _input_lines(args.text)
     _check_pairs(lines, known.get("pairs"), args.model_dir)
-    for line in lines:
+    empty = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.replace(b"\t", b"").strip():
+            print()  # a line for each input
+            print(f"{PROG}: error: input {number}: empty text, not classified", file=sys.stderr)
+            empty += 1
+            continue
         if b"\t" in line:
             text_a, text_b = line.split(b"\t", 1)
             out = model.signatures["classify_pair"](
@@ -1074,7 +1113,9 @@ def _classify(args):
         else:
             best = np.argsort(-probabilities, kind="stable")[: args.top_k]
             print("\t".join(f"{known['labels'][i]}\t{probabilities[i]:.3f}" for i in best))
-    return 0
+        if "truncated" in out and out["truncated"].numpy()[0]:  # (exports before it said so)
+            print(f"{PROG}: {TRUNCATED.format(number=number)}", file=sys.stderr)
+    return 2 if empty else 0
 
 
 def _check_pairs(lines, pairs, model_dir):

@@ -1042,3 +1042,13 @@ class ServeConfig:
         256, "the most rows (instances) in one request", LIMITS, AT_LEAST_1, metavar="N"
     )
     threads: int = 2
+
+    def __post_init__(self):
+        from keras_attn.serving.compiled_routes import COMPILED_WIDTH
+
+        wide = [width for width in self.compiled_widths if not 1 <= width <= COMPILED_WIDTH]
+        if wide:
+            raise UserError(
+                f"--compiled-widths {' '.join(map(str, wide))}: the compiled search takes beam "
+                f"widths 1 to {COMPILED_WIDTH}"
+            )

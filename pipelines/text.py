@@ -284,14 +284,23 @@ def decode_line(raw, path, number):
     Raises:
         DataError: the line is not UTF-8 (`path:number: invalid UTF-8 (byte 0x.. at column C)`).
     """
+    line = decode_text(raw, f"{path}:{number}")
+    return line.removeprefix("\ufeff") if number == 1 else line
+
+
+def decode_text(raw, where):
+    """`raw` (bytes) as `str`; `where` names it when it is not UTF-8.
+
+    Raises:
+        DataError: `where: invalid UTF-8 (byte 0x.. at column C)`.
+    """
     try:
-        line = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as error:
         column = len(raw[: error.start].decode("utf-8")) + 1
         raise DataError(
-            f"{path}:{number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column {column})"
+            f"{where}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column {column})"
         ) from None
-    return line.removeprefix("\ufeff") if number == 1 else line
 
 
 def write_text_atomically(path, content):

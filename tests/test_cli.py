@@ -594,6 +594,11 @@ def test_translate_refuses_invalid_utf8_on_stdin_as_evaluate_does_in_a_file(
     )
     refused = f"keras-attn: error: {paths.latin1_txt}:1: invalid UTF-8 (byte 0xfc at column 3)\n"
     assert capsys.readouterr().err == refused
+    # An argument's bytes reach Python as surrogate escapes.
+    assert cli.main(["translate", tiny_export, "ein hund", "gr\udcfc\udcdfe"]) == 2
+    printed = capsys.readouterr()
+    assert printed.err == "keras-attn: error: argument 2: invalid UTF-8 (byte 0xfc at column 3)\n"
+    assert not printed.out
 
 
 def test_export_ct2_replaces_an_existing_out_with_force_only_a_ctranslate2_folder(

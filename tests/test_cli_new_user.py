@@ -339,6 +339,19 @@ def test_classify_shows_the_top_labels_with_probabilities(bert_runs, cli_loads_s
 
 
 @pytest.mark.slow
+def test_classify_refuses_an_empty_text_and_says_which_it_cut(
+    bert_runs, cli_loads_saved_models_once
+):
+    long = "Anna washes the sharp knife in the kitchen. " * 100
+    code, out, err = _run(["classify", bert_runs.export, long, "  ", "Anna washes the knife."])
+    assert code == 2 and len(out.splitlines()) == 3 and out.splitlines()[1] == "", out
+    assert err.splitlines() == [
+        "keras-attn: input 1 was longer than the model accepts and was truncated",
+        "keras-attn: error: input 2: empty text, not classified",
+    ]
+
+
+@pytest.mark.slow
 def test_classify_refuses_a_pair_for_a_single_text_model_and_the_reverse(
     bert_runs, cli_loads_saved_models_once, tmp_path
 ):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from keras_attn import decoding, graph, serving
 from keras_attn.decoding import CompiledSearch, Stepper, max_decode_length
 from keras_attn.models import Seq2SeqLM, TransformerBackbone
-from keras_attn.serving.translator import COMPILED_ROWS
+from keras_attn.serving.compiled_routes import COMPILED_ROWS
 from pipelines.preprocessors import TranslationPreprocessor
 from tests import fresh_process
 from tests.fixtures_export import SOURCES, TARGETS, toy_vocabulary
@@ -317,6 +317,11 @@ def test_serve_takes_the_compiled_widths_as_numbers_and_none_when_given_empty(gi
     assert cli._config_from(args, config.ServeConfig).compiled_widths == widths
     with pytest.raises(SystemExit):  # argparse's one-line refusal
         cli.build_parser().parse_args(["serve", "--compiled-widths", "0"])
+    args = cli.build_parser().parse_args(["serve", "--compiled-widths", "4", "100"])
+    with pytest.raises(
+        ValueError, match=r"^--compiled-widths 100: the compiled search takes beam "
+    ):
+        cli._config_from(args, config.ServeConfig)
 
 
 def test_a_backbone_without_preallocated_caches_exports_without_the_compiled_search(task):

@@ -62,7 +62,7 @@ class BertServer(tf.Module):
       weights (rows: queries), for the explorer.
     - `classify(text)`, `classify_pair(text_a, text_b)` (with a
       classifier): `label` string[B], `label_id` int32[B], `probabilities`
-      float32[B, C].
+      float32[B, C], `truncated` bool[B] (the text was cut to `max_length` tokens).
 
     Args:
         task: a BERT task with its `BertPreprocessor`: `BertPretrainer` or
@@ -156,12 +156,12 @@ class BertServer(tf.Module):
         }
 
     def _classify(self, text):
-        token_ids, segment_ids, _ = self.preprocessor.pack(text)
-        return self._run_classifier(token_ids, segment_ids)
+        token_ids, segment_ids, truncated = self.preprocessor.pack(text)
+        return {**self._run_classifier(token_ids, segment_ids), "truncated": truncated}
 
     def _classify_pair(self, text_a, text_b):
-        token_ids, segment_ids, _ = self.preprocessor.pack(text_a, text_b)
-        return self._run_classifier(token_ids, segment_ids)
+        token_ids, segment_ids, truncated = self.preprocessor.pack(text_a, text_b)
+        return {**self._run_classifier(token_ids, segment_ids), "truncated": truncated}
 
     def _fill_mask(self, text, top_k):
         def encode(token_ids, segment_ids):

@@ -31,6 +31,9 @@ COMPILED, WARM_UP = (
     "warm_up",
 )
 ROUTED = ("translate", "serving_default")  # the signatures whose one-text calls run `COMPILED`
+# The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is
+# greedy search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
+COMPILED_ROWS, COMPILED_WIDTH = 4, 8
 
 
 class CompiledRoutes:

@@ -74,6 +74,8 @@ def parse_predict(body, max_instances):
     data = request["instances" if rows else "inputs"]
     if rows and not isinstance(data, list):
         raise RequestError("'instances' must be a list of rows")
+    if rows and not data:
+        raise RequestError("'instances' is empty: give at least one row")
     count = (
         len(data)
         if rows

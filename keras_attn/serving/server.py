@@ -160,7 +160,7 @@ def create_app(settings=None, store=None, log=None):
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(executor, store.refresh)
         if log:
-            log(_loaded_line(settings.model_root, found))
+            log(_loaded_line(settings.model_root, found, store.skipped))
         routes.start(found)
         poller = (
             loop.create_task(_poll(store, routes, executor, settings.poll_seconds))
@@ -173,7 +173,7 @@ def create_app(settings=None, store=None, log=None):
         executor.shutdown(wait=True)
 
     async def models(request):
-        match = MODEL_PATH.fullmatch(request.path_params["rest"])
+        match = MODEL_PATH.fullmatch(request.path_params.get("rest", ""))
         if match is None:
             return error_response(f"Malformed request: {request.method} {request.url.path}", 404)
         name, version, verb = match["name"], match["version"], match["verb"]
@@ -181,7 +181,7 @@ def create_app(settings=None, store=None, log=None):
             return error_response(f"Failed to convert version: {version}", 400)
         version = None if version is None else int(version)
         expected = "POST" if verb == ":predict" else "GET"
-        if request.method != expected:
+        if request.method.replace("HEAD", "GET") != expected:  # HEAD: GET's answer without its body
             return error_response(f"Malformed request: {request.method} {request.url.path}", 405)
         try:
             if verb is None:
@@ -211,10 +211,12 @@ def create_app(settings=None, store=None, log=None):
             Route("/explorer/models", explorer_models),
             Mount("/explorer", StaticFiles(directory=EXPLORER)),
             Route("/v1/models/{rest:path}", models, methods=["GET", "POST"]),
+            Route("/v1/models", models, methods=["GET", "POST"]),  # rest "": malformed, 404
         ],
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
     )
+    app.router.redirect_slashes = False  # TensorFlow Serving's paths are exact: no 307 to others
     app.state.store, app.state.batcher, app.state.routes = store, batcher, routes
     return app
 
@@ -254,13 +256,20 @@ def _available(store):
     return listed
 
 
-def _loaded_line(root, versions):
+def _loaded_line(root, versions, skipped=()):
     loaded = [f"{v.name}/{v.number}" for v in versions if v.state == AVAILABLE]
     failed = [f"{v.name}/{v.number} ({v.error})" for v in versions if v.state != AVAILABLE]
+    # a folder's name as Python writes a string: its control characters escaped, never run
+    unnamed = ", ".join(repr(name) for name in sorted(skipped))
     return (
         f"{root}: {len(loaded)} version(s) loaded"
         + (f": {', '.join(loaded)}" if loaded else "")
         + (f"; failed to load: {'; '.join(failed)}" if failed else "")
+        + (
+            f"; skipped {unnamed}: not model names (letters, digits, '.', '_', '-')"
+            if unnamed
+            else ""
+        )
     )
 
 

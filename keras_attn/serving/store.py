@@ -81,6 +81,7 @@ class ModelStore:
         self.root = os.path.realpath(root)
         self._load = load
         self._versions = {}  # name -> {number: Version}
+        self.skipped = set()  # folders under the root that are no model's name
         self._lock = threading.Lock()
 
     def refresh(self):
@@ -155,7 +156,11 @@ class ModelStore:
             return []
         for name in names:
             model_root = os.path.join(self.root, name)
-            if not MODEL_NAME.fullmatch(name) or not self._inside_root(model_root):
+            if not MODEL_NAME.fullmatch(name):
+                if os.path.isdir(model_root) and not name.startswith("."):  # hidden: not said
+                    self.skipped.add(name)
+                continue
+            if not self._inside_root(model_root):
                 continue
             for number in versions_of(model_root):
                 path = os.path.join(model_root, str(number))

@@ -24,13 +24,11 @@ import tensorflow as tf
 from keras_attn import decoding, graph
 from keras_attn.config import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
+from keras_attn.serving.compiled_routes import COMPILED_ROWS, COMPILED_WIDTH
 from keras_attn.serving.versions import fingerprint
 from pipelines.special_tokens import PAD_ID
 
 TASK_CONFIG = "translator_task.json"  # in assets.extra/
-# The requests `translate_compiled` takes: up to this many texts, at beam widths up to this (1 is
-# greedy search). XLA's matrix products lose to TensorFlow's from about 8 rows on (on CPU).
-COMPILED_ROWS, COMPILED_WIDTH = 4, 8
 TEXT, BEAM_WIDTH = (
     tf.TensorSpec([None], tf.string, name="text"),
     tf.TensorSpec([], tf.int32, name="beam_width"),

@@ -209,24 +209,21 @@ def test_the_export_serves_hostile_strings_in_a_fresh_process(pretrained):
 
 @pytest.mark.slow
 def test_fill_mask_command(pretrained, cli_loads_saved_models_once, capsys):
-    assert (
-        cli.main(
-            [
-                "fill-mask",
-                pretrained.export,
-                "the [MASK] sees it .",
-                "nothing to fill",
-                "--top-k",
-                "2",
-            ]
-        )
-        == 0
-    )
+    """Every text is answered in order; one whose masks cannot all be answered is said in a line,
+    an error (exit 2) where none is: no [MASK], or each past the length limit."""
+    past_the_limit = "the dog " * 200 + "[MASK] ."
+    texts = ["the [MASK] sees it .", "nothing to fill", past_the_limit, "the [MASK] runs ."]
+    assert cli.main(["fill-mask", pretrained.export, *texts, "--top-k", "2"]) == 2
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert len(lines) == 3 and lines[1].startswith("  [MASK] 1: ") and lines[1].count(",") == 1
-    assert lines[2] == "nothing to fill"
-    assert captured.err.strip() == "keras-attn: input 2 has no [MASK]"
+    assert len(lines) == 6 and lines[1].startswith("  [MASK] 1: ") and lines[1].count(",") == 1
+    assert lines[2] == "nothing to fill" and lines[5].startswith("  [MASK] 1: ")
+    assert captured.err.splitlines() == [
+        "keras-attn: error: input 2: no [MASK] to fill",
+        "keras-attn: error: input 3: 1 of its 1 [MASK]s lie past the model's length limit, where "
+        "the text was cut",
+    ]
+    assert cli.main(["fill-mask", pretrained.export, "the [MASK] sees it ."]) == 0
 
 
 @pytest.mark.slow
@@ -344,6 +341,10 @@ def _written(path, text):
         ),
         (
             lambda p, t: ["export-ct2", p.export, str(t / "ct2")],
+            "a BERT export, not a translation one (keras-attn fill-mask or classify reads it)",
+        ),
+        (  # said before a test split is asked for
+            lambda p, t: ["evaluate", p.export],
             "a BERT export, not a translation one (keras-attn fill-mask or classify reads it)",
         ),
         (

@@ -70,19 +70,27 @@ def test_soft_attention_learns_the_scenes_and_the_export_captions_as_the_job_did
 
 
 @pytest.mark.slow
-def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained, tmp_path, capsys):
+def test_caption_names_an_unreadable_file_and_still_captions_the_others(trained, tmp_path, capfd):
+    """Standard error at the descriptor: libjpeg's own line on a damaged JPEG is not there."""
     result, _ = trained
     (tmp_path / "notes.png").write_text("not an image")
     good = tmp_path / "good.png"
     Image.fromarray(np.zeros((30, 40, 3), np.uint8)).save(good)
-    assert cli.main(["caption", result.export_path, str(tmp_path / "notes.png"), str(good)]) == 2
-    printed = capsys.readouterr()
+    Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(tmp_path / "whole.jpg")
+    damaged = tmp_path / "damaged.jpg"
+    damaged.write_bytes((tmp_path / "whole.jpg").read_bytes()[:300])
+    files = [tmp_path / "notes.png", tmp_path / "missing.png", damaged, good]
+    assert cli.main(["caption", result.export_path, *map(str, files)]) == 2
+    printed = capfd.readouterr()
     out = printed.out.splitlines()
-    assert out[0] == "" and out[1]
-    assert printed.err.strip() == (
-        f"keras-attn: error: {tmp_path / 'notes.png'}: not a readable PNG, JPEG, GIF "
-        "or BMP image (an empty line printed)"
-    )
+    assert out[:3] == ["", "", ""] and out[3]
+    assert printed.err.splitlines() == [
+        f"keras-attn: error: {files[0]}: not a readable PNG, JPEG, GIF or BMP image (an empty "
+        "line printed)",
+        f"keras-attn: error: {files[1]}: No such file or directory (an empty line printed)",
+        f"keras-attn: error: {damaged}: not a readable PNG, JPEG, GIF or BMP image (an empty "
+        "line printed)",
+    ]
 
 
 @pytest.mark.slow

@@ -347,6 +347,9 @@ def test_bert_signatures_are_served(client, model_root):
         ("GET", "/nope", None, 404, "Not Found: GET /nope"),
         ("GET", "/explorer/nope.js", None, 404, "Not Found"),
         ("DELETE", "/v1/models/toy", None, 405, "Method Not Allowed"),
+        ("GET", "/v1/models", None, 404, "Malformed request: GET /v1/models"),
+        ("GET", "/v1/models/", None, 404, "Malformed request: GET /v1/models/"),
+        ("POST", "/v1/models/toy:predict", {"instances": []}, 400, "'instances' is empty"),
     ],
 )
 def test_errors_have_tensorflow_servings_status_and_body(
@@ -359,6 +362,25 @@ def test_errors_have_tensorflow_servings_status_and_body(
     assert answer.status_code == status, answer.text
     assert answer.headers["content-type"] == "application/json"
     assert message in answer.json()["error"]
+
+
+def test_the_first_line_names_each_folder_that_is_no_model_name_as_text(tmp_path):
+    for name in ("<img src=x onerror=alert(1)>", "red\x1b[31mname", ".hidden"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    lines = []
+    with TestClient(create_app(ServeConfig(str(tmp_path), poll_seconds=0), log=lines.append)):
+        pass
+    assert lines == [
+        f"{tmp_path}: 0 version(s) loaded; skipped '<img src=x onerror=alert(1)>', "
+        "'red\\x1b[31mname': not model names (letters, digits, '.', '_', '-')"
+    ]
+
+
+def test_head_answers_as_get_without_a_body(client):
+    for path in ("/v1/models/toy", "/v1/models/toy/metadata", "/v1/models/nope"):
+        got, head = client.get(path), client.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers["content-type"] == "application/json"
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
