@@ -61,17 +61,14 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.measures import describe_cpu  # noqa: E402
 from keras_attn.config import FinetuneConfig, PretrainConfig  # noqa: E402
 from keras_attn.jobs import bert as bert_job  # noqa: E402
+from keras_attn.losses import PretrainingLoss, token_cross_entropy  # noqa: E402
+from keras_attn.metrics import PretrainingMetrics  # noqa: E402
 from keras_attn.models import BertBackbone, BertMaskedLM, BertPretrainer  # noqa: E402
 from keras_attn.models.bert import PRESETS  # noqa: E402
+from keras_attn.optimizers import adamw  # noqa: E402
+from keras_attn.schedules import WarmupLinearDecay  # noqa: E402
 from keras_attn.serving import export  # noqa: E402
 from keras_attn.serving.bert import BertServer  # noqa: E402
-from keras_attn.training import (  # noqa: E402
-    PretrainingLoss,
-    PretrainingMetrics,
-    WarmupLinearDecay,
-    adamw,
-    token_cross_entropy,  # noqa: E402
-)
 from pipelines import documents, pretraining  # noqa: E402
 from pipelines.preprocessors import BertPreprocessor  # noqa: E402
 

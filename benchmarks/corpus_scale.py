@@ -202,8 +202,10 @@ def training_pairs_per_second(folder, vocab_path, steps=30):
     import keras
 
     from benchmarks.measures import fit_steps_per_second
+    from keras_attn.losses import MaskedSparseCrossEntropy
     from keras_attn.models import TransformerBackbone
-    from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam
+    from keras_attn.optimizers import transformer_adam
+    from keras_attn.schedules import TransformerSchedule
     from keras_attn.training.precision import native_bfloat16
     from pipelines import translation
     from pipelines.streaming import ShardedCorpus

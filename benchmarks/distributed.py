@@ -53,8 +53,9 @@ def _timed_run(args, strategy, batch_size, devices=None, use_fit=False):
     import keras
 
     from keras_attn.config import RunConfig
+    from keras_attn.losses import MaskedSparseCrossEntropy
+    from keras_attn.metrics import MaskedTokenAccuracy
     from keras_attn.models import TransformerBackbone
-    from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
     from keras_attn.training.runner import prepare, train
     from pipelines import synthetic, tokenizers
     from pipelines.translation import translation_epochs

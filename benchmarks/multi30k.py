@@ -67,7 +67,7 @@ SEQ2SEQ_FLAGS = ("attention", "cell", "score", "bidirectional", "scheduled_sampl
 def add_model_arguments(parser):
     """`--model` and the Seq2Seq model's flags, made by the CLI from `Seq2SeqConfig`'s fields."""
     parser.add_argument("--model", choices=list(TRAIN_JOBS), default="transformer")
-    cli._add_config_flags(parser, Seq2SeqConfig, only=SEQ2SEQ_FLAGS)
+    cli.add_config_flags(parser, Seq2SeqConfig, only=SEQ2SEQ_FLAGS)
 
 
 def job_config(

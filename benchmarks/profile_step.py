@@ -68,8 +68,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_attn import decoding  # noqa: E402
+from keras_attn.losses import MaskedSparseCrossEntropy
 from keras_attn.models import Seq2SeqBackbone, TransformerBackbone  # noqa: E402
-from keras_attn.training import MaskedSparseCrossEntropy, TransformerSchedule, transformer_adam  # noqa: E402
+from keras_attn.optimizers import transformer_adam
+from keras_attn.schedules import TransformerSchedule  # noqa: E402
 from pipelines import synthetic, text, tokenizers, translation  # noqa: E402
 from pipelines.special_tokens import SPECIAL_TOKENS  # noqa: E402
 

@@ -162,7 +162,7 @@ def export_all(run_dir, out):
 
 def translations(system, folder, sources, beam):
     """The test split translated by one system (in this process)."""
-    from keras_attn.cli import _translate_lines
+    from keras_attn.cli import translate_lines
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
     if system.startswith("savedmodel"):
@@ -180,7 +180,7 @@ def translations(system, folder, sources, beam):
             ]
     else:
         translator = load_ctranslate2(folder)
-    return [t for t, _ in _translate_lines(translator, sources, beam)]
+    return [t for t, _ in translate_lines(translator, sources, beam)]
 
 
 def quality(folders, sources, references, beam):

@@ -31,6 +31,7 @@ from keras_attn.quiet import stderr_held
 
 PROG = "keras-attn"
 TRUNCATED = "input {number} was longer than the model accepts and was truncated"
+BATCH = 64  # the texts a command sends to an export at once
 
 
 def _quiet_tensorflow():
@@ -204,7 +205,7 @@ def _convert(name, value):
     return dict(value) if name == "decay_parameters" else value
 
 
-def _add_config_flags(parser, config_class, only=None):
+def add_config_flags(parser, config_class, only=None):
     """Adds to `parser` a flag for each field of `config_class` that
     has help (`only`: those of these names).
 
@@ -249,7 +250,7 @@ def _add_config_flags(parser, config_class, only=None):
         where.add_argument(flag, dest=field.name, **options)
 
 
-def _config_from(args, config_class):
+def config_from(args, config_class):
     """`config_class` with the flags given in `args` (the CLI's spellings converted)."""
     _refuse_export_flags_with_no_export(args, config_class)
     values = {}
@@ -320,7 +321,7 @@ def build_parser():
         help="the model to train; keras-attn train FAMILY --help lists its flags",
     )
     for family, config_class in TRAIN_JOBS.items():
-        _add_config_flags(
+        add_config_flags(
             families.add_parser(
                 family,
                 help=TRAINS[family],
@@ -330,6 +331,36 @@ def build_parser():
             config_class,
         )
 
+    _add_translation_commands(command)
+    _add_image_commands(command)
+    _add_bert_commands(command)
+
+    imported = command(
+        "import",
+        "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
+        "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
+        "translator (OPUS-MT: also source.spm, target.spm, vocab.json)",
+    )
+    imported.add_argument(
+        "folder", help="the Hugging Face model folder (what save_pretrained or hf download writes)"
+    )
+    imported.add_argument(
+        "out",
+        help="the model folder under an export root (saved_models/<name>): the export is "
+        "its next version",
+    )
+    # (for a Marian translator)
+    add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})
+
+    serve = command(
+        "serve", "serve every export under a model root with TensorFlow Serving's REST API"
+    )
+    add_config_flags(serve, config.ServeConfig)
+    return parser
+
+
+def _add_translation_commands(command):
+    """translate, export-ct2 and evaluate: `command(name, description)` makes each's parser."""
     translate = command("translate", "translate with an exported model")
     translate.add_argument(
         "model_dir", help="an export (saved_models/<name>/<version>) or a folder of export-ct2"
@@ -391,6 +422,9 @@ def build_parser():
         "and fairseq do (for a model trained on tokenized text, e.g. Moses-tokenized Multi30k)",
     )
 
+
+def _add_image_commands(command):
+    """caption, and plot-attention (of a translation or a caption)."""
     caption = command("caption", "caption images with an exported captioner (one caption a line)")
     caption.add_argument(
         "model_dir", help="an export of keras-attn train captioner: saved_models/<name>/<version>"
@@ -412,30 +446,6 @@ def build_parser():
         default="attention.png",
         help="image to write (.png, .pdf, .svg, ...); missing folders are created",
     )
-    _add_bert_commands(command)
-
-    imported = command(
-        "import",
-        "export a Hugging Face folder as a keras-attn export: a BERT (config.json, "
-        "safetensors weights, vocab.txt) with the heads its checkpoint has, or a Marian "
-        "translator (OPUS-MT: also source.spm, target.spm, vocab.json)",
-    )
-    imported.add_argument(
-        "folder", help="the Hugging Face model folder (what save_pretrained or hf download writes)"
-    )
-    imported.add_argument(
-        "out",
-        help="the model folder under an export root (saved_models/<name>): the export is "
-        "its next version",
-    )
-    # (for a Marian translator)
-    _add_config_flags(imported, config.TranslationConfig, only={"compiled_search"})
-
-    serve = command(
-        "serve", "serve every export under a model root with TensorFlow Serving's REST API"
-    )
-    _add_config_flags(serve, config.ServeConfig)
-    return parser
 
 
 def _add_beam_width(parser, default):
@@ -450,7 +460,7 @@ def _add_beam_width(parser, default):
 def _add_bert_commands(command):
     pretrain = command("pretrain", "pretrain BERT (masked LM + next sentence) and export it")
     pretrain.add_argument("job", choices=["bert"], help="bert: BERT's two pretraining tasks")
-    _add_config_flags(pretrain, config.PretrainConfig)
+    add_config_flags(pretrain, config.PretrainConfig)
 
     fill = command("fill-mask", "predict the [MASK] tokens of texts with a pretrained BERT export")
     fill.add_argument("model_dir", help="an export: saved_models/<name>/<version>")
@@ -472,7 +482,7 @@ def _add_bert_commands(command):
         "fine-tune a pretrained BERT (export, run folder, or Hugging Face or keras-hub "
         "folder) as a classifier and export it",
     )
-    _add_config_flags(finetune, config.FinetuneConfig)
+    add_config_flags(finetune, config.FinetuneConfig)
 
     classify = command("classify", "classify texts with a fine-tuned BERT export")
     classify.add_argument(
@@ -545,7 +555,7 @@ def _fail(message):
 
 
 def _train(args):
-    job = _config_from(args, TRAIN_JOBS[args.job])
+    job = config_from(args, TRAIN_JOBS[args.job])
     if args.job == "captioner":
         return _train_captioner(job)
     from keras_attn.jobs import translation
@@ -587,7 +597,7 @@ def _train_captioner(job):
     return 0
 
 
-def _load(model_dir):
+def load_translation_export(model_dir):
     """The translation export in `model_dir`, or a one-line
     `UserError` saying what it is instead.
     """
@@ -657,7 +667,7 @@ def _read_lines(path):
     return read_lines(path)
 
 
-def _translate_lines(translator, lines, beam_width, batch_size=64):
+def translate_lines(translator, lines, beam_width, batch_size=BATCH):
     """Yields `(translation, truncated)` for each of `lines` (str or bytes), by an export (its
     signatures) or a `CTranslate2Translator`."""
     import tensorflow as tf
@@ -681,7 +691,7 @@ def _load_translator(model_dir):
     from keras_attn.serving.versions import is_ctranslate2_folder
 
     if not is_ctranslate2_folder(model_dir):
-        return _load(model_dir)
+        return load_translation_export(model_dir)
     from keras_attn.serving.ctranslate2_translator import load_ctranslate2
 
     return load_ctranslate2(model_dir)
@@ -715,7 +725,7 @@ def _translate(args):
     translator = _load_translator(args.model_dir)
     lines = _input_lines(args.text)
     for number, (translation, truncated) in enumerate(
-        _translate_lines(translator, lines, args.beam_width), start=1
+        translate_lines(translator, lines, args.beam_width), start=1
     ):
         print(translation)
         if truncated:
@@ -813,7 +823,7 @@ def _evaluate(args):
         )
     if not sources:
         raise UserError(f"{source_path}: no sentences to score")
-    hypotheses = [t for t, _ in _translate_lines(translator, sources, args.beam_width)]
+    hypotheses = [t for t, _ in translate_lines(translator, sources, args.beam_width)]
     scores = translation_scores(hypotheses, references)
     print(format_scores(scores))
     print(f"BLEU signature: {scores['signature']}")
@@ -855,7 +865,7 @@ def _plot_attention(args):
         return _plot_caption_attention(args, loaded)
     if not args.text.strip():
         raise UserError("nothing to plot: the text is empty")
-    translator = _load(args.model_dir)
+    translator = load_translation_export(args.model_dir)
     out = translator.signatures["attention"](
         text=tf.constant([args.text.encode("utf-8", "surrogateescape")])
     )
@@ -922,7 +932,7 @@ def _decoded_pixels(encoded):
 def _pretrain(args):
     from keras_attn.jobs import bert
 
-    job = _config_from(args, config.PretrainConfig)
+    job = config_from(args, config.PretrainConfig)
     result = bert.pretrain(job)
     _say_exported(result)
     if result.export_path:
@@ -942,7 +952,7 @@ def _finetune(args):
             f"nor a pretraining run folder (no {run_folder.SETTINGS}) nor a "
             f"Hugging Face or keras-hub BERT folder (no {CONFIG})",
         )
-    result = bert.finetune(_config_from(args, config.FinetuneConfig))
+    result = bert.finetune(config_from(args, config.FinetuneConfig))
     _say_exported(result)
     if result.export_path:
         print(f"try: keras-attn classify {result.export_path} {shlex.quote('a fine film.')}")
@@ -1038,9 +1048,9 @@ def _fill_mask(args):
     model = _load_bert(args.model_dir, "fill_mask", "fill-mask")
     lines = _input_lines(args.text)
     unanswered = 0
-    for start in range(0, len(lines), 64):
+    for start in range(0, len(lines), BATCH):
         out = model.signatures["fill_mask"](
-            text=tf.constant(lines[start : start + 64], tf.string),
+            text=tf.constant(lines[start : start + BATCH], tf.string),
             top_k=tf.constant(args.top_k, tf.int32),
         )
         tokens, scores = out["tokens"].numpy(), out["scores"].numpy()
@@ -1136,7 +1146,7 @@ def _check_pairs(lines, pairs, model_dir):
 def _serve(args):
     from keras_attn.serving.server import serve
 
-    return serve(_config_from(args, config.ServeConfig), log=lambda line: print(line, flush=True))
+    return serve(config_from(args, config.ServeConfig), log=lambda line: print(line, flush=True))
 
 
 COMMANDS = {

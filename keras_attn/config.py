@@ -17,14 +17,23 @@ keeps them, so pass them again (or `None`) with a new `name` or budget.
 """
 
 import dataclasses
-import re
 
+from keras_attn.decoding import MAX_BEAM_WIDTH  # noqa: F401  (the CLI's and jobs' bound)
 from keras_attn.errors import UserError
+from keras_attn.layers.attention import LOCAL_ALIGNMENTS, LUONG_SCORES
+from keras_attn.layers.caption_decoder import HARD_ESTIMATORS
+from keras_attn.layers.rnn_decoder import ATTENTIONS
+from keras_attn.layers.rnn_encoder import CELLS
+from keras_attn.models.bert import MAX_TOP_K  # noqa: F401  (the CLI's bound)
+from keras_attn.models.captioner import ATTENTIONS as CAPTION_ATTENTIONS
+from keras_attn.models.captioner import POOLINGS as CAPTION_POOLINGS
 from keras_attn.presets import PRESETS, architecture
+from keras_attn.serving.store import MODEL_NAME
+from keras_attn.training.precision import PRECISIONS
+from keras_attn.training.scheduled_sampling import DECAYS
+from keras_attn.training.strategy import STRATEGIES
 from pipelines.scenes import SPLIT_SIZES as SCENE_SPLITS
 
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
-PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 SCHEDULES = ("cosine", "inverse_sqrt")  # the translation jobs' learning-rate schedules
 # The translation jobs' subwords: WordPiece (pipelines/tokenizers.py), SentencePiece's two
 # (pipelines/sentencepiece_tokenizer.py).
@@ -39,24 +48,6 @@ CT2_QUANTIZATIONS = (
     "bfloat16",
     "float32",
 )
-# The RNN Seq2Seq model's options.
-ATTENTIONS = ("bahdanau", "luong", "none")
-CELLS = ("lstm", "gru")
-SCORES = ("dot", "general", "scaled_general", "concat")
-LOCALS = ("monotonic", "predictive")
-DECAYS = ("linear", "exponential", "inverse_sigmoid")  # scheduled sampling's teacher-forcing decays
-# the captioner's: Show, Attend and Tell's two, or the starting state
-CAPTION_ATTENTIONS = (
-    "soft",
-    "hard",
-    "none",
-)
-HARD_ESTIMATORS = ("gumbel", "reinforce")  # hard attention's gradient estimators, the default first
-# how the captioner's grid makes the LSTM's starting state, the default first
-CAPTION_POOLINGS = (
-    "mean",
-    "max",
-)
 
 # The constraints a flag's value is checked against (the CLI refuses others in one line).
 AT_LEAST_0, AT_LEAST_1, AT_LEAST_2, AT_LEAST_8, AT_LEAST_10 = (
@@ -68,10 +59,6 @@ POSITIVE = "> 0"
 NON_NEGATIVE = ">= 0"
 PORT = ("between", 0, 65535)
 
-MAX_BEAM_WIDTH = 32  # the widest beam an export searches with (a request's memory and time)
-MAX_TOP_K = 50  # the most candidates a BERT export's fill_mask gives per mask
-# A model's folder under an export root, as `serve` reads it: a name that is never `..` or a path.
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 PAIRS_PER_BATCH = 64  # the translation jobs' batch without --batch-size or --batch-tokens
 
@@ -551,12 +538,12 @@ class Seq2SeqConfig(TranslationConfig):
         choices=ATTENTIONS,
     )
     cell: str = setting("lstm", "recurrent cell", SEQ2SEQ, choices=CELLS)
-    score: str = setting("general", "Luong's score function", SEQ2SEQ, choices=SCORES)
+    score: str = setting("general", "Luong's score function", SEQ2SEQ, choices=LUONG_SCORES)
     local: str = setting(
         None,
         "Luong's local attention, local-m or local-p (default: global)",
         SEQ2SEQ,
-        choices=LOCALS,
+        choices=LOCAL_ALIGNMENTS,
     )
     window: int = setting(10, "half-width D of local attention", SEQ2SEQ, AT_LEAST_0)
     bidirectional: bool = setting(

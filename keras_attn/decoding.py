@@ -54,6 +54,7 @@ from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 _INF = math.inf
 LENGTH_PENALTY = 0.6  # GNMT's α (Wu et al., 2016): beam search's default
+MAX_BEAM_WIDTH = 32  # the widest beam an export searches with (a request's memory and time)
 
 
 class Stepper:
@@ -377,66 +378,11 @@ def beam_search(
         sources = tf.shape(beams["done"])[0]  # those still searched (`_drop_stopped_sources`)
         tokens = tf.reshape(beams["last"], [-1])
         logits, new_state = stepper.step(tokens, state, index, **preallocated)[:2]
-        log_probs = _log_probs(logits, bos_id)
-        vocab_size = tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [sources, width, vocab_size])  # (B, W, V)
-        scores = beams["scores"]  # (B, W)
-        # Finished hypotheses, and all those of a source that has stopped.
-        frozen = beams["finished"] | beams["done"][:, None]
-
-        # The best `width` extensions of the alive hypotheses by one token.
-        extensions = log_probs + tf.where(frozen, -_INF, scores)[..., None]
-        extension_scores, best = _top_k(tf.reshape(extensions, [sources, -1]), width)
-        # Frozen hypotheses keep their place (extended by [PAD] at no cost);
-        # the best extensions take the other places.
-        _, pick = tf.math.top_k(
-            tf.concat([tf.where(frozen, _INF, -_INF), extension_scores], axis=1),
-            k=width,
-        )
-        candidates = (  # `width` frozen ones, then `width` extensions
-            (tf.broadcast_to(tf.range(width), [sources, width]), best // vocab_size),
-            (tf.fill([sources, width], PAD_ID), best % vocab_size),
-            (tf.where(frozen, scores, -_INF), extension_scores),
-            (tf.zeros_like(frozen), extension_scores > -_INF),
-        )
-        parent, token, scores, grows = [
-            tf.gather(tf.concat(pair, axis=1), pick, batch_dims=1) for pair in candidates
-        ]
-        token = tf.where(grows, token, PAD_ID)  # (B, W)
-
-        def from_parent(x):
-            return tf.gather(x, parent, batch_dims=1)
-
-        finished = from_parent(beams["finished"]) | tf.equal(token, eos_id)
-        lengths = from_parent(beams["lengths"]) + tf.cast(grows, tf.int32)
-        history = tf.where(  # (B, W, longest), the token written at `index`
-            tf.range(tf.shape(beams["history"])[-1]) == index,
-            token[..., None],
-            from_parent(beams["history"]),
-        )
+        log_probs = tf.reshape(_log_probs(logits, bos_id), [sources, width, -1])  # (B, W, V)
+        parent, token, scores, grows = _best_extensions(log_probs, beams, width)
+        beams = _grown_beams(beams, parent, token, scores, grows, index, eos_id, alpha)
         rows = tf.reshape(parent + width * tf.range(sources)[:, None], [-1])
         new_state = _reorder(new_state, state, rows)
-
-        # A source stops when no alive hypothesis can beat its best finished
-        # one: log-probabilities only fall, and lp is largest at one end.
-        normalized = scores / gnmt_length_penalty(lengths, alpha)
-        best_finished = tf.reduce_max(tf.where(finished, normalized, -_INF), axis=1)
-        bound = scores / tf.maximum(
-            gnmt_length_penalty(lengths + 1, alpha),
-            gnmt_length_penalty(beams["budget"], alpha)[:, None],
-        )
-        alive = (scores > -_INF) & ~finished
-        can_improve = alive & (bound > best_finished[:, None])
-        done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= beams["budget"])
-        beams = dict(
-            beams,
-            last=token,
-            scores=scores,
-            finished=finished,
-            lengths=lengths,
-            history=history,
-            done=done,
-        )
         if not fixed:
             new_state, beams = _drop_stopped_sources(new_state, beams, width)
         return index + 1, new_state, beams
@@ -444,7 +390,14 @@ def beam_search(
     state = stepper.initial_state(
         source, beam_width=width, **({"cache_length": cache_length} if fixed else {})
     )
-    # Only beam 0 is alive at first, so the first extensions all differ.
+    beams = _decode_loop(body, state, _first_beams(batch, width, budget, longest, bos_id), longest)
+    # the sources searched to the end, beside those that stopped before
+    beams = _keep_stopped(beams, tf.range(tf.shape(beams["done"])[0]))["stopped"]
+    return _ranked(beams, alpha, fixed, return_all_beams)
+
+
+def _first_beams(batch, width, budget, longest, bos_id):
+    """The beams before the first step: only beam 0 is alive, so its first extensions all differ."""
     first_scores = tf.where(tf.range(width) == 0, 0.0, -_INF)
     beams = {
         "last": tf.fill([batch, width], tf.cast(bos_id, tf.int32)),
@@ -458,10 +411,73 @@ def beam_search(
     }
     # per source, of those no longer searched
     beams["stopped"] = {name: beams[name] for name in _BEAMS_KEPT}
-    beams = _decode_loop(body, state, beams, longest)
-    # and of those searched to the end
-    beams = _keep_stopped(beams, tf.range(tf.shape(beams["done"])[0]))
-    beams = beams["stopped"]
+    return beams
+
+
+def _best_extensions(log_probs, beams, width):
+    """`(parent, token, scores, grows)`, each `(B, W)`: the hypotheses of the next step.
+
+    The best `width` extensions of the alive hypotheses by one token take the places the frozen
+    ones (finished, or of a source that has stopped) do not keep; a frozen hypothesis keeps its
+    place, extended by [PAD] at no cost.
+    """
+    sources, vocab_size = tf.shape(log_probs)[0], tf.shape(log_probs)[-1]
+    scores = beams["scores"]  # (B, W)
+    frozen = beams["finished"] | beams["done"][:, None]
+    extensions = log_probs + tf.where(frozen, -_INF, scores)[..., None]
+    extension_scores, best = blockwise_top_k(tf.reshape(extensions, [sources, -1]), width)
+    _, pick = tf.math.top_k(
+        tf.concat([tf.where(frozen, _INF, -_INF), extension_scores], axis=1), k=width
+    )
+    candidates = (  # `width` frozen ones, then `width` extensions
+        (tf.broadcast_to(tf.range(width), [sources, width]), best // vocab_size),
+        (tf.fill([sources, width], PAD_ID), best % vocab_size),
+        (tf.where(frozen, scores, -_INF), extension_scores),
+        (tf.zeros_like(frozen), extension_scores > -_INF),
+    )
+    parent, token, scores, grows = [
+        tf.gather(tf.concat(pair, axis=1), pick, batch_dims=1) for pair in candidates
+    ]
+    return parent, tf.where(grows, token, PAD_ID), scores, grows
+
+
+def _grown_beams(beams, parent, token, scores, grows, index, eos_id, alpha):
+    """The beams after a step: each hypothesis its parent's, grown by `token` where it `grows`;
+    a source stops when none of its alive hypotheses can beat its best finished one
+    (log-probabilities only fall, and lp is largest at one end) or its budget is spent."""
+
+    def from_parent(x):
+        return tf.gather(x, parent, batch_dims=1)
+
+    finished = from_parent(beams["finished"]) | tf.equal(token, eos_id)
+    lengths = from_parent(beams["lengths"]) + tf.cast(grows, tf.int32)
+    history = tf.where(  # (B, W, longest), the token written at `index`
+        tf.range(tf.shape(beams["history"])[-1]) == index,
+        token[..., None],
+        from_parent(beams["history"]),
+    )
+    normalized = scores / gnmt_length_penalty(lengths, alpha)
+    best_finished = tf.reduce_max(tf.where(finished, normalized, -_INF), axis=1)
+    bound = scores / tf.maximum(
+        gnmt_length_penalty(lengths + 1, alpha),
+        gnmt_length_penalty(beams["budget"], alpha)[:, None],
+    )
+    alive = (scores > -_INF) & ~finished
+    can_improve = alive & (bound > best_finished[:, None])
+    done = beams["done"] | ~tf.reduce_any(can_improve, axis=1) | (index + 1 >= beams["budget"])
+    return dict(
+        beams,
+        last=token,
+        scores=scores,
+        finished=finished,
+        lengths=lengths,
+        history=history,
+        done=done,
+    )
+
+
+def _ranked(beams, alpha, fixed, return_all_beams):
+    """Beam search's outputs: each source's hypotheses by score, finished ones first."""
     log_probs, lengths = beams["scores"], beams["lengths"]
     scores = log_probs / gnmt_length_penalty(lengths, alpha)
     # The steps run: while a source has not stopped, its best hypotheses grow.
@@ -681,7 +697,7 @@ def _any_shape(x):
     return tf.TensorShape([None] * x.shape.rank)
 
 
-def _top_k(x, k, block_size=128):
+def blockwise_top_k(x, k, block_size=128):
     """`tf.math.top_k(x, k)` of long rows, by blocks.
 
     On CPU `top_k` costs about 3 ns an element: 3 ms a step for 4 beams

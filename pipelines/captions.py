@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines.prefetch import prefetched
-from pipelines.text import DataError, _decoded_lines, tsv_rows
+from pipelines.text import DataError, decoded_lines, tsv_rows
 
 NO_BOX = -1.0  # the box coordinates of a token that names no region
 REGIONS_FIELD = (
@@ -213,7 +213,7 @@ def resized_regions(regions, sizes, image_size):
 def _is_json(path):
     if path.suffix == ".json":
         return True
-    for line in _decoded_lines(path):
+    for line in decoded_lines(path):
         if line.strip():
             return line.lstrip().startswith("{")
     return False
@@ -224,7 +224,7 @@ def _coco_rows(path):
     annotation of a COCO captions JSON file.
     """
     try:
-        document = json.loads("".join(_decoded_lines(path)))
+        document = json.loads("".join(decoded_lines(path)))
         files = {image["id"]: image["file_name"] for image in document["images"]}
         annotations = document["annotations"]
     except ValueError as error:

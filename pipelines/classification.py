@@ -63,7 +63,7 @@ def read_labelled_tsv(path):
     """
     labels, texts_a, texts_b, skipped, columns = [], [], [], 0, None
     # Lines as read (not stripped): a tab before an empty text still counts.
-    for number, line in enumerate(text._decoded_lines(Path(path)), start=1):  # noqa: SLF001
+    for number, line in enumerate(text.decoded_lines(Path(path)), start=1):  # noqa: SLF001
         if not line.strip():
             skipped += 1
             continue

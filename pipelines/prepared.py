@@ -171,13 +171,13 @@ def _write_shard(corpus, index, source_tokenizer, target_tokenizer, path):
                 for ids, splits in ((sources, source_splits), (targets, target_splits))
             )
             for source, target in zip(sources, targets):
-                writer.write(_example(source, target))
+                writer.write(tf_example(source, target))
                 count += 1
     os.replace(temporary, path)
     return count
 
 
-def _example(source, target):
+def tf_example(source, target):
     feature = {
         name: tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
         for name, ids in (("source", source), ("target", target))

@@ -84,7 +84,7 @@ def read_lines(path):
 
 def iter_lines(path):
     """`read_lines` one line at a time, as they are read (a file of any size in bounded memory)."""
-    return (line.strip() for line in _decoded_lines(Path(path)))
+    return (line.strip() for line in decoded_lines(Path(path)))
 
 
 def read_parallel(source_path, target_path):
@@ -167,7 +167,7 @@ def tsv_rows(path, source_column=0, target_column=1, optional_column=None):
     """
     path = Path(path)
     needed = max(source_column, target_column) + 1
-    for number, line in enumerate(_decoded_lines(path), start=1):
+    for number, line in enumerate(decoded_lines(path), start=1):
         columns = line.rstrip("\r\n").split("\t") if line.strip() else [""] * needed
         if len(columns) < needed:
             raise DataError(
@@ -187,7 +187,7 @@ def count_lines(path):
     Raises:
         DataError: as `read_lines`.
     """
-    return sum(1 for _ in _decoded_lines(Path(path)))
+    return sum(1 for _ in decoded_lines(Path(path)))
 
 
 def check_aligned(source_path, target_path):
@@ -232,7 +232,7 @@ def _drop_empty_pairs(sources, targets, source_origin, target_origin):
     )
 
 
-def _decoded_lines(path):
+def decoded_lines(path):
     """Yields the lines of `path` as `str` (newline kept), checking UTF-8."""
     try:
         with open_bytes(path) as stream:

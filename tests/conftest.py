@@ -13,9 +13,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # One intra-op thread per process (the subprocesses of the fault-tolerance
 # tests inherit it): two pytest-xdist processes, and the job processes some
 # tests start, share 2 cores, and TensorFlow's thread pools spin while they
-# wait. On an AMD EPYC (2 cores) the whole suite took
-# 12:16 with the default (two threads each) and 7:03 with one, in CPU time
-# 1,224 s against 732 s: the same work.
+# wait (the suite's times with each: docs/benchmarks/test-suite.md).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import pytest  # noqa: E402
@@ -29,8 +27,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 # The slowest files (real processes, training runs) start first, so that with
-# two pytest-xdist processes neither ends with a long file alone. Sorting them
-# by measured duration instead gained nothing (12:08 against 11:55, one run each).
+# two pytest-xdist processes neither ends with a long file alone.
 SLOWEST_FIRST = (
     "tests/test_docs.py",
     "tests/training/test_fault_tolerance.py",

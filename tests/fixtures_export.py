@@ -177,7 +177,7 @@ def _load_each_folder_once(monkeypatch, loader):
 def cli_loads_once(monkeypatch):
     """Makes `keras_attn.cli` load each translation export once per
     test run (loading and its first calls cost seconds)."""
-    _load_each_folder_once(monkeypatch, "_load")
+    _load_each_folder_once(monkeypatch, "load_translation_export")
 
 
 @pytest.fixture

@@ -288,8 +288,12 @@ MISTAKES = {
         "invalid UTF-8",
     ),
     "evaluate: no test split known": (
-        lambda p: ["evaluate", p.other],
+        lambda p: ["evaluate", p.export],
         "names no test split of its run; give --src and --ref",
+    ),
+    "evaluate: another model, said first": (
+        lambda p: ["evaluate", p.other],
+        "not a keras-attn translation export (no translate/attention signatures)",
     ),
     "evaluate: missing model": (lambda p: ["evaluate", p.missing], "missing: no such folder"),
     # export-ct2

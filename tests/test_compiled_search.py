@@ -314,14 +314,14 @@ def test_serve_takes_the_compiled_widths_as_numbers_and_none_when_given_empty(gi
     from keras_attn import cli, config
 
     args = cli.build_parser().parse_args(["serve", "saved_models", *given])
-    assert cli._config_from(args, config.ServeConfig).compiled_widths == widths
+    assert cli.config_from(args, config.ServeConfig).compiled_widths == widths
     with pytest.raises(SystemExit):  # argparse's one-line refusal
         cli.build_parser().parse_args(["serve", "--compiled-widths", "0"])
     args = cli.build_parser().parse_args(["serve", "--compiled-widths", "4", "100"])
     with pytest.raises(
         ValueError, match=r"^--compiled-widths 100: the compiled search takes beam "
     ):
-        cli._config_from(args, config.ServeConfig)
+        cli.config_from(args, config.ServeConfig)
 
 
 def test_a_backbone_without_preallocated_caches_exports_without_the_compiled_search(task):

@@ -25,7 +25,7 @@ COMPANIONS = {
 
 
 def _built(argv, *flags):
-    return cli._config_from(cli.build_parser().parse_args([*argv, *flags]), COMMANDS[argv])
+    return cli.config_from(cli.build_parser().parse_args([*argv, *flags]), COMMANDS[argv])
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)

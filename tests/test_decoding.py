@@ -585,7 +585,7 @@ def test_beam_search_equals_exhaustive_search_with_row_budgets():
 @pytest.mark.parametrize("vocab", [3000, 8001])
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_block_top_k_equals_tf_top_k(vocab, k):
-    from keras_attn.decoding import _top_k
+    from keras_attn.decoding import blockwise_top_k
 
     rng = np.random.default_rng(vocab + k)
     rows = rng.normal(size=(6, vocab)).astype("float32")
@@ -594,7 +594,7 @@ def test_block_top_k_equals_tf_top_k(vocab, k):
     rows[3, rng.random(vocab) < 0.9] = -np.inf  # mostly -inf
     rows[4] = -np.inf  # all -inf
     rows[5, : vocab - 3] = -np.inf  # fewer finite values than k
-    values, indices = _top_k(tf.constant(rows), k)
+    values, indices = blockwise_top_k(tf.constant(rows), k)
     expected_values, expected_indices = tf.math.top_k(rows, k)
     np.testing.assert_array_equal(values, expected_values)
     np.testing.assert_array_equal(indices, expected_indices)

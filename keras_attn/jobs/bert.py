@@ -22,8 +22,8 @@ from keras_attn.jobs import common
 from keras_attn.jobs.common import bind_run_folder, wait_for_chief
 from keras_attn.models import BertClassifier, BertPretrainer
 from keras_attn.presets import PRESETS
+from keras_attn.schedules import WarmupLinearDecay
 from keras_attn.serving.bert import BertServer
-from keras_attn.training import WarmupLinearDecay
 from keras_attn.training.runner import train
 from pipelines import (
     classification,
@@ -77,8 +77,8 @@ class BertResult:
 
 
 # What `pretrain bert` suggests trying on its export. On the built-in corpus, a sentence of it
-# whose masked word its neighbours decide, and that the default pretraining answers ("next", 0.95;
-# the words its nouns decide, such as "the [MASK] knife", are left at chance by it).
+# whose masked word its neighbours decide, which the default pretraining learns to answer (the
+# words its nouns decide, such as "the [MASK] knife", it leaves at chance).
 FILL_MASK_EXAMPLES = {
     "builtin": "The sharp knife is [MASK] to the heavy pan.",
     "data": "the [MASK] sat on the mat.",
@@ -196,112 +196,16 @@ def pretrain(config, log=print, callbacks=()):
     config = with_lengths(config)
     files = streamed_files(config)
     if files:  # documents read as a stream, validation held out of the first file
-        valid_docs = held_out_documents(config, files)
-        held_out = (files[0], len(valid_docs))
-        chief = common.start(config, log)
-        log(
-            f"data: {len(files)} files, "
-            f"{sum(text.text_bytes(path) for path in files) / 2**20:.0f} MB of text, read as a "
-            f"stream; the first {len(valid_docs)} documents of {files[0]} validate"
-        )
-        os.makedirs(config.run_dir, exist_ok=True)
-        bind_run_folder(
-            config, (f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files), chief
-        )
-        with document_stream.reported():
-            tokenizer = build_tokenizer(config, vocabulary_sample(config, files, held_out), chief)
-        log(
-            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces (from the first "
-            "sentences of every file)"
-        )
+        chief, tokenizer, train, valid_docs = _streamed_documents(config, files, log)
     else:
-        read = load_documents(config)  # a data error stops the job before it names its run folder
-        train_docs, valid_docs = documents.hold_out_documents(
-            read.documents, config.valid_fraction, seed=config.seed, minimum=2
-        )
-        chief = common.start(config, log)
-        log(
-            f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation "
-            "documents"
-        )
-        os.makedirs(config.run_dir, exist_ok=True)
-        bind_run_folder(config, _document_lines(train_docs), chief)
-        tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
-        train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
-        dropped = train_corpus.dropped_sentences
-        log(
-            f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces; "
-            f"{train_corpus.num_tokens} training tokens"
-            + (f", {dropped} sentences without tokens dropped" if dropped else "")
-        )
+        chief, tokenizer, train, valid_docs = _read_documents(config, log)
     valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
     # the pipeline's, the model's and the export's
     preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)
-    settings = dict(
-        max_predictions=config.max_predictions,
-        seed=config.seed,
-        mask_rate=config.mask_rate,
-        whole_word=config.whole_word,
-        short_sequence_probability=config.short_sequence_probability,
-    )
-
-    def make_datasets(global_batch_size):
-        if files:
-            pairs = config.pairs_per_epoch or document_stream.estimated_pairs(
-                files, tokenizer, config.max_sequence_length
-            )
-        else:
-            pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(
-                train_corpus, config.max_sequence_length
-            )
-        if pairs < global_batch_size:
-            raise UserError(
-                f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
-                "give more data, --pairs-per-epoch or a smaller --batch-size"
-            )
-        valid_pairs = max(
-            global_batch_size, pretraining.pairs_per_epoch(valid_corpus, config.max_sequence_length)
-        )
-        try:
-            if files:
-                train_epochs = document_stream.streamed_pretraining_epochs(
-                    files,
-                    preprocessor,
-                    global_batch_size,
-                    pairs,
-                    held_out=held_out,
-                    one_document_per_file=config.one_document_per_file,
-                    **settings,
-                )
-            else:
-                train_epochs = pretraining.pretraining_epochs(
-                    train_corpus,
-                    preprocessor,
-                    batch_size=global_batch_size,
-                    num_pairs=pairs,
-                    **settings,
-                )
-            return (
-                train_epochs,
-                # Fixed pairs and masks (epoch -1): every epoch is scored on the same.
-                pretraining.pretraining_dataset(
-                    valid_corpus,
-                    preprocessor,
-                    batch_size=global_batch_size,
-                    num_pairs=valid_pairs,
-                    epoch=-1,
-                    **settings,
-                ),
-            )
-        except ValueError as error:  # too few documents, or none of two sentences
-            raise text.DataError(str(error)) from None
 
     def build_model():
         return BertPretrainer.from_preset(
-            config.preset,
-            preprocessor,
-            norm_first=config.norm_first,
-            dropout=config.dropout,
+            config.preset, preprocessor, norm_first=config.norm_first, dropout=config.dropout
         )
 
     def compile_model(model, total_steps):
@@ -316,7 +220,7 @@ def pretrain(config, log=print, callbacks=()):
         result = train(
             config,
             build_model=build_model,
-            make_datasets=make_datasets,
+            make_datasets=_pretraining_datasets(config, train, valid_corpus, preprocessor),
             compile_model=compile_model,
             callbacks=callbacks,
         )
@@ -343,6 +247,113 @@ def pretrain(config, log=print, callbacks=()):
     )
 
 
+def _streamed_documents(config, files, log):
+    """`(chief, tokenizer, (files, held out), validation documents)` of documents read as a
+    stream, the first ones of the first file held out to validate."""
+    valid_docs = held_out_documents(config, files)
+    held_out = (files[0], len(valid_docs))
+    chief = common.start(config, log)
+    log(
+        f"data: {len(files)} files, "
+        f"{sum(text.text_bytes(path) for path in files) / 2**20:.0f} MB of text, read as a "
+        f"stream; the first {len(valid_docs)} documents of {files[0]} validate"
+    )
+    os.makedirs(config.run_dir, exist_ok=True)
+    bind_run_folder(
+        config, (f"{os.path.basename(path)}\t{os.path.getsize(path)}" for path in files), chief
+    )
+    with document_stream.reported():
+        tokenizer = build_tokenizer(config, vocabulary_sample(config, files, held_out), chief)
+    log(
+        f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces (from the first "
+        "sentences of every file)"
+    )
+    return chief, tokenizer, (files, held_out), valid_docs
+
+
+def _read_documents(config, log):
+    """`(chief, tokenizer, the tokenized training corpus, validation documents)` of documents
+    read whole (a data error stops the job before it names its run folder)."""
+    read = load_documents(config)
+    train_docs, valid_docs = documents.hold_out_documents(
+        read.documents, config.valid_fraction, seed=config.seed, minimum=2
+    )
+    chief = common.start(config, log)
+    log(
+        f"data: {read.summary()}; {len(train_docs)} training, {len(valid_docs)} validation "
+        "documents"
+    )
+    os.makedirs(config.run_dir, exist_ok=True)
+    bind_run_folder(config, _document_lines(train_docs), chief)
+    tokenizer = build_tokenizer(config, [s for d in train_docs for s in d], chief)
+    train_corpus = pretraining.tokenize_documents(train_docs, tokenizer)
+    dropped = train_corpus.dropped_sentences
+    log(
+        f"vocabulary: {len(tokenizer.vocabulary)} uncased WordPieces; "
+        f"{train_corpus.num_tokens} training tokens"
+        + (f", {dropped} sentences without tokens dropped" if dropped else "")
+    )
+    return chief, tokenizer, train_corpus, valid_docs
+
+
+def _pretraining_datasets(config, train, valid_corpus, preprocessor):
+    """The runner's `make_datasets(global_batch_size)`: epochs of NSP pairs with masks from
+    `train` (a tokenized corpus, or `(files, held out)` read as a stream) and fixed validation
+    pairs and masks (epoch -1: every epoch is scored on the same)."""
+    settings = dict(
+        max_predictions=config.max_predictions,
+        seed=config.seed,
+        mask_rate=config.mask_rate,
+        whole_word=config.whole_word,
+        short_sequence_probability=config.short_sequence_probability,
+    )
+    length = config.max_sequence_length
+    streamed = isinstance(train, tuple)
+
+    def make_datasets(global_batch_size):
+        if streamed:
+            files, held_out = train
+            pairs = config.pairs_per_epoch or document_stream.estimated_pairs(
+                files, preprocessor.tokenizer, length
+            )
+        else:
+            pairs = config.pairs_per_epoch or pretraining.pairs_per_epoch(train, length)
+        if pairs < global_batch_size:
+            raise UserError(
+                f"an epoch has {pairs} pairs, fewer than the global batch {global_batch_size}: "
+                "give more data, --pairs-per-epoch or a smaller --batch-size"
+            )
+        valid_pairs = max(global_batch_size, pretraining.pairs_per_epoch(valid_corpus, length))
+        try:
+            if streamed:
+                train_epochs = document_stream.streamed_pretraining_epochs(
+                    files,
+                    preprocessor,
+                    global_batch_size,
+                    pairs,
+                    held_out=held_out,
+                    one_document_per_file=config.one_document_per_file,
+                    **settings,
+                )
+            else:
+                train_epochs = pretraining.pretraining_epochs(
+                    train, preprocessor, batch_size=global_batch_size, num_pairs=pairs, **settings
+                )
+            valid = pretraining.pretraining_dataset(
+                valid_corpus,
+                preprocessor,
+                batch_size=global_batch_size,
+                num_pairs=valid_pairs,
+                epoch=-1,
+                **settings,
+            )
+        except ValueError as error:  # too few documents, or none of two sentences
+            raise text.DataError(str(error)) from None
+        return train_epochs, valid
+
+    return make_datasets
+
+
 def finetune(config, log=print):
     """Fine-tunes a pretrained BERT (export or run folder) as a
     classifier; returns a `BertResult`.
@@ -365,34 +376,9 @@ def finetune(config, log=print):
         config, max_sequence_length=max_length, learning_rate=learning_rate
     )
     # The data first: an error in it stops the job before it names its run folder.
-    train_data, valid_data, test_data = (
-        classification.read_labelled_tsv(path) if path else None
-        for path in (config.train, config.valid, config.test)
-    )
-    # as the files hold them
-    read = [data for data in (train_data, valid_data, test_data) if data is not None]
-    if valid_data is None:
-        train_data, valid_data = hold_out_examples(train_data, config.seed)
-    label_names = sorted(set(train_data.labels))
-    if len(label_names) < 2:
-        raise text.DataError(
-            f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more"
-        )
-    label_ids = {label: index for index, label in enumerate(label_names)}
-    for data in (valid_data, test_data):  # scored only after training: checked before it
-        if data is not None:
-            classification.check_like_training(data, label_ids, train_data)
+    train_data, valid_data, test_data, label_names, data_line = _labelled_data(config)
     chief = common.start(config, log)
-    log(
-        f"data: {len(train_data)} training, {len(valid_data)} validation"
-        + (f", {len(test_data)} test" if test_data else "")
-        + f" examples; labels {', '.join(label_names)}"
-        + "".join(
-            f"; {data.origin}: {data.skipped_empty} blank or empty-text line(s) skipped"
-            for data in read
-            if data.skipped_empty
-        )
-    )
+    log(data_line)
     os.makedirs(config.run_dir, exist_ok=True)
     lines = (
         f"{label}\t{a}\t{b}"
@@ -401,7 +387,7 @@ def finetune(config, log=print):
         )
     )
     bind_run_folder(config, lines, chief)
-
+    label_ids = {label: index for index, label in enumerate(label_names)}
     preprocessor = BertPreprocessor(tokenizer, max_length)
 
     def dataset(data, batch_size, shuffle):
@@ -466,6 +452,40 @@ def finetune(config, log=print):
         result.already_finished,
         server,
     )
+
+
+def _labelled_data(config):
+    """`(train, valid, test, label names, what they are in one line)` of the config's labelled
+    files: valid held out of train without `--valid`; test None without `--test`; each split
+    scored after training checked against training's labels before it."""
+    train_data, valid_data, test_data = (
+        classification.read_labelled_tsv(path) if path else None
+        for path in (config.train, config.valid, config.test)
+    )
+    # as the files hold them
+    read = [data for data in (train_data, valid_data, test_data) if data is not None]
+    if valid_data is None:
+        train_data, valid_data = hold_out_examples(train_data, config.seed)
+    label_names = sorted(set(train_data.labels))
+    if len(label_names) < 2:
+        raise text.DataError(
+            f"{config.train}: one label only ({label_names[0]}); a classifier needs two or more"
+        )
+    label_ids = {label: index for index, label in enumerate(label_names)}
+    for data in (valid_data, test_data):
+        if data is not None:
+            classification.check_like_training(data, label_ids, train_data)
+    line = (
+        f"data: {len(train_data)} training, {len(valid_data)} validation"
+        + (f", {len(test_data)} test" if test_data else "")
+        + f" examples; labels {', '.join(label_names)}"
+        + "".join(
+            f"; {data.origin}: {data.skipped_empty} blank or empty-text line(s) skipped"
+            for data in read
+            if data.skipped_empty
+        )
+    )
+    return train_data, valid_data, test_data, label_names, line
 
 
 def hold_out_examples(data, seed, fraction=0.1):

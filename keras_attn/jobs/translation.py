@@ -32,7 +32,7 @@ from keras_attn.jobs.common import (  # noqa: F401  (also this module's API, as 
     wait_for_chief,
 )
 from keras_attn.models import Seq2SeqLM
-from keras_attn.training import warmup_cosine
+from keras_attn.schedules import warmup_cosine
 from keras_attn.training.runner import train
 from pipelines import prepared, streaming, synthetic, text, tokenizers, translation
 from pipelines.preprocessors import TranslationPreprocessor
@@ -294,45 +294,16 @@ def run(config, log=print):
         isinstance(train_corpus, streaming.ShardedCorpus),
         corpora["train_pairs"],
     )
-    if streamed:
-        log(
-            f"data: about {common.counted(train_pairs, 'training pair')} (from the files' sizes) "
-            f"read as a stream from {train_corpus}, "
-            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, "
-            f"{common.counted(valid_corpus.skipped_empty, 'empty one')} skipped; empty training "
-            "pairs are skipped as they come"
-        )
-    else:
-        skipped = train_corpus.skipped_empty + valid_corpus.skipped_empty
-        log(
-            f"data: {common.counted(train_pairs, 'training pair')}, "
-            f"{common.counted(len(valid_corpus.sources), 'validation pair')}, "
-            f"{common.counted(skipped, 'empty pair')} skipped"
-        )
+    log(_data_line(train_corpus, valid_corpus, train_pairs, streamed))
     os.makedirs(config.run_dir, exist_ok=True)
     bind_run_folder(config, train_corpus, chief)
     test_paths = write_test_split(config, test_corpus) if chief else None
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_corpus, chief)
-    pieces = (
-        "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
-    )
-    if config.shared_vocab:
-        tables = "; the encoder's embedding its own" if config.separate_embeddings else ""
-        log(
-            f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both "
-            f"languages{tables}"
-        )
-    else:
-        log(
-            f"vocabularies: {source_tokenizer.vocabulary_size} source, "
-            f"{target_tokenizer.vocabulary_size} target {pieces}"
-        )
-
+    log(_vocabulary_line(config, source_tokenizer, target_tokenizer))
     if config.prepared:
         train_corpus = prepared_corpus(
             config, train_corpus, (source_tokenizer, target_tokenizer), chief, log
         )
-
     length_multiple = XLA_LENGTH_MULTIPLE if config.jit_compile else 1
     if config.jit_compile:
         widths = translation.width_count(config.max_sequence_length, length_multiple)
@@ -340,6 +311,83 @@ def run(config, log=print):
             f"XLA: batch lengths rounded up to multiples of {length_multiple} ids: at most "
             f"{widths} x {widths} (source x target) shapes, XLA compiles a program for each"
         )
+    make_datasets = _dataset_maker(
+        config,
+        (source_tokenizer, target_tokenizer),
+        (train_corpus, train_pairs),
+        valid_corpus,
+        length_multiple,
+        streamed,
+    )
+    builtin = not (config.data or config.src or config.tgt)
+    dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
+    preprocessor = TranslationPreprocessor(
+        source_tokenizer, target_tokenizer, config.max_sequence_length
+    )
+    train_started = time.time()
+    with train_corpus.reported() if streamed else contextlib.nullcontext():
+        result = train(
+            config,
+            build_model=lambda: build_task(config, preprocessor, dropout),
+            make_datasets=make_datasets,
+            compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
+            callbacks=config.callbacks(),
+        )
+    train_seconds = time.time() - train_started
+    log(common.describe_training(config, result, time.time() - started))
+    if not result.is_chief:
+        return TranslationResult(
+            None,
+            {},
+            [],
+            result.history,
+            result.model,
+            result.steps,
+            already_finished=result.already_finished,
+        )
+    return _evaluate_and_export(config, result, test_corpus, test_paths, train_seconds, log)
+
+
+def _data_line(train_corpus, valid_corpus, train_pairs, streamed):
+    """What the job trains and validates on, in one line."""
+    valid = common.counted(len(valid_corpus.sources), "validation pair")
+    if streamed:
+        return (
+            f"data: about {common.counted(train_pairs, 'training pair')} (from the files' sizes) "
+            f"read as a stream from {train_corpus}, {valid}, "
+            f"{common.counted(valid_corpus.skipped_empty, 'empty one')} skipped; empty training "
+            "pairs are skipped as they come"
+        )
+    skipped = train_corpus.skipped_empty + valid_corpus.skipped_empty
+    return (
+        f"data: {common.counted(train_pairs, 'training pair')}, {valid}, "
+        f"{common.counted(skipped, 'empty pair')} skipped"
+    )
+
+
+def _vocabulary_line(config, source_tokenizer, target_tokenizer):
+    """The vocabularies the job reads with, in one line."""
+    pieces = (
+        "WordPieces" if config.subword == "wordpiece" else f"SentencePiece {config.subword} pieces"
+    )
+    if config.shared_vocab:
+        tables = "; the encoder's embedding its own" if config.separate_embeddings else ""
+        return (
+            f"vocabulary: {source_tokenizer.vocabulary_size} {pieces}, shared by both "
+            f"languages{tables}"
+        )
+    return (
+        f"vocabularies: {source_tokenizer.vocabulary_size} source, "
+        f"{target_tokenizer.vocabulary_size} target {pieces}"
+    )
+
+
+def _dataset_maker(config, tokenizers, train, valid_corpus, length_multiple, streamed):
+    """The runner's `make_datasets(global_batch_size)`: the epochs of the training pairs `train`,
+    `(corpus, pairs)` (a stream when `streamed`, each worker then reading its own shards), and
+    the validation pairs."""
+    train_corpus, train_pairs = train
+    source_tokenizer, target_tokenizer = tokenizers
 
     def make_datasets(global_batch_size):
         replicas = global_batch_size // config.batch_size
@@ -374,39 +422,12 @@ def run(config, log=print):
             ),
         )
 
-    builtin = not (config.data or config.src or config.tgt)
-    dropout = config.dropout if config.dropout is not None else (0.0 if builtin else 0.1)
+    return make_datasets
 
-    preprocessor = TranslationPreprocessor(
-        source_tokenizer, target_tokenizer, config.max_sequence_length
-    )
 
-    def build_model():
-        return build_task(config, preprocessor, dropout)
-
-    train_started = time.time()
-    with train_corpus.reported() if streamed else contextlib.nullcontext():
-        result = train(
-            config,
-            build_model=build_model,
-            make_datasets=make_datasets,
-            compile_model=lambda model, total_steps: compile_task(model, config, total_steps),
-            callbacks=config.callbacks(),
-        )
+def _evaluate_and_export(config, result, test_corpus, test_paths, train_seconds, log):
+    """The chief's end of the job: the test split's scores, the export, the samples."""
     model = result.model
-    train_seconds = time.time() - train_started
-    log(common.describe_training(config, result, time.time() - started))
-    if not result.is_chief:
-        return TranslationResult(
-            None,
-            {},
-            [],
-            result.history,
-            model,
-            result.steps,
-            already_finished=result.already_finished,
-        )
-
     translator = serving.Translator(model, compiled_search=config.compiled_search)
     metrics = evaluate(translator, test_corpus, config.beam_width)
     metrics.update(parameters=model.count_params(), train_seconds=round(train_seconds))

@@ -14,7 +14,7 @@ attending LSTM), `masking` (padding and
 causal masks) and `initializers` (one initializer copy per weight).
 """
 
-from keras_attn.layers.add_and_norm import AddAndNorm
+from keras_attn.layers.add_and_norm import LAYER_NORM_EPSILON, AddAndNorm
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.caption_decoder import CaptionDecoder
 from keras_attn.layers.embedding import BertEmbedding, TokenAndPositionEmbedding
@@ -37,6 +37,7 @@ from keras_attn.layers.transformer import (
 
 __all__ = [
     "AddAndNorm",
+    "LAYER_NORM_EPSILON",
     "AdditiveAttention",
     "DotProductAttention",
     "CaptionDecoder",

@@ -2,6 +2,10 @@
 
 import keras
 
+LAYER_NORM_EPSILON = (
+    1e-5  # the Transformer blocks' LayerNorm epsilon (BERT's checkpoints give theirs)
+)
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class AddAndNorm(keras.layers.Layer):
@@ -34,7 +38,7 @@ class AddAndNorm(keras.layers.Layer):
         TensorShape([2, 5, 8])
     """
 
-    def __init__(self, dropout=0.0, norm_first=False, epsilon=1e-5, **kwargs):
+    def __init__(self, dropout=0.0, norm_first=False, epsilon=LAYER_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.dropout = dropout
         self.norm_first = norm_first

@@ -62,120 +62,156 @@ def blockwise_attention(
     Returns:
         `(B, h, Tq, d_v)`, in the dtype of `query`.
     """
-    dtype = query.dtype
-    shape = tf.shape(query)
-    batch, heads, length = shape[0], shape[1], shape[2]
-    keys = tf.shape(key)[2]
-    block_size = tf.minimum(block_size, tf.maximum(keys, 1))  # short keys: one block, no padding
-    blocks = (keys + block_size - 1) // block_size
-    padded = blocks * block_size
-
-    def pad_keys(x, axis, value=0):
-        paddings = [[0, 0]] * len(x.shape)
-        paddings[axis] = [0, padded - keys]
-        return tf.pad(x, paddings, constant_values=value)
-
-    # Every key past Tk is padding; masks broadcast to (B, 1, Tq, block).
-    key_mask = tf.ones([batch, keys], tf.bool) if key_mask is None else tf.cast(key_mask, tf.bool)
-    key_mask = pad_keys(key_mask, 1, False)
-    if attention_mask is not None:
-        attention_mask = tf.cast(attention_mask, tf.bool)
-        if attention_mask.shape.rank == 2:
-            attention_mask = attention_mask[None]
-        if attention_mask.shape[-1] != 1:
-            attention_mask = pad_keys(attention_mask, 2, False)
-    query_keep = None if query_mask is None else tf.cast(query_mask, tf.bool)[:, None, :, None]
-    query_positions = tf.range(length) + tf.cast(query_start, tf.int32)
-
-    def block_mask(j):
-        start = j * block_size
-        mask = key_mask[:, None, None, start : start + block_size]  # (B, 1, 1, blk)
-        if attention_mask is not None:
-            sliced = attention_mask
-            if attention_mask.shape[-1] != 1:
-                sliced = attention_mask[..., start : start + block_size]
-            mask = mask & sliced[:, None]
-        if causal:
-            key_positions = tf.range(start, start + block_size)
-            mask = mask & (query_positions[:, None] >= key_positions[None, :])[None, None]
-        if query_keep is not None:
-            mask = mask & query_keep
-        return mask
-
+    blocks = _KeyBlocks(
+        query, key, key_mask, attention_mask, query_mask, causal, query_start, block_size
+    )
+    dropout = _BlockDropout(dropout_rate, dropout_seed, blocks)
     scale = 1.0 / math.sqrt(query.shape[-1])
     q32 = tf.cast(query, tf.float32) * scale
-    k32, v32 = tf.cast(pad_keys(key, 2), tf.float32), tf.cast(pad_keys(value, 2), tf.float32)
-
-    def block(x, j):
-        return x[:, :, j * block_size : (j + 1) * block_size]
-
-    def keep(j):
-        return blockwise_dropout_keep(
-            dropout_seed, j, [batch, heads, length, block_size], dropout_rate
-        )
-
-    def weights_of_block(j, log_normalizer):
-        """exp(s - L): the final softmax weights of block `j`, 0 where masked."""
-        scores = tf.matmul(q32, block(k32, j), transpose_b=True)
-        weights = tf.exp(scores - log_normalizer[..., None])
-        return tf.where(block_mask(j), weights, 0.0)
+    k32, v32 = (tf.cast(blocks.pad(x, 2), tf.float32) for x in (key, value))
 
     @tf.custom_gradient
     def attend(q, k, v):
-        def body(j, m, l, o):
-            scores = tf.matmul(q, block(k, j), transpose_b=True)  # (B, h, Tq, blk)
-            mask = block_mask(j)
-            scores = tf.where(mask, scores, _LOWEST)
-            m_new = tf.maximum(m, tf.reduce_max(scores, axis=-1))
-            p = tf.where(mask, tf.exp(scores - m_new[..., None]), 0.0)
-            correction = tf.exp(m - m_new)
-            l = l * correction + tf.reduce_sum(p, axis=-1)
-            if dropout_rate:
-                p = p * keep(j)
-            o = o * correction[..., None] + tf.matmul(p, block(v, j))
-            return j + 1, m_new, l, o
-
-        stats = tf.fill([batch, heads, length], _LOWEST)
-        _, m, l, o = tf.while_loop(
-            lambda j, *_: j < blocks,
-            body,
-            (0, stats, tf.zeros_like(stats), tf.zeros([batch, heads, length, tf.shape(v)[-1]])),
-            parallel_iterations=1,  # one block's scores alive at a time: that is the point
-        )
-        attended = l > 0
-        safe_l = tf.where(attended, l, 1.0)
-        output = tf.where(attended[..., None], o / safe_l[..., None], 0.0)
-        log_normalizer = tf.where(attended, m + tf.math.log(safe_l), 0.0)
+        output, log_normalizer = _forward(blocks, dropout, q, k, v)
 
         def grad(d_output):
-            d_output = tf.cast(d_output, tf.float32)
-            delta = tf.reduce_sum(d_output * output, axis=-1)  # rowsum(dO ⊙ O)
-
-            def backward(j, d_q, d_keys, d_values):
-                weights = weights_of_block(j, log_normalizer)  # P, (B, h, Tq, blk)
-                dropped = weights * keep(j) if dropout_rate else weights
-                d_values = d_values.write(j, tf.matmul(dropped, d_output, transpose_a=True))
-                d_weights = tf.matmul(d_output, block(v, j), transpose_b=True)
-                if dropout_rate:
-                    d_weights = d_weights * keep(j)
-                d_scores = weights * (d_weights - delta[..., None])
-                d_q += tf.matmul(d_scores, block(k, j))
-                d_keys = d_keys.write(j, tf.matmul(d_scores, q, transpose_a=True))
-                return j + 1, d_q, d_keys, d_values
-
-            arrays = [tf.TensorArray(tf.float32, size=blocks, element_shape=None) for _ in range(2)]
-            _, d_q, d_keys, d_values = tf.while_loop(
-                lambda j, *_: j < blocks,
-                backward,
-                (0, tf.zeros_like(q), *arrays),
-                parallel_iterations=1,
-            )
-            return d_q, _join_blocks(d_keys), _join_blocks(d_values)
+            return _backward(blocks, dropout, q, k, v, output, log_normalizer, d_output)
 
         return output, grad
 
-    output = attend(q32, k32, v32)
-    return tf.cast(output, dtype)
+    return tf.cast(attend(q32, k32, v32), query.dtype)
+
+
+class _KeyBlocks:
+    """The keys cut into blocks of `block_size` (the last padded), and each block's mask."""
+
+    def __init__(
+        self, query, key, key_mask, attention_mask, query_mask, causal, query_start, block_size
+    ):
+        shape = tf.shape(query)
+        self.batch, self.heads, self.length = shape[0], shape[1], shape[2]
+        self.keys = tf.shape(key)[2]
+        # short keys: one block, no padding
+        self.size = tf.minimum(block_size, tf.maximum(self.keys, 1))
+        self.count = (self.keys + self.size - 1) // self.size
+        self.causal = causal
+        # Every key past Tk is padding; masks broadcast to (B, 1, Tq, block).
+        key_mask = (
+            tf.ones([self.batch, self.keys], tf.bool)
+            if key_mask is None
+            else tf.cast(key_mask, tf.bool)
+        )
+        self.key_mask = self.pad(key_mask, 1, False)
+        if attention_mask is not None:
+            attention_mask = tf.cast(attention_mask, tf.bool)
+            if attention_mask.shape.rank == 2:
+                attention_mask = attention_mask[None]
+            if attention_mask.shape[-1] != 1:
+                attention_mask = self.pad(attention_mask, 2, False)
+        self.attention_mask = attention_mask
+        self.query_keep = (
+            None if query_mask is None else tf.cast(query_mask, tf.bool)[:, None, :, None]
+        )
+        self.query_positions = tf.range(self.length) + tf.cast(query_start, tf.int32)
+
+    def pad(self, x, axis, value=0):
+        """`x` with its key axis `axis` padded to whole blocks."""
+        paddings = [[0, 0]] * len(x.shape)
+        paddings[axis] = [0, self.count * self.size - self.keys]
+        return tf.pad(x, paddings, constant_values=value)
+
+    def block(self, x, j):
+        """Block `j` of `x`'s key axis (its third)."""
+        return x[:, :, j * self.size : (j + 1) * self.size]
+
+    def mask(self, j):
+        """`(B, 1|h, 1|Tq, blk)`: which keys of block `j` each query sees."""
+        start = j * self.size
+        mask = self.key_mask[:, None, None, start : start + self.size]  # (B, 1, 1, blk)
+        if self.attention_mask is not None:
+            sliced = self.attention_mask
+            if sliced.shape[-1] != 1:
+                sliced = sliced[..., start : start + self.size]
+            mask = mask & sliced[:, None]
+        if self.causal:
+            key_positions = tf.range(start, start + self.size)
+            mask = mask & (self.query_positions[:, None] >= key_positions[None, :])[None, None]
+        if self.query_keep is not None:
+            mask = mask & self.query_keep
+        return mask
+
+
+class _BlockDropout:
+    """Dropout on the attention weights, block by block, the same masks forward and backward."""
+
+    def __init__(self, rate, seed, blocks):
+        self.rate, self.seed, self.blocks = rate, seed, blocks
+
+    def __call__(self, weights, j):
+        if not self.rate:
+            return weights
+        b = self.blocks
+        shape = [b.batch, b.heads, b.length, b.size]
+        return weights * blockwise_dropout_keep(self.seed, j, shape, self.rate)
+
+
+def _forward(blocks, dropout, q, k, v):
+    """`(output, log_normalizer)`: FlashAttention's algorithm 1, a block of keys at a time, the
+    running maximum m, denominator l and output o rescaled as each arrives."""
+
+    def body(j, m, l, o):
+        scores = tf.matmul(q, blocks.block(k, j), transpose_b=True)  # (B, h, Tq, blk)
+        mask = blocks.mask(j)
+        scores = tf.where(mask, scores, _LOWEST)
+        m_new = tf.maximum(m, tf.reduce_max(scores, axis=-1))
+        p = tf.where(mask, tf.exp(scores - m_new[..., None]), 0.0)
+        correction = tf.exp(m - m_new)
+        l = l * correction + tf.reduce_sum(p, axis=-1)
+        o = o * correction[..., None] + tf.matmul(dropout(p, j), blocks.block(v, j))
+        return j + 1, m_new, l, o
+
+    stats = tf.fill([blocks.batch, blocks.heads, blocks.length], _LOWEST)
+    _, m, l, o = tf.while_loop(
+        lambda j, *_: j < blocks.count,
+        body,
+        (
+            0,
+            stats,
+            tf.zeros_like(stats),
+            tf.zeros([blocks.batch, blocks.heads, blocks.length, tf.shape(v)[-1]]),
+        ),
+        parallel_iterations=1,  # one block's scores alive at a time: that is the point
+    )
+    attended = l > 0
+    safe_l = tf.where(attended, l, 1.0)
+    output = tf.where(attended[..., None], o / safe_l[..., None], 0.0)
+    return output, tf.where(attended, m + tf.math.log(safe_l), 0.0)
+
+
+def _backward(blocks, dropout, q, k, v, output, log_normalizer, d_output):
+    """`(d_q, d_k, d_v)`: algorithm 2, each block's weights recomputed from the saved
+    log-normalizer L = m + log l, exp(s - L), instead of stored."""
+    d_output = tf.cast(d_output, tf.float32)
+    delta = tf.reduce_sum(d_output * output, axis=-1)  # rowsum(dO ⊙ O)
+
+    def backward(j, d_q, d_keys, d_values):
+        scores = tf.matmul(q, blocks.block(k, j), transpose_b=True)
+        weights = tf.where(blocks.mask(j), tf.exp(scores - log_normalizer[..., None]), 0.0)  # P
+        d_values = d_values.write(j, tf.matmul(dropout(weights, j), d_output, transpose_a=True))
+        d_weights = dropout(tf.matmul(d_output, blocks.block(v, j), transpose_b=True), j)
+        d_scores = weights * (d_weights - delta[..., None])
+        d_q += tf.matmul(d_scores, blocks.block(k, j))
+        d_keys = d_keys.write(j, tf.matmul(d_scores, q, transpose_a=True))
+        return j + 1, d_q, d_keys, d_values
+
+    arrays = [tf.TensorArray(tf.float32, size=blocks.count, element_shape=None) for _ in range(2)]
+    _, d_q, d_keys, d_values = tf.while_loop(
+        lambda j, *_: j < blocks.count,
+        backward,
+        (0, tf.zeros_like(q), *arrays),
+        parallel_iterations=1,
+    )
+    return d_q, _join_blocks(d_keys), _join_blocks(d_values)
 
 
 def _join_blocks(array):

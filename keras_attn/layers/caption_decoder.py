@@ -48,11 +48,12 @@ import threading
 import keras
 from keras import ops
 
-from keras_attn.config import HARD_ESTIMATORS
 from keras_attn.layers.image_encoder import cell_centres
+from keras_attn.layers.replicas import as_layer_loss, sum_over_replicas
 from keras_attn.layers.rnn_decoder import AttentionDecoder
-from keras_attn.training.losses import as_layer_loss, sum_over_replicas
 from pipelines.special_tokens import PAD_ID
+
+HARD_ESTIMATORS = ("gumbel", "reinforce")  # hard attention's gradient estimators, the default first
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

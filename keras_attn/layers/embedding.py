@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.initializers import bert_initializer, clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 from pipelines.special_tokens import PAD_ID
 
@@ -198,7 +198,7 @@ class BertEmbedding(keras.layers.Layer):
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
+            embeddings_initializer or bert_initializer()
         )
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,

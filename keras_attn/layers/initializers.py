@@ -11,6 +11,13 @@ import zlib
 
 import keras
 
+INITIALIZER_RANGE = 0.02  # BERT's `initializer_range`: the standard deviation of its weights
+
+
+def bert_initializer():
+    """BERT's initializer: a new `TruncatedNormal(stddev=INITIALIZER_RANGE)`."""
+    return keras.initializers.TruncatedNormal(stddev=INITIALIZER_RANGE)
+
 
 def clone_initializer(initializer, salt):
     """A fresh copy of `initializer` for one weight.

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.initializers import clone_initializer
+from keras_attn.layers.initializers import bert_initializer, clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -68,9 +68,7 @@ class MaskedLMHead(keras.layers.Layer):
         self._tied = (lambda: token_embedding.embeddings) if token_embedding is not None else None
         self.activation = keras.activations.get(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or bert_initializer())
 
     @property
     def embeddings(self):

@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_attn.layers.initializers import bert_initializer
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class NextSentenceHead(keras.layers.Layer):
@@ -26,9 +28,7 @@ class NextSentenceHead(keras.layers.Layer):
 
     def __init__(self, kernel_initializer=None, **kwargs):
         super().__init__(**kwargs)
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or bert_initializer())
         self.projection = keras.layers.Dense(
             2,
             kernel_initializer=self.kernel_initializer,

@@ -23,14 +23,14 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.config import ATTENTIONS
 from keras_attn.layers.attention import AdditiveAttention, DotProductAttention
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, input_projection, recurrence
-from keras_attn.layers.rnn_encoder import RNN_CELLS
+from keras_attn.layers.rnn_encoder import CELLS
 from pipelines.special_tokens import PAD_ID
 
+ATTENTIONS = ("bahdanau", "luong", "none")  # the decoder's attention, or none (the baseline)
 SAMPLINGS = ("argmax", "sample")
 
 
@@ -123,8 +123,8 @@ class AttentionDecoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         require_tensorflow(type(self).__name__, "its time loop is a TensorFlow loop")
-        if cell not in RNN_CELLS:
-            raise ValueError(f"`cell` must be one of {RNN_CELLS}, got {cell!r}.")
+        if cell not in CELLS:
+            raise ValueError(f"`cell` must be one of {CELLS}, got {cell!r}.")
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
         if local not in (None, "monotonic", "predictive"):

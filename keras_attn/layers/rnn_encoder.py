@@ -3,11 +3,12 @@
 import keras
 from keras import ops
 
-from keras_attn.config import CELLS as RNN_CELLS
 from keras_attn.layers.backend import require_tensorflow
 from keras_attn.layers.initializers import clone_initializer
 from keras_attn.layers.rnn_cells import cell_weights, masked_rnn
 from pipelines.special_tokens import PAD_ID
+
+CELLS = ("lstm", "gru")  # the recurrent cells of the encoder and decoder, the default first
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -65,8 +66,8 @@ class RNNEncoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         require_tensorflow("RNNEncoder", "its recurrence is a TensorFlow loop")
-        if cell not in RNN_CELLS:
-            raise ValueError(f"`cell` must be one of {RNN_CELLS}, got {cell!r}.")
+        if cell not in CELLS:
+            raise ValueError(f"`cell` must be one of {CELLS}, got {cell!r}.")
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"`num_layers` must be a positive integer, got {num_layers!r}.")
         self.vocabulary_size = vocabulary_size

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import masking
-from keras_attn.layers.add_and_norm import AddAndNorm
+from keras_attn.layers.add_and_norm import LAYER_NORM_EPSILON, AddAndNorm
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.initializers import kernel_initializer_argument
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -21,7 +21,7 @@ class _TransformerBlock(keras.layers.Layer):
         activation="relu",
         norm_first=False,
         attention_dropout=0.0,
-        layer_norm_epsilon=1e-5,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
         kernel_initializer=None,
         **kwargs,
     ):

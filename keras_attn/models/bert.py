@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from keras_attn import graph
-from keras_attn.config import MAX_TOP_K
 from keras_attn.layers import (
     BertEmbedding,
     MaskedLMHead,
@@ -23,16 +22,18 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
     activations,
 )
+from keras_attn.layers.initializers import bert_initializer
+from keras_attn.losses import ClassificationLoss, PretrainingLoss
+from keras_attn.metrics import PretrainingMetrics
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.task import Task
+from keras_attn.optimizers import adamw
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
-from keras_attn.training.losses import ClassificationLoss, PretrainingLoss
-from keras_attn.training.metrics import PretrainingMetrics
-from keras_attn.training.optimizers import adamw
 from pipelines.special_tokens import MASK_ID, PAD_ID, SPECIAL_TOKENS
 
 PRESETS = _ALL_PRESETS["bert"]
+MAX_TOP_K = 50  # the most candidates `fill_masks` gives a mask
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -132,8 +133,7 @@ class BertBackbone(Backbone):
                     attention_dropout=dropout,
                     layer_norm_epsilon=layer_norm_epsilon,
                     norm_first=norm_first,
-                    # BERT's initializer_range
-                    kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                    kernel_initializer=bert_initializer(),
                     name=f"encoder_block_{index}",
                     dtype=dtype,
                 )
@@ -151,7 +151,7 @@ class BertBackbone(Backbone):
         pooler = keras.layers.Dense(
             hidden,
             activation="tanh",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            kernel_initializer=bert_initializer(),
             name="pooler",
             dtype=dtype,
         )
@@ -477,7 +477,7 @@ class BertPretrainer(_MaskedLMTask):
         `loss` and `PretrainingMetrics`' MLM and NSP values.
 
         Args:
-            optimizer: `"auto"`: BERT's AdamW (`training.optimizers.adamw`) at
+            optimizer: `"auto"`: BERT's AdamW (`keras_attn.optimizers.adamw`) at
                 `learning_rate`, a number or a schedule (the job warms up and
                 decays linearly over its run: `WarmupLinearDecay`).
             loss: `"auto"`: `PretrainingLoss(nsp_weight)`, the masked-LM mean
@@ -575,7 +575,7 @@ class BertClassifier(BertTask):
         pooled = keras.layers.Dropout(dropout, dtype=dtype)(pooled)
         classifier = keras.layers.Dense(
             num_classes,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            kernel_initializer=bert_initializer(),
             name="classifier",
             dtype=dtype,
         )

@@ -12,15 +12,16 @@ decoder reads only that starting state.
 import keras
 from keras import ops
 
-from keras_attn.config import CAPTION_ATTENTIONS as ATTENTIONS
-from keras_attn.config import CAPTION_POOLINGS, HARD_ESTIMATORS
 from keras_attn.layers import AttentionDecoder, CaptionDecoder, ImageGridEncoder
+from keras_attn.layers.caption_decoder import HARD_ESTIMATORS
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.seq2seq import RecurrentDecoding
 from keras_attn.presets import PRESETS as _ALL_PRESETS
 from keras_attn.presets import architecture
 
 PRESETS = _ALL_PRESETS["captioner"]
+ATTENTIONS = ("soft", "hard", "none")  # Show, Attend and Tell's two, or none (the baseline)
+POOLINGS = ("mean", "max")  # how the grid makes the LSTM's starting state, the default first
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -89,7 +90,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         hidden_dim=None,
         stage_depth=None,
         attention="soft",
-        pooling=CAPTION_POOLINGS[0],
+        pooling=POOLINGS[0],
         gate=True,
         attention_regularization=0.0,
         hard_estimator=HARD_ESTIMATORS[0],
@@ -102,12 +103,12 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
     ):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {ATTENTIONS}, got {attention!r}.")
-        if pooling not in CAPTION_POOLINGS:
-            raise ValueError(f"`pooling` must be one of {CAPTION_POOLINGS}, got {pooling!r}.")
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         settings = architecture(
             "captioner",
             preset,
-            dict(filters=(32, 64, 128), feature_dim=128, hidden_dim=256, stage_depth=1),
+            PRESETS["small"],  # what neither a preset nor an argument gives
             filters=filters,
             feature_dim=feature_dim,
             hidden_dim=hidden_dim,
@@ -206,7 +207,7 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         return ops.cast(weights, "float32")
 
 
-def starting_state(init_h, init_c, grid, pooling=CAPTION_POOLINGS[0]):
+def starting_state(init_h, init_c, grid, pooling=POOLINGS[0]):
     """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their
     mean (section 3.1.2) or their maximum (`pooling="max"`)."""
     pooled = ops.max(grid, axis=1) if pooling == "max" else ops.mean(grid, axis=1)

@@ -5,10 +5,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.layers.caption_decoder import attention_supervision, region_masks
+from keras_attn.layers.replicas import sum_over_replicas
 from keras_attn.models.captioner import PRESETS as CAPTIONER_PRESETS
 from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
-from keras_attn.training.losses import sum_over_replicas
 from pipelines.special_tokens import PAD_ID
 
 DEFAULT_MAX_CAPTION = (

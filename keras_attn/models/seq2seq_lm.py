@@ -5,14 +5,14 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding, graph
+from keras_attn.losses import MaskedSparseCrossEntropy
+from keras_attn.metrics import MaskedPerplexity, MaskedTokenAccuracy
 from keras_attn.models.seq2seq import Seq2SeqBackbone
 from keras_attn.models.task import Task
 from keras_attn.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from keras_attn.models.transformer import TransformerBackbone
-from keras_attn.training.losses import MaskedSparseCrossEntropy
-from keras_attn.training.metrics import MaskedPerplexity, MaskedTokenAccuracy
-from keras_attn.training.optimizers import transformer_adam
-from keras_attn.training.schedules import TransformerSchedule
+from keras_attn.optimizers import transformer_adam
+from keras_attn.schedules import TransformerSchedule
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import (
+    LAYER_NORM_EPSILON,
     OutputBias,
     TokenAndPositionEmbedding,
     TransformerDecoderBlock,
@@ -100,7 +101,7 @@ class TransformerBackbone(Backbone):
         settings = architecture(
             "transformer",
             preset,
-            dict(num_layers=3, hidden_dim=256, num_heads=8, intermediate_dim=512),
+            PRESETS["small"],  # what neither a preset nor an argument gives
             num_layers=num_layers,
             hidden_dim=hidden_dim,
             num_heads=num_heads,
@@ -145,66 +146,39 @@ class TransformerBackbone(Backbone):
         source_mask, target_mask = ops.not_equal(source, PAD_ID), ops.not_equal(target_in, PAD_ID)
         # Encoder: N × (self-attention, feed-forward).
         source_embedding = embedding(source_vocabulary_size, "source_embedding")
-        x = source_embedding(source)
-        encoder_blocks = []
-        for i in range(settings["num_layers"]):
-            encoder_blocks.append(block(TransformerEncoderBlock, f"encoder_block_{i}"))
-            x = encoder_blocks[-1](x, padding_mask=source_mask)
-        encoder_norm = (
-            keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm")
-            if norm_first
-            else None
+        encoder_blocks, encoder_norm, x = _stack(
+            source_embedding(source),
+            [f"encoder_block_{i}" for i in range(settings["num_layers"])],
+            lambda name: block(TransformerEncoderBlock, name),
+            lambda layer, x: layer(x, padding_mask=source_mask),
+            "encoder_norm" if norm_first else None,
         )
-        if encoder_norm is not None:
-            x = encoder_norm(x)
         # Decoder: N × (masked self-attention, cross-attention, feed-forward).
         target_embedding = (
             source_embedding
             if share_embeddings
             else embedding(target_vocabulary_size, "target_embedding")
         )
-        y = target_embedding(target_in)
-        decoder_blocks = []
-        for i in range(num_decoder_layers):
-            decoder_blocks.append(block(TransformerDecoderBlock, f"decoder_block_{i}"))
-            y = decoder_blocks[-1](
+        decoder_blocks, decoder_norm, y = _stack(
+            target_embedding(target_in),
+            [f"decoder_block_{i}" for i in range(num_decoder_layers)],
+            lambda name: block(TransformerDecoderBlock, name),
+            lambda layer, y: layer(
                 y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask
-            )
-        decoder_norm = (
-            keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm")
-            if norm_first
-            else None
+            ),
+            "decoder_norm" if norm_first else None,
         )
-        if decoder_norm is not None:
-            y = decoder_norm(y)
-        output_projection = (
-            None
-            if tie_output
-            else keras.layers.Dense(target_vocabulary_size, name="output_projection")
+        output_projection, logits_bias, logits = _logits(
+            y, target_embedding, target_vocabulary_size, tie_output, output_bias
         )
-        logits = (
-            target_embedding(y, reverse=True) if output_projection is None else output_projection(y)
-        )
-        logits_bias = (
-            OutputBias(target_vocabulary_size, name="output_bias") if output_bias else None
-        )
-        if logits_bias is not None:
-            logits = logits_bias(logits)
-        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(
             {"source": source, "target_in": target_in}, logits, **{"name": "transformer", **kwargs}
         )
 
-        self.source_embedding, self.encoder_blocks, self.encoder_norm = (
-            source_embedding,
-            encoder_blocks,
-            encoder_norm,
-        )
-        self.target_embedding, self.decoder_blocks, self.decoder_norm = (
-            target_embedding,
-            decoder_blocks,
-            decoder_norm,
-        )
+        self.source_embedding = source_embedding
+        self.encoder_blocks, self.encoder_norm = encoder_blocks, encoder_norm
+        self.target_embedding = target_embedding
+        self.decoder_blocks, self.decoder_norm = decoder_blocks, decoder_norm
         self.output_projection, self.output_bias = output_projection, logits_bias
         self._arguments = dict(
             source_vocabulary_size=source_vocabulary_size,
@@ -318,3 +292,38 @@ class TransformerBackbone(Backbone):
         if preallocated:
             new_cache = dict(cache, layers=new_cache)
         return ops.cast(logits[:, 0], "float32"), new_cache, attention
+
+
+def _stack(x, names, make, call, norm_name):
+    """Blocks made in turn by `make(name)`, each called on the last one's output (`call(block,
+    x)`), then a final LayerNorm named `norm_name` (pre-norm; None: none): `(blocks, norm, x)`.
+
+    Each layer is made just before its first call: the order that draws the initial weights.
+    """
+    blocks = []
+    for name in names:
+        blocks.append(make(name))
+        x = call(blocks[-1], x)
+    norm = (
+        None
+        if norm_name is None
+        else keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=norm_name)
+    )
+    return blocks, norm, x if norm is None else norm(x)
+
+
+def _logits(y, target_embedding, vocabulary_size, tie_output, output_bias):
+    """`(output_projection, output_bias, logits)`: the decoder's states `y` as float32 logits,
+    through the target table itself (`tie_output`) or a projection of their own, plus a bias."""
+    projection = (
+        None if tie_output else keras.layers.Dense(vocabulary_size, name="output_projection")
+    )
+    logits = target_embedding(y, reverse=True) if projection is None else projection(y)
+    bias = OutputBias(vocabulary_size, name="output_bias") if output_bias else None
+    if bias is not None:
+        logits = bias(logits)
+    return (
+        projection,
+        bias,
+        keras.layers.Activation("linear", dtype="float32", name="logits")(logits),
+    )

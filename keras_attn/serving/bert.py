@@ -21,8 +21,7 @@ import os
 import tensorflow as tf
 
 from keras_attn import graph
-from keras_attn.config import MAX_TOP_K
-from keras_attn.models.bert import BertClassifier, backbone_arguments, fill_masks
+from keras_attn.models.bert import MAX_TOP_K, BertClassifier, backbone_arguments, fill_masks
 from keras_attn.serving.versions import fingerprint
 from pipelines.special_tokens import PAD_ID
 

@@ -17,7 +17,7 @@ import json
 import tensorflow as tf
 
 from keras_attn import decoding, graph
-from keras_attn.config import MAX_BEAM_WIDTH
+from keras_attn.decoding import MAX_BEAM_WIDTH
 from keras_attn.serving.versions import fingerprint
 from pipelines.images import decode_images
 from pipelines.special_tokens import BOS_ID, PAD_ID

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import decoding, graph
-from keras_attn.config import MAX_BEAM_WIDTH
+from keras_attn.decoding import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.ctranslate2_export import PREPROCESSOR, SEARCH_OPTIONS
 from keras_attn.serving.translator import nothing_to_translate

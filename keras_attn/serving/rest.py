@@ -26,7 +26,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.config import MAX_BEAM_WIDTH, MAX_TOP_K
+from keras_attn.decoding import MAX_BEAM_WIDTH
+from keras_attn.models.bert import MAX_TOP_K
 
 SERVING_DEFAULT = "serving_default"
 # Inputs the exports take as counts, and their range: an export's

@@ -34,7 +34,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from keras_attn.config import ServeConfig
 from keras_attn.errors import UserError
 from keras_attn.serving import rest
 from keras_attn.serving.batching import DynamicBatcher
@@ -135,13 +134,12 @@ def _listen(host, port):
         raise UserError(f"{host}:{port}: cannot listen there ({error.strerror or error})") from None
 
 
-def create_app(settings=None, store=None, log=None):
+def create_app(settings, store=None, log=None):
     """The ASGI application serving `settings.model_root` (a
     `ServeConfig`), or a given `ModelStore`.
 
     `log`, if given, is told which versions loaded once the first scan is done.
     """
-    settings = settings or ServeConfig()
     store = store or ModelStore(
         settings.model_root, load=functools.partial(load_version, concurrent_calls=settings.threads)
     )

@@ -21,13 +21,15 @@ Example:
 
 import dataclasses
 import os
+import re
 import threading
 
-from keras_attn.config import MODEL_NAME
 from keras_attn.serving.versions import is_ctranslate2_folder, is_saved_model_folder, versions_of
 
 # TensorFlow Serving's version states (ModelVersionStatus.State).
 LOADING, AVAILABLE, END = "LOADING", "AVAILABLE", "END"
+# A model's folder under the root, as the store reads it: a name that is never `..` or a path.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class NotFound(LookupError):

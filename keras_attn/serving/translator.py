@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 
 from keras_attn import decoding, graph
-from keras_attn.config import MAX_BEAM_WIDTH
+from keras_attn.decoding import MAX_BEAM_WIDTH
 from keras_attn.errors import UserError
 from keras_attn.serving.compiled_routes import COMPILED_ROWS, COMPILED_WIDTH
 from keras_attn.serving.versions import fingerprint

@@ -104,7 +104,7 @@ def export(module, root="saved_models", name="transformer", metadata=None):
     os.makedirs(temporary)
     try:
         tf.saved_model.save(module, temporary, signatures=module.signatures())
-        _write_metadata(temporary, module, metadata)
+        write_metadata(temporary, module, metadata)
         while True:
             path = os.path.join(model_root, str(next_version(model_root)))
             try:
@@ -146,7 +146,7 @@ def read_metadata(path):
         return {}
 
 
-def _write_metadata(path, module, metadata):
+def write_metadata(path, module, metadata):
     metadata = dict(metadata or {})
     if hasattr(module, "fingerprint"):
         metadata["fingerprint"] = module.fingerprint()

@@ -2,7 +2,11 @@
 
 import tensorflow as tf
 
-from keras_attn.config import PRECISIONS
+PRECISIONS = (
+    "auto",
+    "float32",
+    "mixed_bfloat16",
+)  # `auto`: bfloat16 where the CPU runs it natively
 
 # The CPU instructions that run bfloat16 matrix products natively.
 NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")

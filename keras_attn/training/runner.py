@@ -152,27 +152,17 @@ def train(
     global_batch_size = config.batch_size * strategy.num_replicas_in_sync
     train_data, valid_data = make_datasets(global_batch_size)
     epoch_data = train_data if callable(train_data) else (lambda epoch: train_data)
-    steps_per_epoch = int(epoch_data(0).cardinality())
-    own_data = _own_data(strategy, epoch_data, config)
-    if own_data is not None:
-        steps_per_epoch = int(own_data.epoch(0).cardinality()) // own_data.local_replicas
-    if steps_per_epoch < 1:
-        raise ValueError(
-            "The training dataset must declare its length (finite cardinality), "
-            f"got {steps_per_epoch}."
-        )
-
+    steps_per_epoch, own_data = _steps_per_epoch(strategy, epoch_data, config)
     with strategy.scope():
         model = build_model()
         compile_model(model, config.max_updates or steps_per_epoch * config.epochs)
-        optimizer = model.optimizer
-        optimizer.build(model.trainable_variables)
+        model.optimizer.build(model.trainable_variables)
         build_metrics(model, next(iter(epoch_data(0).take(1))))
         steps = TrainingSteps(model, strategy, config.jit_compile)
         progress = Progress()
         checkpoint = tf.train.Checkpoint(
             model=model,
-            optimizer=optimizer,
+            optimizer=model.optimizer,
             progress=progress,
             metrics=steps.metric_variables,
             random_state=random_state(model),
@@ -185,105 +175,36 @@ def train(
         keep=config.keep_checkpoints,
     )
     best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
-    try:
-        # checked before anything trains; the backup then overwrites them
-        if os.path.exists(best_path):
-            model.load_weights(best_path)
-        restored = backups.restore()
-    except (AssertionError, ValueError):  # weights of another model, or of other shapes
-        raise UserError(
-            f"{config.run_dir}: its saved weights are of another model than this run builds (other "
-            f"settings, or an older keras-attn): {ANOTHER_RUN}"
-        ) from None
-    _check_workers_agree(strategy, optimizer.iterations)
-    if restored and int(progress.global_batch_size.numpy()) not in (0, global_batch_size):
-        raise UserError(
-            f"{config.run_dir} was trained with a global batch of "
-            f"{int(progress.global_batch_size.numpy())}, this run has {global_batch_size}: "
-            f"resume with the same batch size and replica count, or {ANOTHER_RUN}"
-        )
-    if int(progress.step.numpy()) >= steps_per_epoch:
-        raise UserError(
-            f"{config.run_dir}: its backup is {int(progress.step.numpy())} steps into an epoch, "
-            f"but an epoch now has {steps_per_epoch}: the data changed; {ANOTHER_RUN}"
-        )
-    progress.global_batch_size.assign(global_batch_size)
-    initial_epoch, initial_steps = int(progress.epoch.numpy()), int(optimizer.iterations.numpy())
-    if config.max_updates:  # the epochs the updates left take from here, the last one cut short
-        left = max(config.max_updates - initial_steps, 0)
-        config = dataclasses.replace(
-            config,
-            epochs=initial_epoch + -(-(int(progress.step.numpy()) + left) // steps_per_epoch),
-        )
-    stopped = run_folder.path(config.run_dir, run_folder.STOPPED)
-    already_finished = (
-        initial_epoch >= config.epochs
-        or os.path.exists(stopped)
-        or (bool(config.max_updates) and initial_steps >= config.max_updates)
-    )
+    restored = _resume(config, model, backups, best_path, progress, strategy, steps_per_epoch)
+    initial_epoch, initial_steps = int(progress.epoch.numpy()), int(model.optimizer.iterations)
+    config, already_finished = _epochs_left(config, progress, initial_steps, steps_per_epoch)
     if restored and config.verbose != 0:
-        print(_resume_message(config, restored, progress, optimizer, already_finished))
-
+        print(_resume_message(config, restored, progress, model.optimizer, already_finished))
     valid = _distribute(strategy, valid_data) if valid_data is not None else None
+    average, updates = _averages(
+        config, model, chief, initial_epoch, initial_steps, valid, already_finished
+    )
     history = {}
-    updates = None
-    if config.average_last > 1:
-        updates = WeightsAverage(
-            run_folder.path(config.run_dir, run_folder.UPDATES),
-            "update",
-            config.average_last,
-            chief,
-        )
-        updates.restore(model, initial_steps)
     if not already_finished:
-        tensorboard = keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.LOGS))
-        display = _progress_display(config.verbose)
-        callback_list = keras.callbacks.CallbackList(
-            [*callbacks, *([tensorboard] if chief else []), *([display] if display else [])],
-            add_history=True,
-            add_progbar=False,
-            model=model,
-            verbose=config.verbose,
-            epochs=config.epochs,
-            steps=steps_per_epoch,
+        callback_list = _callback_list(config, model, callbacks, chief, steps_per_epoch)
+        history = _train_epochs(
+            config,
+            model,
+            steps,
+            own_data or epoch_data,
+            valid,
+            steps_per_epoch,
+            strategy,
+            progress,
+            backups,
+            callback_list,
+            chief,
+            best_path,
+            average,
+            updates,
         )
-        average = None
-        if config.average_epochs > 1 and valid_data is not None:
-            average = WeightsAverage(
-                run_folder.path(config.run_dir, run_folder.EPOCHS),
-                "epoch",
-                config.average_epochs,
-                chief,
-            )
-            average.restore(model, initial_epoch)
-        try:
-            history = _loop(
-                config,
-                model,
-                steps,
-                own_data or epoch_data,
-                valid,
-                steps_per_epoch,
-                strategy,
-                progress,
-                backups,
-                callback_list,
-                chief,
-                best_path,
-                average,
-                updates,
-            )
-        except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-            if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-                raise
-            raise UserError(
-                f"training stopped: {_first_line(error.message)} Start the job again on every "
-                "worker; it resumes from the last backup."
-            ) from None
-        finally:
-            steps.release()
     # the best weights carry their epoch's optimizer
-    trained_steps = int(optimizer.iterations.numpy())
+    trained_steps = int(model.optimizer.iterations.numpy())
     averaged_updates = ()
     # the run's model: the mean of its last backups by update
     if updates is not None and updates.count:
@@ -298,7 +219,7 @@ def train(
             raise ValueError("The run has no validation data: give `evaluate` a dataset.")
         return steps.evaluate(valid if dataset is None else _distribute(strategy, dataset))
 
-    result = TrainingResult(
+    return TrainingResult(
         model=model,
         history=history,
         strategy=strategy,
@@ -312,7 +233,123 @@ def train(
         averaged_updates=averaged_updates,
         evaluate=evaluate,
     )
-    return result
+
+
+def _averages(config, model, chief, initial_epoch, initial_steps, valid, already_finished):
+    """`(average, updates)`: the `WeightsAverage`s of the last epochs (validated against the best;
+    none for a run with nothing left to train) and of the last backups by update, each None when
+    the config asks for none."""
+    average = updates = None
+    if config.average_epochs > 1 and valid is not None and not already_finished:
+        average = WeightsAverage(
+            run_folder.path(config.run_dir, run_folder.EPOCHS),
+            "epoch",
+            config.average_epochs,
+            chief,
+        )
+        average.restore(model, initial_epoch)
+    if config.average_last > 1:
+        updates = WeightsAverage(
+            run_folder.path(config.run_dir, run_folder.UPDATES),
+            "update",
+            config.average_last,
+            chief,
+        )
+        updates.restore(model, initial_steps)
+    return average, updates
+
+
+def _steps_per_epoch(strategy, epoch_data, config):
+    """`(steps a replica takes an epoch, this worker's own data or None)`."""
+    steps_per_epoch = int(epoch_data(0).cardinality())
+    own_data = _own_data(strategy, epoch_data, config)
+    if own_data is not None:
+        steps_per_epoch = int(own_data.epoch(0).cardinality()) // own_data.local_replicas
+    if steps_per_epoch < 1:
+        raise ValueError(
+            "The training dataset must declare its length (finite cardinality), "
+            f"got {steps_per_epoch}."
+        )
+    return steps_per_epoch, own_data
+
+
+def _resume(config, model, backups, best_path, progress, strategy, steps_per_epoch):
+    """Restores the run folder's last backup, if any (its name, or None), refusing in one line one
+    of another model, batch or data."""
+    try:
+        # checked before anything trains; the backup then overwrites them
+        if os.path.exists(best_path):
+            model.load_weights(best_path)
+        restored = backups.restore()
+    except (AssertionError, ValueError):  # weights of another model, or of other shapes
+        raise UserError(
+            f"{config.run_dir}: its saved weights are of another model than this run builds (other "
+            f"settings, or an older keras-attn): {ANOTHER_RUN}"
+        ) from None
+    _check_workers_agree(strategy, model.optimizer.iterations)
+    global_batch_size = config.batch_size * strategy.num_replicas_in_sync
+    if restored and int(progress.global_batch_size.numpy()) not in (0, global_batch_size):
+        raise UserError(
+            f"{config.run_dir} was trained with a global batch of "
+            f"{int(progress.global_batch_size.numpy())}, this run has {global_batch_size}: "
+            f"resume with the same batch size and replica count, or {ANOTHER_RUN}"
+        )
+    if int(progress.step.numpy()) >= steps_per_epoch:
+        raise UserError(
+            f"{config.run_dir}: its backup is {int(progress.step.numpy())} steps into an epoch, "
+            f"but an epoch now has {steps_per_epoch}: the data changed; {ANOTHER_RUN}"
+        )
+    progress.global_batch_size.assign(global_batch_size)
+    return restored
+
+
+def _epochs_left(config, progress, initial_steps, steps_per_epoch):
+    """`(config, already_finished)`: with `max_updates`, the epochs the updates left take from
+    here (the last one cut short) as the config's; and whether the run has nothing left."""
+    initial_epoch = int(progress.epoch.numpy())
+    if config.max_updates:
+        left = max(config.max_updates - initial_steps, 0)
+        config = dataclasses.replace(
+            config,
+            epochs=initial_epoch + -(-(int(progress.step.numpy()) + left) // steps_per_epoch),
+        )
+    stopped = run_folder.path(config.run_dir, run_folder.STOPPED)
+    already_finished = (
+        initial_epoch >= config.epochs
+        or os.path.exists(stopped)
+        or (bool(config.max_updates) and initial_steps >= config.max_updates)
+    )
+    return config, already_finished
+
+
+def _callback_list(config, model, callbacks, chief, steps_per_epoch):
+    """The callbacks of the epochs: the job's, TensorBoard's (on the chief) and the display."""
+    tensorboard = keras.callbacks.TensorBoard(run_folder.path(config.run_dir, run_folder.LOGS))
+    display = progress_display(config.verbose)
+    return keras.callbacks.CallbackList(
+        [*callbacks, *([tensorboard] if chief else []), *([display] if display else [])],
+        add_history=True,
+        add_progbar=False,
+        model=model,
+        verbose=config.verbose,
+        epochs=config.epochs,
+        steps=steps_per_epoch,
+    )
+
+
+def _train_epochs(config, model, steps, epoch_data, valid, steps_per_epoch, strategy, *rest):
+    """`_loop`'s history; a worker lost under several hosts ends it in one line."""
+    try:
+        return _loop(config, model, steps, epoch_data, valid, steps_per_epoch, strategy, *rest)
+    except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            raise
+        raise UserError(
+            f"training stopped: {_first_line(error.message)} Start the job again on every "
+            "worker; it resumes from the last backup."
+        ) from None
+    finally:
+        steps.release()
 
 
 def _resume_message(config, restored, progress, optimizer, already_finished):
@@ -336,11 +373,11 @@ def _resume_message(config, restored, progress, optimizer, already_finished):
     )
 
 
-def _progress_display(verbose):
+def progress_display(verbose):
     """The callback that shows training progress for a `RunConfig.verbose` value."""
     if verbose == "auto":
         verbose = 1 if _is_terminal(sys.stdout) else 2
-    return {0: None, 1: _ProgressBar(), 2: _EpochLines()}[verbose]
+    return {0: None, 1: ProgressBar(), 2: EpochLines()}[verbose]
 
 
 def _is_terminal(stream):
@@ -350,7 +387,7 @@ def _is_terminal(stream):
         return False
 
 
-class _ProgressBar(keras.callbacks.ProgbarLogger):
+class ProgressBar(keras.callbacks.ProgbarLogger):
     """Keras's progress bar, with no time estimate from the first step.
 
     The first step of a process compiles the step function (seconds to
@@ -371,12 +408,12 @@ class _ProgressBar(keras.callbacks.ProgbarLogger):
 
     def _maybe_init_progbar(self):
         if self.progbar is None:
-            self.progbar = _Progbar(
+            self.progbar = Progbar(
                 target=self.target, verbose=self.verbose, unit_name="step", stateless_metrics=set()
             )
 
 
-class _Progbar(keras.utils.Progbar):
+class Progbar(keras.utils.Progbar):
     """A `Progbar` that times steps from its first update on, not from its creation."""
 
     _first = None  # (step, time) of the first update, which is not shown
@@ -394,7 +431,7 @@ class _Progbar(keras.utils.Progbar):
         return super()._estimate_step_duration(current, now)
 
 
-class _EpochLines(keras.callbacks.Callback):
+class EpochLines(keras.callbacks.Callback):
     """One line per epoch, for logs that are not a terminal.
 
     `epoch 2/8 - 235 steps in 31 s (132 ms/step) - loss: 2.3012 - val_loss: 2.1034`

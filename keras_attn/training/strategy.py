@@ -6,7 +6,7 @@ import socket
 
 import tensorflow as tf
 
-from keras_attn.config import STRATEGIES
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")  # `get_strategy`'s names
 
 
 def get_strategy(name="auto", devices=None):

@@ -56,7 +56,7 @@ def test_the_setup_names_strategy_devices_and_global_batch(tmp_path):
 
 def test_the_progress_bar_leaves_the_first_step_out_of_its_estimate(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", io.StringIO())
-    bar = runner._Progbar(target=100, verbose=1)
+    bar = runner.Progbar(target=100, verbose=1)
     bar._start -= 60  # the first step compiled for a minute
     bar.update(1)
     assert sys.stdout.getvalue() == ""  # its time says nothing about the others
@@ -68,12 +68,12 @@ def test_the_progress_bar_leaves_the_first_step_out_of_its_estimate(monkeypatch,
 
 
 @pytest.mark.parametrize(
-    "terminal, shown", [(True, runner._ProgressBar), (False, runner._EpochLines)]
+    "terminal, shown", [(True, runner.ProgressBar), (False, runner.EpochLines)]
 )
 def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(terminal, shown, monkeypatch):
     monkeypatch.setattr(runner, "_is_terminal", lambda stream: terminal)
-    assert type(runner._progress_display("auto")) is shown
-    assert runner._progress_display(0) is None
+    assert type(runner.progress_display("auto")) is shown
+    assert runner.progress_display(0) is None
 
 
 def test_the_last_line_names_the_updates_averaged_and_how_many_the_run_kept():

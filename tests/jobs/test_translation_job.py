@@ -248,7 +248,7 @@ def test_the_run_converts_to_ctranslate2_and_translates_greedily_as_its_export(
     )
     sentences = (trained.root / "run" / "test.src").read_text().splitlines()[:40]
     ours = (
-        cli._load(trained.result.export_path)
+        cli.load_translation_export(trained.result.export_path)
         .signatures["translate"](
             text=tf.constant(["", " ", *sentences]), beam_width=tf.constant(1)
         )["translation"]
@@ -419,7 +419,9 @@ def test_the_job_streams_shards_in_batches_by_tokens_with_sentencepiece_and_expo
         "vocab.target.model",
     ]
     capfd.readouterr()
-    attention = cli._load(result.export_path).signatures["attention"]  # as `translate` loads it
+    attention = cli.load_translation_export(result.export_path).signatures[
+        "attention"
+    ]  # as `translate` loads it
     # SentencePiece's native log line on making a kernel is held back
     assert capfd.readouterr().err == ""
     # blank: no-break, ideographic spaces

@@ -13,7 +13,7 @@ from keras_attn.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from keras_attn.training import warmup_cosine
+from keras_attn.schedules import warmup_cosine
 
 pytestmark = pytest.mark.slow  # a training run
 

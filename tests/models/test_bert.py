@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.layers import MaskedLMHead, NextSentenceHead
+from keras_attn.metrics import PretrainingMetrics
 from keras_attn.models import (
     BERT_PRESETS,
     BertBackbone,
@@ -13,7 +14,7 @@ from keras_attn.models import (
     BertMaskedLM,
     BertPretrainer,
 )
-from keras_attn.training import PretrainingMetrics, get_strategy
+from keras_attn.training import get_strategy
 from keras_attn.training.steps import TrainingSteps, build_metrics
 from pipelines.preprocessors import BertPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_attn.models import BertClassifier, BertMaskedLM, BertPretrainer
 from keras_attn.presets import PRESETS
-from keras_attn.training import WarmupLinearDecay
+from keras_attn.schedules import WarmupLinearDecay
 from pipelines.preprocessors import BertPreprocessor
 from pipelines.special_tokens import SPECIAL_TOKENS
 

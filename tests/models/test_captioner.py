@@ -157,7 +157,7 @@ def test_mirrored_training_step_equals_one_device():
     replica: the cross- entropy with the doubly stochastic term (a layer loss: Keras's one list per
     layer, shared by the replicas' threads, lost it; a wrongly scaled cross-entropy shows here too),
     and hard attention taking the expectation (its entropy bonus and moving baseline)."""
-    from keras_attn.training.losses import MaskedSparseCrossEntropy
+    from keras_attn.losses import MaskedSparseCrossEntropy
     from keras_attn.training.strategy import get_strategy
 
     images = np.random.default_rng(1).random((4, 16, 16, 3)).astype("float32")
@@ -437,7 +437,7 @@ def test_mirrored_training_step_equals_one_device_with_attention_supervision():
     """Each replica divides its share of the term by the global
     batch's words, as the cross-entropy.
     """
-    from keras_attn.training.losses import MaskedSparseCrossEntropy
+    from keras_attn.losses import MaskedSparseCrossEntropy
     from keras_attn.training.strategy import get_strategy
 
     images = np.random.default_rng(1).random((4, 16, 16, 3)).astype("float32")

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.models import Seq2SeqLM, TransformerBackbone
-from keras_attn.training import get_strategy, warmup_cosine
+from keras_attn.schedules import warmup_cosine
+from keras_attn.training import get_strategy
 from pipelines import synthetic, translation
 from pipelines.preprocessors import TranslationPreprocessor
 from pipelines.tokenizers import SPECIAL_TOKENS

@@ -61,7 +61,7 @@ def test_a_preparation_killed_midway_resumes_where_it_stopped(corpus, tmp_path, 
         corpus, TOKENIZER, TOKENIZER, tmp_path / "whole", log=lambda line: None
     )
     written = []
-    original = prepared._example
+    original = prepared.tf_example
 
     def killed_in_the_second_shard(source, target):
         written.append(1)
@@ -69,7 +69,7 @@ def test_a_preparation_killed_midway_resumes_where_it_stopped(corpus, tmp_path, 
             raise KeyboardInterrupt  # as SIGINT would, between two records
         return original(source, target)
 
-    monkeypatch.setattr(prepared, "_example", killed_in_the_second_shard)
+    monkeypatch.setattr(prepared, "tf_example", killed_in_the_second_shard)
     with pytest.raises(KeyboardInterrupt):
         prepared.prepare(corpus, TOKENIZER, TOKENIZER, tmp_path / "killed", log=lambda line: None)
     assert sorted(os.listdir(tmp_path / "killed")) == [
@@ -77,7 +77,7 @@ def test_a_preparation_killed_midway_resumes_where_it_stopped(corpus, tmp_path, 
         "shard-00000-of-00003.tfrecord",
         "shard-00001-of-00003.tfrecord.tmp",
     ]
-    monkeypatch.setattr(prepared, "_example", original)
+    monkeypatch.setattr(prepared, "tf_example", original)
     lines = []
     resumed = prepared.prepare(corpus, TOKENIZER, TOKENIZER, tmp_path / "killed", log=lines.append)
     assert "(2 shards written now)" in lines[0]

@@ -180,7 +180,7 @@ def _run_here(folder, name, batch_size, run_dir, **overrides):
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
         if not config.pop("translate_test_split", True):
-            patch.setattr(translation, "evaluate", translation_worker._score_empty_translations)  # noqa: SLF001
+            patch.setattr(translation, "evaluate", translation_worker.score_empty_translations)  # noqa: SLF001
         result = translation.run(TranslationConfig(**config))
     (folder / f"{name}.log").write_text(printed.getvalue())
     return {
@@ -418,8 +418,8 @@ def test_a_killed_process_resumes_mid_epoch_and_a_kill_during_export_keeps_the_l
     assert third["steps"] == STEPS and third["already_finished"]
     assert third["export_path"] == str(models / "2") and third["new_export"]
     assert sorted(p.name for p in models.iterdir()) == ["1", "2"]
-    # Same process layout, same sums: the weights were identical in the runs
-    # measured, but a CI run once drifted one weight by 1.2e-2 (see the helper).
+    # Same process layout, same sums; a few weights may still take Adam's steps on rounding
+    # noise (see the helper).
     _assert_equal_but_for_sign_flips(third["weights"], uninterrupted_one_layer["weights"])
 
 

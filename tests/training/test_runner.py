@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.config import RunConfig
+from keras_attn.losses import MaskedSparseCrossEntropy
+from keras_attn.metrics import MaskedTokenAccuracy
 from keras_attn.models import TransformerBackbone
-from keras_attn.training import MaskedSparseCrossEntropy, MaskedTokenAccuracy
 from keras_attn.training.runner import read_history, train
 
 RNG = np.random.default_rng(0)

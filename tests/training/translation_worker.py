@@ -77,7 +77,7 @@ def _kill_in_export(write_metadata):
     return write_then_die
 
 
-def _score_empty_translations(translator, corpus, beam_width):
+def score_empty_translations(translator, corpus, beam_width):
     hypotheses = [""] * len(corpus.sources)
     return {**evaluation.translation_scores(hypotheses, corpus.targets), "hypotheses": hypotheses}
 
@@ -88,9 +88,9 @@ def main(config_json, out_prefix):
     if kill_after_step is not None:
         translation.train = _with_callback(translation.train, _KillAfterStep(kill_after_step))
     if config.pop("kill_in_export", False):
-        versions._write_metadata = _kill_in_export(versions._write_metadata)  # noqa: SLF001
+        versions.write_metadata = _kill_in_export(versions.write_metadata)  # noqa: SLF001
     if not config.pop("translate_test_split", True):
-        translation.evaluate = _score_empty_translations
+        translation.evaluate = score_empty_translations
     result = translation.run(TranslationConfig(**config))
     np.savez(out_prefix + ".npz", *result.model.get_weights())
     with open(out_prefix + ".json", "w") as f:

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.training import FusedAdam, WarmupLinearDecay, get_strategy
+from keras_attn.optimizers import FusedAdam
+from keras_attn.schedules import WarmupLinearDecay
+from keras_attn.training import get_strategy
 
 
 def _model():

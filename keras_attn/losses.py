@@ -11,33 +11,12 @@ from keras import ops
 from tensorflow.python.ops import control_flow_util  # no public test for "inside XLA"
 
 from keras_attn import graph
+from keras_attn.layers.replicas import sum_over_replicas
 from pipelines.special_tokens import PAD_ID
 
 # XLA compiles the smoothed loss once per batch shape (dozens of shapes a run) and saves about
 # 5 ns a logit: over an epoch that pays back for large vocabularies only.
 XLA_FROM_VOCABULARY = 4096
-
-
-def sum_over_replicas(value):
-    """Sums `value` over the replicas of the current `tf.distribute` step.
-
-    Outside a replica context (or with one replica) returns `value`.
-    """
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-
-def as_layer_loss(share):
-    """A replica's share of the global batch's mean loss, as a layer's `add_loss` takes it.
-
-    Keras's TensorFlow trainer divides each layer loss by the replicas in
-    sync (it takes one for its replica's own mean); a share of the global
-    mean is multiplied back, so the replicas' summed gradients equal one
-    device's on the whole batch.
-    """
-    return share * tf.distribute.get_strategy().num_replicas_in_sync  # what Keras divides by
 
 
 def token_cross_entropy(targets, logits, label_smoothing=0.0):

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.training.losses import (
+from keras_attn.losses import (
     classification_losses,
     count_rows,
     token_negative_log_likelihood,

@@ -2,15 +2,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.training import (
-    MaskedPerplexity,
+from keras_attn.losses import (
     MaskedSparseCrossEntropy,
-    MaskedTokenAccuracy,
     PretrainingLoss,
-    TransformerSchedule,
-    get_strategy,
+    token_cross_entropy,
+    token_negative_log_likelihood,
 )
-from keras_attn.training.losses import token_cross_entropy, token_negative_log_likelihood
+from keras_attn.metrics import MaskedPerplexity, MaskedTokenAccuracy
+from keras_attn.schedules import TransformerSchedule
+from keras_attn.training import get_strategy
 
 RNG = np.random.default_rng(0)
 TARGETS = np.array([[5, 2, 7, 0, 0], [1, 3, 3, 3, 0]])
@@ -30,7 +30,7 @@ def _numpy_loss(targets, logits, smoothing):
 @pytest.fixture(params=["fused op", "XLA"])
 def smoothed_path(request, monkeypatch):
     """Each way the losses over the vocabulary are computed (by its size: `XLA_FROM_VOCABULARY`)."""
-    from keras_attn.training import losses
+    from keras_attn import losses
 
     monkeypatch.setattr(losses, "XLA_FROM_VOCABULARY", 0 if request.param == "XLA" else 10**9)
 
@@ -59,7 +59,7 @@ def test_inside_an_xla_function_the_loss_compiles_with_it(smoothing, monkeypatch
     """A nested XLA function with a gradient through it was compiled
     again at every call of the step.
     """
-    from keras_attn.training import losses
+    from keras_attn import losses
 
     monkeypatch.setattr(losses, "XLA_FROM_VOCABULARY", 0)
     logits = tf.Variable(LOGITS)
@@ -203,7 +203,7 @@ def test_with_peak_is_fairseqs_inverse_sqrt():
 
 def test_warmup_cosine_follows_its_formula():
     """Linear warm-up to the peak, then cosine decay to 2% of it at the last step."""
-    from keras_attn.training import warmup_cosine
+    from keras_attn.schedules import warmup_cosine
 
     peak, warmup, total = 3e-3, 50, 400
     schedule = warmup_cosine(peak, warmup, total)
