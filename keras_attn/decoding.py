@@ -71,7 +71,8 @@ class Stepper:
     reorders only the cache.
 
     Args:
-        backbone: the model to decode with.
+        backbone: a `keras.Model` with the three decoding methods above, e.g. a
+            `TransformerBackbone` or a `Seq2SeqBackbone`. The model to decode with.
 
     Example:
 
@@ -93,11 +94,19 @@ class Stepper:
         return "length" in inspect.signature(self.backbone.initial_cache).parameters
 
     def initial_state(self, source, beam_width=1, cache_length=None):
-        """Encodes `source` `(B, S)`; the state of `beam_width` rows a source.
+        """Encodes `source`; the state of `beam_width` rows a source.
 
-        With `cache_length` (an int), the caches are allocated for that many
-        steps and `step(..., preallocated=True)` writes into them: the state
-        keeps its shapes from step to step.
+        Args:
+            source: int tensor of shape `(B, S)`. The source token ids, 0 as padding (or what
+                else the backbone's `call_encoder` takes, e.g. images).
+            beam_width: int or scalar int32 tensor. The decoded rows per source. Defaults to 1.
+            cache_length: int or `None`. A Python int: the caches are allocated for that many
+                steps and `step(..., preallocated=True)` writes into them, so the state keeps
+                its shapes from step to step; `None`: the caches grow. Defaults to `None`.
+
+        Returns:
+            A dict: `"encoded"`, the backbone's `call_encoder` output, and `"cache"`, its
+                `initial_cache`.
         """
         encoded = self.backbone.call_encoder(source, rows_per_source=beam_width)
         length = {} if cache_length is None else {"length": cache_length}
@@ -107,12 +116,21 @@ class Stepper:
         }
 
     def step(self, token_ids, state, index, return_attention_scores=False, preallocated=False):
-        """Feeds `token_ids` `(R,)` at position `index`.
+        """Feeds `token_ids` at position `index`.
+
+        Args:
+            token_ids: int tensor of shape `(R,)`. The previous token of each of the `R` rows.
+            state: dict. `initial_state`'s, then this method's previous one.
+            index: int or scalar int32 tensor. The position of `token_ids` in the output.
+            return_attention_scores: bool. Also return the cross-attention weights. Defaults
+                to `False`.
+            preallocated: bool. Whether the state was made with a `cache_length`: the step is
+                then written into its caches. Defaults to `False`.
 
         Returns:
-            `(logits (R, V) float32, new_state)`, and the cross-attention
-            weights `[(R, heads, S)]`, one per decoder layer, when
-            `return_attention_scores`.
+            A tuple `(logits, new_state)`: float32 logits of shape `(R, V)` and the new state; with
+                `return_attention_scores`, `(logits, new_state, attention)`, where `attention` is a
+                list of `(R, heads, S)` cross-attention weights, one per decoder layer.
         """
         # (a backbone without it takes no such argument)
         kwargs = {"preallocated": True} if preallocated else {}
@@ -141,28 +159,29 @@ def greedy_search(
     the shapes are fixed (`cache_length`).
 
     Args:
-        stepper: a decoder with `initial_state(source)` and
+        stepper: a `Stepper`, or any decoder with `initial_state(source)` and
             `step(token_ids, state, index)` (see the module docstring).
-        source: `(B, S)` int token ids, 0 as padding.
-        max_length: the most tokens to emit: an int, a scalar int32 tensor
-            or one per source `(B,)`; at most what the stepper's model can
-            take. A row cut off by its budget ends without [EOS].
-        bos_id: the token fed at the first step.
-        eos_id: the token that ends a sequence.
-        return_attention: also return the cross-attention weights.
-        cache_length: `None`, or a Python int: the caches are allocated for
-            that many steps (budgets above it are cut to it), every row
-            stays to the end, and every shape is fixed from step to step
-            (for XLA: one program a `(B, S, cache_length)`); the tokens are
-            then `(B, cache_length)` and `steps` (the steps run) is
-            returned too. Not with `return_attention`.
+        source: int tensor of shape `(B, S)`. Source token ids, 0 as padding.
+        max_length: int, int32 scalar tensor, or int32 tensor of shape `(B,)` (one per
+            source). The most tokens to emit; at most what the stepper's model can take. A row
+            cut off by its budget ends without [EOS].
+        bos_id: int. The token fed at the first step. Defaults to 2 (`BOS_ID`).
+        eos_id: int. The token that ends a sequence. Defaults to 3 (`EOS_ID`).
+        return_attention: bool. Also return the cross-attention weights. Defaults to `False`.
+        cache_length: int or `None`. A Python int: the caches are allocated for that many steps
+            (budgets above it are cut to it), every row stays to the end, and every shape is
+            fixed from step to step (for XLA: one program a `(B, S, cache_length)`); the tokens
+            are then `(B, cache_length)` and `steps` (the steps run) is returned too. Not with
+            `return_attention`. Defaults to `None`.
 
     Returns:
-        A dict with `tokens` `(B, L)` int32, `scores` `(B,)` float32 (sums
-        of log-probabilities), `lengths` `(B,)` int32 and, if asked,
-        `attention` `(B, L, layers, heads, S)`: the weights that produced
-        each token (zeros after [EOS]). `L <= max_length` is the number of
-        steps run.
+        A dict with `tokens` `(B, L)` int32, `scores` `(B,)` float32 (sums of log-probabilities),
+            `lengths` `(B,)` int32 and, if asked, `attention` `(B, L, layers, heads, S)`: the
+            weights that produced each token (zeros after [EOS]). `L <= max_length` is the number of
+            steps run.
+
+    Raises:
+        ValueError: when `cache_length` is given with `return_attention`.
 
     Example:
 
@@ -321,34 +340,30 @@ def beam_search(
     batch (their hypotheses are kept aside).
 
     Args:
-        stepper: a decoder with `initial_state(source, beam_width)` and
+        stepper: a `Stepper`, or any decoder with `initial_state(source, beam_width)` and
             `step(token_ids, state, index)` (see the module docstring).
-        source: `(B, S)` int token ids, 0 as padding.
-        max_length: the most tokens to emit: an int, a scalar int32 tensor
-            or one per source `(B,)`; at most what the stepper's model can
-            take.
-        beam_width: hypotheses kept per source; int or scalar int32 tensor.
-        length_penalty: α; 0 ranks by log-probability alone, larger values
-            favour longer outputs.
-        bos_id: the token fed at the first step.
-        eos_id: the token that ends a hypothesis.
-        return_all_beams: also return every hypothesis, best first.
-        cache_length: `None`, or a Python int: the caches are allocated for
-            that many steps (budgets above it are cut to it), no source
-            leaves the batch, and every shape is fixed from step to step
-            (for XLA: one program a `(B, S, cache_length, beam_width)`);
-            the tokens are then `(B, cache_length)` and `steps` (the steps
-            run) is returned too.
+        source: int tensor of shape `(B, S)`. Source token ids, 0 as padding.
+        max_length: int, int32 scalar tensor, or int32 tensor of shape `(B,)` (one per
+            source). The most tokens to emit; at most what the stepper's model can take.
+        beam_width: int or int32 scalar tensor. Hypotheses kept per source. Defaults to 4.
+        length_penalty: float. α; 0 ranks by log-probability alone, larger values favour
+            longer outputs. Defaults to 0.6 (`LENGTH_PENALTY`).
+        bos_id: int. The token fed at the first step. Defaults to 2 (`BOS_ID`).
+        eos_id: int. The token that ends a hypothesis. Defaults to 3 (`EOS_ID`).
+        return_all_beams: bool. Also return every hypothesis, best first. Defaults to `False`.
+        cache_length: int or `None`. A Python int: the caches are allocated for that many steps
+            (budgets above it are cut to it), no source leaves the batch, and every shape is
+            fixed from step to step (for XLA: one program a `(B, S, cache_length, beam_width)`);
+            the tokens are then `(B, cache_length)` and `steps` (the steps run) is returned too.
+            Defaults to `None`.
 
     Returns:
-        A dict with the best hypothesis of each source: `tokens` `(B, L)`
-        int32, `scores` `(B,)` (log-probability / lp), `log_probs` `(B,)`
-        and `lengths` `(B,)`; with `return_all_beams`, also `beam_tokens`
-        `(B, W, L)` and `beam_scores`, `beam_log_probs`, `beam_lengths`
-        `(B, W)`. Finished hypotheses rank before unfinished ones (cut off
-        by `max_length` or by early stopping), each group by score; a place
-        the search never filled (fewer tokens than places) scores -inf.
-        `L <= max_length` is the number of steps run.
+        A dict with the best hypothesis of each source: `tokens` `(B, L)` int32, `scores` `(B,)`
+            (log-probability / lp), `log_probs` `(B,)` and `lengths` `(B,)`; with
+            `return_all_beams`, also `beam_tokens` `(B, W, L)` and `beam_scores`, `beam_log_probs`,
+            `beam_lengths` `(B, W)`. Finished hypotheses rank before unfinished ones (cut off by
+            `max_length` or by early stopping), each group by score; a place the search never filled
+            (fewer tokens than places) scores -inf. `L <= max_length` is the number of steps run.
 
     Example:
 
@@ -547,8 +562,8 @@ def _keep_stopped(beams, which):
 
 
 def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALTY, eos_id=EOS_ID):
-    """Greedy search for a beam width of 1, else beam search: the best
-    output of each source and its score.
+    """Greedy search for a beam width of 1, else beam search: the best output of each source and
+    its score.
 
     Beam search of width 1 finds greedy search's outputs (see `beam_search`)
     with more work a step (8% more time for one sentence); `beam_width` may
@@ -556,9 +571,18 @@ def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALT
     width picks one: a bigger graph to trace, save and load, which is why
     the exports' signatures run `beam_search` alone).
 
+    Args:
+        stepper: a `Stepper`, or any decoder with its methods (see the module docstring).
+        source: int tensor of shape `(B, S)`. Source token ids, 0 as padding.
+        max_length: int, int32 scalar tensor, or int32 tensor of shape `(B,)` (one per
+            source). The most tokens to emit.
+        beam_width: int or int32 scalar tensor. 1 for greedy search, more for beam search.
+        length_penalty: float. GNMT's α, for both searches' scores. Defaults to 0.6
+            (`LENGTH_PENALTY`).
+        eos_id: int. The token that ends a sequence. Defaults to 3 (`EOS_ID`).
+
     Returns:
-        `{"tokens": (B, L) int32, "scores": (B,)}`, scores as beam search's:
-        log-probability / lp.
+        `{"tokens": (B, L) int32, "scores": (B,)}`, scores as beam search's: log-probability / lp.
     """
 
     def greedy():
@@ -581,7 +605,15 @@ def search(stepper, source, max_length, beam_width, length_penalty=LENGTH_PENALT
 
 
 def gnmt_length_penalty(length, alpha):
-    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, eq. 14), as float32."""
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, eq. 14), as float32.
+
+    Args:
+        length: int or int tensor of any shape. |Y|, the lengths.
+        alpha: float or float32 scalar tensor. α.
+
+    Returns:
+        A float32 tensor shaped like `length`.
+    """
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
@@ -589,14 +621,16 @@ def max_decode_length(source, ratio=1.5, extra=10, cap=None):
     """A step budget per source: `min(cap, ceil(ratio · S_b) + extra)`.
 
     Args:
-        source: `(B, S)` int token ids, 0 as padding.
-        ratio: output tokens allowed per source token.
-        extra: tokens added to the budget (room for short sources and [EOS]).
-        cap: optional upper bound, e.g. what the decoder's caches hold.
+        source: int tensor of shape `(B, S)`. Source token ids, 0 as padding.
+        ratio: float. Output tokens allowed per source token. Defaults to 1.5.
+        extra: int. Tokens added to the budget (room for short sources and [EOS]). Defaults to
+            10.
+        cap: int, int scalar tensor or `None`. An upper bound, e.g. what the decoder's caches
+            hold; `None` for none. Defaults to `None`.
 
     Returns:
-        `(B,)` int32: `S_b` is the unpadded length of source `b`, so a
-        sentence gets the same budget whatever it is batched with.
+        An int32 tensor of shape `(B,)`: `S_b` is the unpadded length of source `b`, so a sentence
+            gets the same budget whatever it is batched with.
 
     Example:
 
@@ -704,6 +738,15 @@ def blockwise_top_k(x, k, block_size=128):
     over 8000 tokens. The `k` best elements of a row lie in the `k` blocks
     with the highest maxima, so only those `k · block_size` candidates go
     through `top_k`, ten times faster; ties still go to the lowest index.
+
+    Args:
+        x: float tensor of shape `(B, N)`. The rows.
+        k: int or int32 scalar tensor. The elements kept per row.
+        block_size: int. The elements a block, cut to `N // k` (at least 1) for short rows.
+            Defaults to 128.
+
+    Returns:
+        A tuple `(values, indices)`, each of shape `(B, k)`, as `tf.math.top_k`'s.
     """
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     block_size = tf.maximum(1, tf.minimum(block_size, length // k))
@@ -765,12 +808,12 @@ class CompiledSearch:
     the faster.
 
     Args:
-        stepper: a stepper with preallocated caches (`Stepper` of a
-            `TransformerBackbone`).
-        max_length: a Python int: the longest source and output (e.g. the
-            preprocessor's `max_length`).
-        length_penalty: beam search's α; greedy scores are normalized alike.
-        eos_id: the token that ends a hypothesis.
+        stepper: a `Stepper` with preallocated caches (`Stepper` of a `TransformerBackbone`).
+        max_length: int. A Python int: the longest source and output (e.g. the preprocessor's
+            `max_length`).
+        length_penalty: float. Beam search's α; greedy scores are normalized alike. Defaults to
+            0.6 (`LENGTH_PENALTY`).
+        eos_id: int. The token that ends a hypothesis. Defaults to 3 (`EOS_ID`).
 
     Example:
 
@@ -827,9 +870,16 @@ class CompiledSearch:
         return outputs["tokens"], outputs["scores"], outputs["steps"]
 
     def warm_up(self, beam_width=1, rows=1):
-        """Compiles the programs of `rows` sources at `beam_width` for every
-        source bucket, so requests of that shape compile nothing; returns
-        the bucket lengths. (Runs each program once, on [UNK] sources.)"""
+        """Compiles the programs of `rows` sources at `beam_width` for every source bucket, so
+        requests of that shape compile nothing. (Runs each program once, on [UNK] sources.)
+
+        Args:
+            beam_width: int. The beam width to compile for; 1 is greedy search. Defaults to 1.
+            rows: int. The sources a request holds. Defaults to 1.
+
+        Returns:
+            An int32 tensor: the bucket lengths (`source_lengths`).
+        """
         runs = []
         for length in self.source_lengths:
             with tf.control_dependencies(runs):  # one at a time
@@ -841,12 +891,16 @@ class CompiledSearch:
         """The best output of each source and its score.
 
         Args:
-            source: `(B, S)` int token ids, 0 as padding, `S <= max_length`.
-            beam_width: a Python int or a scalar int32 tensor; 1 is greedy
-                search.
+            source: int tensor of shape `(B, S)`. Source token ids, 0 as padding,
+                `S <= max_length`.
+            beam_width: int or int32 scalar tensor. 1 is greedy search. Defaults to 1.
 
         Returns:
             `{"tokens": (B, L) int32, "scores": (B,)}` as `search`'s.
+
+        Raises:
+            tf.errors.InvalidArgumentError: when `S` exceeds `max_length` (eagerly; in a graph,
+                when it runs).
         """
         source = tf.convert_to_tensor(source, tf.int32)
         batch, length = tf.shape(source)[0], tf.shape(source)[1]

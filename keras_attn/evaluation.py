@@ -8,20 +8,22 @@ import sacrebleu
 def bleu(hypotheses, references):
     """Corpus BLEU of detokenized hypotheses against one reference each.
 
-    Returns a dict with
-    - `"bleu"`: SacreBLEU on cased, detokenized text (its standard 13a
-      tokenization), the number to quote between systems;
-    - `"bleu_tok_lc"`: the same after lowercasing both sides, i.e. BLEU on
-      tokenized, lowercased text: close to how the published Multi30k
-      numbers were scored, not the same (they used spaCy or Moses tokens,
-      which split apostrophes that 13a keeps, and greedy decoding; see
-      benchmarks/REFERENCES.md and benchmarks/published_scoring.py);
-    - `"signature"`, `"bleu_tok_lc_signature"`: SacreBLEU's signatures of
-      the two (`case:mixed` and `case:lc`).
-
     Args:
-        hypotheses: list of strings.
-        references: list of strings, aligned with `hypotheses`.
+        hypotheses: list of str. The detokenized hypotheses.
+        references: list of str. One reference per hypothesis, in the same order.
+
+    Returns:
+        A dict of `"bleu"`: SacreBLEU on cased, detokenized text (its standard 13a
+        tokenization), the number to quote between systems; `"bleu_tok_lc"`: the same after
+        lowercasing both sides, i.e. BLEU on tokenized, lowercased text: close to how the
+        published Multi30k numbers were scored, not the same (they used spaCy or Moses tokens,
+        which split apostrophes that 13a keeps, and greedy decoding; see
+        benchmarks/REFERENCES.md and benchmarks/published_scoring.py); `"signature"` and
+        `"bleu_tok_lc_signature"`: SacreBLEU's signatures of the two (`case:mixed` and
+        `case:lc`).
+
+    Raises:
+        ValueError: when `hypotheses` and `references` differ in length.
     """
     _check_aligned(hypotheses, references)
     cased = sacrebleu.metrics.BLEU()
@@ -47,8 +49,16 @@ def tokenized_bleu(hypotheses, references):
     only when the output is tokenized as the references are (a model
     trained on such text writes it so).
 
+    Args:
+        hypotheses: list of str. The hypotheses, tokens separated by whitespace.
+        references: list of str. One reference per hypothesis, in the same order, tokenized
+            as the hypotheses are.
+
     Returns:
         A dict of `"bleu_tokenized"` and its `"bleu_tokenized_signature"`.
+
+    Raises:
+        ValueError: when `hypotheses` and `references` differ in length.
 
     Example:
 
@@ -67,13 +77,19 @@ def tokenized_bleu(hypotheses, references):
 def translation_scores(hypotheses, references):
     """Everything `keras-attn evaluate` and the training job report.
 
-    Returns the dict of `bleu` plus
-    - `"chrf"`: SacreBLEU's corpus chrF (character 6-grams, β = 2), which
-      credits a right word with a wrong ending where BLEU gives nothing;
-    - `"chrf_signature"`: its signature;
-    - `"exact_match"`: the fraction of hypotheses equal to their reference
-      (surrounding whitespace ignored);
-    - `"sentences"`: how many were scored.
+    Args:
+        hypotheses: list of str. The detokenized hypotheses.
+        references: list of str. One reference per hypothesis, in the same order.
+
+    Returns:
+        The dict of `bleu` plus `"chrf"`: SacreBLEU's corpus chrF (character 6-grams, β = 2),
+        which credits a right word with a wrong ending where BLEU gives nothing;
+        `"chrf_signature"`: its signature; `"exact_match"`: the fraction of hypotheses equal to
+        their reference (surrounding whitespace ignored); `"sentences"`: how many were scored.
+
+    Raises:
+        ValueError: when there are no hypotheses, or `hypotheses` and `references` differ in
+            length.
 
     Example:
 
@@ -96,7 +112,14 @@ def translation_scores(hypotheses, references):
 
 
 def format_scores(scores):
-    """The one-line summary printed by the job and by `keras-attn evaluate`."""
+    """The one-line summary printed by the job and by `keras-attn evaluate`.
+
+    Args:
+        scores: dict. What `translation_scores` returns.
+
+    Returns:
+        A str: exact match, BLEU (cased and tokenized lowercased), chrF and the sentence count.
+    """
     return (
         f"exact match {scores['exact_match']:.1%}, BLEU {scores['bleu']:.2f} "
         f"(tokenized lowercased {scores['bleu_tok_lc']:.2f}), chrF {scores['chrf']:.2f} "
@@ -108,15 +131,19 @@ def caption_scores(hypotheses, references):
     """What `keras-attn train captioner` reports: each image's caption
     against all of that image's captions.
 
+    Args:
+        hypotheses: list of str. One caption per image.
+        references: list of lists of str. Per image, a list of its captions (one or more).
+
     Returns:
-        `"exact_match"`: the fraction of captions equal to one of their
-        references; `"bleu"`: SacreBLEU's corpus BLEU-4 with every reference,
-        lowercased (its 13a tokenization), and its `"signature"`;
+        A dict of `"exact_match"`: the fraction of captions equal to one of their
+        references (case and spacing ignored); `"bleu"`: SacreBLEU's corpus BLEU-4 with every
+        reference, lowercased (its 13a tokenization), and its `"signature"`;
         `"images"`: how many were scored.
 
-    Args:
-        hypotheses: one caption per image.
-        references: per image, a list of its captions (one or more).
+    Raises:
+        ValueError: when there are no captions, or `hypotheses` and `references` differ in
+            length.
 
     Example:
 

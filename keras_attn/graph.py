@@ -20,3 +20,15 @@ import functools
 import tensorflow as tf
 
 function = functools.partial(tf.function, autograph=False)
+"""`tf.function` with `autograph=False`, as a decorator or called on a function.
+
+Args:
+    func: callable or `None`. The function to trace. Defaults to `None`, which gives a
+        decorator.
+    **kwargs: The other arguments of `tf.function`, such as `input_signature`,
+        `jit_compile` and `reduce_retracing`.
+
+Returns:
+    The traced function (a `tf.types.experimental.PolymorphicFunction`), or a decorator when
+    `func` is `None`.
+"""

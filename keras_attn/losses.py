@@ -30,12 +30,13 @@ def token_cross_entropy(targets, logits, label_smoothing=0.0):
     op against a dense q (smoothed) or the sparse one (ε = 0).
 
     Args:
-        targets: `(B, T)` integer ids.
-        logits: `(B, T, V)`.
-        label_smoothing: ε.
+        targets: int tensor of shape `(B, T)`. The target ids.
+        logits: float tensor of shape `(B, T, V)`. The logits over a vocabulary of `V` tokens.
+        label_smoothing: float. ε, the probability mass spread evenly over the `V` tokens.
+            Defaults to 0.0 (no smoothing).
 
     Returns:
-        `(B, T)` float32 losses (padding included; mask them yourself).
+        A float32 tensor of shape `(B, T)`: the losses, padding included (mask them yourself).
     """
     vocabulary_size = ops.shape(logits)[-1]
     flat_logits = ops.reshape(ops.cast(logits, "float32"), (-1, vocabulary_size))
@@ -97,11 +98,12 @@ def token_negative_log_likelihood(targets, logits):
     `XLA_FROM_VOCABULARY` logits a row, the loss's XLA cluster with ε = 0.
 
     Args:
-        targets: `(..., )` integer ids.
-        logits: `(..., V)`.
+        targets: int tensor of any shape `(...)`. The target ids.
+        logits: float tensor of shape `(..., V)`. The logits: `targets`' shape and the
+            vocabulary axis.
 
     Returns:
-        float32 losses shaped like `targets` (padding included).
+        A float32 tensor shaped like `targets`: the losses, padding included.
     """
     logits = tf.cast(logits, "float32")
     targets = tf.cast(targets, "int32")
@@ -125,9 +127,12 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
     training on the whole batch, whatever the padding of each replica.
 
     Args:
-        label_smoothing: ε, the probability mass spread evenly over the
-            vocabulary (0.1 in the Transformer paper).
-        pad_id: the target id that is ignored.
+        label_smoothing: float. ε, the probability mass spread evenly over the
+            vocabulary (0.1 in the Transformer paper). Defaults to 0.0.
+        pad_id: int. The target id that is ignored. Defaults to 0 (`PAD_ID`).
+        name: str. The loss's name. Defaults to `"masked_cross_entropy"`.
+        **kwargs: Other arguments of `keras.losses.Loss`, such as `dtype`. A `reduction` is
+            ignored: the loss is always the sum of the tokens' shares of the mean (`"sum"`).
 
     Example:
 
@@ -157,12 +162,27 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
 
 
 def count_rows(labels):
-    """The batch size of `labels`, as a float32 scalar."""
+    """The batch size of `labels`, as a float32 scalar.
+
+    Args:
+        labels: tensor of shape `(B, ...)`. A batch, its rows along the first axis.
+
+    Returns:
+        A float32 scalar tensor: `B`.
+    """
     return ops.cast(ops.shape(labels)[0], "float32")
 
 
 def classification_losses(labels, logits):
-    """`(B,)` cross-entropies of `(B, C)` logits."""
+    """The cross-entropy of each row of a batch of class logits.
+
+    Args:
+        labels: int tensor of shape `(B,)`. The class ids.
+        logits: float tensor of shape `(B, C)`. The logits over `C` classes.
+
+    Returns:
+        A float32 tensor of shape `(B,)`: the cross-entropies.
+    """
     return token_cross_entropy(ops.expand_dims(labels, 1), ops.expand_dims(logits, 1))[:, 0]
 
 
@@ -170,16 +190,18 @@ class PretrainingLoss:
     """Masked-LM loss (mean over masked tokens) plus next-sentence loss (mean over pairs).
 
     Args:
-        nsp_weight: what the next-sentence loss counts for: 1 is BERT's sum,
-            0 trains the masked LM alone (the NSP head then learns nothing).
+        nsp_weight: float. What the next-sentence loss counts for: 1 is BERT's sum,
+            0 trains the masked LM alone (the NSP head then learns nothing). Defaults to 1.0.
 
     Call arguments:
-        targets: `{"mlm_labels": (B, P), "mlm_weights": (B, P), "nsp_labels": (B,)}`.
-        outputs: `{"mlm": (B, P, V), "nsp": (B, 2)}` logits; without `"nsp"`
+        targets: dict. `{"mlm_labels": (B, P), "mlm_weights": (B, P), "nsp_labels": (B,)}`
+            tensors: the ids at the `P` masked positions, their weights (1 for a masked token,
+            0 for padding) and the next-sentence labels.
+        outputs: dict. `{"mlm": (B, P, V), "nsp": (B, 2)}` logits; without `"nsp"`
             (a masked LM without the NSP head), the masked-LM loss alone.
 
     Returns:
-        This replica's share of the global batch's loss, a float32 scalar.
+        A float32 scalar: this replica's share of the global batch's loss.
     """
 
     def __init__(self, nsp_weight=1.0):
@@ -197,7 +219,15 @@ class PretrainingLoss:
 
 
 class ClassificationLoss:
-    """Mean cross-entropy over the global batch, for `(B,)` labels and `(B, C)` logits."""
+    """Mean cross-entropy over the global batch, for `(B,)` labels and `(B, C)` logits.
+
+    Call arguments:
+        labels: int tensor of shape `(B,)`. The class ids.
+        logits: float tensor of shape `(B, C)`. The logits over `C` classes.
+
+    Returns:
+        A float32 scalar: this replica's share of the global batch's mean.
+    """
 
     def __call__(self, labels, logits):
         losses = classification_losses(labels, logits)

@@ -47,7 +47,16 @@ class _MaskedTokenMean(keras.metrics.Metric):
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MaskedTokenAccuracy(_MaskedTokenMean):
-    """Fraction of non-padding target tokens whose argmax prediction is right."""
+    """Fraction of non-padding target tokens whose argmax prediction is right.
+
+    Updated with target ids and their logits (the ids' shape and a vocabulary axis), as
+    `MaskedSparseCrossEntropy` takes them.
+
+    Args:
+        pad_id: int. The target id that is not counted. Defaults to 0 (`PAD_ID`).
+        name: str. The metric's name. Defaults to `"token_accuracy"`.
+        **kwargs: Other arguments of `keras.metrics.Metric`, such as `dtype`.
+    """
 
     def __init__(self, pad_id=PAD_ID, name="token_accuracy", **kwargs):
         super().__init__(pad_id=pad_id, name=name, **kwargs)
@@ -63,7 +72,13 @@ class MaskedTokenAccuracy(_MaskedTokenMean):
 class MaskedPerplexity(_MaskedTokenMean):
     """exp(mean negative log-likelihood) over non-padding target tokens.
 
-    Computed without label smoothing, so it is a true perplexity.
+    Computed without label smoothing, so it is a true perplexity. Updated with target ids and
+    their logits (the ids' shape and a vocabulary axis), as `MaskedSparseCrossEntropy` takes them.
+
+    Args:
+        pad_id: int. The target id that is not counted. Defaults to 0 (`PAD_ID`).
+        name: str. The metric's name. Defaults to `"perplexity"`.
+        **kwargs: Other arguments of `keras.metrics.Metric`, such as `dtype`.
     """
 
     def __init__(self, pad_id=PAD_ID, name="perplexity", **kwargs):
@@ -80,12 +95,15 @@ class PretrainingMetrics(keras.metrics.Metric):
     """mlm_loss, mlm_accuracy, mlm_perplexity, nsp_loss and nsp_accuracy of BERT pretraining.
 
     MLM values are over the masked tokens (weight 1), NSP values over the
-    pairs; all are running means since the last reset.
+    pairs; all are running means since the last reset. `update_state(targets, outputs)` takes
+    what `keras_attn.losses.PretrainingLoss` takes; `result()` is a dict of the values by name
+    (`NAMES`, or `MLM_NAMES` without `nsp`).
 
     Args:
-        nsp: whether the outputs have the next-sentence head's (`False`: the
-            MLM values only, for a masked LM).
-        name: the metric's name.
+        nsp: bool. Whether the outputs have the next-sentence head's; `False` keeps the
+            MLM values only, for a masked LM. Defaults to `True`.
+        name: str. The metric's name. Defaults to `"pretraining"`.
+        **kwargs: Other arguments of `keras.metrics.Metric`, such as `dtype`.
 
     Example:
 

@@ -34,7 +34,18 @@ class FusedAdam(keras.optimizers.Adam):
 
     Takes `keras.optimizers.Adam`'s arguments and computes its update (see
     the module docstring); about half the optimizer's time in a Transformer
-    training step. `amsgrad=True` falls back to Keras's update.
+    training step. `amsgrad=True` falls back to Keras's update, as do the gradients that
+    arrive as `tf.IndexedSlices` (embeddings). TensorFlow backend only.
+
+    Args:
+        learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`. The
+            learning rate, or its schedule. Defaults to 0.001.
+        beta_1: float. The decay rate of the first moment, β1. Defaults to 0.9.
+        beta_2: float. The decay rate of the second moment, β2. Defaults to 0.999.
+        epsilon: float. ε, added to √v for numerical stability. Defaults to 1e-7.
+        amsgrad: bool. Whether to use AMSGrad, with Keras's own update. Defaults to `False`.
+        **kwargs: The other arguments of `keras.optimizers.Adam`, such as `clipnorm`,
+            `global_clipnorm`, `weight_decay` and `name`.
 
     Example:
 
@@ -115,16 +126,36 @@ def transformer_adam(schedule, clipnorm=1.0, fused=True):
     """The Transformer's optimizer (Vaswani et al. 2017, 5.3): Adam with β1 0.9, β2 0.98, ε 1e-9.
 
     Args:
-        schedule: the learning rate or its schedule.
-        clipnorm: each gradient's norm is clipped to this (`None`: no clipping).
-        fused: `FusedAdam`; `False`: `keras.optimizers.Adam` (to compare).
+        schedule: float or `keras.optimizers.schedules.LearningRateSchedule`. The learning rate
+            or its schedule.
+        clipnorm: float or `None`. Each gradient's norm is clipped to this; `None` clips
+            nothing. Defaults to 1.0.
+        fused: bool. `True` makes a `FusedAdam`; `False` a `keras.optimizers.Adam` (to
+            compare). Defaults to `True`.
+
+    Returns:
+        A `FusedAdam`, or a `keras.optimizers.Adam` when `fused` is `False`.
     """
     optimizer = FusedAdam if fused else keras.optimizers.Adam
     return optimizer(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)
 
 
 def adamw(schedule, weight_decay=0.01, clipnorm=1.0):
-    """BERT's optimizer: Adam with decoupled weight decay, none on biases and LayerNorm."""
+    """BERT's optimizer: Adam with decoupled weight decay, none on biases and LayerNorm.
+
+    β1 0.9, β2 0.999 and ε 1e-6; weights whose names hold `bias`, `gamma` or `beta` are not
+    decayed.
+
+    Args:
+        schedule: float or `keras.optimizers.schedules.LearningRateSchedule`. The learning rate
+            or its schedule.
+        weight_decay: float. The decoupled weight decay rate. Defaults to 0.01.
+        clipnorm: float or `None`. Each gradient's norm is clipped to this; `None` clips
+            nothing. Defaults to 1.0.
+
+    Returns:
+        A `keras.optimizers.AdamW`.
+    """
     optimizer = keras.optimizers.AdamW(
         schedule,
         weight_decay=weight_decay,

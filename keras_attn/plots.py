@@ -14,17 +14,17 @@ def cross_attention_figure(weights, source_tokens, output_tokens, title=None):
     """One heat map per decoder layer and head, with a shared colour bar.
 
     Args:
-        weights: `(L, layers, heads, S)` cross-attention weights of one
-            sentence: output step × layer × head × source position.
-        source_tokens: the S source tokens (x axis).
-        output_tokens: the L output tokens (y axis).
-        title: optional figure title.
+        weights: float array of shape `(L, layers, heads, S)`. The cross-attention weights of
+            one sentence: output step × layer × head × source position.
+        source_tokens: list of str. The S source tokens (x axis).
+        output_tokens: list of str. The L output tokens (y axis).
+        title: str or `None`. The figure's title. Defaults to `None` (no title).
 
     Returns:
         A matplotlib `Figure` (close it with `plt.close` when done).
 
     Raises:
-        ValueError: no source or no output tokens (nothing to draw).
+        ValueError: when there are no source or no output tokens (nothing to draw).
     """
     weights = np.asarray(weights)
     if not len(source_tokens) or not len(output_tokens):
@@ -62,11 +62,12 @@ def caption_attention_figure(image, words, weights, grid_shape, title=None):
     """The image once per written word, with that word's attention over the grid laid on it.
 
     Args:
-        image: `(H, W, 3)` pixels (uint8, or float in [0, 1]).
-        words: the caption's words (one panel each).
-        weights: `(len(words), rows·columns)` attention over the grid cells.
-        grid_shape: `(rows, columns)` of the encoder's grid.
-        title: optional figure title.
+        image: array of shape `(H, W, 3)`. The pixels, uint8 or float in [0, 1].
+        words: list of str. The caption's words (one panel each).
+        weights: float array of shape `(len(words), rows·columns)`. Each word's attention over
+            the grid cells.
+        grid_shape: tuple. `(rows, columns)` of the encoder's grid.
+        title: str or `None`. The figure's title. Defaults to `None` (no title).
 
     Returns:
         A matplotlib `Figure` (close it with `plt.close` when done).
@@ -101,7 +102,17 @@ def caption_attention_figure(image, words, weights, grid_shape, title=None):
 
 
 def check_image_path(path):
-    """Returns the image format of `path`'s suffix, or raises a one-line `ValueError`."""
+    """Returns the image format of `path`'s suffix, or raises a one-line `ValueError`.
+
+    Args:
+        path: str. The image's file name.
+
+    Returns:
+        A str: the suffix, lowercased and without its dot (`"png"`, `"pdf"`, ...).
+
+    Raises:
+        ValueError: when matplotlib cannot write images of that suffix.
+    """
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     formats = Figure().canvas.get_supported_filetypes()
     if suffix not in formats:
@@ -116,13 +127,17 @@ def plot_cross_attention(weights, source_tokens, output_tokens, path, title=None
     """Saves `cross_attention_figure(...)` to `path` (see `save_figure`).
 
     Args:
-        weights, source_tokens, output_tokens, title: as for
+        weights: float array of shape `(L, layers, heads, S)`. As for
             `cross_attention_figure`.
-        path: where to write the image.
+        source_tokens: list of str. As for `cross_attention_figure`.
+        output_tokens: list of str. As for `cross_attention_figure`.
+        path: str. Where to write the image; its suffix names the format.
+        title: str or `None`. As for `cross_attention_figure`. Defaults to `None`.
 
     Raises:
-        ValueError: nothing to plot, or a suffix matplotlib cannot write.
-        OSError: the folder cannot be created or written.
+        ValueError: when there is nothing to plot, or `path` has a suffix matplotlib cannot
+            write.
+        OSError: when the folder cannot be created or written.
     """
     suffix = check_image_path(path)
     save_figure(cross_attention_figure(weights, source_tokens, output_tokens, title), path, suffix)
@@ -133,6 +148,16 @@ def save_figure(figure, path, suffix=None):
 
     The image is written under a temporary name and renamed, so `path` is
     never half-written; its format follows the suffix (PNG, PDF, SVG, ...).
+
+    Args:
+        figure: `matplotlib.figure.Figure`. The figure to write; closed afterwards.
+        path: str. Where to write the image.
+        suffix: str or `None`. The format, as `check_image_path` returns it. Defaults to
+            `None`: `check_image_path(path)`.
+
+    Raises:
+        ValueError: when `suffix` is `None` and matplotlib cannot write `path`'s suffix.
+        OSError: when the folder cannot be created or written.
     """
     suffix = suffix or check_image_path(path)
     folder = os.path.dirname(path)

@@ -49,17 +49,30 @@ _loader = []  # the one preset loader, `keras_attn.checkpoints.load`, once it is
 
 
 def set_loader(loader):
-    """Makes `loader(model_class, preset, **kwargs)` the one that every `from_preset` asks.
+    """Makes `loader` the one preset loader that every `from_preset` asks.
 
     `keras_attn.checkpoints` sets itself when imported (as importing `keras_attn` does): it knows
     the models; the models know only this hook.
+
+    Args:
+        loader: callable. Called as `loader(model_class, preset, **kwargs)`, it returns the model
+            of class `model_class` that `preset` names.
     """
     _loader[:] = [loader]
 
 
 def load(model_class, preset, **kwargs):
-    """The model of class `model_class` that `preset` names (a size name or a folder), made by the
-    one preset loader."""
+    """Makes the model of class `model_class` that `preset` names, with the one preset loader.
+
+    Args:
+        model_class: a `keras_attn.models.backbone.Backbone` or `keras_attn.models.Task`
+            subclass. The class of the model to make.
+        preset: str or path-like. A size name of `model_class.presets`, or a checkpoint folder.
+        **kwargs: Keyword arguments passed to the loader, then to the model.
+
+    Returns:
+        A `model_class` instance.
+    """
     return _loader[0](model_class, preset, **kwargs)
 
 
@@ -67,18 +80,21 @@ def architecture(family, preset, defaults, **given):
     """The architecture values a model of `family` is built with.
 
     Args:
-        family: a key of `PRESETS` (`"transformer"`, `"seq2seq"`, `"bert"`).
-        preset: one of the family's preset names, or `None`.
-        defaults: the model function's values for what neither the preset
-            nor `given` sets.
-        **given: the model function's architecture arguments; those that are
-            not `None` were given explicitly and win.
+        family: str. A key of `PRESETS`: one of `"transformer"`, `"seq2seq"`, `"captioner"`,
+            `"bert"`.
+        preset: str or `None`. One of the family's preset names, or `None` for none.
+        defaults: dict. The model function's values for what neither the preset nor `given`
+            sets.
+        **given: The model function's architecture arguments; those that are not `None` were
+            given explicitly and win.
 
     Returns:
         A dict of every key of `defaults`, the preset and `given`.
 
     Raises:
-        ValueError: an unknown preset, naming the family's presets.
+        ValueError: when `preset` is not one of the family's preset names (the message names
+            them).
+        KeyError: when `family` is not a key of `PRESETS`.
     """
     presets = PRESETS[family]
     if preset is not None and preset not in presets:

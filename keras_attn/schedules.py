@@ -15,9 +15,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     at `warmup_steps`, is scale · (hidden_dim · warmup_steps)^-0.5.
 
     Args:
-        hidden_dim: the model width.
-        warmup_steps: steps of linear warm-up (4000 in the paper).
-        scale: a multiplier on the paper's rate (1.0 in the paper).
+        hidden_dim: int. The model width (the paper's d_model).
+        warmup_steps: int. Steps of linear warm-up (4000 in the paper). Defaults to 4000.
+        scale: float. A multiplier on the paper's rate (1.0 in the paper). Defaults to 1.0.
 
     Example:
 
@@ -32,7 +32,16 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     @classmethod
     def with_peak(cls, hidden_dim, warmup_steps, peak):
-        """The schedule of that shape whose peak, at `warmup_steps`, is `peak`."""
+        """The schedule of that shape whose peak, at `warmup_steps`, is `peak`.
+
+        Args:
+            hidden_dim: int. The model width.
+            warmup_steps: int. Steps of linear warm-up.
+            peak: float. The learning rate at the end of the warm-up.
+
+        Returns:
+            A `TransformerSchedule`, its `scale` set to reach `peak`.
+        """
         return cls(hidden_dim, warmup_steps, scale=peak / (hidden_dim * warmup_steps) ** -0.5)
 
     def __call__(self, step):
@@ -60,6 +69,16 @@ def warmup_cosine(peak, warmup_steps, total_steps, final_fraction=0.02):
 
     A schedule for runs of a known length: annealing to the end of the run
     is what lets a short run converge (the paper's schedule never anneals).
+
+    Args:
+        peak: float. The learning rate at the end of the warm-up.
+        warmup_steps: int. Steps of linear warm-up from 0; cut to `total_steps - 1` when
+            larger.
+        total_steps: int. The run's steps; the decay ends there.
+        final_fraction: float. The rate at the end, as a fraction of `peak`. Defaults to 0.02.
+
+    Returns:
+        A `keras.optimizers.schedules.CosineDecay`.
     """
     warmup_steps = min(warmup_steps, max(total_steps - 1, 0))
     return keras.optimizers.schedules.CosineDecay(
@@ -76,10 +95,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """BERT's schedule: linear warm-up to `peak`, then linear decay to 0 at `total_steps`.
 
     Args:
-        peak: the learning rate at the end of the warm-up.
-        warmup_steps: steps of warm-up (BERT: 10,000 of 1M; fine-tuning:
+        peak: float. The learning rate at the end of the warm-up.
+        warmup_steps: int. Steps of warm-up (BERT: 10,000 of 1M; fine-tuning:
             about a tenth of the run).
-        total_steps: the run's steps; the rate is 0 from there on.
+        total_steps: int. The run's steps; the rate is 0 from there on.
 
     Example:
 

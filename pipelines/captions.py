@@ -34,15 +34,19 @@ REGIONS_FIELD = (
 class CaptionedImages:
     """Captions of image files: `captions[i]` describes the image `paths[images[i]]`.
 
-    Attributes:
-        paths: each image file once.
-        captions: stripped, never empty.
-        images: for each caption, its image's index in `paths`.
-        skipped_empty: captions dropped because they were empty or blank.
-        origin: the captions file.
-        regions: for each caption, the regions its words name, `[(first_word,
-            end_word, (x0, y0, x1, y1))]` in its image's pixels (`()` where
-            the file gives none; no entries at all when no caption has any).
+    Each argument is also an attribute of the same name.
+
+    Args:
+        paths: list of str. Each image file once.
+        captions: list of str. The captions, stripped, never empty.
+        images: list of int. For each caption, its image's index in `paths`.
+        skipped_empty: int. Captions dropped because they were empty or
+            blank. Defaults to 0.
+        origin: str. The captions file. Defaults to `""`.
+        regions: list of tuples. For each caption, the regions its words
+            name, `[(first_word, end_word, (x0, y0, x1, y1))]` in its image's
+            pixels (`()` where the file gives none; no entries at all when no
+            caption has any). Defaults to `[]`.
     """
 
     paths: list
@@ -56,7 +60,15 @@ class CaptionedImages:
         return len(self.captions)
 
     def subset(self, rows, origin):
-        """The captions `rows` with only the images they describe."""
+        """The captions `rows` with only the images they describe.
+
+        Args:
+            rows: list of int. The indices of the captions kept.
+            origin: str. The `origin` of the subset.
+
+        Returns:
+            A `CaptionedImages`.
+        """
         kept = sorted({self.images[row] for row in rows})
         index = {image: i for i, image in enumerate(kept)}
         return CaptionedImages(
@@ -85,16 +97,18 @@ def read_captions(path, image_folder=None):
     pixels. Captions without it are read as before.
 
     Args:
-        path: the captions file (plain or gzip).
-        image_folder: where image names are looked up (default: the
-            captions file's folder); absolute names are kept.
+        path: str or os.PathLike. The captions file (plain or gzip).
+        image_folder: str. Where image names are looked up; absolute names
+            are kept. `None` for the captions file's folder. Defaults to
+            None.
 
     Returns:
         `CaptionedImages`.
 
     Raises:
-        DataError: one line naming the file (and line, or annotation) that
-            is wrong.
+        DataError: when the file cannot be read or a line, annotation or
+            regions field is malformed; one line naming the file (and line,
+            or annotation) that is wrong.
 
     Example:
 
@@ -141,7 +155,18 @@ def read_captions(path, image_folder=None):
 
 
 def json_list(field, where):
-    """A captions file's regions field, parsed."""
+    """A captions file's regions field, parsed.
+
+    Args:
+        field: str. The field, JSON text.
+        where: str. What the error message names, e.g. `path:line`.
+
+    Returns:
+        The parsed JSON value.
+
+    Raises:
+        DataError: when `field` is not valid JSON.
+    """
     try:
         return json.loads(field)
     except ValueError as error:
@@ -153,6 +178,21 @@ def json_list(field, where):
 def read_regions(field, caption, where):
     """A caption's regions field (parsed JSON, or None) →
     `((first_word, end_word, (x0, y0, x1, y1)), ...)`.
+
+    Args:
+        field: list. The parsed field, a list of regions (or one region);
+            `None` for a caption without regions.
+        caption: str. The caption the words are counted in.
+        where: str. What an error message names, e.g. `path:line`.
+
+    Returns:
+        A tuple of `(first_word, end_word, (x0, y0, x1, y1))`, words as int
+        and the box as float; `()` for `None`.
+
+    Raises:
+        DataError: when a region is not six numbers, its words are not a
+            span of the caption's words, or its box does not have
+            `0 <= x0 <= x1` and `0 <= y0 <= y1`.
     """
     if field is None:
         return ()
@@ -186,6 +226,16 @@ def read_regions(field, caption, where):
 def resized_regions(regions, sizes, image_size):
     """Regions in pixels of images of `sizes` (each caption's `(height, width)`) → in pixels of the
     `image_size` squares they are resized to.
+
+    Args:
+        regions: list of tuples. Each caption's regions, as
+            `CaptionedImages.regions`.
+        sizes: array or list of shape `(N, 2)`. Each caption's image's
+            `(height, width)`.
+        image_size: int. The side of the squares.
+
+    Returns:
+        A list of the regions, their boxes scaled.
 
     Example:
 
@@ -260,6 +310,15 @@ def word_starts(captions, tokenizer):
     its words' first token indices and then its token count (a word may be several tokens: "red" is
     r ##e ##d in a small vocabulary). The step that writes a word's first token is that index.
 
+    Args:
+        captions: list of str. The captions.
+        tokenizer: pipelines.tokenizers.SubwordTokenizer. The tokenizer of
+            the captions.
+
+    Returns:
+        A list of int arrays, one per caption, of its word count plus one
+        entries.
+
     Example:
 
         >>> from pipelines.tokenizers import WordPieceTokenizer
@@ -290,11 +349,15 @@ def word_boxes(captions, regions, preprocessor):
     attention with; the model turns boxes into masks over its grid).
 
     Args:
-        captions: `N` captions.
-        regions: for each caption, `[(first_word, end_word, (x0, y0, x1, y1))]`: the words
-            `first_word` to `end_word - 1` (split at spaces) name the box, in pixels of the
+        captions: list of str. `N` captions.
+        regions: list. For each caption, `[(first_word, end_word, (x0, y0, x1, y1))]`: the
+            words `first_word` to `end_word - 1` (split at spaces) name the box, in pixels of the
             preprocessor's `image_size` square (`resized_regions` brings a file's to it).
-        preprocessor: the `CaptionPreprocessor` whose tokens the rows follow.
+        preprocessor: pipelines.preprocessors.CaptionPreprocessor. The preprocessor whose
+            tokens the rows follow.
+
+    Returns:
+        A float32 array of shape `(N, max_length, 4)`.
 
     Example:
 
@@ -331,24 +394,34 @@ def caption_dataset(
     """Batches for teacher-forced training of a captioner.
 
     Args:
-        images: `(N, H, W, 3)` uint8 pixels.
-        captions: the captions, one per pair.
-        preprocessor: a `pipelines.preprocessors.CaptionPreprocessor`.
-        batch_size: pairs per batch.
-        shuffle: shuffle all pairs, again every epoch (seeded by `seed`).
-        seed: the shuffle's seed.
-        drop_remainder: drop a last, smaller batch.
-        image_rows: for each caption, its image's row in `images` (default:
-            one caption per image row, in order).
-        order: the pairs' order, a permutation of their indices (then
-            `shuffle` is not used): `caption_epochs` gives each epoch its own.
-        boxes: `word_boxes` of the captions, to supervise the attention
-            (the targets are then a dict).
+        images: uint8 array or tensor of shape `(N, H, W, 3)`. The pixels.
+        captions: list of str, or string tensor. The captions, one per pair.
+        preprocessor: pipelines.preprocessors.CaptionPreprocessor. Packs the
+            pairs.
+        batch_size: int. Pairs per batch.
+        shuffle: bool. Whether all pairs are shuffled, again every epoch
+            (seeded by `seed`). Defaults to True.
+        seed: int. The shuffle's seed. Defaults to 0.
+        drop_remainder: bool. Whether a last, smaller batch is dropped.
+            Defaults to False.
+        image_rows: array or list of int. For each caption, its image's row
+            in `images`; `None` for one caption per image row, in order.
+            Defaults to None.
+        order: array or list of int. The pairs' order, a permutation of
+            their indices (then `shuffle` is not used): `caption_epochs`
+            gives each epoch its own. `None` for their order. Defaults to
+            None.
+        boxes: float array of shape `(len(captions), max_length, 4)`. The
+            `word_boxes` of the captions, to supervise the attention (the
+            targets are then a dict); `None` for none. Defaults to None.
 
     Returns:
         A `tf.data.Dataset` of `({"image": (B, size, size, 3) float32,
         "target_in": (B, T) int32}, target_out (B, T) int32)`; with
         `boxes`, the targets are `{"target_out", "boxes": (B, T, 4)}`.
+
+    Raises:
+        ValueError: when `image_rows` and `captions` differ in length.
 
     Example:
 
@@ -398,6 +471,26 @@ def caption_epochs(images, captions, preprocessor, batch_size, seed=0, image_row
     The order is a function of `seed` and `e` only (NumPy's), the same in
     every process and every time, so a run that resumes in the middle of an
     epoch sees the batches it had not seen.
+
+    Args:
+        images: uint8 array or tensor of shape `(N, H, W, 3)`. The pixels.
+        captions: list of str. The captions, one per pair.
+        preprocessor: pipelines.preprocessors.CaptionPreprocessor. Packs the
+            pairs.
+        batch_size: int. Pairs per batch.
+        seed: int. The seed of the epochs' orders. Defaults to 0.
+        image_rows: array or list of int. For each caption, its image's row
+            in `images`; `None` for one caption per image row, in order.
+            Defaults to None.
+        boxes: float array of shape `(len(captions), max_length, 4)`. The
+            `word_boxes` of the captions, as `caption_dataset` takes them;
+            `None` for none. Defaults to None.
+
+    Returns:
+        A function `epoch -> tf.data.Dataset` of that epoch's batches.
+
+    Raises:
+        ValueError: as `caption_dataset`, when an epoch's batches are made.
 
     Example:
 

@@ -23,12 +23,16 @@ from pipelines.prefetch import prefetched
 class LabelledTexts:
     """Labelled examples read from a TSV file.
 
-    Attributes:
-        labels: the label of each example, as written.
-        texts_a: the (first) sentence of each example.
-        texts_b: the second sentences of a pair file, else None.
-        skipped_empty: blank lines and examples with an empty text, skipped.
-        origin: the file.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        labels: list of str. The label of each example, as written.
+        texts_a: list of str. The (first) sentence of each example.
+        texts_b: list of str. The second sentences of a pair file; `None`
+            for single texts. Defaults to None.
+        skipped_empty: int. Blank lines and examples with an empty text,
+            skipped. Defaults to 0.
+        origin: str. The file. Defaults to `""`.
     """
 
     labels: list
@@ -46,13 +50,17 @@ def read_labelled_tsv(path):
 
     Every non-blank line must have the columns of the first one.
 
+    Args:
+        path: str or os.PathLike. The TSV file, plain text or gzip.
+
     Returns:
         A `LabelledTexts`.
 
     Raises:
-        text.DataError: as `text.read_lines`, `path:line: expected N
-            tab-separated columns (label<TAB>text...), found M`, an empty
-            label, or no examples.
+        text.DataError: as `text.read_lines`, or when a line has other
+            columns (`path:line: expected N tab-separated columns
+            (label<TAB>text...), found M`) or an empty label, or the file
+            has no examples.
 
     Example:
 
@@ -63,7 +71,7 @@ def read_labelled_tsv(path):
     """
     labels, texts_a, texts_b, skipped, columns = [], [], [], 0, None
     # Lines as read (not stripped): a tab before an empty text still counts.
-    for number, line in enumerate(text.decoded_lines(Path(path)), start=1):  # noqa: SLF001
+    for number, line in enumerate(text.decoded_lines(Path(path)), start=1):
         if not line.strip():
             skipped += 1
             continue
@@ -94,9 +102,18 @@ def check_like_training(data, label_ids, training=None):
     """Refuses a `LabelledTexts` with labels not in `label_ids`, or
     (given the `training` data) other columns.
 
+    Args:
+        data: pipelines.classification.LabelledTexts. The examples to check.
+        label_ids: dict. `{label: id}` of the training data.
+        training: pipelines.classification.LabelledTexts. The training data,
+            whose columns `data` must have; `None` to check the labels only.
+            Defaults to None.
+
     Raises:
-        text.DataError: `path: labels not in the training data: ...`, or
-            `path: single texts (...), but <training> holds pairs (...)`.
+        text.DataError: when a label is not in `label_ids`
+            (`path: labels not in the training data: ...`), or the columns
+            differ from the training data's
+            (`path: single texts (...), but <training> holds pairs (...)`).
     """
     unknown = sorted({label for label in data.labels if label not in label_ids})
     if unknown:
@@ -117,17 +134,23 @@ def classification_dataset(
     """Batches `({"token_ids", "segment_ids"}, label id)` of a `LabelledTexts`.
 
     Args:
-        data: a `LabelledTexts`.
-        label_ids: `{label: id}`.
-        preprocessor: the `BertPreprocessor` that packs the rows (its
-            `max_length` is the longest row), the classifier's.
-        batch_size: examples per batch.
-        shuffle: shuffle (the same order every run for a seed).
-        seed: the shuffle's seed.
-        drop_remainder: drop a last, smaller batch.
+        data: pipelines.classification.LabelledTexts. The examples.
+        label_ids: dict. `{label: id}`.
+        preprocessor: pipelines.preprocessors.BertPreprocessor. The
+            classifier's, which packs the rows (its `max_length` is the
+            longest row).
+        batch_size: int. Examples per batch.
+        shuffle: bool. Whether the examples are shuffled (the same order
+            every run for a seed). Defaults to True.
+        seed: int. The shuffle's seed. Defaults to 0.
+        drop_remainder: bool. Whether a last, smaller batch is dropped.
+            Defaults to False.
 
     Returns:
         A `tf.data.Dataset` of known length; rows padded to `max_length`.
+
+    Raises:
+        text.DataError: when a label of `data` is not in `label_ids`.
     """
     check_like_training(data, label_ids)
     labels = np.array([label_ids[label] for label in data.labels], np.int32)

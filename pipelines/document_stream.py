@@ -45,18 +45,29 @@ def document_blocks(
     `files`, about `block_chars` characters each.
 
     Args:
-        files: document files (`documents.document_files`).
-        tokenizer: a `WordPieceTokenizer`.
-        order_seed: the files are read in an order drawn with it (`None`: as given).
-        block_chars: a block is cut after the document that reaches this
-            many characters; a block `sentence_pairs` cannot draw from (one
-            document, or no two sentences in a row) takes the next
+        files: list of str. Document files (`documents.document_files`).
+        tokenizer: pipelines.tokenizers.WordPieceTokenizer. The tokenizer.
+        order_seed: int. The files are read in an order drawn with it;
+            `None` for the order given. Defaults to None.
+        block_chars: int. A block is cut after the document that reaches
+            this many characters; a block `sentence_pairs` cannot draw from
+            (one document, or no two sentences in a row) takes the next
             documents too; an unpairable rest at the end is left out.
-        counts: a `documents.Documents` that counts what reading handled.
-        held_out: `(path, n)`: the first `n` documents of `path` are left
-            out (they validate the model).
-        **reading: `one_document_per_file`, `max_sentence_words` (as
-            `documents.read_documents`).
+            Defaults to `BLOCK_CHARS` (2**23).
+        counts: pipelines.documents.Documents. Counts what reading handled;
+            `None` for counts that are not kept. Defaults to None.
+        held_out: tuple. `(path, n)`: the first `n` documents of `path` are
+            left out (they validate the model); `None` for none. Defaults to
+            None.
+        **reading: `one_document_per_file` (bool) and `max_sentence_words`
+            (int), as `documents.read_documents` takes them.
+
+    Yields:
+        `pipelines.pretraining.TokenizedDocuments`, one a block.
+
+    Raises:
+        text.DataError: as `documents.read_documents`, when the reading
+            reaches the problem.
 
     Example:
 
@@ -97,6 +108,11 @@ def document_blocks(
 def reported():
     """Turns a `text.DataError` raised while a stream of documents is
     read (inside TensorFlow) into itself.
+
+    A context manager; other `tf.errors.OpError`s are raised as they are.
+
+    Raises:
+        text.DataError: when a stream read inside it raised one.
     """
     try:
         yield
@@ -109,7 +125,18 @@ def reported():
 
 def estimated_pairs(files, tokenizer, max_length, sample_chars=2**20):
     """About how many pairs an epoch of `files` holds (`pretraining.pairs_per_epoch` of the whole),
-    from the files' sizes and the tokens a byte of their first `sample_chars` bytes."""
+    from the files' sizes and the tokens a byte of their first `sample_chars` bytes.
+
+    Args:
+        files: list of str. Document files (`documents.document_files`).
+        tokenizer: pipelines.tokenizers.WordPieceTokenizer. The tokenizer.
+        max_length: int. The tokens of a pair.
+        sample_chars: int. The bytes read from the first files. Defaults to
+            2**20.
+
+    Returns:
+        int, at least 1.
+    """
     sample, characters = [], 0
     for path in files:  # bytes, not checked: training reads every line and says what is wrong
         with text.open_bytes(path) as stream:
@@ -154,13 +181,29 @@ def streamed_pretraining_epochs(
     topped up from another pass (again as often as needed).
 
     Args:
-        files: document files (`documents.document_files`).
-        preprocessor: a `pipelines.preprocessors.BertPreprocessor`.
-        batch_size: pairs a batch.
-        num_pairs: pairs an epoch.
-        seed: the data's seed.
-        block_chars, held_out: as `document_blocks`.
-        others: as `pretraining.pretraining_dataset` and `document_blocks`.
+        files: list of str. Document files (`documents.document_files`).
+        preprocessor: pipelines.preprocessors.BertPreprocessor. Gives the
+            tokenizer and `max_length`.
+        batch_size: int. Pairs a batch.
+        num_pairs: int. Pairs an epoch.
+        seed: int. The data's seed. Defaults to 0.
+        block_chars: int. As `document_blocks`. Defaults to `BLOCK_CHARS`
+            (2**23).
+        max_predictions: int. The most masked tokens per pair, as
+            `pretraining.pretraining_dataset`; `None` for
+            `pretraining.default_max_predictions`. Defaults to None.
+        mask_rate: float. The fraction of tokens masked
+            (`pretraining.masker`). Defaults to 0.15.
+        whole_word: bool. Whether whole words are masked
+            (`pretraining.masker`). Defaults to False.
+        short_sequence_probability: float. The probability of a shorter
+            target length (`pretraining.sentence_pairs`). Defaults to 0.1.
+        next_probability: float. The probability that B follows A
+            (`pretraining.sentence_pairs`). Defaults to 0.5.
+        held_out: tuple. `(path, n)`, as `document_blocks`. Defaults to
+            None.
+        **reading: `one_document_per_file` and `max_sentence_words`, as
+            `document_blocks`.
 
     Returns:
         A function `epoch -> tf.data.Dataset` of that epoch's `(features, labels)` batches.

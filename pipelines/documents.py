@@ -33,13 +33,20 @@ _HEADING = re.compile(r"^\s*=( =)*\s.*\s=( =)*\s*$")  # WikiText: " = Title = "
 class Documents:
     """Documents as lists of sentences, with what reading them handled.
 
-    Attributes:
-        documents: one list of sentence strings per document, none empty.
-        origin: where they came from (paths, or a generated corpus).
-        empty_files: files with no text.
-        single_sentence: documents of one sentence (kept, see the module).
-        long_sentences: sentences cut into pieces of `max_sentence_words`.
-        headings: WikiText heading lines (` = Title = `) dropped.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        documents: list of lists of str. One list of sentence strings per
+            document, none empty.
+        origin: str. Where they came from (paths, or a generated corpus).
+            Defaults to `""`.
+        empty_files: int. Files with no text. Defaults to 0.
+        single_sentence: int. Documents of one sentence (kept, see the
+            module). Defaults to 0.
+        long_sentences: int. Sentences cut into pieces of
+            `max_sentence_words`. Defaults to 0.
+        headings: int. WikiText heading lines (` = Title = `) dropped.
+            Defaults to 0.
     """
 
     documents: list
@@ -58,7 +65,11 @@ class Documents:
         return [sentence for document in self.documents for sentence in document]
 
     def summary(self):
-        """One line: what was read and what was handled."""
+        """One line: what was read and what was handled.
+
+        Returns:
+            str.
+        """
         return (
             f"{len(self.documents)} documents, {len(self.sentences)} sentences "
             f"({self.single_sentence} one-sentence documents, {self.long_sentences} long "
@@ -70,7 +81,7 @@ def split_sentences(line):
     """Splits a line of text into sentences at `.`, `!` or `?` before a capital.
 
     Args:
-        line: a `str`.
+        line: str. A line of text.
 
     Returns:
         A list of stripped, non-empty sentences.
@@ -92,20 +103,21 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
     r"""Reads documents from files and folders.
 
     Args:
-        paths: a path or a list of paths; a folder stands for every file
-            under it (sorted, hidden files skipped).
-        one_document_per_file: each file is one document; otherwise blank
-            lines separate documents.
-        max_sentence_words: longer sentences are cut into pieces of this
-            many words.
+        paths: str or os.PathLike, or a list of them. A path or a list of
+            paths; a folder stands for every file under it (sorted, hidden
+            files skipped).
+        one_document_per_file: bool. Whether each file is one document;
+            otherwise blank lines separate documents. Defaults to False.
+        max_sentence_words: int. Longer sentences are cut into pieces of
+            this many words. Defaults to 200.
 
     Returns:
         A `Documents`.
 
     Raises:
-        text.DataError: a file is missing, unreadable, bad gzip or invalid
-            UTF-8 (naming the file and line), a folder holds no file, or
-            there is no text at all.
+        text.DataError: when a file is missing, unreadable, bad gzip or
+            invalid UTF-8 (naming the file and line), a folder holds no file,
+            or there is no text at all.
 
     Example:
 
@@ -128,7 +140,24 @@ def read_documents(paths, one_document_per_file=False, max_sentence_words=200):
 
 def file_documents(path, counts, one_document_per_file=False, max_sentence_words=200):
     """Yields the documents of one file as its lines are read, counting what it handles in `counts`
-    (a `Documents`: `empty_files`, `single_sentence`, `long_sentences`, `headings`)."""
+    (a `Documents`: `empty_files`, `single_sentence`, `long_sentences`, `headings`).
+
+    Args:
+        path: str or os.PathLike. The file, plain text or gzip.
+        counts: pipelines.documents.Documents. Where what is handled is
+            counted.
+        one_document_per_file: bool. Whether the file is one document;
+            otherwise blank lines separate documents. Defaults to False.
+        max_sentence_words: int. Longer sentences are cut into pieces of
+            this many words. Defaults to 200.
+
+    Yields:
+        Each document, a list of sentence strings.
+
+    Raises:
+        text.DataError: as `read_documents`, when the reading reaches the
+            problem.
+    """
     lines = text.iter_lines(path)
     empty = True
     for block in [lines] if one_document_per_file else _blocks(lines):
@@ -148,7 +177,17 @@ def file_documents(path, counts, one_document_per_file=False, max_sentence_words
 
 def document_files(paths):
     """The files of `paths`: each path a file, or a folder standing for every file under it (sorted,
-    hidden files skipped)."""
+    hidden files skipped).
+
+    Args:
+        paths: list of str or os.PathLike. Files and folders.
+
+    Returns:
+        A list of paths; a missing file is kept (reading it says so).
+
+    Raises:
+        text.DataError: when a folder holds no file.
+    """
     files = []
     for path in paths:
         if os.path.isdir(path):
@@ -189,9 +228,18 @@ def _cut(sentence, max_words, result):
 def hold_out_documents(documents, fraction=0.05, seed=0, minimum=1):
     """Splits a deterministic random `fraction` of documents off for validation.
 
+    Args:
+        documents: list. The documents, each a list of sentence strings.
+        fraction: float. The fraction held out. Defaults to 0.05.
+        seed: int. The seed of the draw. Defaults to 0.
+        minimum: int. The fewest documents held out. Defaults to 1.
+
     Returns:
         `(train, valid)` lists of documents; `valid` has at least `minimum`
         documents and `train` at least two.
+
+    Raises:
+        text.DataError: when there are fewer than `minimum + 2` documents.
     """
     if len(documents) < minimum + 2:
         raise text.DataError(

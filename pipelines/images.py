@@ -30,6 +30,15 @@ def header_pixels(encoded):
     JPEG's is read from its frame header (`tf.image.extract_jpeg_shape`,
     which raises `InvalidArgumentError` when it finds none). Bytes of no
     such format give -1.
+
+    Args:
+        encoded: scalar string tensor. The bytes of an image file.
+
+    Returns:
+        An int64 scalar tensor.
+
+    Raises:
+        tf.errors.InvalidArgumentError: when a JPEG has no frame header.
     """
     head = tf.strings.substr(tf.strings.substr(encoded, 0, _HEADER) + b"\0" * _HEADER, 0, _HEADER)
     b = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
@@ -67,6 +76,17 @@ def header_pixels(encoded):
 def decode_image(encoded, image_size):
     """One encoded image → `(image_size, image_size, 3)` uint8; raises
     `InvalidArgumentError` if unreadable.
+
+    Args:
+        encoded: scalar string tensor. The bytes of an image file.
+        image_size: int. The side of the square it is resized to.
+
+    Returns:
+        A uint8 tensor of shape `(image_size, image_size, 3)`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: when the image cannot be read (as
+            `decoded`).
     """
     return resized(decoded(encoded), image_size)
 
@@ -74,6 +94,17 @@ def decode_image(encoded, image_size):
 def decoded(encoded):
     """One encoded image → `(height, width, 3)` uint8 at its own size;
     raises `InvalidArgumentError` if unreadable.
+
+    Args:
+        encoded: scalar string tensor. The bytes of an image file.
+
+    Returns:
+        A uint8 tensor of shape `(height, width, 3)`.
+
+    Raises:
+        tf.errors.InvalidArgumentError: when the bytes are not a PNG, JPEG,
+            GIF or BMP image of at most `MAX_PIXELS` pixels, or cannot be
+            decoded.
     """
     pixels = header_pixels(encoded)
     known = tf.logical_and(pixels > 0, pixels <= MAX_PIXELS)
@@ -90,7 +121,15 @@ def decoded(encoded):
 
 
 def resized(image, image_size):
-    """`(height, width, 3)` pixels → `(image_size, image_size, 3)` uint8."""
+    """`(height, width, 3)` pixels → `(image_size, image_size, 3)` uint8.
+
+    Args:
+        image: tensor of shape `(height, width, 3)`. Pixels, 0-255.
+        image_size: int. The side of the square.
+
+    Returns:
+        A uint8 tensor of shape `(image_size, image_size, 3)`.
+    """
     square = tf.image.resize(image, [image_size, image_size], antialias=True)
     return tf.cast(tf.clip_by_value(tf.round(square), 0, 255), tf.uint8)
 
@@ -100,6 +139,14 @@ def decode_images(encoded, image_size):
 
     Each image is decoded in a `tf.data` pipeline that drops the ones whose
     decoding fails; those rows get black pixels and `readable=False`.
+
+    Args:
+        encoded: string tensor of shape `(B,)`. The bytes of image files.
+        image_size: int. The side of the squares they are resized to.
+
+    Returns:
+        A tuple `(pixels, readable)`: a uint8 tensor of shape
+        `(B, image_size, image_size, 3)` and a bool tensor of shape `(B,)`.
     """
     rows = tf.shape(encoded)[0]
     decoded = (
@@ -119,6 +166,10 @@ def decode_images(encoded, image_size):
 
 def read_images(paths, image_size):
     """The image files at `paths`, decoded and resized by `tf.data` in parallel.
+
+    Args:
+        paths: list of str. The image files.
+        image_size: int. The side of the squares they are resized to.
 
     Returns:
         `(pixels, readable, sizes)`: NumPy `(N, image_size, image_size, 3)`

@@ -31,12 +31,15 @@ class MarianTokenizer(SubwordTokenizer):
     (tf.data, SavedModel), with our special ids.
 
     Args:
-        model: the side's serialized SentencePiece model (bytes of
+        model: bytes. The side's serialized SentencePiece model (the bytes of
             `source.spm` or `target.spm`).
-        vocabulary: the tokens by id, `SPECIAL_TOKENS` first, then the
-            pieces of the model's `vocab.json` (`keras_attn.checkpoints.marian`
-            puts them in this order).
-        name: name of the `tf.Module`.
+        vocabulary: list of str. The tokens by id, `SPECIAL_TOKENS` first,
+            then the pieces of the model's `vocab.json`
+            (`keras_attn.checkpoints.marian` puts them in this order).
+        name: str. The name of the `tf.Module`. Defaults to None.
+
+    Raises:
+        ValueError: when `vocabulary` does not start with `SPECIAL_TOKENS`.
 
     Example:
 
@@ -103,6 +106,17 @@ class MarianTokenizer(SubwordTokenizer):
     def from_spec(cls, spec, lowercase=False):
         """The tokenizer of a `spec` (`lowercase` must be False:
         the model's own rules normalize).
+
+        Args:
+            spec: dict. A tokenizer's `spec`: `{"marian": the model, base64,
+                "vocabulary": the tokens}`.
+            lowercase: bool. Must be False. Defaults to False.
+
+        Returns:
+            A `MarianTokenizer`.
+
+        Raises:
+            ValueError: when `lowercase` is True.
         """
         if lowercase:
             raise ValueError(
@@ -112,8 +126,15 @@ class MarianTokenizer(SubwordTokenizer):
         return cls(base64.b64decode(spec["marian"]), spec["vocabulary"])
 
     def tokenize(self, strings):
-        """Ids: a `(B, None)` int32 `tf.RaggedTensor` for a batch, a
-        1-D tensor for a scalar string.
+        """Ids of strings, a leading language code (`>>fra<<`) one token.
+
+        Args:
+            strings: str, list of str or `tf.string` tensor. A scalar string
+                or a batch of shape `(B,)`.
+
+        Returns:
+            int32 ids: a `(B, None)` `tf.RaggedTensor` for a batch, a 1-D
+            tensor for a scalar string.
         """
         strings = tf.convert_to_tensor(strings, tf.string)
         if strings.shape.rank == 0:
@@ -150,6 +171,14 @@ class MarianTokenizer(SubwordTokenizer):
 
         As `MarianTokenizer.decode(ids, skip_special_tokens=True)`:
         the pieces joined, ▁ read as a space, the ends stripped.
+
+        Args:
+            ids: int tensor, `tf.RaggedTensor` or nested list of int.
+                `(B, None)` ragged or `(B, T)` dense ids, or a 1-D sequence of
+                ids.
+
+        Returns:
+            A `(B,)` `tf.string` tensor, or a scalar for 1-D `ids`.
         """
         ids, single = self._ordinary_ids(ids)
         text = tf.strings.reduce_join(tf.gather(self._tokens, ids), axis=1)

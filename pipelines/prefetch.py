@@ -15,6 +15,12 @@ import tensorflow as tf
 def prefetched(dataset):
     """`dataset` prefetched and without autotuning (`without_autotuning`).
 
+    Args:
+        dataset: tf.data.Dataset. The batches.
+
+    Returns:
+        A `tf.data.Dataset` of the same elements.
+
     Example:
 
         >>> batches = prefetched(tf.data.Dataset.range(4).batch(2))
@@ -27,7 +33,14 @@ def prefetched(dataset):
 
 
 def without_autotuning(dataset):
-    """`dataset` without tf.data's autotuning thread: the same elements, in the same order."""
+    """`dataset` without tf.data's autotuning thread: the same elements, in the same order.
+
+    Args:
+        dataset: tf.data.Dataset. Any dataset.
+
+    Returns:
+        A `tf.data.Dataset`.
+    """
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

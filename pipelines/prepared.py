@@ -37,31 +37,71 @@ _BATCH = 1024  # pairs tokenized, or records parsed, at a time
 
 
 def shard_path(folder, index, shards):
+    """The TFRecord file of shard `index` in a prepared folder.
+
+    Args:
+        folder: str or os.PathLike. The prepared folder.
+        index: int. The shard's index.
+        shards: int. The number of shards.
+
+    Returns:
+        str, e.g. `folder/shard-00007-of-00032.tfrecord` for shard 7 of 32.
+    """
     return os.path.join(folder, f"shard-{index:05d}-of-{shards:05d}.tfrecord")
 
 
 def binding(corpus, source_tokenizer, target_tokenizer):
     """What a prepared folder holds, as a digest: the corpus's files
     (names, sizes) and the vocabularies.
+
+    The digest also covers a TSV corpus's columns and whether each
+    tokenizer lowercases and strips accents.
+
+    Args:
+        corpus: pipelines.streaming.ShardedCorpus. The corpus.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer. The
+            tokenizer of the sources.
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer. The
+            tokenizer of the targets.
+
+    Returns:
+        str, the SHA-256 hex digest.
     """
     files = [
         [os.path.basename(path), os.path.getsize(path)] for shard in corpus.shards for path in shard
     ]
     columns = [corpus.source_column, corpus.target_column] if corpus.is_tsv else None
+    # (accent stripping only when on: a folder prepared without it keeps its digest)
     tokenizers = [
-        [tokenizer.spec, tokenizer.lowercase] for tokenizer in (source_tokenizer, target_tokenizer)
+        [tokenizer.spec, tokenizer.lowercase] + ([True] if _strips_accents(tokenizer) else [])
+        for tokenizer in (source_tokenizer, target_tokenizer)
     ]
     return hashlib.sha256(json.dumps([files, columns, tokenizers]).encode()).hexdigest()
+
+
+def _strips_accents(tokenizer):
+    return bool(getattr(tokenizer, "strip_accents", False))
 
 
 def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
     """Tokenizes every shard of `corpus` into `folder` (the shards already there are kept).
 
+    Args:
+        corpus: pipelines.streaming.ShardedCorpus. The corpus to tokenize.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer. The
+            tokenizer of the sources.
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer. The
+            tokenizer of the targets.
+        folder: str or os.PathLike. The prepared folder, made if missing.
+        log: callable. Called with a one-line summary when done. Defaults to
+            `print`.
+
     Returns:
         The `PreparedCorpus` of `folder`.
 
     Raises:
-        DataError: `folder` was prepared from other data or vocabularies.
+        DataError: when `folder` was prepared from other data or
+            vocabularies, or a line of the corpus is bad.
     """
     key = binding(corpus, source_tokenizer, target_tokenizer)
     os.makedirs(folder, exist_ok=True)
@@ -91,9 +131,11 @@ def prepare(corpus, source_tokenizer, target_tokenizer, folder, log=print):
 class PreparedCorpus:
     """A prepared folder, read as `ShardedCorpus` reads text.
 
-    Attributes:
-        files: its shard files, in the corpus's shard order.
-        shard_pairs: the pairs of each.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        files: tuple of str. Its shard files, in the corpus's shard order.
+        shard_pairs: tuple of int. The pairs of each.
     """
 
     files: tuple
@@ -101,7 +143,20 @@ class PreparedCorpus:
 
     @classmethod
     def load(cls, folder, key=None):
-        """The complete prepared folder `folder` (bound to `key`, when given)."""
+        """The complete prepared folder `folder` (bound to `key`, when given).
+
+        Args:
+            folder: str or os.PathLike. The prepared folder.
+            key: str. The `binding` it must have been prepared with; `None`
+                for any. Defaults to None.
+
+        Returns:
+            A `PreparedCorpus`.
+
+        Raises:
+            DataError: when the folder is not completely prepared, or was
+                prepared from other data or vocabularies than `key` says.
+        """
         if key is not None:
             _check_binding(folder, key)
         try:
@@ -117,7 +172,18 @@ class PreparedCorpus:
         )
 
     def records(self, order_seed=None, worker=0, workers=1):
-        """Serialized pairs (strings), in the order `ShardedCorpus.pairs` gives the text pairs."""
+        """Serialized pairs (strings), in the order `ShardedCorpus.pairs` gives the text pairs.
+
+        Args:
+            order_seed: int. Shards are read in an order drawn with this
+                seed; `None` for their order. Defaults to None.
+            worker: int. This worker's index, of `workers`, as in
+                `ShardedCorpus.pairs`. Defaults to 0.
+            workers: int. The number of workers. Defaults to 1.
+
+        Returns:
+            A `tf.data.Dataset` of serialized `tf.train.Example`s.
+        """
         files = tf.constant(self.files)
         return streaming.interleaved(
             len(self.files),
@@ -129,7 +195,13 @@ class PreparedCorpus:
 
     @contextlib.contextmanager
     def reported(self):
-        """Turns a damaged file met by a stream of this corpus into one line."""
+        """Turns a damaged file met by a stream of this corpus into one line.
+
+        A context manager.
+
+        Raises:
+            DataError: when a stream read inside it met a damaged shard file.
+        """
         try:
             yield
         except tf.errors.DataLossError as error:
@@ -143,7 +215,16 @@ class PreparedCorpus:
 
 def tokenized(records, max_length):
     """`(source, target_in, target_out)` id rows of serialized pairs,
-    as `TranslationPreprocessor` gives for their text."""
+    as `TranslationPreprocessor` gives for their text.
+
+    Args:
+        records: tf.data.Dataset. Serialized pairs (scalar strings), as
+            `PreparedCorpus.records` gives them.
+        max_length: int. The longest row, in ids.
+
+    Returns:
+        A `tf.data.Dataset` of `(source, target_in, target_out)` int32 rows.
+    """
 
     def parse(batch):
         ids = tf.io.parse_example(batch, _RECORD)
@@ -178,6 +259,15 @@ def _write_shard(corpus, index, source_tokenizer, target_tokenizer, path):
 
 
 def tf_example(source, target):
+    """A pair's ids as a serialized `tf.train.Example` (int64 lists `source` and `target`).
+
+    Args:
+        source: array or list of int. The source's ids.
+        target: array or list of int. The target's ids.
+
+    Returns:
+        bytes.
+    """
     feature = {
         name: tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
         for name, ids in (("source", source), ("target", target))

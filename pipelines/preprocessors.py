@@ -25,24 +25,35 @@ class TranslationPreprocessor(keras.layers.Layer):
     the source has at least one column (an all-empty batch still decodes).
 
     Args:
-        source_tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
-            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
-            tokens).
-        target_tokenizer: the same for the target; the source's when `None`
-            (one shared vocabulary).
-        max_length: the longest source and target, in ids.
-        lowercase: with vocabularies given as lists, whether text is lowercased.
-        source_eos: each source ends with [EOS], kept when a long source is
-            cut (Marian's models read sources so).
-        **kwargs: `keras.layers.Layer` arguments.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. A `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `MarianTokenizer` (`pipelines`), or its `spec`: a WordPiece
+            vocabulary (a list of tokens), or the dict of a SentencePiece or
+            Marian tokenizer.
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The same for the target; `None` for the source's (one shared
+            vocabulary). Defaults to None.
+        max_length: int. The longest source and target, in ids. Defaults to
+            64.
+        lowercase: bool. Whether text is lowercased, for tokenizers given as
+            a `spec`; a tokenizer object keeps its own. Defaults to False.
+        source_eos: bool. Whether each source ends with [EOS], kept when a
+            long source is cut (Marian's models read sources so). Defaults to
+            False.
+        **kwargs: `keras.layers.Layer` arguments, e.g. `name`.
 
     Call arguments:
-        source_text: `(B,)` strings.
-        target_text: optional `(B,)` strings.
+        source_text: string tensor of shape `(B,)`. The sources.
+        target_text: string tensor of shape `(B,)`. The targets; optional.
 
     Returns:
         `{"source": (B, S)}`, with `"target_in"` and `"target_out"` `(B, T)`
         when `target_text` is given; int32 ids.
+
+    Raises:
+        ValueError: when a tokenizer given as a `spec` cannot be rebuilt from
+            it (as its constructor refuses it), or a Marian `spec` comes with
+            `lowercase=True`.
 
     Example:
 
@@ -79,7 +90,17 @@ class TranslationPreprocessor(keras.layers.Layer):
         self.built = True
 
     def tokenize_source(self, source_text):
-        """`(B,)` strings → `(source ids (B, S ≥ 1), truncated (B,))`: which sources were cut."""
+        """`(B,)` strings → `(source ids (B, S ≥ 1), truncated (B,))`: which sources were cut.
+
+        Args:
+            source_text: string tensor of shape `(B,)`. The sources.
+
+        Returns:
+            A tuple `(source, truncated)`: int32 ids of shape `(B, S)`,
+            `S ≥ 1`, padded with [PAD] (with `source_eos`, each ends with
+            [EOS]), and a bool tensor of shape `(B,)`, True for a source that
+            was cut.
+        """
         ids = self.source_tokenizer.tokenize(source_text)
         room = self.max_length - 1 if self.source_eos else self.max_length
         truncated = ids.row_lengths() > room
@@ -95,7 +116,14 @@ class TranslationPreprocessor(keras.layers.Layer):
         return packed
 
     def detokenize(self, ids):
-        """Target ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings."""
+        """Target ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings.
+
+        Args:
+            ids: int tensor of shape `(B, T)`. Target ids.
+
+        Returns:
+            A string tensor of shape `(B,)`.
+        """
         return self.target_tokenizer.detokenize(ids)
 
     def get_config(self):
@@ -119,21 +147,31 @@ class CaptionPreprocessor(keras.layers.Layer):
     `target_out` as a translation's target does (`pack_target`).
 
     Args:
-        tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
-            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
-            tokens).
-        image_size: the side of the square images the model reads.
-        max_length: the longest caption, in ids.
-        lowercase: with a vocabulary given as a list, whether text is lowercased.
-        **kwargs: `keras.layers.Layer` arguments.
+        tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. A `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `MarianTokenizer` (`pipelines`), or its `spec`: a WordPiece
+            vocabulary (a list of tokens), or the dict of a SentencePiece or
+            Marian tokenizer.
+        image_size: int. The side of the square images the model reads.
+            Defaults to 64.
+        max_length: int. The longest caption, in ids. Defaults to 32.
+        lowercase: bool. Whether text is lowercased, for a tokenizer given as
+            a `spec`; a tokenizer object keeps its own. Defaults to True.
+        **kwargs: `keras.layers.Layer` arguments, e.g. `name`.
 
     Call arguments:
-        images: `(B, H, W, 3)` uint8 (0-255) or float (0-1) pixels.
-        captions: optional `(B,)` strings.
+        images: tensor or array of shape `(B, H, W, 3)`. uint8 (0-255) or
+            float (0-1) pixels.
+        captions: string tensor of shape `(B,)`. The captions; optional.
 
     Returns:
         `{"image": (B, image_size, image_size, 3)}` float32, with
         `"target_in"` and `"target_out"` `(B, T)` int32 when `captions` are given.
+
+    Raises:
+        ValueError: when a tokenizer given as a `spec` cannot be rebuilt from
+            it (as its constructor refuses it), or a Marian `spec` comes with
+            `lowercase=True`.
 
     Example:
 
@@ -155,7 +193,15 @@ class CaptionPreprocessor(keras.layers.Layer):
         self.built = True
 
     def images(self, images):
-        """`(B, H, W, 3)` pixels → float32 in [0, 1] at the model's size."""
+        """`(B, H, W, 3)` pixels → float32 in [0, 1] at the model's size.
+
+        Args:
+            images: tensor or array of shape `(B, H, W, 3)`. uint8 (0-255) or
+                float (0-1) pixels.
+
+        Returns:
+            A float32 tensor of shape `(B, image_size, image_size, 3)`.
+        """
         images = tf.convert_to_tensor(images)
         pixels = (
             tf.image.convert_image_dtype(images, tf.float32)
@@ -174,7 +220,14 @@ class CaptionPreprocessor(keras.layers.Layer):
         return packed
 
     def detokenize(self, ids):
-        """Caption ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings."""
+        """Caption ids `(B, T)` (after [BOS], up to [EOS]) → `(B,)` strings.
+
+        Args:
+            ids: int tensor of shape `(B, T)`. Caption ids.
+
+        Returns:
+            A string tensor of shape `(B,)`.
+        """
         return self.tokenizer.detokenize(ids)
 
     def get_config(self):
@@ -190,6 +243,14 @@ class CaptionPreprocessor(keras.layers.Layer):
 def pack_source(source, max_length):
     """A source's ids `(B, None)` (ragged) cut to `max_length`: int32
     `(B, S ≥ 1)` padded with [PAD].
+
+    Args:
+        source: int `tf.RaggedTensor` of shape `(B, None)`. Source ids.
+        max_length: int. The most ids kept of a source.
+
+    Returns:
+        An int32 tensor of shape `(B, S)`, `1 ≤ S ≤ max_length` (at least one
+        column of padding for a batch of empty sources).
     """
     source = source[:, :max_length]
     # At least one (padding) column: TensorFlow crashes unbatching (B, 0)
@@ -203,8 +264,8 @@ def pack_target(target, max_length):
     target), `target_out` (it and [EOS]).
 
     Args:
-        target: `(B, None)` ragged token ids.
-        max_length: the longest row of each, in ids.
+        target: int `tf.RaggedTensor` of shape `(B, None)`. Token ids.
+        max_length: int. The longest row of each, in ids.
 
     Returns:
         `{"target_in", "target_out"}`, int32 `(B, T)` padded with [PAD].
@@ -225,8 +286,9 @@ def pack(segments, max_length):
     """BERT input rows of one or two segments of token ids.
 
     Args:
-        segments: a list of one or two `(B, None)` ragged int ids.
-        max_length: the longest row, `[CLS]` and `[SEP]`s included.
+        segments: list of one or two int `tf.RaggedTensor`s of shape
+            `(B, None)`. The segments' token ids.
+        max_length: int. The longest row, `[CLS]` and `[SEP]`s included.
 
     Returns:
         `(token_ids, segment_ids, truncated)`: int32 `(B, T)` padded with
@@ -260,21 +322,30 @@ class BertPreprocessor(keras.layers.Layer):
     1 for `B [SEP]`.
 
     Args:
-        tokenizer: a `WordPieceTokenizer` or a `SentencePieceTokenizer`
-            (`pipelines`), or its `spec` (a WordPiece vocabulary: a list of
-            tokens).
-        max_length: the longest row, `[CLS]` and `[SEP]`s included.
-        lowercase: with a vocabulary given as a list, whether text is lowercased.
-        strip_accents: with a vocabulary given as a list, whether accents
-            are dropped (`WordPieceTokenizer`).
-        **kwargs: `keras.layers.Layer` arguments.
+        tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. A `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `MarianTokenizer` (`pipelines`), or its `spec`: a WordPiece
+            vocabulary (a list of tokens), or the dict of a SentencePiece or
+            Marian tokenizer.
+        max_length: int. The longest row, `[CLS]` and `[SEP]`s included.
+            Defaults to 512.
+        lowercase: bool. Whether text is lowercased, for a tokenizer given as
+            a `spec`; a tokenizer object keeps its own. Defaults to False.
+        strip_accents: bool. With a vocabulary given as a list, whether
+            accents are dropped (`WordPieceTokenizer`). Defaults to False.
+        **kwargs: `keras.layers.Layer` arguments, e.g. `name`.
 
     Call arguments:
-        text_a: `(B,)` strings.
-        text_b: optional `(B,)` strings, the second segments.
+        text_a: string tensor of shape `(B,)`. The first segments.
+        text_b: string tensor of shape `(B,)`. The second segments; optional.
 
     Returns:
         `{"token_ids": (B, T), "segment_ids": (B, T)}`, int32.
+
+    Raises:
+        ValueError: when a tokenizer given as a `spec` cannot be rebuilt from
+            it (as its constructor refuses it), or a Marian `spec` comes with
+            `lowercase=True`.
 
     Example:
 
@@ -297,12 +368,24 @@ class BertPreprocessor(keras.layers.Layer):
     def pack(self, text_a, text_b=None):
         """`(token_ids (B, T), segment_ids (B, T), truncated (B,))`:
         `call`'s rows and which were cut.
+
+        Args:
+            text_a: string tensor of shape `(B,)`. The first segments.
+            text_b: string tensor of shape `(B,)`. The second segments;
+                `None` for rows of one segment. Defaults to None.
+
+        Returns:
+            A tuple `(token_ids, segment_ids, truncated)`, as
+            `pipelines.preprocessors.pack` gives.
         """
         texts = [text_a] if text_b is None else [text_a, text_b]
         return pack([self.tokenizer.tokenize(text) for text in texts], self.max_length)
 
     def pack_with_masks(self, text):
         """`[CLS] text [SEP]` rows with `[MASK]` (any case) in the text read as the mask token.
+
+        Args:
+            text: string tensor of shape `(B,)`. The texts.
 
         Returns:
             `(token_ids (B, T), segment_ids (B, T), truncated (B,),

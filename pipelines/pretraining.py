@@ -44,14 +44,17 @@ _PAIR, _MASK = 0, 1  # salts of the two random streams of a pair
 class TokenizedDocuments:
     """Documents as token ids: what pair creation draws from.
 
-    Attributes:
-        ids: int32 `(tokens,)`, every sentence's ids, one after another.
-        sentence_starts: int64 `(sentences + 1,)`, where each sentence
-            starts in `ids` (and the end).
-        document_starts: int64 `(documents + 1,)`, where each document
-            starts in the sentences (and the end).
-        dropped_sentences: sentences with no tokens (invisible characters
-            only), left out.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        ids: int32 array of shape `(tokens,)`. Every sentence's ids, one
+            after another.
+        sentence_starts: int64 array of shape `(sentences + 1,)`. Where each
+            sentence starts in `ids` (and the end).
+        document_starts: int64 array of shape `(documents + 1,)`. Where each
+            document starts in the sentences (and the end).
+        dropped_sentences: int. Sentences with no tokens (invisible
+            characters only), left out. Defaults to 0.
     """
 
     ids: np.ndarray
@@ -61,19 +64,29 @@ class TokenizedDocuments:
 
     @property
     def num_documents(self):
+        """The number of documents, an int."""
         return len(self.document_starts) - 1
 
     @property
     def num_tokens(self):
+        """The number of tokens, an int."""
         return len(self.ids)
 
     def sentence_document(self):
-        """int64 `(sentences,)`: the document of each sentence."""
+        """int64 `(sentences,)`: the document of each sentence.
+
+        Returns:
+            An int64 array of shape `(sentences,)`.
+        """
         counts = np.diff(self.document_starts)
         return np.repeat(np.arange(len(counts)), counts)
 
     def anchors(self):
-        """Sentences that have a next sentence in their document (where IsNext pairs start)."""
+        """Sentences that have a next sentence in their document (where IsNext pairs start).
+
+        Returns:
+            An int64 array of sentence indices.
+        """
         documents = self.sentence_document()
         return np.flatnonzero(documents[:-1] == documents[1:])
 
@@ -82,8 +95,9 @@ def tokenize_documents(documents, tokenizer):
     """Tokenizes documents once, sentence by sentence, in the graph.
 
     Args:
-        documents: a list of documents, each a list of sentence strings.
-        tokenizer: a `WordPieceTokenizer`.
+        documents: list of lists of str. The documents, each a list of
+            sentence strings.
+        tokenizer: pipelines.tokenizers.WordPieceTokenizer. The tokenizer.
 
     Returns:
         A `TokenizedDocuments`; documents left with no sentence are dropped.
@@ -111,7 +125,15 @@ def tokenize_documents(documents, tokenizer):
 
 
 def pairs_per_epoch(corpus, max_length):
-    """The default epoch: about as many pairs as the corpus fills sequences."""
+    """The default epoch: about as many pairs as the corpus fills sequences.
+
+    Args:
+        corpus: pipelines.pretraining.TokenizedDocuments. The corpus.
+        max_length: int. The length of a pair, in tokens.
+
+    Returns:
+        int, at least 1.
+    """
     return max(1, corpus.num_tokens // max(1, max_length - 3))
 
 
@@ -127,20 +149,28 @@ def sentence_pairs(
     """`[CLS] A [SEP] B [SEP]` pairs for next-sentence prediction (see the module).
 
     Args:
-        corpus: a `TokenizedDocuments` of at least two documents, one with
-            two sentences or more.
-        max_length: length of every pair, padded with `[PAD]`.
-        num_pairs: pairs in the dataset.
-        seed: with `epoch` and the pair's index, decides everything random.
-        epoch: another epoch gives other pairs.
-        short_sequence_probability: probability of a shorter target length.
-        next_probability: probability that B follows A (IsNext).
+        corpus: pipelines.pretraining.TokenizedDocuments. A corpus of at
+            least two documents, one with two sentences or more.
+        max_length: int. The length of every pair, padded with `[PAD]`; at
+            least 5.
+        num_pairs: int. Pairs in the dataset.
+        seed: int. With `epoch` and the pair's index, decides everything
+            random. Defaults to 0.
+        epoch: int. Another epoch gives other pairs. Defaults to 0.
+        short_sequence_probability: float. The probability of a shorter
+            target length. Defaults to 0.1.
+        next_probability: float. The probability that B follows A (IsNext).
+            Defaults to 0.5.
 
     Returns:
         A `tf.data.Dataset` of dicts: `token_ids` and `segment_ids` int32
         `(max_length,)`, `next_sentence_label` int32 (`IS_NEXT` or
         `NOT_NEXT`), `last_a_sentence`, `first_b_sentence` int64 (indices
         into the corpus's sentences, before truncation) and `index`.
+
+    Raises:
+        ValueError: when the corpus has fewer than two documents or no
+            document of two sentences, or `max_length` is below 5.
     """
     _check_pairable(corpus.num_documents, len(corpus.anchors()), max_length)
     make_pair = pair_maker(
@@ -172,6 +202,12 @@ def _check_pairable(documents, anchors, max_length):
 def is_pairable(corpus):
     """Whether `sentence_pairs` can draw from `corpus`: two
     documents, one of two sentences or more.
+
+    Args:
+        corpus: pipelines.pretraining.TokenizedDocuments. The corpus.
+
+    Returns:
+        bool.
     """
     return corpus.num_documents >= 2 and len(corpus.anchors()) > 0
 
@@ -192,6 +228,27 @@ def pair_maker(
 
     The pair's random numbers are keyed by `first_index + index` (its `"index"` too): a stream of
     corpora (`pipelines.document_stream`) gives each block its own range of indices.
+
+    Args:
+        ids: int32 tensor of shape `(tokens,)`. The corpus's ids
+            (`TokenizedDocuments.ids`).
+        starts: int64 tensor of shape `(sentences + 1,)`. Where each sentence
+            starts (`TokenizedDocuments.sentence_starts`).
+        document_starts: int64 tensor of shape `(documents + 1,)`. Where each
+            document starts (`TokenizedDocuments.document_starts`).
+        max_length: int. The length of every pair, padded with `[PAD]`.
+        seed: int. With `epoch` and the pair's index, decides everything
+            random.
+        epoch: int. Another epoch gives other pairs.
+        short_sequence_probability: float. The probability of a shorter
+            target length.
+        next_probability: float. The probability that B follows A (IsNext).
+        first_index: int. Added to every index `make_pair` is given.
+            Defaults to 0.
+
+    Returns:
+        A function `make_pair(index)` of an int64 scalar, giving one pair as
+        `sentence_pairs` does.
     """
     counts = document_starts[1:] - document_starts[:-1]
     sentence_document = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)
@@ -297,6 +354,13 @@ def default_max_predictions(mask_rate, max_length):
     rate of `max_length`, rounded up.
 
     BERT's `max_predictions_per_seq`: 20 for 128 tokens at 15%.
+
+    Args:
+        mask_rate: float. The fraction of tokens masked.
+        max_length: int. The length of a pair, in tokens.
+
+    Returns:
+        int, at least 1.
     """
     return max(1, math.ceil(round(mask_rate * max_length, 6)))
 
@@ -321,13 +385,15 @@ def masker(
     the choice, so a pair may get slightly fewer predictions).
 
     Args:
-        vocabulary: the tokens (for the vocabulary size and `##` pieces).
-        max_predictions: the most tokens chosen per pair (BERT's
+        vocabulary: list of str. The tokens (for the vocabulary size and `##`
+            pieces).
+        max_predictions: int. The most tokens chosen per pair (BERT's
             `max_predictions_per_seq`); the labels are padded to it.
-        mask_rate: the fraction of tokens chosen.
-        whole_word: choose whole words.
-        seed: with `epoch` and the pair's index, decides the mask.
-        epoch: another epoch gives other masks.
+        mask_rate: float. The fraction of tokens chosen. Defaults to 0.15.
+        whole_word: bool. Whether whole words are chosen. Defaults to False.
+        seed: int. With `epoch` and the pair's index, decides the mask.
+            Defaults to 0.
+        epoch: int. Another epoch gives other masks. Defaults to 0.
 
     Returns:
         `mask(pair) -> (features, labels)` for `Dataset.map` over
@@ -417,21 +483,34 @@ def pretraining_dataset(
     `truncate_seq_pair`), where inference cuts at the end.
 
     Args:
-        corpus: a `TokenizedDocuments`, tokenized by `preprocessor.tokenizer`.
-        preprocessor: a `pipelines.preprocessors.BertPreprocessor`.
-        batch_size: pairs per batch.
-        max_predictions: most masked tokens per pair (default:
-            `default_max_predictions`).
-        num_pairs: pairs in the epoch; defaults to `pairs_per_epoch`.
-        seed: the data's seed.
-        epoch: the epoch, for new pairs and masks.
-        mask_rate, whole_word: see `masker`.
-        short_sequence_probability, next_probability: see `sentence_pairs`.
-        drop_remainder: drop a last, smaller batch.
+        corpus: pipelines.pretraining.TokenizedDocuments. The corpus,
+            tokenized by `preprocessor.tokenizer`.
+        preprocessor: pipelines.preprocessors.BertPreprocessor. Gives the
+            vocabulary and `max_length`.
+        batch_size: int. Pairs per batch.
+        max_predictions: int. The most masked tokens per pair; `None` for
+            `default_max_predictions`. Defaults to None.
+        num_pairs: int. Pairs in the epoch; `None` for `pairs_per_epoch`.
+            Defaults to None.
+        seed: int. The data's seed. Defaults to 0.
+        epoch: int. The epoch, for new pairs and masks. Defaults to 0.
+        mask_rate: float. The fraction of tokens masked (see `masker`).
+            Defaults to 0.15.
+        whole_word: bool. Whether whole words are masked (see `masker`).
+            Defaults to False.
+        short_sequence_probability: float. The probability of a shorter
+            target length (see `sentence_pairs`). Defaults to 0.1.
+        next_probability: float. The probability that B follows A (see
+            `sentence_pairs`). Defaults to 0.5.
+        drop_remainder: bool. Whether a last, smaller batch is dropped.
+            Defaults to True.
 
     Returns:
         A `tf.data.Dataset` of `(features, labels)` batches (see `masker`),
         of known length.
+
+    Raises:
+        ValueError: as `sentence_pairs`.
 
     Example:
 
@@ -465,5 +544,16 @@ def pretraining_dataset(
 
 
 def pretraining_epochs(corpus, preprocessor, **settings):
-    """`epoch -> pretraining_dataset(..., epoch=epoch)`: the runner's training data."""
+    """`epoch -> pretraining_dataset(..., epoch=epoch)`: the runner's training data.
+
+    Args:
+        corpus: pipelines.pretraining.TokenizedDocuments. The corpus.
+        preprocessor: pipelines.preprocessors.BertPreprocessor. As
+            `pretraining_dataset`.
+        **settings: the other arguments of `pretraining_dataset` but
+            `epoch`.
+
+    Returns:
+        A function `epoch -> tf.data.Dataset` of that epoch's batches.
+    """
     return lambda epoch: pretraining_dataset(corpus, preprocessor, epoch=epoch, **settings)

@@ -55,12 +55,16 @@ MIN_GAP = 4  # pixels between two objects' centres in x, and between their boxes
 class Scenes:
     """Images and their captions.
 
-    Attributes:
-        images: `(N, IMAGE_SIZE, IMAGE_SIZE, 3)` uint8 RGB.
-        captions: `N` strings.
-        boxes: `N` arrays `(objects, 4)` of `(x0, y0, x1, y1)` pixel boxes
-            (inclusive), in the order the caption names the objects.
-        counts: `N` object counts.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        images: uint8 array of shape `(N, IMAGE_SIZE, IMAGE_SIZE, 3)`. RGB
+            pixels.
+        captions: list of str. `N` captions.
+        boxes: list of int32 arrays of shape `(objects, 4)`. `N` arrays of
+            `(x0, y0, x1, y1)` pixel boxes (inclusive), in the order the
+            caption names the objects.
+        counts: int32 array of shape `(N,)`. The object counts.
     """
 
     images: np.ndarray
@@ -73,6 +77,14 @@ def word_regions(caption, boxes):
     """The words of `caption` that name each object, with its box:
     `[(first_word, end_word, box)]`, one per object in caption order, spanning
     its size, colour and shape words (what `captions.word_boxes` reads).
+
+    Args:
+        caption: str. A caption of this corpus.
+        boxes: array or list of shape `(objects, 4)`. The objects'
+            `(x0, y0, x1, y1)` boxes, in caption order.
+
+    Returns:
+        A list of `(first_word, end_word, box)` tuples, `box` a tuple of int.
 
     Example:
 
@@ -93,7 +105,22 @@ def scenes_corpus(
     max_objects=MAX_OBJECTS,
 ):
     """The splits `train`, `valid`, `test` and `held_out`, each a `Scenes` of 1 to `max_objects`
-    objects each, drawn from `seed`."""
+    objects each, drawn from `seed`.
+
+    Args:
+        seed: int. The seed of the `numpy.random.default_rng` that draws the
+            scenes. Defaults to 0.
+        train_size: int. Scenes of the `train` split. Defaults to 12000.
+        valid_size: int. Scenes of the `valid` split. Defaults to 500.
+        test_size: int. Scenes of the `test` split. Defaults to 1000.
+        held_out_size: int. Scenes of the `held_out` split. Defaults to
+            1000.
+        max_objects: int. The most objects of a scene. Defaults to
+            `MAX_OBJECTS` (4).
+
+    Returns:
+        A dict of the split names to `Scenes`.
+    """
     rng = np.random.default_rng(seed)
     sizes = {"train": train_size, "valid": valid_size, "test": test_size, "held_out": held_out_size}
     return {
@@ -105,6 +132,17 @@ def scenes_corpus(
 def draw_scenes(rng, count, held_out=False, max_objects=MAX_OBJECTS):
     """`count` scenes of 1 to `max_objects` objects: with `held_out`,
     each has a `HELD_OUT` pair; else none has one.
+
+    Args:
+        rng: numpy.random.Generator. Draws the scenes.
+        count: int. The number of scenes.
+        held_out: bool. Whether each scene has a `HELD_OUT` pair (else none
+            has one). Defaults to False.
+        max_objects: int. The most objects of a scene. Defaults to
+            `MAX_OBJECTS` (4).
+
+    Returns:
+        A `Scenes`.
     """
     images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     captions, boxes, counts = [], [], np.empty(count, np.int32)

@@ -44,12 +44,20 @@ def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", low
     """Learns a SentencePiece model from training text; returns its serialized proto (bytes).
 
     Args:
-        texts: an iterable of `str` (sentences or lines).
-        vocabulary_size: pieces in the model, `SPECIAL_TOKENS` and the 256
-            byte pieces included.
-        model_type: `"bpe"` or `"unigram"`.
-        lowercase: lowercase text before learning; pass the same value to
-            `SentencePieceTokenizer`.
+        texts: iterable of str. The training text, sentences or lines.
+        vocabulary_size: int. Pieces in the model, `SPECIAL_TOKENS` and the
+            256 byte pieces included. Defaults to 8000.
+        model_type: str. One of `"bpe"`, `"unigram"`. Defaults to `"bpe"`.
+        lowercase: bool. Whether text is lowercased before learning; pass the
+            same value to `SentencePieceTokenizer`. Defaults to False.
+
+    Returns:
+        The serialized model, bytes.
+
+    Raises:
+        ValueError: when `model_type` is another string, or
+            `vocabulary_size` is below the pieces the text needs (each of its
+            characters, the 256 bytes and the special tokens).
 
     Example:
 
@@ -115,11 +123,15 @@ class SentencePieceTokenizer(SubwordTokenizer):
     `tensorflow_text` are imported.
 
     Args:
-        model: the serialized model (bytes, what `learn_sentencepiece_model`
-            returns) or the path of a `.model` file.
-        lowercase: lowercase text before tokenizing; must match the value
-            the model was learned with.
-        name: name of the `tf.Module`.
+        model: bytes, or str or os.PathLike. The serialized model (what
+            `learn_sentencepiece_model` returns) or the path of a `.model`
+            file.
+        lowercase: bool. Whether text is lowercased before tokenizing; must
+            match the value the model was learned with. Defaults to False.
+        name: str. The name of the `tf.Module`. Defaults to None.
+
+    Raises:
+        ValueError: when the model's first pieces are not `SPECIAL_TOKENS`.
 
     Example:
 
@@ -161,7 +173,15 @@ class SentencePieceTokenizer(SubwordTokenizer):
         return {"sentencepiece": base64.b64encode(self.model).decode("ascii")}
 
     def normalize(self, strings):
-        """Valid UTF-8 (U+FFFD for invalid bytes), lowercased with `lowercase`."""
+        """Valid UTF-8 (U+FFFD for invalid bytes), lowercased with `lowercase`.
+
+        Args:
+            strings: str, list of str or `tf.string` tensor. Text of any
+                shape.
+
+        Returns:
+            A `tf.string` tensor of the same shape.
+        """
         strings = tf.strings.unicode_transcode(
             tf.convert_to_tensor(strings, tf.string),
             "UTF-8",
@@ -172,8 +192,15 @@ class SentencePieceTokenizer(SubwordTokenizer):
         return tf.strings.lower(strings, encoding="utf-8") if self.lowercase else strings
 
     def tokenize(self, strings):
-        """Piece ids: a `(B, None)` int32 `tf.RaggedTensor` for a
-        batch, a 1-D tensor for a scalar string.
+        """Piece ids of strings.
+
+        Args:
+            strings: str, list of str or `tf.string` tensor. A scalar string
+                or a batch of shape `(B,)`.
+
+        Returns:
+            int32 ids: a `(B, None)` `tf.RaggedTensor` for a batch, a 1-D
+            tensor for a scalar string.
         """
         strings = self.normalize(strings)
         strings = tf.where(tf.equal(strings, ""), strings, tf.strings.join([PREFIX, strings]))
@@ -199,6 +226,14 @@ class SentencePieceTokenizer(SubwordTokenizer):
         (padding dropped), or of a 1-D sequence.
 
         Special tokens and ids outside the model are dropped.
+
+        Args:
+            ids: int tensor, `tf.RaggedTensor` or nested list of int.
+                `(B, None)` ragged or `(B, T)` dense ids, or a 1-D sequence of
+                ids.
+
+        Returns:
+            A `(B,)` `tf.string` tensor, or a scalar for 1-D `ids`.
         """
         ids, single = self._ordinary_ids(ids)
         text = kernels.sentencepiece_detokenize_op(
@@ -215,6 +250,9 @@ class SentencePieceTokenizer(SubwordTokenizer):
     def save(self, path):
         """Writes the model to `path` (a `.model` file the
         `sentencepiece` library also reads), atomically.
+
+        Args:
+            path: str or os.PathLike. The model file to write.
         """
         path = Path(path)
         temporary = path.with_name(path.name + ".tmp")
@@ -223,10 +261,29 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     @classmethod
     def load(cls, path, lowercase=False):
-        """A tokenizer from a model file written by `save`."""
+        """A tokenizer from a model file written by `save`.
+
+        Args:
+            path: str or os.PathLike. The `.model` file.
+            lowercase: bool. As the constructor's `lowercase`. Defaults to
+                False.
+
+        Returns:
+            A `SentencePieceTokenizer`.
+        """
         return cls(Path(path), lowercase=lowercase)
 
     @classmethod
     def from_spec(cls, spec, lowercase=False):
-        """The tokenizer of a `spec`."""
+        """The tokenizer of a `spec`.
+
+        Args:
+            spec: dict. A tokenizer's `spec`: `{"sentencepiece": the model,
+                base64}`.
+            lowercase: bool. As the constructor's `lowercase`. Defaults to
+                False.
+
+        Returns:
+            A `SentencePieceTokenizer`.
+        """
         return cls(base64.b64decode(spec["sentencepiece"]), lowercase=lowercase)

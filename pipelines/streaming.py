@@ -48,8 +48,15 @@ def corpus_files(spec):
     """The files `spec` names: one file, a glob (`data/train-*.de.gz`)
     or a folder (its files, sorted).
 
+    Args:
+        spec: str or os.PathLike. A file, a glob or a folder.
+
+    Returns:
+        A list of `str` paths.
+
     Raises:
-        DataError: a glob that matches no file, an empty folder, a missing file.
+        DataError: when a glob matches no file, a folder holds no file, or
+            the file is missing.
 
     Example:
 
@@ -81,7 +88,14 @@ def corpus_files(spec):
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    """What one pass over a corpus found: `pairs` usable, `skipped_empty` with an empty side."""
+    """What one pass over a corpus found: `pairs` usable, `skipped_empty` with an empty side.
+
+    Each argument is also an attribute of the same name.
+
+    Args:
+        pairs: int. The usable pairs.
+        skipped_empty: int. The pairs with an empty side.
+    """
 
     pairs: int
     skipped_empty: int
@@ -95,11 +109,14 @@ class ShardedCorpus:
     (line-aligned files: the i-th source shard with the i-th target shard,
     both sorted by name) or `ShardedCorpus.tsv(spec)`.
 
-    Attributes:
-        shards: a tuple per shard: `(source_path, target_path)`, or
-            `(tsv_path,)`.
-        source_column: a TSV shard's source column (0-based).
-        target_column: its target column.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        shards: tuple of tuples of str. A tuple per shard:
+            `(source_path, target_path)`, or `(tsv_path,)`.
+        source_column: int. A TSV shard's source column (0-based). Defaults
+            to 0.
+        target_column: int. Its target column (0-based). Defaults to 1.
 
     Example:
 
@@ -118,6 +135,20 @@ class ShardedCorpus:
 
     @classmethod
     def parallel(cls, source_spec, target_spec):
+        """A corpus of line-aligned files: the i-th source shard with the i-th target shard.
+
+        Args:
+            source_spec: str or os.PathLike. The source files: one file, a
+                glob or a folder (`corpus_files`).
+            target_spec: str or os.PathLike. The target files, the same way.
+
+        Returns:
+            A `ShardedCorpus`.
+
+        Raises:
+            DataError: as `corpus_files`, or when the two name different
+                numbers of files.
+        """
         sources, targets = corpus_files(source_spec), corpus_files(target_spec)
         if len(sources) != len(targets):
             raise text.DataError(
@@ -127,10 +158,25 @@ class ShardedCorpus:
 
     @classmethod
     def tsv(cls, spec, source_column=0, target_column=1):
+        """A corpus of TSV files, a sentence pair a line.
+
+        Args:
+            spec: str or os.PathLike. The files: one file, a glob or a
+                folder (`corpus_files`).
+            source_column: int. The source column (0-based). Defaults to 0.
+            target_column: int. The target column (0-based). Defaults to 1.
+
+        Returns:
+            A `ShardedCorpus`.
+
+        Raises:
+            DataError: as `corpus_files`.
+        """
         return cls(tuple((path,) for path in corpus_files(spec)), source_column, target_column)
 
     @property
     def is_tsv(self):
+        """Whether the shards are TSV files, a bool."""
         return len(self.shards[0]) == 1
 
     def __str__(self):
@@ -141,25 +187,46 @@ class ShardedCorpus:
         """A `tf.data.Dataset` of `(source, target)` strings, stripped.
 
         Args:
-            order_seed: shards are read in an order drawn with this seed
-                (`None`: in name order).
-            skip_empty: drop the pairs with an empty side (else they come
-                as they are).
-            worker: this worker's index, of `workers`: with at least as
+            order_seed: int. Shards are read in an order drawn with this
+                seed; `None` for name order. Defaults to None.
+            skip_empty: bool. Whether the pairs with an empty side are
+                dropped (else they come as they are). Defaults to True.
+            worker: int. This worker's index, of `workers`: with at least as
                 many shards as workers, each reads the shards `worker`,
                 `worker + workers`, ... of the order; otherwise every
                 worker reads all and keeps every `workers`-th pair.
+                Defaults to 0.
+            workers: int. The number of workers. Defaults to 1.
+
+        Returns:
+            A `tf.data.Dataset` of `(source, target)` scalar strings.
         """
         pairs = interleaved(len(self.shards), self._read_shard, order_seed, worker, workers)
         return pairs.filter(_usable) if skip_empty else pairs
 
     def shard_pairs(self, index):
-        """The usable pairs of shard `index`, in its order."""
+        """The usable pairs of shard `index`, in its order.
+
+        Args:
+            index: int. The shard's index in `shards`.
+
+        Returns:
+            A `tf.data.Dataset` of `(source, target)` scalar strings.
+        """
         return self._read_shard(index).filter(_usable)
 
     def head(self, pairs):
         """A `text.ParallelCorpus` of the first usable pairs of each
         shard, `pairs` in all (or fewer), in memory.
+
+        Args:
+            pairs: int. The most pairs read.
+
+        Returns:
+            A `pipelines.text.ParallelCorpus`.
+
+        Raises:
+            DataError: when a line read is bad (as `reported`).
         """
         each = -(-pairs // len(self.shards))
         shards = tf.data.Dataset.range(len(self.shards))
@@ -182,7 +249,18 @@ class ShardedCorpus:
 
     def estimated_pairs(self, sample_lines=10_000):
         """About how many pairs the corpus holds, without reading it: its (source) files' text bytes
-        over the mean bytes of a line among the first `sample_lines` of its first shards."""
+        over the mean bytes of a line among the first `sample_lines` of its first shards.
+
+        Args:
+            sample_lines: int. The lines sampled, shared among the first
+                (at most 4) shards. Defaults to 10000.
+
+        Returns:
+            int, at least 1.
+
+        Raises:
+            DataError: when a sampled shard cannot be read.
+        """
         sampled = self.shards[:4]
         lines, sample_bytes = 0, 0
         for shard in sampled:
@@ -203,7 +281,14 @@ class ShardedCorpus:
         )
 
     def scan(self):
-        """Reads the whole corpus once: a `Scan` of its pairs; a bad line raises `DataError`."""
+        """Reads the whole corpus once: a `Scan` of its pairs; a bad line raises `DataError`.
+
+        Returns:
+            A `Scan`.
+
+        Raises:
+            DataError: when a line is bad (file, line, problem).
+        """
 
         def count(totals, batch):
             empty = tf.reduce_sum(tf.cast(~_usable(*batch), tf.int64))
@@ -221,6 +306,12 @@ class ShardedCorpus:
     def reported(self):
         """Turns a bad line met by a stream of this corpus into
         `text.DataError` (file, line, problem).
+
+        A context manager. A `tf.errors.OpError` raised inside it is raised
+        again as it is when the shards read fine in Python.
+
+        Raises:
+            DataError: when a stream read inside it met a bad line.
         """
         try:
             yield
@@ -290,7 +381,20 @@ class ShardedCorpus:
 def interleaved(shards, read_shard, order_seed=None, worker=0, workers=1):
     """The elements of `read_shard(index)` for `shards` shards, read `READ_CYCLE` at a time, one
     from each in turn, in an order drawn with `order_seed` (`None`: in index order); this worker's
-    part (see `ShardedCorpus.pairs`)."""
+    part (see `ShardedCorpus.pairs`).
+
+    Args:
+        shards: int. The number of shards.
+        read_shard: callable. `index -> tf.data.Dataset` of a shard's
+            elements, `index` an int64 scalar tensor.
+        order_seed: int. The seed of the shards' order; `None` for index
+            order. Defaults to None.
+        worker: int. This worker's index, of `workers`. Defaults to 0.
+        workers: int. The number of workers. Defaults to 1.
+
+    Returns:
+        A `tf.data.Dataset` of the shards' elements.
+    """
     order = np.arange(shards)
     if order_seed is not None:
         order = np.random.default_rng(order_seed).permutation(order)

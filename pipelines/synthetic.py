@@ -318,10 +318,11 @@ def translation_corpus(seed=0, train_size=20000, valid_size=500, test_size=500):
     change with `train_size`.
 
     Args:
-        seed: seed of the `numpy.random.default_rng` that picks sentences.
-        train_size: number of training pairs.
-        valid_size: number of validation pairs.
-        test_size: number of test pairs.
+        seed: int. The seed of the `numpy.random.default_rng` that picks
+            sentences. Defaults to 0.
+        train_size: int. The number of training pairs. Defaults to 20000.
+        valid_size: int. The number of validation pairs. Defaults to 500.
+        test_size: int. The number of test pairs. Defaults to 500.
 
     Returns:
         `{"train": ParallelCorpus, "valid": ParallelCorpus, "test":
@@ -554,6 +555,14 @@ def reversal_task(count, vocabulary_size, longest, seed, first_symbol=4):
     reversed, [EOS]; both padded with 0. Symbols are ids `first_symbol` to
     `vocabulary_size - 1` (below them: the special tokens). Attention
     makes it easy; a fixed-length context makes long inputs hard.
+
+    Args:
+        count: int. The number of pairs.
+        vocabulary_size: int. One more than the largest symbol id.
+        longest: int. The most symbols of a pair, at least 3.
+        seed: int. The seed of the `numpy.random.default_rng` that draws the
+            symbols.
+        first_symbol: int. The smallest symbol id. Defaults to 4.
 
     Returns:
         `(source (count, longest + 1), target (count, longest + 2))` int32.

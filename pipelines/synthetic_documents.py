@@ -318,10 +318,12 @@ def document_corpus(num_documents=2000, seed=0, min_sentences=3, max_sentences=1
     """Generated topical documents (see the module docstring).
 
     Args:
-        num_documents: how many documents.
-        seed: chooses topics, people and sentences.
-        min_sentences: fewest sentences in a document.
-        max_sentences: most sentences in a document.
+        num_documents: int. How many documents. Defaults to 2000.
+        seed: int. Chooses topics, people and sentences. Defaults to 0.
+        min_sentences: int. The fewest sentences in a document. Defaults to
+            3.
+        max_sentences: int. The most sentences in a document. Defaults to
+            10.
 
     Returns:
         A list of documents, each a list of sentence strings.
@@ -341,6 +343,14 @@ def labelled_documents(num_documents=2000, seed=0, min_sentences=3, max_sentence
     """`document_corpus`'s documents with their topics: an 8-label classification task.
 
     Takes the arguments of `document_corpus` and gives the same documents.
+
+    Args:
+        num_documents: int. How many documents. Defaults to 2000.
+        seed: int. Chooses topics, people and sentences. Defaults to 0.
+        min_sentences: int. The fewest sentences in a document. Defaults to
+            3.
+        max_sentences: int. The most sentences in a document. Defaults to
+            10.
 
     Returns:
         A list of `(topic, document)` pairs, the topic a key of `TOPICS`.

@@ -23,7 +23,13 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 class DataError(ValueError):
-    """A corpus file is missing or malformed; the message is one line."""
+    """A corpus file is missing or malformed; the message is one line.
+
+    Args:
+        message: str. What is wrong, e.g. `path:line: problem`. It is converted
+            with `str`, and each run of whitespace (newlines included) becomes
+            one space.
+    """
 
     def __init__(self, message):
         super().__init__(" ".join(str(message).split()))
@@ -33,13 +39,20 @@ class DataError(ValueError):
 class ParallelCorpus:
     """Aligned sentence pairs: `sources[i]` translates to `targets[i]`.
 
-    Attributes:
-        sources: source sentences, stripped, never empty.
-        targets: target sentences, stripped, never empty.
-        skipped_empty: pairs dropped because one side was empty or blank.
-        source_origin: where the sources came from (a path, `path (column
-            N)` for TSV, or a description of generated data).
-        target_origin: the same for the targets.
+    Each argument is also an attribute of the same name.
+
+    Args:
+        sources: list of str. Source sentences, stripped, never empty.
+        targets: list of str. Target sentences, stripped, never empty.
+        skipped_empty: int. Pairs dropped because one side was empty or
+            blank. Defaults to 0.
+        source_origin: str. Where the sources came from: a path,
+            `path (column N)` for TSV, or a description of generated data.
+            Defaults to `""`.
+        target_origin: str. The same for the targets. Defaults to `""`.
+
+    Raises:
+        ValueError: when `sources` and `targets` differ in length.
     """
 
     sources: list[str]
@@ -65,13 +78,14 @@ def read_lines(path):
     pretraining text); dropping them is the caller's choice.
 
     Args:
-        path: a `str` or `Path`.
+        path: str or os.PathLike. The file, plain text or gzip.
 
     Returns:
         A list with one `str` per line of the file.
 
     Raises:
-        DataError: missing or unreadable file, bad gzip data, invalid UTF-8.
+        DataError: when the file is missing or unreadable, its gzip data is
+            bad, or a line is not valid UTF-8.
 
     Example:
 
@@ -83,7 +97,17 @@ def read_lines(path):
 
 
 def iter_lines(path):
-    """`read_lines` one line at a time, as they are read (a file of any size in bounded memory)."""
+    """`read_lines` one line at a time, as they are read (a file of any size in bounded memory).
+
+    Args:
+        path: str or os.PathLike. The file, plain text or gzip.
+
+    Returns:
+        An iterator of `str`, one stripped line at a time.
+
+    Raises:
+        DataError: as `read_lines`, when the iteration reaches the problem.
+    """
     return (line.strip() for line in decoded_lines(Path(path)))
 
 
@@ -91,16 +115,18 @@ def read_parallel(source_path, target_path):
     r"""Reads two line-aligned files: line i of one translates line i of the other.
 
     Args:
-        source_path: source-language file, plain text or gzip.
-        target_path: target-language file, plain text or gzip.
+        source_path: str or os.PathLike. The source-language file, plain text
+            or gzip.
+        target_path: str or os.PathLike. The target-language file, plain text
+            or gzip.
 
     Returns:
         A `ParallelCorpus`; pairs with an empty or blank side are skipped and
         counted in `skipped_empty`.
 
     Raises:
-        DataError: a file is missing, unreadable or not valid UTF-8, or the
-            two files have different numbers of lines.
+        DataError: when a file is missing, unreadable or not valid UTF-8, or
+            the two files have different numbers of lines.
 
     Example:
 
@@ -125,16 +151,18 @@ def read_tsv(path, source_column=0, target_column=1):
     other line must have enough tab-separated columns.
 
     Args:
-        path: the TSV file.
-        source_column: 0-based column of the source sentence.
-        target_column: 0-based column of the target sentence.
+        path: str or os.PathLike. The TSV file, plain text or gzip.
+        source_column: int. The 0-based column of the source sentence.
+            Defaults to 0.
+        target_column: int. The 0-based column of the target sentence.
+            Defaults to 1.
 
     Returns:
         A `ParallelCorpus`.
 
     Raises:
-        DataError: as `read_lines`, or `path:line: expected at least N
-            tab-separated columns, found M`.
+        DataError: as `read_lines`, or when a line has too few columns
+            (`path:line: expected at least N tab-separated columns, found M`).
 
     Example:
 
@@ -162,6 +190,19 @@ def tsv_rows(path, source_column=0, target_column=1, optional_column=None):
     With `optional_column`, yields `(source, target, optional)`, the last
     `""` on the lines that end before it.
 
+    Args:
+        path: str or os.PathLike. The TSV file, plain text or gzip.
+        source_column: int. The 0-based column of the source sentence.
+            Defaults to 0.
+        target_column: int. The 0-based column of the target sentence.
+            Defaults to 1.
+        optional_column: int. A 0-based column that lines may lack; `None`
+            for none. Defaults to None.
+
+    Yields:
+        A tuple of `str` per line: `(source, target)`, or
+        `(source, target, optional)` with `optional_column`.
+
     Raises:
         DataError: as `read_tsv`.
     """
@@ -184,6 +225,12 @@ def count_lines(path):
     """The number of lines of a text file (plain or gzip), read as a
     stream and checked as `read_lines` checks it.
 
+    Args:
+        path: str or os.PathLike. The file, plain text or gzip.
+
+    Returns:
+        int, the number of lines.
+
     Raises:
         DataError: as `read_lines`.
     """
@@ -193,6 +240,16 @@ def count_lines(path):
 def check_aligned(source_path, target_path):
     """Raises `read_parallel`'s `DataError` if two files differ in
     line count or are not valid text.
+
+    Args:
+        source_path: str or os.PathLike. The source-language file, plain text
+            or gzip.
+        target_path: str or os.PathLike. The target-language file, plain text
+            or gzip.
+
+    Raises:
+        DataError: when a file is missing, unreadable or not valid UTF-8, or
+            the two files have different numbers of lines.
     """
     source_lines, target_lines = count_lines(source_path), count_lines(target_path)
     if source_lines != target_lines:
@@ -206,8 +263,15 @@ def _misaligned(source_path, source_lines, target_path, target_lines):
 def hold_out(count, fraction, seed, minimum=1):
     """The one held-out split: a seeded random `fraction` of `count` items (at least `minimum`).
 
+    Args:
+        count: int. The number of items.
+        fraction: float. The fraction of the items held out.
+        seed: int. The seed of the `numpy.random.default_rng` that draws
+            them.
+        minimum: int. The fewest items held out. Defaults to 1.
+
     Returns:
-        `(kept, held_out)`: two sorted lists of indices.
+        `(kept, held_out)`: two sorted lists of int indices.
 
     Example:
 
@@ -233,7 +297,19 @@ def _drop_empty_pairs(sources, targets, source_origin, target_origin):
 
 
 def decoded_lines(path):
-    """Yields the lines of `path` as `str` (newline kept), checking UTF-8."""
+    """Yields the lines of `path` as `str` (newline kept), checking UTF-8.
+
+    Args:
+        path: str or os.PathLike. The file, plain text or gzip.
+
+    Yields:
+        Each line as a `str`, a first line without its byte order mark.
+
+    Raises:
+        DataError: when the file is missing, is a folder, cannot be read
+            (permission denied, an I/O error, ...) or is corrupt or truncated
+            gzip, or a line is not valid UTF-8.
+    """
     try:
         with open_bytes(path) as stream:
             for number, raw in enumerate(stream, start=1):
@@ -253,14 +329,28 @@ def decoded_lines(path):
 
 
 def open_bytes(path):
-    """`path` opened for reading bytes, decompressed if it is gzip (`is_gzip`)."""
+    """`path` opened for reading bytes, decompressed if it is gzip (`is_gzip`).
+
+    Args:
+        path: str or os.PathLike. The file.
+
+    Returns:
+        A binary file object; the caller closes it.
+    """
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
 def text_bytes(path):
     """The bytes of text in a file: its size, or a gzip file's
     uncompressed size (its last 4 bytes: the last member's size modulo
-    2**32; three times the compressed size where that cannot be right)."""
+    2**32; three times the compressed size where that cannot be right).
+
+    Args:
+        path: str or os.PathLike. The file, plain text or gzip.
+
+    Returns:
+        int, the number of bytes.
+    """
     size = os.path.getsize(path)
     if not is_gzip(path):
         return size
@@ -271,7 +361,14 @@ def text_bytes(path):
 
 
 def is_gzip(path):
-    """Whether `path` is gzip: its `.gz` suffix or its first two bytes."""
+    """Whether `path` is gzip: its `.gz` suffix or its first two bytes.
+
+    Args:
+        path: str or os.PathLike. The file.
+
+    Returns:
+        bool, True for gzip.
+    """
     if Path(path).suffix == ".gz":
         return True
     with open(path, "rb") as probe:
@@ -281,8 +378,17 @@ def is_gzip(path):
 def decode_line(raw, path, number):
     """Line `number` of `path` (bytes) as `str`, its byte-order mark dropped if it is the first.
 
+    Args:
+        raw: bytes. The line as read.
+        path: str or os.PathLike. The file, named in the error.
+        number: int. The 1-based line number, named in the error.
+
+    Returns:
+        The line as a `str`.
+
     Raises:
-        DataError: the line is not UTF-8 (`path:number: invalid UTF-8 (byte 0x.. at column C)`).
+        DataError: when the line is not UTF-8
+            (`path:number: invalid UTF-8 (byte 0x.. at column C)`).
     """
     line = decode_text(raw, f"{path}:{number}")
     return line.removeprefix("\ufeff") if number == 1 else line
@@ -291,8 +397,16 @@ def decode_line(raw, path, number):
 def decode_text(raw, where):
     """`raw` (bytes) as `str`; `where` names it when it is not UTF-8.
 
+    Args:
+        raw: bytes. The text to decode.
+        where: str. What the error message names, e.g. `path:line`.
+
+    Returns:
+        The text as a `str`.
+
     Raises:
-        DataError: `where: invalid UTF-8 (byte 0x.. at column C)`.
+        DataError: when `raw` is not UTF-8
+            (`where: invalid UTF-8 (byte 0x.. at column C)`).
     """
     try:
         return raw.decode("utf-8")
@@ -305,8 +419,13 @@ def decode_text(raw, where):
 
 def write_text_atomically(path, content):
     """Writes `content` to `path` through a temporary file and a rename: a reader finds the old file
-    or the new one, never half of it."""
-    temporary = path + ".tmp"
-    with open(temporary, "w") as file:
+    or the new one, never half of it.
+
+    Args:
+        path: str or os.PathLike. The file; the temporary file is `path` with `.tmp` added.
+        content: str. The text to write, as UTF-8.
+    """
+    temporary = os.fspath(path) + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as file:
         file.write(content)
     os.replace(temporary, path)

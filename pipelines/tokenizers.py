@@ -84,11 +84,11 @@ def learn_wordpiece_vocabulary(texts, vocabulary_size=8000, lowercase=False):
     does in the graph.
 
     Args:
-        texts: an iterable of `str` (sentences or lines).
-        vocabulary_size: the size to aim for, special tokens included. Smaller
-            text may give a smaller vocabulary.
-        lowercase: lowercase text before learning; pass the same value to
-            `WordPieceTokenizer`.
+        texts: iterable of str. The training text, sentences or lines.
+        vocabulary_size: int. The size to aim for, special tokens included.
+            Smaller text may give a smaller vocabulary. Defaults to 8000.
+        lowercase: bool. Whether text is lowercased before learning; pass the
+            same value to `WordPieceTokenizer`. Defaults to False.
 
     Returns:
         A list of tokens: `SPECIAL_TOKENS` first (so `[PAD]` is id 0), then
@@ -119,6 +119,15 @@ def huggingface_tokenizer(vocabulary=None, lowercase=False):
 
     With a `vocabulary` it tokenizes like `WordPieceTokenizer` (in Python,
     outside the graph): a reference to test the in-graph tokenizer against.
+
+    Args:
+        vocabulary: list of str. The tokens by id; `None` for the untrained
+            model that `learn_wordpiece_vocabulary` trains. Defaults to None.
+        lowercase: bool. Whether the normalizer lowercases text. Defaults to
+            False.
+
+    Returns:
+        A `tokenizers.Tokenizer` with BERT's normalizer and pre-tokenizer.
     """
     import tokenizers
 
@@ -149,6 +158,9 @@ class SubwordTokenizer(tf.Module):
     and has `tokenize`, `detokenize` and `spec` (what a preprocessor's
     config holds to rebuild it). The tokenizers learned here also have
     `save` and `load`.
+
+    Args:
+        name: str. The name of the `tf.Module`. Defaults to None.
     """
 
     @property
@@ -158,10 +170,20 @@ class SubwordTokenizer(tf.Module):
 
     @property
     def vocabulary_size(self):
+        """The number of tokens, an int."""
         return len(self._vocabulary)
 
     def id_to_token(self, ids):
-        """Token strings of ids, same shape; unknown ids give `[UNK]`."""
+        """Token strings of ids, same shape; unknown ids give `[UNK]`.
+
+        Args:
+            ids: int tensor, `tf.RaggedTensor` or nested list of int. Token
+                ids of any shape.
+
+        Returns:
+            A `tf.string` tensor of the shape of `ids` (ragged for ragged
+            `ids`).
+        """
         ids = tf.cast(as_ids(ids), tf.int32)
         known = lambda i: tf.where((i >= 0) & (i < self.vocabulary_size), i, UNK_ID)  # noqa: E731
         ids = (
@@ -186,7 +208,14 @@ class SubwordTokenizer(tf.Module):
         ), single
 
     def tokens(self, ids):
-        """Token strings of a 1-D sequence of ids, as a list of `str` (for plots)."""
+        """Token strings of a 1-D sequence of ids, as a list of `str` (for plots).
+
+        Args:
+            ids: int tensor, array or list of shape `(T,)`. Token ids.
+
+        Returns:
+            A list of `str`, `[UNK]` for ids outside the vocabulary.
+        """
         return [
             self._vocabulary[i] if 0 <= i < self.vocabulary_size else SPECIAL_TOKENS[UNK_ID]
             for i in (int(i) for i in tf.reshape(ids, [-1]).numpy())
@@ -214,14 +243,20 @@ class WordPieceTokenizer(SubwordTokenizer):
     into the SavedModel's `assets/`.
 
     Args:
-        vocabulary: a list of tokens starting with `SPECIAL_TOKENS`, or the
-            path of a vocabulary file with one token per line.
-        lowercase: lowercase text before tokenizing; must match the value
-            the vocabulary was learned with.
-        strip_accents: drop accents (the combining marks of the text's
-            canonical decomposition, NFD), as BERT's uncased vocabularies
-            were made: "café" reads as "cafe".
-        name: name of the `tf.Module`.
+        vocabulary: list of str, or str or os.PathLike. The tokens, starting
+            with `SPECIAL_TOKENS`, or the path of a vocabulary file with one
+            token per line.
+        lowercase: bool. Whether text is lowercased before tokenizing; must
+            match the value the vocabulary was learned with. Defaults to
+            False.
+        strip_accents: bool. Whether accents are dropped (the combining marks
+            of the text's canonical decomposition, NFD), as BERT's uncased
+            vocabularies were made: "café" reads as "cafe". Defaults to False.
+        name: str. The name of the `tf.Module`. Defaults to None.
+
+    Raises:
+        ValueError: when the vocabulary does not start with `SPECIAL_TOKENS`,
+            or has duplicate tokens.
 
     Example:
 
@@ -260,6 +295,13 @@ class WordPieceTokenizer(SubwordTokenizer):
         `strip_accents` its accents are dropped. (BERT's normalizer
         also deletes U+FFFD; here it stays, so that a word with broken bytes
         becomes `[UNK]` instead of silently fusing its pieces.)
+
+        Args:
+            strings: str, list of str or `tf.string` tensor. Text of any
+                shape.
+
+        Returns:
+            A `tf.string` tensor of the same shape.
         """
         strings = tf.convert_to_tensor(strings, tf.string)
         strings = tf.strings.unicode_transcode(
@@ -280,8 +322,8 @@ class WordPieceTokenizer(SubwordTokenizer):
         """Token ids of strings.
 
         Args:
-            strings: a scalar string or a batch `(B,)` (any `tf.string`
-                tensor or Python string/list).
+            strings: str, list of str or `tf.string` tensor. A scalar string
+                or a batch of shape `(B,)`.
 
         Returns:
             int32 ids: a `(B, None)` `tf.RaggedTensor` for a batch, a 1-D
@@ -307,8 +349,9 @@ class WordPieceTokenizer(SubwordTokenizer):
         spacing in the data ("Ein Mann , der").
 
         Args:
-            ids: `(B, None)` ragged or `(B, T)` dense int ids (padding is
-                dropped), or a 1-D sequence of ids.
+            ids: int tensor, `tf.RaggedTensor` or nested list of int.
+                `(B, None)` ragged or `(B, T)` dense ids (padding is dropped),
+                or a 1-D sequence of ids.
 
         Returns:
             A `(B,)` `tf.string` tensor, or a scalar for 1-D `ids`.
@@ -331,6 +374,9 @@ class WordPieceTokenizer(SubwordTokenizer):
         """Writes the vocabulary to `path`, one token per line, atomically.
 
         The file becomes this tokenizer's `vocabulary_file` asset.
+
+        Args:
+            path: str or os.PathLike. The vocabulary file to write.
         """
         path = Path(path)
         temporary = path.with_name(path.name + ".tmp")
@@ -340,7 +386,21 @@ class WordPieceTokenizer(SubwordTokenizer):
 
     @classmethod
     def load(cls, path, lowercase=False, strip_accents=False):
-        """A tokenizer from a vocabulary file written by `save`."""
+        """A tokenizer from a vocabulary file written by `save`.
+
+        Args:
+            path: str or os.PathLike. The vocabulary file, one token per line.
+            lowercase: bool. As the constructor's `lowercase`. Defaults to
+                False.
+            strip_accents: bool. As the constructor's `strip_accents`.
+                Defaults to False.
+
+        Returns:
+            A `WordPieceTokenizer`.
+
+        Raises:
+            ValueError: as the constructor.
+        """
         return cls(Path(path), lowercase=lowercase, strip_accents=strip_accents)
 
     @property
@@ -350,7 +410,15 @@ class WordPieceTokenizer(SubwordTokenizer):
 
 
 def as_ids(ids):
-    """A tensor or ragged tensor of ids (Python lists may be ragged)."""
+    """A tensor or ragged tensor of ids (Python lists may be ragged).
+
+    Args:
+        ids: tensor, `tf.RaggedTensor`, array or nested list of int. The ids.
+
+    Returns:
+        `ids` itself when it is a tensor or ragged tensor; otherwise a
+        `tf.Tensor`, or a `tf.RaggedTensor` when its rows differ in length.
+    """
     if isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
         return ids
     try:

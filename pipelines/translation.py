@@ -80,44 +80,61 @@ def translation_dataset(
     `max_length` ids and padded with `PAD_ID` (0) at the end.
 
     Args:
-        sources: source sentences (a list of `str`).
-        targets: target sentences, `targets[i]` the translation of
-            `sources[i]`.
-        source_tokenizer: a `SubwordTokenizer` (`WordPieceTokenizer`,
+        sources: list of str. The source sentences.
+        targets: list of str. The target sentences, `targets[i]` the
+            translation of `sources[i]`.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. A `SubwordTokenizer` (`WordPieceTokenizer`,
             `SentencePieceTokenizer`, `MarianTokenizer`), or what a
             `TranslationPreprocessor` rebuilds one from: a WordPiece
             vocabulary (a list of tokens) or a tokenizer's `spec`.
-        target_tokenizer: the same for the targets.
-        batch_size: pairs per batch (with `batch_tokens`: the most pairs
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The same for the targets.
+        batch_size: int. Pairs per batch (with `batch_tokens`: the most pairs
             a batch may hold).
-        max_length: the longest `source` and `target_in`/`target_out` rows.
-        shuffle: shuffle the pairs (whole-dataset buffer) with `seed`.
-        seed: seed of the shuffles. The order is a function of `seed` and
-            TensorFlow's global seed (`keras.utils.set_random_seed`).
-        bucket: batch pairs of similar length together, so that little
-            padding is needed: pools of `POOL_BATCHES * batch_size` pairs
-            are sorted by length, cut into batches, and the batches of a
-            pool are shuffled. Otherwise batches follow the (shuffled) order.
-        cache: keep the tokenized pairs in memory after the first pass.
-        repeat: repeat forever (epochs are then separated by `steps_per_epoch`).
-        drop_remainder: drop the last, smaller batch; batches then have a
-            static batch size.
-        reshuffle_each_iteration: a new order every epoch (still determined
-            by `seed`).
-        length_multiple: pad each batch's columns up to a multiple of this
-            (never beyond `max_length`), so a batch has one of few shapes:
-            XLA compiles one program per shape.
-        batch_tokens: a budget of ids instead of a number of pairs (the
+        max_length: int. The longest `source` and `target_in`/`target_out`
+            rows, at least 1.
+        shuffle: bool. Whether the pairs are shuffled (whole-dataset buffer)
+            with `seed`. Defaults to True.
+        seed: int. The seed of the shuffles. The order is a function of
+            `seed` and TensorFlow's global seed (`keras.utils.set_random_seed`).
+            Defaults to 0.
+        bucket: bool. Whether pairs of similar length are batched together,
+            so that little padding is needed: pools of
+            `POOL_BATCHES * batch_size` pairs are sorted by length, cut into
+            batches, and the batches of a pool are shuffled. Otherwise
+            batches follow the (shuffled) order. Defaults to True.
+        cache: bool. Whether the tokenized pairs are kept in memory after the
+            first pass. Defaults to True.
+        repeat: bool. Whether the dataset repeats forever (epochs are then
+            separated by `steps_per_epoch`). Defaults to False.
+        drop_remainder: bool. Whether the last, smaller batch is dropped;
+            batches then have a static batch size. Defaults to False.
+        reshuffle_each_iteration: bool. Whether every epoch has a new order
+            (still determined by `seed`). Defaults to True.
+        length_multiple: int. Each batch's columns are padded up to a
+            multiple of this (never beyond `max_length`), so a batch has one
+            of few shapes: XLA compiles one program per shape. Defaults to 1.
+        batch_tokens: int. A budget of ids instead of a number of pairs (the
             `--max-tokens` of fairseq): each batch holds as many pairs of
             similar length as fit in `rows x columns <= batch_tokens`,
             columns being the longer side's padded length rounded up to a
-            multiple of 8 (a pair longer than the budget gets a batch of its
-            own). Needs `bucket`; batches then have varying sizes, and the
-            dataset does not declare its length (`translation_epochs` does).
+            multiple of 8 (of `length_multiple` when that is larger), at most
+            `max_length` (a pair longer than the budget gets a batch of its
+            own). Needs `bucket` and no `drop_remainder`; batches then have
+            varying sizes, and the dataset does not declare its length
+            (`translation_epochs` does). `None` for batches of `batch_size`
+            pairs. Defaults to None.
 
     Returns:
         A `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)},
         target_out (B, T))`, all int32, `S, T <= max_length`.
+
+    Raises:
+        ValueError: when `sources` and `targets` differ in length, when
+            `max_length`, `batch_tokens` or `length_multiple` is below 1, or
+            when `batch_tokens` is given without `bucket` or with
+            `drop_remainder`.
 
     Example:
 
@@ -185,10 +202,37 @@ def translation_epochs(
     pass) to the number of batches of epoch 0's pass: the runner needs epochs
     of one declared length.
 
-    Args: as `translation_dataset` (always shuffled, never repeated).
+    Epochs are always shuffled, and never repeated.
+
+    Args:
+        sources: list of str. The source sentences.
+        targets: list of str. The target sentences, `targets[i]` the
+            translation of `sources[i]`.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The source tokenizer, as in `translation_dataset`.
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The same for the targets.
+        batch_size: int. Pairs per batch (with `batch_tokens`: the most pairs
+            a batch may hold).
+        max_length: int. The longest `source` and `target_in`/`target_out`
+            rows, at least 1.
+        seed: int. The seed of the shuffles, as in `translation_dataset`.
+            Defaults to 0.
+        bucket: bool. Whether pairs of similar length are batched together,
+            as in `translation_dataset`. Defaults to True.
+        drop_remainder: bool. Whether the last, smaller batch of an epoch is
+            dropped. Defaults to False.
+        length_multiple: int. Each batch's columns are padded up to a
+            multiple of this, as in `translation_dataset`. Defaults to 1.
+        batch_tokens: int. A budget of ids per batch instead of a number of
+            pairs, as in `translation_dataset`; `None` for batches of
+            `batch_size` pairs. Defaults to None.
 
     Returns:
         A function `epoch -> tf.data.Dataset` of that epoch's batches.
+
+    Raises:
+        ValueError: as `translation_dataset`.
 
     Example:
 
@@ -258,17 +302,39 @@ def streamed_translation_epochs(
     an epoch is cut to that number or topped up from another pass.
 
     Args:
-        corpus: a `pipelines.streaming.ShardedCorpus`, or a
-            `pipelines.prepared.PreparedCorpus` of it (the same batches,
-            without tokenizing).
-        pairs: its usable pairs (`corpus.scan().pairs`, or an estimate:
+        corpus: pipelines.streaming.ShardedCorpus or
+            pipelines.prepared.PreparedCorpus. The corpus, or a
+            `PreparedCorpus` of it (the same batches, without tokenizing).
+        pairs: int. Its usable pairs (`corpus.scan().pairs`, or an estimate:
             `corpus.estimated_pairs()`), on this worker.
-        worker, workers: this process reads its part of the corpus
-            (`ShardedCorpus.pairs`).
-        others: as `translation_epochs`.
+        source_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The source tokenizer, as in `translation_dataset` (unused
+            for a `PreparedCorpus`).
+        target_tokenizer: pipelines.tokenizers.SubwordTokenizer, list of str or
+            dict. The same for the targets.
+        batch_size: int. Pairs per batch (with `batch_tokens`: the most pairs
+            a batch may hold).
+        max_length: int. The longest `source` and `target_in`/`target_out`
+            rows.
+        seed: int. The seed of the shards' order and of the shuffles.
+            Defaults to 0.
+        length_multiple: int. Each batch's columns are padded up to a
+            multiple of this, as in `translation_dataset`. Defaults to 1.
+        batch_tokens: int. A budget of ids per batch instead of a number of
+            pairs, as in `translation_dataset`; `None` for batches of
+            `batch_size` pairs. Defaults to None.
+        shuffle_buffer: int. The pairs (of strings) the shuffle buffer
+            holds. Defaults to `SHUFFLE_PAIRS` (262,144).
+        worker: int. This process's index among `workers`: it reads its
+            part of the corpus (`ShardedCorpus.pairs`). Defaults to 0.
+        workers: int. The number of processes that read the corpus.
+            Defaults to 1.
 
     Returns:
         A function `epoch -> tf.data.Dataset` of that epoch's batches.
+
+    Raises:
+        ValueError: when `length_multiple` is below 1.
     """
     budget = _budget(batch_tokens, max_length, length_multiple)
 
@@ -513,7 +579,14 @@ class _Budget:
 
 
 def most_pairs(batch_tokens):
-    """The most pairs a batch of `batch_tokens` ids can hold (each counts 8 columns at least)."""
+    """The most pairs a batch of `batch_tokens` ids can hold (each counts 8 columns at least).
+
+    Args:
+        batch_tokens: int. The budget of ids of a batch.
+
+    Returns:
+        int, at least 1.
+    """
     return max(1, batch_tokens // BUDGET_GRANULARITY)
 
 
@@ -546,6 +619,13 @@ def _width(max_length, multiple):
 
 def width_count(max_length, multiple):
     """How many column counts a batch can have with `length_multiple=multiple`.
+
+    Args:
+        max_length: int. The longest row.
+        multiple: int. The `length_multiple` that batches are padded to.
+
+    Returns:
+        int, the number of widths.
 
     Example:
 

@@ -17,13 +17,29 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 def gelu_tanh(x):
-    """0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))."""
+    """GELU's tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+
+    Args:
+        x: tensor. The inputs.
+
+    Returns:
+        A tensor of the shape of `x`.
+    """
     return keras.activations.gelu(x, approximate=True)
 
 
 def activation(name):
-    """What a Keras layer's `activation` takes for `name`, one of
-    `ACTIVATIONS`: Keras's own name, or the function."""
+    """What a Keras layer's `activation` takes for `name`: Keras's own name, or the function.
+
+    Args:
+        name: str. One of `ACTIVATIONS`: `"gelu"`, `"gelu_tanh"`, `"relu"`, `"silu"`.
+
+    Returns:
+        str or callable. `name` itself, or `gelu_tanh` for `"gelu_tanh"`.
+
+    Raises:
+        ValueError: if `name` is not one of `ACTIVATIONS`.
+    """
     if name not in ACTIVATIONS:
         raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {name!r}.")
     return gelu_tanh if name == "gelu_tanh" else name

@@ -18,17 +18,20 @@ class AddAndNorm(keras.layers.Layer):
     after it.
 
     Args:
-        dropout: dropout rate on the sublayer output (the paper's P_drop).
-        norm_first: pre-norm instead of post-norm.
-        epsilon: LayerNorm epsilon.
+        dropout: float. Dropout rate on the sublayer output (the paper's P_drop).
+            Defaults to 0.0.
+        norm_first: bool. Pre-norm instead of post-norm. Defaults to False.
+        epsilon: float. Epsilon of the LayerNorm. Defaults to 1e-5
+            (`LAYER_NORM_EPSILON`).
 
     Call arguments:
-        residual: `(B, T, d)`, the sublayer's input before any norm.
-        sublayer_output: `(B, T, d)`.
-        training: whether dropout is active.
+        residual: tensor of shape `(B, T, d)`. The sublayer's input before any norm.
+        sublayer_output: tensor of shape `(B, T, d)`. The sublayer's output.
+        training: bool. Whether dropout is active. Defaults to None (inference, unless
+            an outer call trains).
 
     Returns:
-        `(B, T, d)`.
+        A tensor of shape `(B, T, d)`.
 
     Example:
 
@@ -53,6 +56,14 @@ class AddAndNorm(keras.layers.Layer):
         self.layer_norm.build(residual_shape)
 
     def normalize_input(self, x):
+        """The sublayer's input: LayerNorm(x) in pre-norm, `x` itself in post-norm.
+
+        Args:
+            x: tensor of shape `(B, T, d)`. The residual.
+
+        Returns:
+            A tensor of shape `(B, T, d)`.
+        """
         return self.layer_norm(x) if self.norm_first else x
 
     def call(self, residual, sublayer_output, training=None):

@@ -101,15 +101,33 @@ class _AlignmentAttention(keras.layers.Layer):
         return output
 
     def project_key(self, key):
-        """What the score needs of the keys `(B, Tk, dk)`: here the keys themselves.
+        """What the score needs of the keys: here the keys themselves.
 
         A decoder calls it once per source and passes the result to every
         step as `projected_key`.
+
+        Args:
+            key: tensor of shape `(B, Tk, dk)`.
+
+        Returns:
+            A tensor: `key` itself.
         """
         return key
 
     def local_window(self, query, key, key_mask, start):
-        """`(mask, reweight)` of local attention; `(None, None)` if global."""
+        """The window of local attention: `(None, None)` here (global attention).
+
+        Args:
+            query: tensor of shape `(B, Tq, dq)`.
+            key: tensor of shape `(B, Tk, dk)`.
+            key_mask: bool tensor of shape `(B, Tk)`, or None.
+            start: int or scalar int tensor. Position of the first query.
+
+        Returns:
+            tuple. `(mask, reweight)`: the keys each query may see and the factors
+            its weights are multiplied by, each None or broadcastable to
+            `(B, Tq, Tk)`.
+        """
         return None, None
 
 
@@ -122,32 +140,45 @@ class AdditiveAttention(_AlignmentAttention):
     `keras.layers.AdditiveAttention`, W_q, W_k and v are learned.
 
     Args:
-        units: size of the hidden alignment layer (the length of v).
-        use_bias: whether W_q q has a bias.
-        dropout: dropout rate on the attention weights.
+        units: int. Size of the hidden alignment layer (the length of v); positive.
+        use_bias: bool. Whether W_q q has a bias. Defaults to True.
+        dropout: float. Dropout rate on the attention weights, in [0, 1).
+            Defaults to 0.0.
 
     Call arguments:
-        query: `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
-        value: `(B, Tk, dv)`, the encoder outputs.
-        key: optional `(B, Tk, dk)`; defaults to `value`.
-        value_mask: optional `(B, Tk)` booleans, `True` for real keys.
-            Filled by Keras from `value`'s mask.
-        use_causal_mask: query `i` may only attend to keys `<= i`.
-        return_attention_scores: also return the weights.
-        training: whether dropout is active.
-        query_mask: optional `(B, Tq)` booleans, `True` for real queries
-            (padded ones get zero weights); filled by Keras from `query`'s
-            mask.
-        key_mask: optional `(B, Tk)` booleans for the keys; defaults to
-            `value_mask`.
-        query_position: position of the first query (causal masks), e.g.
-            the decoder step of a rank-2 query. Defaults to 0.
-        projected_key: optional `project_key(key)`, W_k k, computed once
-            for all the steps of a decoder.
+        query: tensor of shape `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
+        value: tensor of shape `(B, Tk, dv)`. The encoder outputs.
+        key: tensor of shape `(B, Tk, dk)`. The keys; `value` when not given.
+            Defaults to None.
+        value_mask: bool tensor of shape `(B, Tk)`. `True` for real keys. Filled by
+            Keras from `value`'s mask. Defaults to None.
+        use_causal_mask: bool. Whether query `i` may only attend to keys `<= i`.
+            Defaults to False.
+        return_attention_scores: bool. Whether to also return the weights.
+            Defaults to False.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
+        query_mask: bool tensor of shape `(B, Tq)`. `True` for real queries (padded
+            ones get zero weights); filled by Keras from `query`'s mask. Ignored
+            for a rank-2 query. Defaults to None.
+        key_mask: bool tensor of shape `(B, Tk)`. `True` for real keys; `value_mask`
+            when not given. Defaults to None.
+        query_position: int or scalar int tensor. Position of the first query
+            (causal masks), e.g. the decoder step of a rank-2 query; 0 when not
+            given. Defaults to None.
+        projected_key: tensor of shape `(B, Tk, units)`. `project_key(key)`, W_k k,
+            computed once for all the steps of a decoder; computed from `key` when
+            not given. Defaults to None.
 
     Returns:
-        The context `(B, dv)` or `(B, Tq, dv)`, and with
-        `return_attention_scores` the weights `(B, Tk)` or `(B, Tq, Tk)`.
+        The context, a tensor of shape `(B, dv)` or `(B, Tq, dv)`; with
+        `return_attention_scores`, the tuple `(context, weights)`, the weights of
+        shape `(B, Tk)` or `(B, Tq, Tk)`.
+
+    Raises:
+        ValueError: if `units` is not a positive integer or `dropout` is not in
+            [0, 1); when called, if `query` does not have rank 2 or 3, `key` or
+            `value` does not have rank 3, or `key` and `value` differ in length.
 
     Example:
 
@@ -167,6 +198,12 @@ class AdditiveAttention(_AlignmentAttention):
         self.use_bias = use_bias
 
     def build_score(self, query_dim, key_dim):
+        """Makes W_q, W_k and v.
+
+        Args:
+            query_dim: int. The query's feature size `dq`.
+            key_dim: int. The key's feature size `dk`.
+        """
         self.query_projection = keras.layers.Dense(
             self.units,
             use_bias=self.use_bias,
@@ -181,9 +218,26 @@ class AdditiveAttention(_AlignmentAttention):
         self.v = self.add_weight(name="v", shape=(self.units,), initializer="glorot_uniform")
 
     def project_key(self, key):
+        """W_k k, the part of the score that depends on the keys alone.
+
+        Args:
+            key: tensor of shape `(B, Tk, dk)`.
+
+        Returns:
+            A tensor of shape `(B, Tk, units)`.
+        """
         return self.key_projection(key)
 
     def score(self, query, projected_key):
+        """vᵀ tanh(W_q q + W_k k) for every (query, key) pair.
+
+        Args:
+            query: tensor of shape `(B, Tq, dq)`.
+            projected_key: tensor of shape `(B, Tk, units)`. W_k k, from `project_key`.
+
+        Returns:
+            A tensor of shape `(B, Tq, Tk)`: the logits.
+        """
         return additive_score(_dense(self.query_projection, query), projected_key, self.v)
 
     def get_config(self):
@@ -193,7 +247,16 @@ class AdditiveAttention(_AlignmentAttention):
 
 
 def additive_score(projected_query, projected_key, v):
-    """vᵀ tanh(q' + k') for every (query, key) pair: `(B, Tq, Tk)`."""
+    """vᵀ tanh(q' + k') for every (query, key) pair.
+
+    Args:
+        projected_query: tensor of shape `(B, Tq, units)`. q' = W_q q.
+        projected_key: tensor of shape `(B, Tk, units)`. k' = W_k k.
+        v: tensor of shape `(units,)`.
+
+    Returns:
+        A tensor of shape `(B, Tq, Tk)`: the logits.
+    """
     # (B, Tq, Tk, units)
     hidden = ops.tanh(ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1))
     return ops.einsum("bqku,u->bqk", hidden, ops.cast(v, hidden.dtype))
@@ -219,39 +282,57 @@ class DotProductAttention(_AlignmentAttention):
     source's end); with `"predictive"` (local-p)
     p = S · sigmoid(v_pᵀ tanh(W_p q)) is predicted from the query (S the
     index of the last real key) and the weights are multiplied by a
-    Gaussian exp(-(s - p)² / (2σ²)) with σ = D / 2.
+    Gaussian exp(-(s - p)² / (2σ²)) with σ = D / 2 (at least 0.5).
 
     Args:
-        score: one of `"dot"`, `"scaled_dot"`, `"general"`,
-            `"scaled_general"`, `"concat"`, `"cosine"`.
-        units: hidden size of `"concat"` and of the local-p position
-            network; defaults to the query's feature size.
-        window: `None` for global attention, or the half-width D.
-        alignment: `"monotonic"` (local-m) or `"predictive"` (local-p).
-        dropout: dropout rate on the attention weights.
+        score: str. One of `"dot"`, `"scaled_dot"`, `"general"`,
+            `"scaled_general"`, `"concat"`, `"cosine"`. Defaults to "dot".
+        units: int. Hidden size of `"concat"` and of the local-p position network;
+            the query's feature size when not given. Defaults to None.
+        window: int. The half-width D of local attention, >= 0; None for global
+            attention. Defaults to None.
+        alignment: str. One of `"monotonic"` (local-m) or `"predictive"`
+            (local-p); used with `window`. Defaults to "monotonic".
+        dropout: float. Dropout rate on the attention weights, in [0, 1).
+            Defaults to 0.0.
 
     Call arguments:
-        query: `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
-        value: `(B, Tk, dv)`, the encoder outputs.
-        key: optional `(B, Tk, dk)`; defaults to `value`.
-        value_mask: optional `(B, Tk)` booleans, `True` for real keys.
-        use_causal_mask: query `i` may only attend to keys `<= i`.
-        return_attention_scores: also return the weights.
-        training: whether dropout is active.
-        query_mask: optional `(B, Tq)` booleans, `True` for real queries
-            (padded ones get zero weights); filled by Keras from `query`'s
-            mask.
-        key_mask: optional `(B, Tk)` booleans for the keys; defaults to
-            `value_mask`.
-        query_position: position of the first query (local-m and causal
-            masks), e.g. the decoder step of a rank-2 query. Defaults to 0.
-        projected_key: optional `project_key(key)` (W_k k for `"concat"`,
-            the unit keys for `"cosine"`), computed once for all the steps
-            of a decoder.
+        query: tensor of shape `(B, dq)` for one decoder step, or `(B, Tq, dq)`.
+        value: tensor of shape `(B, Tk, dv)`. The encoder outputs.
+        key: tensor of shape `(B, Tk, dk)`. The keys; `value` when not given.
+            Defaults to None.
+        value_mask: bool tensor of shape `(B, Tk)`. `True` for real keys. Filled by
+            Keras from `value`'s mask. Defaults to None.
+        use_causal_mask: bool. Whether query `i` may only attend to keys `<= i`.
+            Defaults to False.
+        return_attention_scores: bool. Whether to also return the weights.
+            Defaults to False.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
+        query_mask: bool tensor of shape `(B, Tq)`. `True` for real queries (padded
+            ones get zero weights); filled by Keras from `query`'s mask. Ignored
+            for a rank-2 query. Defaults to None.
+        key_mask: bool tensor of shape `(B, Tk)`. `True` for real keys; `value_mask`
+            when not given. Defaults to None.
+        query_position: int or scalar int tensor. Position of the first query
+            (local-m and causal masks), e.g. the decoder step of a rank-2 query; 0
+            when not given. Defaults to None.
+        projected_key: tensor. `project_key(key)` (W_k k for `"concat"`, the unit
+            keys for `"cosine"`), computed once for all the steps of a decoder;
+            computed from `key` when not given. Defaults to None.
 
     Returns:
-        The context `(B, dv)` or `(B, Tq, dv)`, and with
-        `return_attention_scores` the weights `(B, Tk)` or `(B, Tq, Tk)`.
+        The context, a tensor of shape `(B, dv)` or `(B, Tq, dv)`; with
+        `return_attention_scores`, the tuple `(context, weights)`, the weights of
+        shape `(B, Tk)` or `(B, Tq, Tk)`.
+
+    Raises:
+        ValueError: if `score` or `alignment` is not one of the names above,
+            `window` is neither None nor an integer >= 0, or `dropout` is not in
+            [0, 1); when called, if `query` does not have rank 2 or 3, `key` or
+            `value` does not have rank 3, `key` and `value` differ in length, or
+            (`"dot"`, `"scaled_dot"`, `"cosine"`) the query and key feature sizes
+            differ.
 
     Example:
 
@@ -284,6 +365,16 @@ class DotProductAttention(_AlignmentAttention):
         self.alignment = alignment
 
     def build_score(self, query_dim, key_dim):
+        """Makes the weights of the score and of the local-p position network.
+
+        Args:
+            query_dim: int. The query's feature size `dq`.
+            key_dim: int. The key's feature size `dk`.
+
+        Raises:
+            ValueError: for `"dot"`, `"scaled_dot"` and `"cosine"`, if `query_dim`
+                and `key_dim` differ.
+        """
         if self.score_mode in ("dot", "scaled_dot", "cosine") and query_dim != key_dim:
             raise ValueError(
                 f"DotProductAttention(score={self.score_mode!r}) needs query "
@@ -318,6 +409,15 @@ class DotProductAttention(_AlignmentAttention):
             self.position_output.build((None, units))
 
     def project_key(self, key):
+        """The part of the score that depends on the keys alone.
+
+        Args:
+            key: tensor of shape `(B, Tk, dk)`.
+
+        Returns:
+            A tensor: W_k k `(B, Tk, units)` for `"concat"`, the unit keys for
+            `"cosine"`, the keys themselves otherwise.
+        """
         if self.score_mode == "concat":
             return self.key_projection(key)
         if self.score_mode == "cosine":
@@ -325,6 +425,15 @@ class DotProductAttention(_AlignmentAttention):
         return key
 
     def score(self, query, projected_key):
+        """The score of every (query, key) pair (see the class description).
+
+        Args:
+            query: tensor of shape `(B, Tq, dq)`.
+            projected_key: tensor. The keys from `project_key`.
+
+        Returns:
+            A tensor of shape `(B, Tq, Tk)`: the logits.
+        """
         mode = self.score_mode
         if mode == "concat":
             return additive_score(_dense(self.query_projection, query), projected_key, self.v)
@@ -338,6 +447,19 @@ class DotProductAttention(_AlignmentAttention):
         return scores
 
     def local_window(self, query, key, key_mask, start):
+        """The window of local attention around each query's aligned position p.
+
+        Args:
+            query: tensor of shape `(B, Tq, dq)`.
+            key: tensor of shape `(B, Tk, dk)`.
+            key_mask: bool tensor of shape `(B, Tk)`, or None. `True` for real keys.
+            start: int or scalar int tensor. Position of the first query.
+
+        Returns:
+            tuple. `(mask, reweight)`: the keys in [p - D, p + D], broadcastable to
+            `(B, Tq, Tk)`, and with local-p the Gaussian factors of the weights
+            (None otherwise); `(None, None)` for global attention.
+        """
         if self.window is None:
             return None, None
         # Positions in float32: bfloat16 counts exactly only up to 256.

@@ -9,7 +9,15 @@ import keras
 
 
 def require_tensorflow(what, why):
-    """Raises `RuntimeError` naming `what` and `why` unless Keras runs on TensorFlow."""
+    """Refuses, naming `what` and `why`, unless Keras runs on TensorFlow.
+
+    Args:
+        what: str. What needs TensorFlow, named in the error.
+        why: str. Why it needs TensorFlow, named in the error.
+
+    Raises:
+        RuntimeError: if Keras's backend is not TensorFlow.
+    """
     backend = keras.backend.backend()
     if backend != "tensorflow":
         raise RuntimeError(
@@ -18,8 +26,7 @@ def require_tensorflow(what, why):
 
 
 def optimization_barrier_under_xla(kernel):
-    """`kernel` behind an XLA optimization barrier when XLA compiles
-    the graph; elsewhere `kernel` unchanged.
+    """`kernel` behind an XLA optimization barrier when XLA compiles the graph.
 
     XLA on CPU fuses the reshape that makes a projection kernel 2-D into a
     product whose output has one row (a decoding step of one sentence) and
@@ -29,6 +36,12 @@ def optimization_barrier_under_xla(kernel):
     TensorFlow function compiled by XLA (`jit_compile=True`); TensorFlow's
     graphs and eager ops, and other Keras backends, get `kernel` as is.
     Gradients pass through it unchanged (a training step under XLA).
+
+    Args:
+        kernel: tensor. A projection kernel, already reshaped to 2-D.
+
+    Returns:
+        A tensor: `kernel` behind the barrier under XLA, elsewhere `kernel` unchanged.
     """
     if keras.backend.backend() != "tensorflow":
         return kernel

@@ -43,24 +43,28 @@ def blockwise_attention(
     rounding), a query whose keys are all masked included (zero output).
 
     Args:
-        query: `(B, h, Tq, d_k)`.
-        key: `(B, h, Tk, d_k)`.
-        value: `(B, h, Tk, d_v)`.
-        query_mask: optional `(B, Tq)` booleans, `True` for real queries;
-            padded queries attend to nothing.
-        key_mask: optional `(B, Tk)` booleans, `True` for real keys.
-        attention_mask: optional booleans broadcastable to `(B, Tq, Tk)`
-            with a last axis of `Tk` or 1; sliced per block (memory the
-            caller already spent).
-        causal: query `i` sees keys `<= query_start + i` only.
-        query_start: position of the first query (cached decoding).
-        block_size: keys per block.
-        dropout_rate: dropout on the attention weights.
-        dropout_seed: `(2,)` int32 seed of the dropout masks; block `j`'s
-            mask is `blockwise_dropout_keep(dropout_seed, j, ...)`.
+        query: tensor of shape `(B, h, Tq, d_k)`.
+        key: tensor of shape `(B, h, Tk, d_k)`.
+        value: tensor of shape `(B, h, Tk, d_v)`.
+        query_mask: bool tensor of shape `(B, Tq)`. `True` for real queries;
+            padded queries attend to nothing. Defaults to None.
+        key_mask: bool tensor of shape `(B, Tk)`. `True` for real keys.
+            Defaults to None.
+        attention_mask: bool tensor broadcastable to `(B, Tq, Tk)`. Its last axis is
+            `Tk` or 1; sliced per block (memory the caller already spent).
+            Defaults to None.
+        causal: bool. Whether query `i` sees keys `<= query_start + i` only.
+            Defaults to False.
+        query_start: int or scalar int tensor. Position of the first query (cached
+            decoding). Defaults to 0.
+        block_size: int. Keys per block. Defaults to 512.
+        dropout_rate: float. Dropout rate on the attention weights. Defaults to 0.0.
+        dropout_seed: int32 tensor of shape `(2,)`. Seed of the dropout masks,
+            needed when `dropout_rate` is not 0; block `j`'s mask is
+            `blockwise_dropout_keep(dropout_seed, j, ...)`. Defaults to None.
 
     Returns:
-        `(B, h, Tq, d_v)`, in the dtype of `query`.
+        A tensor of shape `(B, h, Tq, d_v)`, in the dtype of `query`.
     """
     blocks = _KeyBlocks(
         query, key, key_mask, attention_mask, query_mask, causal, query_start, block_size
@@ -227,6 +231,15 @@ def blockwise_dropout_keep(seed, block_index, shape, rate):
 
     Stateless in (`seed`, `block_index`), so the backward pass regenerates
     exactly the forward pass's mask instead of storing it.
+
+    Args:
+        seed: int tensor of shape `(2,)`. The seed of every block's mask.
+        block_index: int or scalar int32 tensor. The key block `j`.
+        shape: list. The shape of the multipliers, `[B, h, Tq, block]`.
+        rate: float. The dropout rate, in [0, 1).
+
+    Returns:
+        A float32 tensor of shape `shape`.
     """
     block_seed = tf.stack([tf.cast(seed[0], tf.int32), tf.cast(seed[1], tf.int32) + block_index])
     uniform = tf.random.stateless_uniform(shape, block_seed)

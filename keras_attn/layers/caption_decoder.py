@@ -61,36 +61,55 @@ class CaptionDecoder(AttentionDecoder):
     """An LSTM decoder with soft additive attention over an image's grid cells, gated by β.
 
     Args:
-        vocabulary_size: number of caption token ids.
-        hidden_dim: units of the LSTM.
-        gate: multiply the context by β_t = σ(w_β · h_{t-1} + b_β).
-        attention_regularization: λ of the doubly stochastic term, added
+        vocabulary_size: int. Number of caption token ids.
+        hidden_dim: int. Units of the LSTM.
+        gate: bool. Whether to multiply the context by
+            β_t = σ(w_β · h_{t-1} + b_β). Defaults to True.
+        attention_regularization: float. λ of the doubly stochastic term, added
             to the layer's losses when training (`doubly_stochastic_penalty`:
-            per word, as the cross-entropy).
-        hard: stochastic hard attention (section 4.1) instead of soft.
-        estimator: hard attention's gradient, one of `HARD_ESTIMATORS`:
+            per word, as the cross-entropy). Defaults to 1.0.
+        hard: bool. Stochastic hard attention (section 4.1) instead of soft.
+            Defaults to False.
+        estimator: str. Hard attention's gradient, one of `HARD_ESTIMATORS`:
             `"gumbel"` (straight-through Gumbel-softmax) or `"reinforce"`
-            (the paper's eq. 12).
-        temperature: τ of the Gumbel-softmax relaxation (`"gumbel"`).
-        reinforce_weight: λ_r, the weight of the REINFORCE term (`"reinforce"`).
-        entropy_weight: λ_e, the weight of the attention's entropy bonus
-            (`"reinforce"`).
-        expectation_rate: the share of a batch's images trained with the
+            (the paper's eq. 12). Defaults to "gumbel".
+        temperature: float. τ of the Gumbel-softmax relaxation (`"gumbel"`).
+            Defaults to 1.0.
+        reinforce_weight: float. λ_r, the weight of the REINFORCE term
+            (`"reinforce"`). Defaults to 1.0.
+        entropy_weight: float. λ_e, the weight of the attention's entropy bonus
+            (`"reinforce"`). Defaults to 0.01.
+        expectation_rate: float. The share of a batch's images trained with the
             expectation instead of a sample (`"reinforce"`; the paper's 0.5).
-        **kwargs: `AttentionDecoder` arguments (`embedding_dim`,
+            Defaults to 0.5.
+        **kwargs: dict. `AttentionDecoder` arguments (`embedding_dim`,
             `num_layers`, `attention_units`, `dropout`, `tie_output`, ...);
-            the attention is always additive (`"bahdanau"`).
+            the attention is always additive (`"bahdanau"`): an `attention`
+            given is ignored.
 
     Call arguments:
-        target_in: `(B, T)` ids, [BOS] first, 0 as padding.
-        memory: `(B, L, d)` the grid's feature vectors.
-        encoder_states: the LSTM's initial states, a list per layer of
+        target_in: int tensor of shape `(B, T)`. The ids, [BOS] first, 0 as
+            padding.
+        memory: tensor of shape `(B, L, d)`. The grid's feature vectors.
+        encoder_states: list. The LSTM's initial states, a list per layer of
             `[h, c]`, each `(B, d)` (`CaptionerBackbone` makes them from the
             pooled grid: the mean feature by default, as the paper does).
-        memory_mask: optional `(B, L)` booleans, `True` for the cells that
-            may be attended to (all of them by default).
-        training: dropout and the regularizer are active.
-        return_attention_scores: also return α `(B, T, L)`.
+        memory_mask: bool tensor of shape `(B, L)`. `True` for the cells that may
+            be attended to; all of them when not given. Defaults to None.
+        training: bool. Whether dropout, the regularizer and hard attention's
+            sampling are active. Defaults to None (inference, unless an outer call
+            trains).
+        return_attention_scores: bool. Whether to also return α `(B, T, L)`.
+            Defaults to False.
+
+    Returns:
+        The logits, a tensor of shape `(B, T, vocabulary_size)`; with
+        `return_attention_scores`, the tuple of them and α, of shape `(B, T, L)`.
+
+    Raises:
+        ValueError: if `estimator` is not one of `HARD_ESTIMATORS`, or for the
+            `AttentionDecoder` arguments it refuses.
+        RuntimeError: if Keras's backend is not TensorFlow.
 
     Example:
 
@@ -229,8 +248,13 @@ class CaptionDecoder(AttentionDecoder):
         return (logits, weights) if return_attention_scores else logits
 
     def last_weights(self):
-        """α `(B, T, L)` of this thread's last call (a replica's own under a `tf.distribute`
-        strategy): what a task's `compute_loss` supervises after the forward pass."""
+        """α of this thread's last call (a replica's own under a `tf.distribute` strategy).
+
+        What a task's `compute_loss` supervises after the forward pass.
+
+        Returns:
+            A tensor of shape `(B, T, L)`.
+        """
         return self._per_thread().weights
 
     def _per_thread(self):
@@ -299,18 +323,23 @@ class CaptionDecoder(AttentionDecoder):
 
 
 def doubly_stochastic_penalty(weights, target_in):
-    """Σ_i (1 − Σ_t α_ti)² of each image over its caption's real
-    words, summed, per real word of the batch.
+    """The doubly stochastic penalty, per real word of the batch.
 
-    The paper adds λ times the per-image term to the caption's summed
-    negative log-likelihood; our cross-entropy is a mean per word, so the
-    term is divided by the words too, which keeps the paper's balance at
-    the same λ. As the cross-entropy, under a `tf.distribute` strategy each
-    replica divides by the words of the global batch.
+    Σ_i (1 − Σ_t α_ti)² of each image over its caption's real words, summed,
+    then divided by the batch's real words. The paper adds λ times the
+    per-image term to the caption's summed negative log-likelihood; our
+    cross-entropy is a mean per word, so the term is divided by the words too,
+    which keeps the paper's balance at the same λ. As the cross-entropy, under
+    a `tf.distribute` strategy each replica divides by the words of the global
+    batch.
 
     Args:
-        weights: `(B, T, L)` attention weights.
-        target_in: `(B, T)` ids, 0 as padding (whose steps do not count).
+        weights: tensor of shape `(B, T, L)`. The attention weights.
+        target_in: int tensor of shape `(B, T)`. The ids, 0 as padding (whose
+            steps do not count).
+
+    Returns:
+        A float32 scalar tensor.
     """
     real = ops.cast(ops.not_equal(target_in, PAD_ID), "float32")
     coverage = ops.sum(ops.cast(weights, "float32") * real[:, :, None], axis=1)  # (B, L): Σ_t α_ti
@@ -318,32 +347,41 @@ def doubly_stochastic_penalty(weights, target_in):
 
 
 def attention_supervision(weights, targets):
-    """Σ over a batch's words of −Σ_i m_ti log α_ti: the cross-entropy between each word's attention
-    α_t and the normalised mask m_t of the region it names (Liu et al. 2017, "Attention Correctness
-    in Neural Image Captioning"), summed.
+    """Σ over a batch's words of −Σ_i m_ti log α_ti.
+
+    The cross-entropy between each word's attention α_t and the normalised mask
+    m_t of the region it names (Liu et al. 2017, "Attention Correctness in Neural
+    Image Captioning"), summed.
 
     Args:
-        weights: `(B, T, L)` attention weights α.
-        targets: `(B, T, L)` masks whose rows sum to 1 for words aligned to a region and are zero
-            for the others (padding among them), which add nothing.
+        weights: tensor of shape `(B, T, L)`. The attention weights α.
+        targets: tensor of shape `(B, T, L)`. Masks whose rows sum to 1 for words
+            aligned to a region and are zero for the others (padding among them),
+            which add nothing.
+
+    Returns:
+        A float32 scalar tensor.
     """
     return -ops.sum(ops.cast(targets, "float32") * log_weights(weights))
 
 
 def region_masks(boxes, grid_shape, image_size):
-    """Each word's box → the normalised mask of the grid cells inside it, what
-    `attention_supervision` compares α
-    with: `(B, T, L)`, rows summing to 1, zero for words whose box is
-        negative (they name no region).
+    """Each word's box → the normalised mask of the grid cells inside it.
 
-    A cell is inside a box when its centre (`image_encoder.cell_centres`) is; a box that holds no
-    cell's centre takes the cell its own centre falls in.
+    What `attention_supervision` compares α with. A cell is inside a box when
+    its centre (`image_encoder.cell_centres`) is; a box that holds no cell's
+    centre takes the cell its own centre falls in.
 
     Args:
-        boxes: `(B, T, 4)` `(x0, y0, x1, y1)` in pixels of the `image_size` square (inclusive), as
-            `pipelines.captions.word_boxes` writes them.
-        grid_shape: `(rows, columns)` of the attention's cells.
-        image_size: the side of the images, in pixels.
+        boxes: tensor of shape `(B, T, 4)`. `(x0, y0, x1, y1)` in pixels of the
+            `image_size` square (inclusive), as `pipelines.captions.word_boxes`
+            writes them.
+        grid_shape: tuple. `(rows, columns)` of the attention's cells.
+        image_size: int. The side of the images, in pixels.
+
+    Returns:
+        A float32 tensor of shape `(B, T, L)`, `L = rows · columns`: rows summing
+        to 1, zero for words whose box is negative (they name no region).
 
     Example:
 
@@ -371,9 +409,19 @@ def region_masks(boxes, grid_shape, image_size):
 
 
 def caption_log_likelihood(logits, target_in):
-    """log p(y) of each caption `(B,)`: its words' log-probabilities under
-    `logits` `(B, T, V)`, each `target_in` id after [BOS] as the target of
-    the step before it (every word but the final [EOS]), padding excluded."""
+    """log p(y) of each caption: the sum of its words' log-probabilities.
+
+    Each `target_in` id after [BOS] is the target of the step before it (every
+    word but the final [EOS]), padding excluded.
+
+    Args:
+        logits: tensor of shape `(B, T, V)`.
+        target_in: int tensor of shape `(B, T)`. The ids, [BOS] first, 0 as
+            padding.
+
+    Returns:
+        A float32 tensor of shape `(B,)`.
+    """
     real = ops.cast(ops.not_equal(target_in[:, 1:], PAD_ID), "float32")
     log_probs = ops.log_softmax(ops.cast(logits[:, :-1], "float32"), axis=-1)
     next_word = ops.expand_dims(target_in[:, 1:], -1)
@@ -383,26 +431,49 @@ def caption_log_likelihood(logits, target_in):
 
 
 def log_weights(weights):
-    """log α in float32, with a floor of 1e-9 for the cells a softmax rounded to 0."""
+    """log α in float32, with a floor of 1e-9 for the cells a softmax rounded to 0.
+
+    Args:
+        weights: tensor. Attention weights α.
+
+    Returns:
+        A float32 tensor of the shape of `weights`.
+    """
     return ops.log(ops.maximum(ops.cast(weights, "float32"), 1e-9))
 
 
 def sample_cells(weights, seed):
-    """One cell per row drawn from the attention weights `(R, L)`, as
-    one-hot rows (s̃_t ~ Multinoulli(α_t)).
+    """One cell per row drawn from the attention weights, as one-hot rows.
+
+    s̃_t ~ Multinoulli(α_t).
+
+    Args:
+        weights: tensor of shape `(R, L)`. The attention weights α.
+        seed: keras.random.SeedGenerator. The draws' seed.
+
+    Returns:
+        A tensor of shape `(R, L)` in the dtype of `weights`.
     """
     cells = keras.random.categorical(log_weights(weights), 1, seed=seed)[:, 0]
     return ops.one_hot(cells, ops.shape(weights)[-1], dtype=weights.dtype)
 
 
 def straight_through_gumbel(weights, temperature, seed):
-    """One cell per row drawn from the attention weights `(R, L)` as
-    one-hot rows, with the gradient of the relaxed draw softmax((log α
-    + g) / τ), g ~ Gumbel(0, 1) (straight-through Gumbel-softmax).
+    """One cell per row drawn from the attention weights, as one-hot rows.
 
-    The one-hot row is the relaxed draw's argmax, a draw from α (the
-    Gumbel-max trick); adding the relaxed draw and subtracting it as a
-    constant keeps that row's value and the relaxed draw's gradient.
+    Their gradient is that of the relaxed draw softmax((log α + g) / τ),
+    g ~ Gumbel(0, 1) (straight-through Gumbel-softmax). The one-hot row is the
+    relaxed draw's argmax, a draw from α (the Gumbel-max trick); adding the
+    relaxed draw and subtracting it as a constant keeps that row's value and the
+    relaxed draw's gradient.
+
+    Args:
+        weights: tensor of shape `(R, L)`. The attention weights α.
+        temperature: float. τ.
+        seed: keras.random.SeedGenerator. The draws' seed.
+
+    Returns:
+        A tensor of shape `(R, L)` in the dtype of `weights`.
     """
     logits = log_weights(weights)
     uniform = keras.random.uniform(ops.shape(logits), minval=1e-9, maxval=1.0, seed=seed)
@@ -412,11 +483,18 @@ def straight_through_gumbel(weights, temperature, seed):
 
 
 def reinforce_surrogate(sample_log_prob, reward, baseline):
-    """(R − b) log p(s̃), whose gradient is REINFORCE's estimate of ∇
-    E[R] for one sample s̃ (Williams 1992).
+    """(R − b) log p(s̃), whose gradient is REINFORCE's estimate of ∇ E[R] for one sample s̃.
 
-    The reward and the baseline are constants to the gradient; maximizing
-    the surrogate's mean over samples follows an unbiased estimate of the
-    expected reward's gradient, whatever the baseline.
+    REINFORCE is Williams's (1992). The reward and the baseline are constants
+    to the gradient; maximizing the surrogate's mean over samples follows an
+    unbiased estimate of the expected reward's gradient, whatever the baseline.
+
+    Args:
+        sample_log_prob: tensor of shape `(B,)`. log p(s̃) of each image's sample.
+        reward: tensor of shape `(B,)`. R, e.g. log p(y|s̃).
+        baseline: scalar tensor. b.
+
+    Returns:
+        A tensor of shape `(B,)`.
     """
     return ops.stop_gradient(reward - baseline) * sample_log_prob

@@ -25,28 +25,42 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     pre-softmax projection.
 
     Args:
-        vocabulary_size: number of token ids.
-        max_sequence_length: the longest sequence accepted.
-        hidden_dim: the model width d (keras-hub's `TokenAndPositionEmbedding`
+        vocabulary_size: int. Number of token ids.
+        max_sequence_length: int. The longest sequence accepted.
+        hidden_dim: int. The model width d (keras-hub's `TokenAndPositionEmbedding`
             calls it `embedding_dim`; here every model width is `hidden_dim`).
-        scale_by_sqrt_dim: multiply token embeddings by √d, as in the paper.
-        mask_zero: token id 0 is padding; the output carries a Keras mask.
-        position: `"sinusoidal"` (the paper), `"sinusoidal_halves"` (the
-            sines, then the cosines: Marian's layout) or `"learned"`.
-        dropout: dropout rate on the sum.
-        embeddings_initializer: initializer of the token table (and of the
-            learned positions); defaults to N(0, d^-0.5), so that
-            E · √d has unit variance.
+        scale_by_sqrt_dim: bool. Whether to multiply token embeddings by √d, as in
+            the paper. Defaults to True.
+        mask_zero: bool. Whether token id 0 is padding; the output then carries a
+            Keras mask. Defaults to True.
+        position: str. One of `"sinusoidal"` (the paper), `"sinusoidal_halves"`
+            (the sines, then the cosines: Marian's layout) or `"learned"`.
+            Defaults to "sinusoidal".
+        dropout: float. Dropout rate on the sum. Defaults to 0.0.
+        embeddings_initializer: str or keras.initializers.Initializer. Initializer
+            of the token table (and of the learned positions), each its own copy;
+            None gives N(0, d^-0.5), so that E · √d has unit variance.
+            Defaults to None.
 
     Call arguments:
-        token_ids: `(B, T)` integer ids, or `(B, T, d)` hidden states when
-            `reverse=True`.
-        start_index: position of `token_ids[:, 0]` (incremental decoding).
-        reverse: return `(B, T, vocabulary_size)` logits from hidden states.
-        training: whether dropout is active.
+        token_ids: int tensor of shape `(B, T)`, or with `reverse=True` hidden
+            states of shape `(B, T, d)`.
+        start_index: int or scalar int tensor. Position of `token_ids[:, 0]`
+            (incremental decoding). Defaults to 0.
+        reverse: bool. Whether to return `(B, T, vocabulary_size)` logits from
+            hidden states. Defaults to False.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
 
     Returns:
-        `(B, T, hidden_dim)` embeddings, or logits when `reverse=True`.
+        A tensor of shape `(B, T, hidden_dim)`: the embeddings; with `reverse=True`,
+        the logits, of shape `(B, T, vocabulary_size)`.
+
+    Raises:
+        ValueError: if `position` is not one of the names above; when first called,
+            if `token_ids` does not have rank 2; when called, if the positions
+            (a length and `start_index` known in Python) exceed
+            `max_sequence_length`.
 
     Example:
 
@@ -155,22 +169,30 @@ class BertEmbedding(keras.layers.Layer):
     learned. Token id 0 is padding and the output carries its Keras mask.
 
     Args:
-        vocabulary_size: number of token ids.
-        max_sequence_length: number of learned positions.
-        num_segments: number of segment ids (2 for sentence A / B).
-        hidden_dim: the model width.
-        dropout: dropout rate after the LayerNorm.
-        layer_norm_epsilon: epsilon of the LayerNorm.
-        embeddings_initializer: initializer of the three tables, each drawn
-            from its own copy; defaults to BERT's TruncatedNormal(0.02).
+        vocabulary_size: int. Number of token ids.
+        max_sequence_length: int. Number of learned positions.
+        num_segments: int. Number of segment ids (2 for sentence A / B).
+        hidden_dim: int. The model width.
+        dropout: float. Dropout rate after the LayerNorm. Defaults to 0.0.
+        layer_norm_epsilon: float. Epsilon of the LayerNorm. Defaults to 1e-12.
+        embeddings_initializer: str or keras.initializers.Initializer. Initializer
+            of the three tables, each drawn from its own copy; None gives BERT's
+            TruncatedNormal(0.02). Defaults to None.
 
     Call arguments:
-        token_ids: `(B, T)` integer ids.
-        segment_ids: `(B, T)` integer segment ids; zeros when omitted.
-        training: whether dropout is active.
+        token_ids: int tensor of shape `(B, T)`.
+        segment_ids: int tensor of shape `(B, T)`. The segment ids; zeros when
+            omitted. Defaults to None.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
 
     Returns:
-        `(B, T, hidden_dim)`.
+        A tensor of shape `(B, T, hidden_dim)`.
+
+    Raises:
+        ValueError: when called, if `token_ids` does not have rank 2, `segment_ids`
+            has another shape, or (a length known in Python) the sequence is longer
+            than `max_sequence_length`.
 
     Example:
 

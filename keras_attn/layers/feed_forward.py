@@ -12,18 +12,21 @@ class FeedForward(keras.layers.Layer):
     Applied to every position separately and identically.
 
     Args:
-        intermediate_dim: the inner width d_ff (2048 in the base model).
-        activation: the inner activation, `"relu"` in the paper.
-        dropout: dropout rate on the inner activations.
-        kernel_initializer: initializer of W1 and W2 (each draws its own);
-            `None`: Keras's Dense default (Glorot uniform).
+        intermediate_dim: int. The inner width d_ff (2048 in the base model).
+        activation: str or callable. The inner activation, `"relu"` in the paper.
+            Defaults to "relu".
+        dropout: float. Dropout rate on the inner activations. Defaults to 0.0.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of W1 and
+            W2 (each draws its own copy); None leaves Keras's Dense default (Glorot
+            uniform). Defaults to None.
 
     Call arguments:
-        x: `(B, T, d)`.
-        training: whether dropout is active.
+        x: tensor of shape `(B, T, d)`.
+        training: bool. Whether dropout is active. Defaults to None (inference, unless
+            an outer call trains).
 
     Returns:
-        `(B, T, d)`.
+        A tensor of shape `(B, T, d)`.
 
     Example:
 

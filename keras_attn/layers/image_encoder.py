@@ -23,16 +23,27 @@ from keras_attn.layers.initializers import clone_initializer
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class ImageGridEncoder(keras.layers.Layer):
-    """Images `(B, H, W, C)` in [0, 1] → annotation vectors `(B, L,
-    feature_dim)`, L = (H/2^s)·(W/2^s).
+    """Images `(B, H, W, C)` in [0, 1] → annotation vectors `(B, L, feature_dim)`.
+
+    L = (H/2^s)·(W/2^s) for s stages (each halving rounds up).
 
     Args:
-        filters: the channels of each stage (its length is the number of
-            stages, each halving the height and width).
-        feature_dim: D, the width of each cell's vector.
-        stage_depth: 3×3 convolutions in each stage (VGG: 2 to 4); fewer
-            give each cell a narrower view of the image.
-        kernel_initializer: of every convolution (each its own copy).
+        filters: tuple of int. The channels of each stage (its length is the
+            number of stages, each halving the height and width).
+            Defaults to (32, 64, 128).
+        feature_dim: int. D, the width of each cell's vector. Defaults to 128.
+        stage_depth: int. The 3×3 convolutions in each stage (VGG: 2 to 4); fewer
+            give each cell a narrower view of the image. Defaults to 2.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            every convolution (each its own copy). Defaults to "he_normal".
+
+    Call arguments:
+        images: tensor of shape `(B, H, W, C)`, values in [0, 1], of the height and
+            width the layer was built on (its position embedding has one row per
+            cell).
+
+    Returns:
+        A tensor of shape `(B, L, feature_dim)`: the annotation vectors.
 
     Example:
 
@@ -119,8 +130,17 @@ class ImageGridEncoder(keras.layers.Layer):
 
 
 def cell_centres(grid_shape, image_size):
-    """The pixel rows and columns of the centres of a `(rows, columns)` grid's cells over an
-    `image_size` square: where a cell is, to say whether it lies inside a box.
+    """The pixel rows and columns of the centres of a grid's cells over a square image.
+
+    Where a cell is, to say whether it lies inside a box.
+
+    Args:
+        grid_shape: tuple. `(rows, columns)` of the grid.
+        image_size: int. The side of the square image, in pixels.
+
+    Returns:
+        tuple. `(rows' centres, columns' centres)`, numpy arrays of `rows` and
+        `columns` pixel coordinates.
 
     Example:
 

@@ -15,7 +15,12 @@ INITIALIZER_RANGE = 0.02  # BERT's `initializer_range`: the standard deviation o
 
 
 def bert_initializer():
-    """BERT's initializer: a new `TruncatedNormal(stddev=INITIALIZER_RANGE)`."""
+    """BERT's initializer.
+
+    Returns:
+        A new `keras.initializers.TruncatedNormal` of standard deviation
+        `INITIALIZER_RANGE` (0.02).
+    """
     return keras.initializers.TruncatedNormal(stddev=INITIALIZER_RANGE)
 
 
@@ -29,9 +34,9 @@ def clone_initializer(initializer, salt):
     config builds the same model and its weights still differ.
 
     Args:
-        initializer: a `keras.initializers.Initializer`, or a name or config
-            accepted by `keras.initializers.get`.
-        salt: a string that tells this weight from the layer's others.
+        initializer: str, dict or keras.initializers.Initializer. The initializer to
+            copy: an instance, or a name or config accepted by `keras.initializers.get`.
+        salt: str. Tells this weight from the layer's others (the weight's name).
 
     Returns:
         A new `keras.initializers.Initializer`.
@@ -53,10 +58,20 @@ def clone_initializer(initializer, salt):
 
 
 def kernel_initializer_argument(initializer, salt):
-    """`{"kernel_initializer": a clone of it}` for a sublayer, or `{}` when `initializer` is None.
+    """The `kernel_initializer` argument of a sublayer: a clone of `initializer`, or none.
 
     A composite layer whose `kernel_initializer` is None leaves each
     sublayer its own default (and its random draws as they were).
+
+    Args:
+        initializer: keras.initializers.Initializer or None. The composite layer's
+            `kernel_initializer`.
+        salt: str. Tells the sublayer's kernel from the others (its name), as in
+            `clone_initializer`.
+
+    Returns:
+        dict. `{"kernel_initializer": clone_initializer(initializer, salt)}`, or `{}`
+        when `initializer` is None.
     """
     if initializer is None:
         return {}

@@ -22,22 +22,29 @@ class MaskedLMHead(keras.layers.Layer):
     from a backbone to tie them.
 
     Args:
-        vocabulary_size: the number of tokens.
-        token_embedding: the `keras.layers.Embedding` whose table is the
-            output projection (e.g. `BertEmbedding.token_embedding`); its
-            owner keeps it. Without it, the head makes its own table.
-        activation: the transform's activation.
-        layer_norm_epsilon: epsilon of the LayerNorm.
-        kernel_initializer: initializer of the transform (and of an own
-            table); defaults to BERT's TruncatedNormal(0.02).
+        vocabulary_size: int. The number of tokens.
+        token_embedding: keras.layers.Embedding. The embedding whose table is the
+            output projection (e.g. `BertEmbedding.token_embedding`); its owner
+            keeps it. Without it, the head makes its own table. Defaults to None.
+        activation: str or callable. The transform's activation. Defaults to "gelu".
+        layer_norm_epsilon: float. Epsilon of the LayerNorm. Defaults to 1e-12.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            the transform (and of an own table), each its own copy; None gives
+            BERT's TruncatedNormal(0.02). Defaults to None.
 
     Call arguments:
-        inputs: `(B, T, d)` hidden states of the encoder.
-        mask_positions: optional `(B, P)` integer positions to predict;
-            without them every position is predicted.
+        inputs: tensor of shape `(B, T, d)`. Hidden states of the encoder.
+        mask_positions: int tensor of shape `(B, P)`. The positions to predict;
+            without them every position is predicted. Defaults to None.
 
     Returns:
-        `(B, P, V)` logits (or `(B, T, V)` without `mask_positions`).
+        A tensor of shape `(B, P, V)`: the logits (`(B, T, V)` without
+        `mask_positions`).
+
+    Raises:
+        ValueError: if `token_embedding` has another number of tokens than
+            `vocabulary_size`; when first called, if the hidden states' width
+            differs from that of the token embedding table.
 
     Example:
 

@@ -12,11 +12,16 @@ def causal_mask(query_length, key_length=None, query_start=0):
     """Lower-triangular `(1, Tq, Tk)` mask: query `i` may see keys `<= i`.
 
     Args:
-        query_length: Tq, the number of queries.
-        key_length: Tk, the number of keys (defaults to `query_length`).
-        query_start: absolute position of the first query. In cached
-            decoding the queries are the newest `Tq` positions of a cache of
-            `Tk` keys, so query `i` sits at position `query_start + i`.
+        query_length: int or scalar int tensor. Tq, the number of queries.
+        key_length: int or scalar int tensor. Tk, the number of keys; `query_length`
+            when not given. Defaults to None.
+        query_start: int or scalar int tensor. Absolute position of the first query.
+            In cached decoding the queries are the newest `Tq` positions of a cache
+            of `Tk` keys, so query `i` sits at position `query_start + i`.
+            Defaults to 0.
+
+    Returns:
+        A bool tensor of shape `(1, Tq, Tk)`, `True` where query `i` may see the key.
     """
     key_length = query_length if key_length is None else key_length
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_start, "int32")
@@ -26,7 +31,15 @@ def causal_mask(query_length, key_length=None, query_start=0):
 
 
 def merge_masks(*masks):
-    """Logical AND of the masks that are not `None` (or `None` if all are)."""
+    """Logical AND of the masks that are not `None`.
+
+    Args:
+        *masks: tensors or None. Masks broadcastable to one another, cast to bool;
+            None entries are skipped.
+
+    Returns:
+        A bool tensor of their broadcast shape, or None if all masks are None.
+    """
     merged = None
     for mask in masks:
         if mask is None:
@@ -39,7 +52,16 @@ def merge_masks(*masks):
 def attention_mask(query_mask=None, key_mask=None, causal=None):
     """Combines `(B, Tq)`/`(B, Tk)` padding masks and a causal mask.
 
-    Returns a boolean mask broadcastable to `(B, Tq, Tk)`, or `None`.
+    Args:
+        query_mask: bool tensor of shape `(B, Tq)`. `True` for real queries.
+            Defaults to None.
+        key_mask: bool tensor of shape `(B, Tk)`. `True` for real keys.
+            Defaults to None.
+        causal: bool tensor broadcastable to `(B, Tq, Tk)`, e.g. from `causal_mask`.
+            Defaults to None.
+
+    Returns:
+        A bool tensor broadcastable to `(B, Tq, Tk)`, or None if all three are None.
     """
     return merge_masks(
         None if query_mask is None else ops.expand_dims(query_mask, -1),
@@ -55,8 +77,13 @@ def masked_softmax(scores, mask=None, axis=-1):
     never the uniform distribution a plain `-inf`/`-1e9` fill would give).
 
     Args:
-        scores: attention logits.
-        mask: booleans broadcastable to `scores`, `True` = keep.
+        scores: tensor. Attention logits.
+        mask: bool tensor broadcastable to `scores`, `True` = keep. None keeps every
+            position. Defaults to None.
+        axis: int. The axis the weights sum to 1 over. Defaults to -1.
+
+    Returns:
+        A tensor of the shape and dtype of `scores`: the attention weights.
     """
     if scores.shape[axis] == 1:
         # A single key gets all the weight (ops.softmax warns about size 1).

@@ -19,16 +19,18 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     is transposed: a key/value cache is read as it is stored.
 
     Args:
-        query: `(B, h, Tq, d_k)`.
-        key: `(B, h, Tk, d_k)`.
-        value: `(B, h, Tk, d_v)`.
-        mask: booleans broadcastable to `(B, Tq, Tk)`, `True` = may attend.
-        dropout: an optional `keras.layers.Dropout` applied to the weights.
-        training: whether dropout is active.
+        query: tensor of shape `(B, h, Tq, d_k)`.
+        key: tensor of shape `(B, h, Tk, d_k)`.
+        value: tensor of shape `(B, h, Tk, d_v)`.
+        mask: bool tensor broadcastable to `(B, Tq, Tk)`, `True` = may attend. None
+            masks nothing. Defaults to None.
+        dropout: keras.layers.Dropout. Applied to the weights; None applies none.
+            Defaults to None.
+        training: bool. Whether dropout is active. Defaults to None.
 
     Returns:
-        `(output, weights)`: output `(B, h, Tq, d_v)` and the attention
-        weights `(B, h, Tq, Tk)` (before dropout).
+        tuple. `(output, weights)`: the output, of shape `(B, h, Tq, d_v)`, and the
+        attention weights, of shape `(B, h, Tq, Tk)` (before dropout).
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
     # One query (a decoding step): products and sums, which cost less than a
@@ -59,8 +61,9 @@ class MultiHeadAttention(keras.layers.Layer):
     `keras.layers.MultiHeadAttention` (query, key, value, output; kernel
     then bias), so weights copy across with `set_weights`.
 
-    Self-attention (`value is query` and no `key`) runs the three input
-    projections as one fused matmul.
+    Self-attention (`value is query` and no `key`) without a cache runs the
+    three input projections as one fused matmul when `key_dim` equals
+    `value_dim`.
 
     Incremental decoding: a `cache` holds keys and values already projected,
     head-major, as a dict `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`
@@ -76,60 +79,88 @@ class MultiHeadAttention(keras.layers.Layer):
     a decoding loop compiled once by XLA needs.
 
     Args:
-        num_heads: number of attention heads `h`.
-        key_dim: size of each head for query and key, `d_k`.
-        value_dim: size of each head for value, `d_v`; defaults to `key_dim`.
-        dropout: dropout rate on the attention weights.
-        use_bias: whether the projections have biases.
-        output_dim: size of the output; defaults to the query's feature size
-            (Keras's `output_shape`, as an int).
-        kernel_initializer: initializer of the projection kernels; each
-            kernel draws from its own copy (see `clone_initializer`).
-        bias_initializer: initializer of the projection biases.
-        memory_efficient: `"auto"` (the default), `True` or `False`: compute
-            attention over blocks of `key_block_size` keys with an online
-            softmax (`blockwise_attention`, the FlashAttention recurrence),
-            whose memory grows linearly with the length instead of
-            quadratically. `"auto"` uses it from `BLOCKWISE_FROM` keys on
-            (a static length). Never with `return_attention_scores` or a
-            cache (the weights would have to be materialized; a decoding
-            step is small). Outputs and gradients equal the plain path.
-        key_block_size: keys per block of the memory-efficient path.
-        seed: seed of the memory-efficient path's attention dropout.
+        num_heads: int. Number of attention heads `h`; positive.
+        key_dim: int. Size of each head for query and key, `d_k`; positive.
+        value_dim: int. Size of each head for value, `d_v`; `key_dim` when not
+            given. Defaults to None.
+        dropout: float. Dropout rate on the attention weights, in [0, 1).
+            Defaults to 0.0.
+        use_bias: bool. Whether the projections have biases. Defaults to True.
+        output_dim: int. Size of the output (Keras's `output_shape`, as an int);
+            the query's feature size when not given. Defaults to None.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            the projection kernels; each kernel draws from its own copy (see
+            `clone_initializer`). Defaults to "glorot_uniform".
+        bias_initializer: str or keras.initializers.Initializer. Initializer of the
+            projection biases (each its own copy). Defaults to "zeros".
+        memory_efficient: One of `"auto"`, `True`, `False`. Whether to compute
+            attention over blocks of `key_block_size` keys with an online softmax
+            (`blockwise_attention`, the FlashAttention recurrence), whose memory
+            grows linearly with the length instead of quadratically. `"auto"` uses
+            it on the TensorFlow backend from `BLOCKWISE_FROM` (2048) keys on (a
+            static length); `True` needs the TensorFlow backend. Never with
+            `return_attention_scores` or a cache (the weights would have to be
+            materialized; a decoding step is small). Outputs and gradients equal
+            the plain path. Defaults to "auto".
+        key_block_size: int. Keys per block of the memory-efficient path; positive.
+            Defaults to 512.
+        seed: int. Seed of the memory-efficient path's attention dropout.
+            Defaults to None.
 
     Call arguments:
-        query: `(B, Tq, dim)`.
-        value: `(B, Tk, dim)`.
-        key: optional `(B, Tk, dim)`; defaults to `value`.
-        attention_mask: optional booleans `(B, Tq, Tk)`, `True` = may attend.
-        use_causal_mask: whether query `i` may only attend to keys `<= i`.
-        return_attention_scores: also return the weights `(B, h, Tq, Tk)`.
-        training: whether dropout is active.
-        cache: optional dict of projected keys and values,
+        query: tensor of shape `(B, Tq, dim)`.
+        value: tensor of shape `(B, Tk, dim)`.
+        key: tensor of shape `(B, Tk, dim)`. The keys; `value` when not given.
+            Defaults to None.
+        attention_mask: bool tensor of shape `(B, Tq, Tk)`, `True` = may attend.
+            Defaults to None.
+        use_causal_mask: bool. Whether query `i` may only attend to keys `<= i`.
+            Defaults to False.
+        return_attention_scores: bool. Whether to also return the weights
+            `(B, h, Tq, Tk)`. Defaults to False.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
+        cache: dict. Projected keys and values,
             `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}`. With
             `cache_index`, the projections of `key`/`value` `(B, Tq, dim)`
             are appended to it as steps `L ... L + Tq - 1`, attention is
             causal over its `L + Tq` steps and the updated cache is
             returned; without `cache_index`, it is used as is instead of
-            `key` and `value` (precomputed cross-attention).
-        cache_index: int or scalar int tensor, the step index of
-            `query[:, 0]`: the number of steps `L` the cache holds.
-        preallocated: the cache given with `cache_index` has its final
-            length `L` (`empty_cache(..., length=)`): the projections of the
+            `key` and `value` (precomputed cross-attention). Defaults to None.
+        cache_index: int or scalar int tensor. The step index of `query[:, 0]`:
+            the number of steps `L` the cache holds. Defaults to None.
+        preallocated: bool. Whether the cache given with `cache_index` has its
+            final length `L` (`empty_cache(..., length=)`): the projections of the
             new steps are written over its steps `cache_index ...
             cache_index + Tq - 1` (which must lie within `L`), the steps
             after them (not written yet) are masked, and the cache keeps
-            its shape.
-        query_mask, value_mask, key_mask: optional `(B, T)` padding masks;
-            Keras fills them from the inputs' masks (e.g. from
-            `Embedding(mask_zero=True)`).
+            its shape. Defaults to False.
+        query_mask: bool tensor of shape `(B, Tq)`. Padding mask of the queries;
+            Keras fills it from `query`'s mask (e.g. from
+            `Embedding(mask_zero=True)`). Defaults to None.
+        value_mask: bool tensor of shape `(B, Tk)`. Padding mask of the values;
+            Keras fills it from `value`'s mask. Defaults to None.
+        key_mask: bool tensor of shape `(B, Tk)`. Padding mask of the keys; Keras
+            fills it from `key`'s mask. A key is padding where either mask says so,
+            as in `keras.layers.MultiHeadAttention`. Ignored with a cache.
+            Defaults to None.
 
     Returns:
-        `output` `(B, Tq, output_dim)`; then the attention weights
-        `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L + Tq` with
-        a cache to append to, `L` with a precomputed or preallocated one); then the updated
-        cache if `cache` and `cache_index` were given. A query whose keys
-        are all masked gets all-zero weights.
+        `output`, a tensor of shape `(B, Tq, output_dim)`; then the attention
+        weights `(B, h, Tq, Tk)` if `return_attention_scores` (`Tk = L + Tq` with
+        a cache to append to, `L` with a precomputed or preallocated one); then
+        the updated cache if `cache` and `cache_index` were given. A query whose
+        keys are all masked gets all-zero weights.
+
+    Raises:
+        ValueError: if `num_heads`, `key_dim`, `value_dim` (when given) or
+            `key_block_size` is not a positive integer, `dropout` is not in
+            [0, 1), or `memory_efficient` is not `"auto"`, `True` or `False`;
+            when called, if `query`, `key` or `value` does not have rank 3, `key`
+            and `value` differ in length, or `preallocated=True` comes without
+            both `cache` and `cache_index`.
+        RuntimeError: if `memory_efficient=True` on a backend other than
+            TensorFlow.
 
     Example:
 
@@ -263,7 +294,16 @@ class MultiHeadAttention(keras.layers.Layer):
         return kernel, bias
 
     def project(self, x, kernel, bias):
-        """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → heads `(B, h, T, d)`."""
+        """`(B, T, dim)` @ `(dim, h, d)` (+ bias) → heads `(B, h, T, d)`.
+
+        Args:
+            x: tensor of shape `(B, T, dim)`.
+            kernel: tensor of shape `(dim, h, d)`. One of the layer's kernels.
+            bias: tensor of shape `(h, d)`, or None for no bias.
+
+        Returns:
+            A tensor of shape `(B, h, T, d)`: the heads.
+        """
         dim, h, d = kernel.shape
         kernel = optimization_barrier_under_xla(ops.reshape(kernel, (dim, h * d)))
         y = ops.matmul(ops.reshape(x, (-1, dim)), kernel)
@@ -302,11 +342,13 @@ class MultiHeadAttention(keras.layers.Layer):
         cross-attention keys and values are computed only once.
 
         Args:
-            key: `(B, S, dim)`.
-            value: optional `(B, S, dim)`; defaults to `key`.
+            key: tensor of shape `(B, S, dim)`. The encoder outputs the keys are
+                projected from.
+            value: tensor of shape `(B, S, dim)`. The encoder outputs the values
+                are projected from; `key` when not given. Defaults to None.
 
         Returns:
-            `{"key": (B, h, S, d_k), "value": (B, h, S, d_v)}`.
+            dict. `{"key": (B, h, S, d_k), "value": (B, h, S, d_v)}`.
         """
         value = key if value is None else value
         return {
@@ -318,14 +360,16 @@ class MultiHeadAttention(keras.layers.Layer):
         """A self-attention cache that holds no step yet.
 
         Args:
-            batch_size: `B`, an int or scalar int tensor.
-            dtype: the cache's dtype.
-            length: `None` (the cache grows by each step), or the steps it
-                will hold (zeros to be written with `preallocated=True`).
+            batch_size: int or scalar int tensor. `B`.
+            dtype: str. The cache's dtype; the layer's compute dtype when not
+                given. Defaults to None.
+            length: int. The steps the cache will hold (zeros to be written with
+                `preallocated=True`); None for a cache that grows by each step.
+                Defaults to None.
 
         Returns:
-            `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}` in `dtype`
-            (default: the layer's compute dtype), `L` = `length` or 0.
+            dict. `{"key": (B, h, L, d_k), "value": (B, h, L, d_v)}` in `dtype`,
+            `L` = `length` or 0.
         """
         dtype = dtype or self.compute_dtype
         shape = (batch_size, self.num_heads, 0 if length is None else length)
@@ -359,7 +403,8 @@ class MultiHeadAttention(keras.layers.Layer):
         fuse = key is None and value is query and cache is None and self.key_dim == self.value_dim
         if key is None:
             key = value
-            key_mask = value_mask if key_mask is None else key_mask
+        # As Keras: a key is padding where its value is, or where its own mask says so.
+        key_mask = masking.merge_masks(value_mask, key_mask)
 
         # Heads (B, h, T, d).
         if fuse:

@@ -10,15 +10,16 @@ class NextSentenceHead(keras.layers.Layer):
     """Two-way logits, IsNext (0) or NotNext (1), from the pooled [CLS] state.
 
     Args:
-        kernel_initializer: initializer of the projection; defaults to
-            BERT's TruncatedNormal(0.02).
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of the
+            projection; None gives BERT's TruncatedNormal(0.02) (`bert_initializer`).
+            Defaults to None.
 
     Call arguments:
-        pooled: `(B, d)`, the backbone's pooled output (tanh of a dense
-            layer on the [CLS] state).
+        pooled: tensor of shape `(B, d)`. The backbone's pooled output (tanh of a
+            dense layer on the [CLS] state).
 
     Returns:
-        `(B, 2)` logits.
+        A tensor of shape `(B, 2)`: the logits.
 
     Example:
 

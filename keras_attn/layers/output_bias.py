@@ -12,13 +12,17 @@ class OutputBias(keras.layers.Layer):
     Marian's models add this one (Hugging Face's `final_logits_bias`).
 
     Args:
-        vocabulary_size: the logits' last dimension.
+        vocabulary_size: int. The logits' last dimension.
 
     Call arguments:
-        logits: `(..., vocabulary_size)`.
+        logits: tensor of shape `(..., vocabulary_size)`.
 
     Returns:
-        The logits plus the bias, same shape and dtype.
+        A tensor: the logits plus the bias, of their shape and dtype.
+
+    Raises:
+        ValueError: when called on logits whose last dimension is not
+            `vocabulary_size`.
 
     Example:
 

@@ -36,18 +36,25 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     `start_index` (the step of incremental decoding) costs the same.
 
     Args:
-        max_sequence_length: the longest sequence the model accepts.
-        max_wavelength: the base, 10000 in the paper.
-        layout: `"interleaved"` (the paper: sin and cos of one wavelength
-            side by side) or `"halves"` (the d/2 sines, then the d/2 cosines,
-            as tensor2tensor, fairseq and Marian lay them out).
+        max_sequence_length: int. The longest sequence the model accepts.
+        max_wavelength: float. The base, 10000 in the paper. Defaults to 10000.0.
+        layout: str. One of `"interleaved"` (the paper: sin and cos of one
+            wavelength side by side) or `"halves"` (the d/2 sines, then the d/2
+            cosines, as tensor2tensor, fairseq and Marian lay them out).
+            Defaults to "interleaved".
 
     Call arguments:
-        inputs: `(B, T, d)`; only its length and width are used.
-        start_index: position of `inputs[:, 0]` (int or scalar tensor).
+        inputs: tensor of shape `(B, T, d)`. Only its length and width are used.
+        start_index: int or scalar int tensor. Position of `inputs[:, 0]`.
+            Defaults to 0.
 
     Returns:
-        `(1, T, d)` encodings, broadcastable to `inputs`.
+        A tensor of shape `(1, T, d)`: the encodings, broadcastable to `inputs`.
+
+    Raises:
+        ValueError: if `layout` is not one of `SINUSOID_LAYOUTS`; when called, if
+            `inputs` does not have rank 3, or (a length and `start_index` known in
+            Python) the positions exceed `max_sequence_length`.
 
     Example:
 
@@ -105,16 +112,23 @@ class PositionEmbedding(keras.layers.Layer):
     """Learned position embeddings (as in BERT): one vector per position.
 
     Args:
-        max_sequence_length: number of positions, the longest sequence
+        max_sequence_length: int. Number of positions, the longest sequence
             accepted.
-        initializer: initializer of the `(max_sequence_length, d)` table.
+        initializer: str or keras.initializers.Initializer. Initializer of the
+            `(max_sequence_length, d)` table. Defaults to "glorot_uniform".
 
     Call arguments:
-        inputs: `(B, T, d)`; only its length and width are used.
-        start_index: position of `inputs[:, 0]` (int or scalar tensor).
+        inputs: tensor of shape `(B, T, d)`. Only its length and width are used.
+        start_index: int or scalar int tensor. Position of `inputs[:, 0]`.
+            Defaults to 0.
 
     Returns:
-        `(1, T, d)` embeddings, broadcastable to `inputs`.
+        A tensor of shape `(1, T, d)`: the embeddings, broadcastable to `inputs`.
+
+    Raises:
+        ValueError: when called, if `inputs` does not have rank 3, or (a length and
+            `start_index` known in Python) the positions exceed
+            `max_sequence_length`.
 
     Example:
 

@@ -18,9 +18,13 @@ from keras import ops
 def cell_weights(cell, dtype):
     """A Keras `LSTMCell` or `GRUCell`'s weights in `dtype`, read once.
 
+    Args:
+        cell: keras.layers.LSTMCell or keras.layers.GRUCell. A built cell.
+        dtype: str. The dtype the weights are cast to (the compute dtype).
+
     Returns:
-        A dict: `kernel` W, `recurrent_kernel` U, `bias` (added to x W) and,
-        for a GRU, `recurrent_bias` (added to h U).
+        dict. `kernel` W, `recurrent_kernel` U, `bias` (added to x W) and, for a
+        GRU, `recurrent_bias` (added to h U).
     """
     weights = {
         "kernel": ops.cast(cell.kernel, dtype),
@@ -35,7 +39,15 @@ def cell_weights(cell, dtype):
 
 
 def input_projection(x, weights):
-    """x W + b: the part of every gate that does not depend on the state."""
+    """x W + b: the part of every gate that does not depend on the state.
+
+    Args:
+        x: tensor of shape `(..., input_dim)`. The inputs, one step or many.
+        weights: dict. From `cell_weights`.
+
+    Returns:
+        A tensor of shape `(..., 4 · units)` (LSTM) or `(..., 3 · units)` (GRU).
+    """
     return ops.matmul(x, weights["kernel"]) + weights["bias"]
 
 
@@ -47,12 +59,13 @@ def lstm_recurrence(projected, state, weights):
     h_t = σ(o) tanh(c_t).
 
     Args:
-        projected: `(B, 4 · units)`, `input_projection` of the step's input.
-        state: `[h_{t-1}, c_{t-1}]`, each `(B, units)`.
-        weights: from `cell_weights`.
+        projected: tensor of shape `(B, 4 · units)`. `input_projection` of the
+            step's input.
+        state: list. `[h_{t-1}, c_{t-1}]`, each of shape `(B, units)`.
+        weights: dict. From `cell_weights`.
 
     Returns:
-        `(h_t, [h_t, c_t])`, as `LSTMCell` returns them.
+        tuple. `(h_t, [h_t, c_t])`, as `LSTMCell` returns them.
     """
     h, c = state
     z = projected + ops.matmul(h, weights["recurrent_kernel"])
@@ -70,12 +83,13 @@ def gru_recurrence(projected, state, weights):
     h_t = z h_{t-1} + (1 − z) ĥ.
 
     Args:
-        projected: `(B, 3 · units)`, `input_projection` of the step's input.
-        state: `[h_{t-1}]`, `(B, units)`.
-        weights: from `cell_weights`.
+        projected: tensor of shape `(B, 3 · units)`. `input_projection` of the
+            step's input.
+        state: list. `[h_{t-1}]`, of shape `(B, units)`.
+        weights: dict. From `cell_weights`.
 
     Returns:
-        `(h_t, [h_t])`, as `GRUCell` returns them.
+        tuple. `(h_t, [h_t])`, as `GRUCell` returns them.
     """
     (h,) = state
     x_z, x_r, x_h = ops.split(projected, 3, axis=-1)
@@ -89,13 +103,34 @@ def gru_recurrence(projected, state, weights):
 
 
 def recurrence(cell_type, projected, state, weights):
-    """`lstm_recurrence` or `gru_recurrence` by `cell_type` (`"lstm"` or `"gru"`)."""
+    """`lstm_recurrence` or `gru_recurrence` by `cell_type`.
+
+    Args:
+        cell_type: str. One of `"lstm"`, `"gru"`.
+        projected: tensor of shape `(B, G)`. `input_projection` of the step's
+            input (G = 4 · units for an LSTM, 3 · units for a GRU).
+        state: list. The cell's state, each tensor of shape `(B, units)`.
+        weights: dict. From `cell_weights`.
+
+    Returns:
+        tuple. `(h_t, new_state)`.
+    """
     step = lstm_recurrence if cell_type == "lstm" else gru_recurrence
     return step(projected, state, weights)
 
 
 def cell_step(cell_type, x, state, weights):
-    """One whole step of the cell on input `x` `(B, input_dim)`: `(h_t, new_state)`."""
+    """One whole step of the cell on input `x`.
+
+    Args:
+        cell_type: str. One of `"lstm"`, `"gru"`.
+        x: tensor of shape `(B, input_dim)`. The step's input.
+        state: list. The cell's state, each tensor of shape `(B, units)`.
+        weights: dict. From `cell_weights`.
+
+    Returns:
+        tuple. `(h_t, new_state)`.
+    """
     return recurrence(cell_type, input_projection(x, weights), state, weights)
 
 
@@ -108,17 +143,18 @@ def masked_rnn(cell_type, inputs, mask, weights, go_backwards=False):
     read first and the final state is that of the first token.
 
     Args:
-        cell_type: `"lstm"` or `"gru"`.
-        inputs: `(B, S, d)` in the compute dtype.
-        mask: `(B, S)` booleans, `True` for real positions.
-        weights: from `cell_weights`.
-        go_backwards: run from position S − 1 down to 0.
+        cell_type: str. One of `"lstm"`, `"gru"`.
+        inputs: tensor of shape `(B, S, d)`, in the compute dtype.
+        mask: bool tensor of shape `(B, S)`. `True` for real positions.
+        weights: dict. From `cell_weights`.
+        go_backwards: bool. Whether to run from position S − 1 down to 0.
+            Defaults to False.
 
     Returns:
-        `(outputs, final_state)`: `outputs` `(B, S, units)` with h_t at each
-        real position (in input order, whatever the direction) and 0 at
-        masked ones; `final_state` the list of the state's tensors after
-        the last real step, `(B, units)` each.
+        tuple. `(outputs, final_state)`: `outputs` `(B, S, units)` with h_t at
+        each real position (in input order, whatever the direction) and 0 at
+        masked ones; `final_state` the list of the state's tensors after the
+        last real step, `(B, units)` each.
     """
     units = ops.shape(weights["recurrent_kernel"])[0]
     batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]

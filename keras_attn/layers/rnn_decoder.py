@@ -53,45 +53,63 @@ class AttentionDecoder(keras.layers.Layer):
     (`training=False`) always feeds the given tokens.
 
     Args:
-        vocabulary_size: number of target token ids.
-        hidden_dim: units of every RNN layer.
-        embedding_dim: width of the target embedding; defaults to
-            `hidden_dim`.
-        cell: `"lstm"` or `"gru"`.
-        num_layers: stacked RNN layers.
-        attention: `"bahdanau"`, `"luong"` or `"none"`.
-        score: Luong's score, `"dot"`, `"general"` or `"concat"` (and
+        vocabulary_size: int. Number of target token ids.
+        hidden_dim: int. Units of every RNN layer.
+        embedding_dim: int. Width of the target embedding; `hidden_dim` when not
+            given. Defaults to None.
+        cell: str. One of `"lstm"`, `"gru"`. Defaults to "lstm".
+        num_layers: int. Number of stacked RNN layers; positive. Defaults to 1.
+        attention: str. One of `"bahdanau"`, `"luong"`, `"none"`.
+            Defaults to "bahdanau".
+        score: str. Luong's score, `"dot"`, `"general"` or `"concat"` (and
             `"scaled_dot"`, `"scaled_general"`, `"cosine"`); see
-            `DotProductAttention`.
-        local: Luong's local attention, `None` (global), `"monotonic"`
-            (local-m) or `"predictive"` (local-p).
-        window: the half-width D of local attention.
-        input_feeding: Luong's input feeding of h̃_{t-1}.
-        attention_units: hidden size of the additive (and concat) score;
-            defaults to `hidden_dim`.
-        dropout: dropout on the embeddings, between RNN layers and on o_t.
-        tie_output: the output projection is the transposed embedding
-            (needs `embedding_dim == hidden_dim`).
-        scheduled_sampling: `None`, `"argmax"` or `"sample"` (see above).
-        kernel_initializer: initializer of the kernels (each weight draws
-            from its own copy).
+            `DotProductAttention`. Defaults to "general".
+        local: str. Luong's local attention, `"monotonic"` (local-m) or
+            `"predictive"` (local-p); None for global attention. Defaults to None.
+        window: int. The half-width D of local attention. Defaults to 10.
+        input_feeding: bool. Luong's input feeding of h̃_{t-1}. Defaults to True.
+        attention_units: int. Hidden size of the additive (and concat) score;
+            `hidden_dim` when not given. Defaults to None.
+        dropout: float. Dropout rate on the embeddings, between RNN layers and on
+            o_t. Defaults to 0.0.
+        tie_output: bool. Whether the output projection is the transposed
+            embedding (needs `embedding_dim == hidden_dim`). Defaults to True.
+        scheduled_sampling: str. `"argmax"` or `"sample"` (see above); None for
+            none. Defaults to None.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            the kernels (each weight draws from its own copy).
+            Defaults to "glorot_uniform".
 
     Call arguments:
-        target_in: `(B, T)` integer ids, [BOS] first, 0 as padding.
-        memory: `(B, S, d)` encoder outputs (unused with `"none"`): what
-            the Transformer's decoder block calls `encoder_outputs` and the
-            attention layers `value` (Keras's names there); here the NMT
-            papers' "memory", which every step reads again and whose keys
-            (`memory_keys`) are projected once per source.
-        encoder_states: the encoder's final states, a list per layer of
+        target_in: int tensor of shape `(B, T)`. The ids, [BOS] first, 0 as
+            padding.
+        memory: tensor of shape `(B, S, d)`. The encoder outputs (unused with
+            `"none"`): what the Transformer's decoder block calls
+            `encoder_outputs` and the attention layers `value` (Keras's names
+            there); here the NMT papers' "memory", which every step reads again
+            and whose keys (`memory_keys`) are projected once per source.
+            Defaults to None.
+        encoder_states: list. The encoder's final states, a list per layer of
             `[h, c]` (LSTM) or `[h]` (GRU), each `(B, d)`.
-        memory_mask: `(B, S)` booleans, `True` for real source tokens.
-        training: dropout and scheduled sampling are active.
-        return_attention_scores: also return the attention weights.
+        memory_mask: bool tensor of shape `(B, S)`. `True` for real source tokens;
+            None treats every source token as real. Defaults to None.
+        training: bool. Whether dropout and scheduled sampling are active.
+            Defaults to None (inference, unless an outer call trains).
+        return_attention_scores: bool. Whether to also return the attention
+            weights. Defaults to False.
 
     Returns:
-        Logits `(B, T, vocabulary_size)`, and with `return_attention_scores`
-        the weights `(B, T, S)` (zeros with `attention="none"`).
+        The logits, a tensor of shape `(B, T, vocabulary_size)`; with
+        `return_attention_scores`, the tuple of them and the weights `(B, T, S)`
+        (zeros with `attention="none"`).
+
+    Raises:
+        ValueError: if `cell`, `attention`, `local` or `scheduled_sampling` is not
+            one of the names above, `num_layers` is not a positive integer, or
+            `tie_output=True` with `embedding_dim` other than `hidden_dim`; when
+            first called with `attention="luong"`, if `DotProductAttention`
+            refuses `score` (or, with `local`, `window`).
+        RuntimeError: if Keras's backend is not TensorFlow.
 
     Example:
 
@@ -278,13 +296,15 @@ class AttentionDecoder(keras.layers.Layer):
         """The decoder state before [BOS]: RNN states, and h̃_0 = 0 with input feeding.
 
         Args:
-            encoder_states: the encoder's final states (see `call`), `(B, d)`.
-            rows_per_source: `W`, decoder rows per source (beam search's
-                hypotheses): each source's state is repeated `W` times.
+            encoder_states: list. The encoder's final states (see `call`), each
+                `(B, d)`.
+            rows_per_source: int or scalar int tensor. `W`, decoder rows per source
+                (beam search's hypotheses): each source's state is repeated `W`
+                times. Defaults to 1.
 
         Returns:
-            A dict: `"rnn"`, a list per layer of `(B·W, hidden_dim)` states,
-            and `"feed"` `(B·W, hidden_dim)` with input feeding.
+            dict. `"rnn"`, a list per layer of `(B·W, hidden_dim)` states, and
+            `"feed"` `(B·W, hidden_dim)` with input feeding.
         """
         states = [list(layer) for layer in encoder_states]
         if self.bridges:
@@ -302,7 +322,14 @@ class AttentionDecoder(keras.layers.Layer):
         """The part of the attention scores that depends on the memory alone.
 
         Computed once per source (W_k h for Bahdanau's additive score) and
-        passed to every `step` as `memory_keys`; `None` without attention.
+        passed to every `step` as `memory_keys`.
+
+        Args:
+            memory: tensor of shape `(B, S, d)`, or None. The encoder outputs.
+
+        Returns:
+            A tensor (`project_key` of the attention layer), or None without
+            attention or memory.
         """
         if self.attention == "none" or memory is None:
             return None
@@ -322,21 +349,24 @@ class AttentionDecoder(keras.layers.Layer):
         """Feeds one token per row; the shared step of training and decoding.
 
         Args:
-            token_ids: `(R,)` the previous tokens y_{t-1}.
-            state: a dict from `initial_state` or the previous step (other
-                entries are ignored and not returned).
-            memory: `(B, S, d)` encoder outputs of the `B` sources, where the
-                `R = B·W` rows are `W` consecutive rows per source.
-            memory_mask: `(B, S)` booleans, `True` for real source tokens.
-            index: the step t (local-m's aligned position p_t = t).
-            training: whether dropout is active.
-            memory_keys: `attention_keys(memory)`, computed once per source;
-                computed here when `None`.
-            rnn_weights: `rnn_weights()`, read once for many steps; read
-                here when `None`.
+            token_ids: int tensor of shape `(R,)`. The previous tokens y_{t-1}.
+            state: dict. From `initial_state` or the previous step (other entries
+                are ignored and not returned).
+            memory: tensor of shape `(B, S, d)`. Encoder outputs of the `B`
+                sources, where the `R = B·W` rows are `W` consecutive rows per
+                source. Defaults to None.
+            memory_mask: bool tensor of shape `(B, S)`. `True` for real source
+                tokens. Defaults to None.
+            index: int or scalar int tensor. The step t (local-m's aligned
+                position p_t = t). Defaults to 0.
+            training: bool. Whether dropout is active. Defaults to None.
+            memory_keys: tensor. `attention_keys(memory)`, computed once per
+                source; computed here when None. Defaults to None.
+            rnn_weights: list of dict. `rnn_weights()`, read once for many steps;
+                read here when None. Defaults to None.
 
         Returns:
-            `(logits (R, V), new_state, weights (R, S) or None)`.
+            tuple. `(logits (R, V), new_state, weights (R, S) or None)`.
         """
         embedded = self.dropout_layer(self.embedding(token_ids), training=training)
         features, new_state, weights = self._step(
@@ -354,6 +384,10 @@ class AttentionDecoder(keras.layers.Layer):
         E y_{t-1}, and `"kernel"`, the rows for the rest of its input
         (the context, h̃_{t-1}), so that teacher forcing projects the
         embedded tokens of all steps before its loop (`_embedded_projection`).
+
+        Returns:
+            list of dict. One per layer, as `cell_weights` gives them, the first
+            with `"embedding_kernel"` besides.
         """
         weights = [cell_weights(cell, self.compute_dtype) for cell in self.cells]
         first = weights[0]["kernel"]

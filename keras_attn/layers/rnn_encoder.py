@@ -23,26 +23,35 @@ class RNNEncoder(keras.layers.Layer):
     states are those of the last real token, in either direction.
 
     Args:
-        vocabulary_size: number of source token ids.
-        hidden_dim: units of every RNN layer (per direction).
-        embedding_dim: width of the token embedding; defaults to
-            `hidden_dim`.
-        cell: `"lstm"` or `"gru"`.
-        num_layers: stacked RNN layers.
-        bidirectional: run every layer in both directions.
-        dropout: dropout on the embeddings and between layers.
-        kernel_initializer: initializer of the input kernels (each weight
-            draws from its own copy).
+        vocabulary_size: int. Number of source token ids.
+        hidden_dim: int. Units of every RNN layer (per direction).
+        embedding_dim: int. Width of the token embedding; `hidden_dim` when not
+            given. Defaults to None.
+        cell: str. One of `"lstm"`, `"gru"`. Defaults to "lstm".
+        num_layers: int. Number of stacked RNN layers; positive. Defaults to 1.
+        bidirectional: bool. Whether to run every layer in both directions.
+            Defaults to False.
+        dropout: float. Dropout rate on the embeddings and between layers.
+            Defaults to 0.0.
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            the input kernels (each weight draws from its own copy).
+            Defaults to "glorot_uniform".
 
     Call arguments:
-        token_ids: `(B, S)` integer ids, 0 as padding.
-        training: whether dropout is active.
+        token_ids: int tensor of shape `(B, S)`. The ids, 0 as padding.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
 
     Returns:
-        `(outputs, final_states)`: `outputs` `(B, S, d)` with `d =
+        tuple. `(outputs, final_states)`: `outputs` `(B, S, d)` with `d =
         hidden_dim` (`2 · hidden_dim` if bidirectional) and `final_states`
         a list, one per layer, of that layer's final states `[h, c]` (LSTM)
         or `[h]` (GRU), each `(B, d)`.
+
+    Raises:
+        ValueError: if `cell` is not one of `CELLS` or `num_layers` is not a
+            positive integer.
+        RuntimeError: if Keras's backend is not TensorFlow.
 
     Example:
 
@@ -81,6 +90,7 @@ class RNNEncoder(keras.layers.Layer):
 
     @property
     def output_dim(self):
+        """`hidden_dim`, doubled if bidirectional: the width of the outputs and states."""
         return self.hidden_dim * (2 if self.bidirectional else 1)
 
     def build(self, token_ids_shape):

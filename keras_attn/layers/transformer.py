@@ -107,26 +107,39 @@ class TransformerEncoderBlock(_TransformerBlock):
     x = AddAndNorm(x, FeedForward(x))
 
     Args:
-        num_heads: attention heads; must divide the width of `x`.
-        intermediate_dim: inner width of the feed-forward network.
-        dropout: residual dropout (P_drop).
-        activation: feed-forward activation.
-        norm_first: pre-norm instead of the paper's post-norm.
-        attention_dropout: dropout on the attention weights.
-        layer_norm_epsilon: LayerNorm epsilon.
-        kernel_initializer: initializer of every projection kernel (each
-            draws its own); `None`: the sublayers' Glorot uniform. BERT
-            uses `TruncatedNormal(stddev=0.02)`.
+        num_heads: int. Number of attention heads; must divide the width of `x`.
+        intermediate_dim: int. Inner width of the feed-forward network.
+        dropout: float. Residual dropout rate (P_drop). Defaults to 0.0.
+        activation: str or callable. The feed-forward activation. Defaults to "relu".
+        norm_first: bool. Pre-norm instead of the paper's post-norm.
+            Defaults to False.
+        attention_dropout: float. Dropout rate on the attention weights.
+            Defaults to 0.0.
+        layer_norm_epsilon: float. Epsilon of the LayerNorms. Defaults to 1e-5
+            (`LAYER_NORM_EPSILON`).
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            every projection kernel (each draws its own copy); None leaves the
+            sublayers' Glorot uniform. BERT uses `TruncatedNormal(stddev=0.02)`.
+            Defaults to None.
 
     Call arguments:
-        x: `(B, T, d)`.
-        padding_mask: optional `(B, T)`, `True` for real tokens. Defaults to
-            the Keras mask of `x`.
-        training: whether dropout is active.
-        return_attention_scores: also return the `(B, h, T, T)` weights.
+        x: tensor of shape `(B, T, d)`.
+        padding_mask: bool tensor of shape `(B, T)`. `True` for real tokens; the
+            Keras mask of `x` when not given. Defaults to None.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
+        return_attention_scores: bool. Whether to also return the `(B, h, T, T)`
+            weights. Defaults to False.
+        mask: bool tensor of shape `(B, T)`. Filled by Keras from `x`'s mask; used
+            when `padding_mask` is not given. Defaults to None.
 
     Returns:
-        `(B, T, d)`, and the attention weights when asked.
+        A tensor of shape `(B, T, d)`; with `return_attention_scores`, the tuple
+        of it and the attention weights, of shape `(B, h, T, T)`.
+
+    Raises:
+        ValueError: when first called, if `x` does not have rank 3 or `num_heads`
+            does not divide its width.
 
     Example:
 
@@ -205,42 +218,69 @@ class TransformerDecoderBlock(_TransformerBlock):
     source instead of once per hypothesis.
 
     Args:
-        num_heads: attention heads; must divide the width of `x`.
-        intermediate_dim: inner width of the feed-forward network.
-        dropout: residual dropout (P_drop).
-        activation: feed-forward activation.
-        norm_first: pre-norm instead of the paper's post-norm.
-        attention_dropout: dropout on the attention weights.
-        layer_norm_epsilon: LayerNorm epsilon.
-        kernel_initializer: initializer of every projection kernel (each
-            draws its own); `None`: the sublayers' Glorot uniform. BERT
-            uses `TruncatedNormal(stddev=0.02)`.
+        num_heads: int. Number of attention heads; must divide the width of `x`.
+        intermediate_dim: int. Inner width of the feed-forward network.
+        dropout: float. Residual dropout rate (P_drop). Defaults to 0.0.
+        activation: str or callable. The feed-forward activation. Defaults to "relu".
+        norm_first: bool. Pre-norm instead of the paper's post-norm.
+            Defaults to False.
+        attention_dropout: float. Dropout rate on the attention weights.
+            Defaults to 0.0.
+        layer_norm_epsilon: float. Epsilon of the LayerNorms. Defaults to 1e-5
+            (`LAYER_NORM_EPSILON`).
+        kernel_initializer: str or keras.initializers.Initializer. Initializer of
+            every projection kernel (each draws its own copy); None leaves the
+            sublayers' Glorot uniform. BERT uses `TruncatedNormal(stddev=0.02)`.
+            Defaults to None.
 
     Call arguments:
-        x: `(B, T, d)` decoder inputs (embedded, shifted right).
-        encoder_outputs: `(B, S, d_enc)`.
-        decoder_padding_mask: optional `(B, T)`, `True` for real tokens.
-        encoder_padding_mask: optional `(B, S)`, `True` for real tokens.
-        training: whether dropout is active.
-        cache: optional self-attention cache `{"key": (B, h, L, d/h),
+        x: tensor of shape `(B, T, d)`. The decoder inputs (embedded, shifted
+            right).
+        encoder_outputs: tensor of shape `(B, S, d_enc)`. Without it (and without
+            `cross_attention_cache`) the call has no cross-attention.
+            Defaults to None.
+        decoder_padding_mask: bool tensor of shape `(B, T)`. `True` for real
+            tokens; ignored with a `cache`. Defaults to None.
+        encoder_padding_mask: bool tensor of shape `(B, S)`. `True` for real
+            tokens. Defaults to None.
+        training: bool. Whether dropout is active. Defaults to None (inference,
+            unless an outer call trains).
+        cache: dict. The self-attention cache `{"key": (B, h, L, d/h),
             "value": (B, h, L, d/h)}` of the `L` steps so far, from
-            `empty_cache` then from the previous call.
-        cache_index: int or scalar int tensor, the step index of `x[:, 0]`
-            (the `L` steps the cache holds).
-        preallocated: the cache has its final length (`empty_cache(...,
-            length=)`) and the new steps are written into it.
-        cross_attention_cache: optional projected encoder keys and values
+            `empty_cache` then from the previous call. Defaults to None.
+        cache_index: int or scalar int tensor. The step index of `x[:, 0]` (the
+            `L` steps the cache holds). Defaults to None.
+        preallocated: bool. Whether the cache has its final length
+            (`empty_cache(..., length=)`) and the new steps are written into it.
+            Defaults to False.
+        cross_attention_cache: dict. Projected encoder keys and values
             `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`, from
             `cross_attention.project_key_value`; replaces `encoder_outputs`.
             It may have `B / W` rows, one per `W` rows of `x` (see above).
-        return_attention_scores: also return the weights.
-        mask, x_mask, encoder_outputs_mask: filled by Keras from the inputs'
-            masks when the padding masks are not given.
+            Defaults to None.
+        return_attention_scores: bool. Whether to also return the weights.
+            Defaults to False.
+        mask: bool tensor of shape `(B, T)`. Filled by Keras from `x`'s mask; the
+            decoder padding mask when neither `decoder_padding_mask` nor `x_mask`
+            is given. Defaults to None.
+        x_mask: bool tensor of shape `(B, T)`. Filled by Keras from `x`'s mask;
+            the decoder padding mask when `decoder_padding_mask` is not given.
+            Defaults to None.
+        encoder_outputs_mask: bool tensor of shape `(B, S)`. Filled by Keras from
+            `encoder_outputs`' mask; the encoder padding mask when
+            `encoder_padding_mask` is not given. Defaults to None.
 
     Returns:
-        `x` `(B, T, d)`; then the updated cache if `cache` was given; then,
-        when asked, the self-attention weights `(B, h, T, T)` and the
-        cross-attention weights `(B, h, T, S)` (if there is cross-attention).
+        `x`, a tensor of shape `(B, T, d)`; then the updated cache if `cache` was
+        given; then, when asked, the self-attention weights `(B, h, T, T)` and
+        the cross-attention weights `(B, h, T, S)` (if there is cross-attention).
+
+    Raises:
+        ValueError: when first called, if `x` or `encoder_outputs` does not have
+            rank 3 or `num_heads` does not divide the width of `x`; when called,
+            if `encoder_outputs` or `cross_attention_cache` is given to a block
+            built without cross-attention, or `preallocated=True` comes without
+            both `cache` and `cache_index`.
 
     Example:
 
@@ -278,10 +318,17 @@ class TransformerDecoderBlock(_TransformerBlock):
     def empty_cache(self, batch_size, dtype=None, length=None):
         """A self-attention `cache` that holds no step yet.
 
+        Args:
+            batch_size: int or scalar int tensor. `B`.
+            dtype: str. The cache's dtype; the block's compute dtype when not
+                given. Defaults to None.
+            length: int. The steps the cache will hold (to be written with
+                `preallocated=True`); None for a cache that grows by each step.
+                Defaults to None.
+
         Returns:
-            `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}` in `dtype`
-            (default: the block's compute dtype), `L` = `length` (to be
-            written with `preallocated=True`) or 0.
+            dict. `{"key": (B, h, L, d/h), "value": (B, h, L, d/h)}` in `dtype`,
+            `L` = `length` or 0.
         """
         return self.self_attention.empty_cache(
             batch_size, dtype or self.compute_dtype, length=length

@@ -29,18 +29,29 @@ class Backbone(keras.Model):
         a checkpoint folder (`keras_attn.checkpoints.load` tells which).
 
         Args:
-            preset: str. A size name (arguments given win over its values), or a folder: a Hugging
-                Face or keras-hub checkpoint, or an export of keras-attn.
-            **kwargs: the model's arguments; beside a folder only `dropout`, `dtype`, `name`
-                and `trainable`, the rest being the checkpoint's.
+            preset: str or path-like. A size name (arguments given win over its values), or a
+                folder: a Hugging Face or keras-hub checkpoint, or an export of keras-attn.
+            **kwargs: The model's arguments; beside a folder only `dropout`, `dtype`, `name` and
+                `trainable`, the rest being the checkpoint's.
+
+        Returns:
+            An instance of this class.
 
         Raises:
-            ValueError: a name that is neither a size nor a folder, or a folder that cannot be
-                read, in one line (`keras_attn.errors.UserError`).
+            ValueError: when `preset` is neither a size name nor a folder, or is a folder that
+                cannot be read; said in one line (`keras_attn.errors.UserError`).
         """
         return presets.load(cls, preset, **kwargs)
 
     @classmethod
     def from_size(cls, preset, **kwargs):
-        """A new model of the size name `preset`; arguments given win over its values."""
+        """A new model of the size name `preset`; arguments given win over its values.
+
+        Args:
+            preset: str. A size name of `presets`.
+            **kwargs: The model's arguments, which win over the size's values.
+
+        Returns:
+            An instance of this class.
+        """
         return cls(preset=preset, **kwargs)

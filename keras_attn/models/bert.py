@@ -47,25 +47,33 @@ class BertBackbone(Backbone):
     (`norm_first` only, else `None`) and `pooler`.
 
     Args:
-        vocabulary_size: token ids (30,522 in BERT's uncased vocabulary).
-        preset: `"tiny"`, `"mini"`, `"small"`, `"medium"` or `"base"`
-            (see `PRESETS`); `num_layers`, `hidden_dim` and `num_heads`
-            given explicitly replace its values.
-        max_sequence_length: learned positions (512 in BERT).
-        num_segments: segment ids (2: sentence A and B).
-        dropout: dropout of the embeddings, residuals and attention weights.
-        num_layers: encoder blocks.
-        hidden_dim: the model width.
-        num_heads: attention heads.
-        intermediate_dim: the feed-forward width; 4 × `hidden_dim` by default.
-        norm_first: pre-norm blocks (Xiong et al. 2020) and a final
-            LayerNorm, instead of BERT's post-norm.
-        activation: the feed-forward's and the masked-LM head's, one of
-            `layers.activations.ACTIVATIONS` (`"gelu"`: exact, erf GELU;
-            `"gelu_tanh"`: its tanh approximation, BERT's original code).
-        layer_norm_epsilon: of every LayerNorm.
-        dtype: the layers' dtype policy, e.g. `"mixed_bfloat16"`.
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        vocabulary_size: int. The number of token ids (30,522 in BERT's uncased vocabulary).
+        preset: str or `None`. One of `"tiny"`, `"mini"`, `"small"`, `"medium"`, `"base"` (see
+            `PRESETS`); `num_layers`, `hidden_dim` and `num_heads` given explicitly replace its
+            values. `None` takes `"tiny"`'s values. Defaults to `"tiny"`.
+        max_sequence_length: int. The number of learned positions (512 in BERT). Defaults to
+            512.
+        num_segments: int. The number of segment ids (2: sentence A and B). Defaults to 2.
+        dropout: float. Dropout of the embeddings, residuals and attention weights. Defaults to
+            0.1.
+        num_layers: int. Encoder blocks. Defaults to the preset's.
+        hidden_dim: int. The model width; `num_heads` must divide it. Defaults to the preset's.
+        num_heads: int. Attention heads. Defaults to the preset's.
+        intermediate_dim: int. The feed-forward width. Defaults to 4 × `hidden_dim`.
+        norm_first: bool. Pre-norm blocks (Xiong et al. 2020) and a final LayerNorm, instead of
+            BERT's post-norm. Defaults to `False`.
+        activation: str. The feed-forward's and the masked-LM head's activation, one of
+            `layers.activations.ACTIVATIONS`: `"gelu"` (exact, erf GELU), `"gelu_tanh"` (its
+            tanh approximation, BERT's original code), `"relu"`, `"silu"`. Defaults to
+            `"gelu"`.
+        layer_norm_epsilon: float. The epsilon of every LayerNorm. Defaults to 1e-12.
+        dtype: str, `keras.DTypePolicy` or `None`. The layers' dtype policy, e.g.
+            `"mixed_bfloat16"`. Defaults to `None`: Keras's global policy.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
+
+    Raises:
+        ValueError: when `preset` or `activation` is not one of its names, or when `num_heads`
+            does not divide `hidden_dim`.
 
     Example:
 
@@ -166,12 +174,18 @@ class BertBackbone(Backbone):
         self._arguments = settings
 
     def call_with_attention(self, token_ids, segment_ids):
-        """The encoder's `(B, T, d)` sequence output and its
-        self-attention, `(B, layers, heads, T, T)`.
+        """The encoder's sequence output and its self-attention weights.
 
-        The same computation as calling the model (in inference), with each
-        layer's attention weights kept: what the serving `attention`
-        signature and the explorer show.
+        The same computation as calling the model (in inference), with each layer's attention
+        weights kept: what the serving `attention` signature and the explorer show.
+
+        Args:
+            token_ids: int tensor of shape `(B, T)`. Token ids, [PAD] (0) as padding.
+            segment_ids: int tensor of shape `(B, T)`. Segment ids.
+
+        Returns:
+            A tuple `(sequence_output, attention)`: the `(B, T, d)` sequence output and the
+                self-attention weights, `(B, layers, heads, T, T)`.
         """
         x = self.embedding(token_ids, segment_ids)
         padding_mask = tf.not_equal(token_ids, PAD_ID)
@@ -199,8 +213,30 @@ class BertBackbone(Backbone):
         layer_norm_epsilon=1e-12,
         dtype=None,
     ):
-        """The arguments written out (the preset's values, the
-        defaults), without building a model: its config.
+        """The arguments written out (the preset's values, the defaults), without building a
+        model: its config.
+
+        Args:
+            vocabulary_size: int. As `BertBackbone`'s.
+            preset: str or `None`. As `BertBackbone`'s. Defaults to `"tiny"`.
+            max_sequence_length: int. As `BertBackbone`'s. Defaults to 512.
+            num_segments: int. As `BertBackbone`'s. Defaults to 2.
+            dropout: float. As `BertBackbone`'s. Defaults to 0.1.
+            num_layers: int. As `BertBackbone`'s. Defaults to the preset's.
+            hidden_dim: int. As `BertBackbone`'s. Defaults to the preset's.
+            num_heads: int. As `BertBackbone`'s. Defaults to the preset's.
+            intermediate_dim: int. As `BertBackbone`'s. Defaults to 4 × `hidden_dim`.
+            norm_first: bool. As `BertBackbone`'s. Defaults to `False`.
+            activation: str. As `BertBackbone`'s. Defaults to `"gelu"`.
+            layer_norm_epsilon: float. As `BertBackbone`'s. Defaults to 1e-12.
+            dtype: str, `keras.DTypePolicy` or `None`. As `BertBackbone`'s; a policy is written
+                as its name. Defaults to `None`.
+
+        Returns:
+            A dict of every argument but `preset`, each written out.
+
+        Raises:
+            ValueError: when `preset` is not one of its names.
         """
         settings = architecture(
             "bert",
@@ -227,11 +263,17 @@ class BertBackbone(Backbone):
 
 
 def backbone_arguments(settings):
-    """The `BertBackbone` arguments that fix its architecture, among a
-    backbone's config or saved settings.
+    """The `BertBackbone` arguments that fix its architecture, among a backbone's config or saved
+    settings.
 
     Left out: a preprocessor's `lowercase`, `strip_accents` and `max_length`, and what a
     fine-tuning chooses anew (`dropout`, `dtype`, `name`, `trainable`).
+
+    Args:
+        settings: dict. A backbone's config or saved settings.
+
+    Returns:
+        A dict: `settings` without the keys left out.
     """
     return {
         k: v
@@ -248,8 +290,17 @@ class BertTask(Task):
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
-        """A new `BertBackbone` of `preset` for `preprocessor`'s
-        vocabulary, with as many positions as its rows.
+        """A new `BertBackbone` of `preset` for `preprocessor`'s vocabulary, with as many
+        positions as its rows.
+
+        Args:
+            preset: str. A size name of `PRESETS`.
+            preprocessor: a `pipelines.preprocessors.BertPreprocessor`. Its vocabulary size and
+                `max_length` size the backbone.
+            **kwargs: Backbone arguments, which win over the preset's and the preprocessor's.
+
+        Returns:
+            A `BertBackbone`.
         """
         return BertBackbone.from_preset(
             preset,
@@ -284,24 +335,28 @@ def fill_masks(
 ):
     """The masked LM's answers for the `[MASK]`s of `text`, in the graph.
 
+    Special tokens are never candidates.
+
     Args:
-        preprocessor: the `BertPreprocessor` the texts are read with.
-        encode: `(token_ids, segment_ids)` → the backbone's `sequence_output`.
-        mlm_head: the `MaskedLMHead` on it.
-        text: `(B,)` strings, with `[MASK]` (any case) where a word is asked for.
-        top_k: int32 scalar, the candidates given per mask, clipped to
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor`. The preprocessor the texts
+            are read with.
+        encode: callable. `(token_ids, segment_ids)` → the backbone's `sequence_output`.
+        mlm_head: a `MaskedLMHead`. The masked-LM head on that output.
+        text: string tensor of shape `(B,)`. The texts, with `[MASK]` (any case) where a word is
+            asked for.
+        top_k: int or int32 scalar tensor. The candidates given per mask, clipped to
             `[1, max_top_k]` (and to the vocabulary's non-special tokens).
-        max_predictions: the most masks answered per text (the first ones).
-        max_top_k: the most candidates.
+        max_predictions: int. The most masks answered per text (the first ones). Defaults to
+            20.
+        max_top_k: int. The most candidates. Defaults to 50 (`MAX_TOP_K`).
 
     Returns:
-        `tokens` string `(B, M, K)` and `scores` float32 `(B, M, K)`
-        (probabilities): the top `K` tokens of each of the first `M` masks
-        (`M` the most masks of a row, at most `max_predictions`; other
-        rows padded with `""` and 0); `filled` string `(B,)`, the text with
-        each mask replaced by its best token; `num_masks` int32 `(B,)`;
-        `truncated` bool `(B,)`, the text was cut (masks after the cut are not
-        answered). Special tokens are never candidates.
+        A dict: `"tokens"`, a string tensor of shape `(B, M, K)`, and `"scores"`, a float32 tensor
+            of shape `(B, M, K)` (probabilities): the top `K` tokens of each of the first `M` masks
+            (`M` the most masks of a row, at most `max_predictions`; other rows padded with `""` and
+            0); `"filled"`, a string tensor of shape `(B,)`, the text with each mask replaced by its
+            best token; `"num_masks"`, an int32 tensor of shape `(B,)`; and `"truncated"`, a bool
+            tensor of shape `(B,)`: the text was cut (masks after the cut are not answered).
     """
     # One more (empty) row, taken off at the end: the head's gather needs a row.
     token_ids, segment_ids, truncated, num_masks = preprocessor.pack_with_masks(
@@ -366,7 +421,15 @@ class _MaskedLMTask(BertTask):
         )
 
     def encode(self, token_ids, segment_ids):
-        """The backbone's `sequence_output` (inference: no dropout)."""
+        """The backbone's `sequence_output` (inference: no dropout).
+
+        Args:
+            token_ids: int tensor of shape `(B, T)`. Token ids, [PAD] (0) as padding.
+            segment_ids: int tensor of shape `(B, T)`. Segment ids.
+
+        Returns:
+            A tensor of shape `(B, T, d)`.
+        """
         outputs = self.backbone(
             {"token_ids": token_ids, "segment_ids": segment_ids}, training=False
         )
@@ -376,14 +439,18 @@ class _MaskedLMTask(BertTask):
         """The masked LM's best words for the `[MASK]`s of each text (compiled once for any batch).
 
         Args:
-            texts: a list of strings, each with `[MASK]` (any case) where a
-                word is asked for (at most 20 are answered).
-            top_k: the candidates per mask.
+            texts: list of str. Each with `[MASK]` (any case) where a word is asked for (at most
+                20 are answered).
+            top_k: int. The candidates per mask, clipped to 1 to 50 (`MAX_TOP_K`) and to the
+                vocabulary's non-special tokens. Defaults to 5.
 
         Returns:
-            For each text, `{"filled": the text with each mask replaced by
-            its best token, "masks": [[(token, probability), ...] per mask],
-            "truncated": whether the text was cut to the preprocessor's length}`.
+            A list with, for each text, a dict: `"filled"`, the text with each mask replaced by its
+                best token; `"masks"`, a list per mask of `(token, probability)` pairs, best first;
+                `"truncated"`, whether the text was cut to the preprocessor's length.
+
+        Raises:
+            ValueError: when the task has no preprocessor.
         """
         if self.preprocessor is None:
             raise ValueError("fill_mask() needs a preprocessor: build the task with one")
@@ -435,10 +502,10 @@ class BertPretrainer(_MaskedLMTask):
     preprocessor, answers `fill_mask`.
 
     Args:
-        backbone: a `BertBackbone`.
-        preprocessor: the `pipelines.preprocessors.BertPreprocessor` it reads
-            text with (for `fill_mask`; saved with the model).
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        backbone: a `BertBackbone`. The encoder the heads are put on.
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor` or `None`. The preprocessor
+            it reads text with (for `fill_mask`; saved with the model). Defaults to `None`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
 
     Example:
 
@@ -477,15 +544,19 @@ class BertPretrainer(_MaskedLMTask):
         `loss` and `PretrainingMetrics`' MLM and NSP values.
 
         Args:
-            optimizer: `"auto"`: BERT's AdamW (`keras_attn.optimizers.adamw`) at
-                `learning_rate`, a number or a schedule (the job warms up and
-                decays linearly over its run: `WarmupLinearDecay`).
-            loss: `"auto"`: `PretrainingLoss(nsp_weight)`, the masked-LM mean
-                over the global batch's masked tokens plus the NSP mean.
-            learning_rate: the `"auto"` optimizer's rate.
-            weight_decay: its decoupled weight decay.
-            nsp_weight: what the NSP loss counts for beside the MLM's.
-            **kwargs: other `keras.Model.compile` arguments.
+            optimizer: str or `keras.optimizers.Optimizer`. `"auto"`: BERT's AdamW
+                (`keras_attn.optimizers.adamw`) at `learning_rate`. Defaults to `"auto"`.
+            loss: str or `keras.losses.Loss`. `"auto"`: `PretrainingLoss(nsp_weight)`, the
+                masked-LM mean over the global batch's masked tokens plus the NSP mean. Defaults
+                to `"auto"`.
+            learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`. The
+                `"auto"` optimizer's rate, a number or a schedule (the job warms up and decays
+                linearly over its run: `WarmupLinearDecay`). Defaults to 1e-3.
+            weight_decay: float. The `"auto"` optimizer's decoupled weight decay. Defaults to
+                0.01.
+            nsp_weight: float. What the NSP loss counts for beside the MLM's in the `"auto"`
+                loss. Defaults to 1.0.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
         own = dict(learning_rate=learning_rate, weight_decay=weight_decay, nsp_weight=nsp_weight)
         self._compile(own, PretrainingLoss(nsp_weight), optimizer, loss, **kwargs)
@@ -502,10 +573,10 @@ class BertMaskedLM(_MaskedLMTask):
     `fill_mask`. Its parts are the attributes `backbone` and `mlm_head`.
 
     Args:
-        backbone: a `BertBackbone`.
-        preprocessor: the `pipelines.preprocessors.BertPreprocessor` it reads
-            text with (for `fill_mask`; saved with the model).
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        backbone: a `BertBackbone`. The encoder the head is put on.
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor` or `None`. The preprocessor
+            it reads text with (for `fill_mask`; saved with the model). Defaults to `None`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
 
     Example:
 
@@ -533,14 +604,16 @@ class BertMaskedLM(_MaskedLMTask):
         """`keras.Model.compile` with BERT's choices for what is `"auto"`.
 
         Args:
-            optimizer: `"auto"`: BERT's AdamW at `learning_rate` (a number or
-                a schedule).
-            loss: `"auto"`: the masked-LM mean over the global batch's masked
-                tokens (`PretrainingLoss` without the NSP head); `fit` then
-                reports it and the MLM values of `PretrainingMetrics`.
-            learning_rate: the `"auto"` optimizer's rate.
-            weight_decay: its decoupled weight decay.
-            **kwargs: other `keras.Model.compile` arguments.
+            optimizer: str or `keras.optimizers.Optimizer`. `"auto"`: BERT's AdamW at
+                `learning_rate`. Defaults to `"auto"`.
+            loss: str or `keras.losses.Loss`. `"auto"`: the masked-LM mean over the global
+                batch's masked tokens (`PretrainingLoss` without the NSP head); `fit` then
+                reports it and the MLM values of `PretrainingMetrics`. Defaults to `"auto"`.
+            learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`. The
+                `"auto"` optimizer's rate, a number or a schedule. Defaults to 1e-3.
+            weight_decay: float. The `"auto"` optimizer's decoupled weight decay. Defaults to
+                0.01.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
         own = dict(learning_rate=learning_rate, weight_decay=weight_decay)
         self._compile(own, PretrainingLoss(), optimizer, loss, **kwargs)
@@ -554,12 +627,12 @@ class BertClassifier(BertTask):
     parts are the attributes `backbone` and `classifier` (the output layer).
 
     Args:
-        backbone: a `BertBackbone`, pretrained or not.
-        num_classes: the labels.
-        dropout: dropout before the output layer.
-        preprocessor: the `pipelines.preprocessors.BertPreprocessor` its
-            texts are read with (saved with the model).
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        backbone: a `BertBackbone`. The encoder, pretrained or not.
+        num_classes: int. The number of labels.
+        dropout: float. Dropout before the output layer. Defaults to 0.1.
+        preprocessor: a `pipelines.preprocessors.BertPreprocessor` or `None`. The preprocessor
+            its texts are read with (saved with the model). Defaults to `None`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
 
     Example:
 
@@ -595,15 +668,17 @@ class BertClassifier(BertTask):
         """`keras.Model.compile` with the fine-tuning job's choices for what is `"auto"`.
 
         Args:
-            optimizer: `"auto"`: BERT's AdamW at `learning_rate` (a number or
-                a schedule; the job warms up over 10% of its run, then decays
-                linearly).
-            loss: `"auto"`: `ClassificationLoss()`, the mean cross-entropy of
-                the global batch's logits.
-            metrics: `"auto"`: accuracy.
-            learning_rate: the `"auto"` optimizer's rate.
-            weight_decay: its decoupled weight decay.
-            **kwargs: other `keras.Model.compile` arguments.
+            optimizer: str or `keras.optimizers.Optimizer`. `"auto"`: BERT's AdamW at
+                `learning_rate`. Defaults to `"auto"`.
+            loss: str or `keras.losses.Loss`. `"auto"`: `ClassificationLoss()`, the mean
+                cross-entropy of the global batch's logits. Defaults to `"auto"`.
+            metrics: str or list. `"auto"`: accuracy. Defaults to `"auto"`.
+            learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`. The
+                `"auto"` optimizer's rate, a number or a schedule (the job warms up over 10% of
+                its run, then decays linearly). Defaults to 1e-4.
+            weight_decay: float. The `"auto"` optimizer's decoupled weight decay. Defaults to
+                0.01.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
         own = dict(learning_rate=learning_rate, weight_decay=weight_decay)
         self._compile(own, ClassificationLoss(), optimizer, loss, metrics=metrics, **kwargs)

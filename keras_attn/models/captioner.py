@@ -33,40 +33,48 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
     `(B, T, vocabulary_size)` float32 logits of the next word, all words in
     one call (teacher forcing).
 
-    Args:
-        vocabulary_size: size of the caption vocabulary.
-        preset: `"tiny"` or `"small"` (see `PRESETS`): values of `filters`,
-            `feature_dim`, `hidden_dim` and `stage_depth` for those not given
-            explicitly.
-        image_size: the side of the square input images.
-        filters: the encoder's stage widths (`ImageGridEncoder`).
-        feature_dim: D, the width of each grid cell's vector.
-        stage_depth: 3×3 convolutions in each of the encoder's stages (one
-            gave better grounding than VGG's two: docs/benchmarks/captioning.md).
-        hidden_dim: the LSTM's width; the embeddings' too.
-        attention: `"soft"` (section 4.2), `"hard"` (4.1: one sampled cell a
-            word when training, the argmax cell at inference) or `"none"`
-            (the starting state only).
-        pooling: how the grid's vectors make the LSTM's starting state:
-            `"mean"` (the paper's) or `"max"` (each feature's largest value
-            over the cells, which keeps a small object that the mean
-            dilutes among the background's cells).
-        gate: the gating scalar β.
-        attention_regularization: λ of the doubly stochastic regularizer (0:
-            off; on the generated scenes λ = 1 lowered exact match and
-            grounding: docs/benchmarks/captioning.md).
-        hard_estimator: hard attention's gradient: `"gumbel"`
-            (straight-through Gumbel-softmax) or `"reinforce"` (the paper's),
-            `CaptionDecoder`'s `estimator`.
-        reinforce_weight, entropy_weight, expectation_rate: REINFORCE's
-            weight, entropy bonus and share of images trained with the
-            expectation (`CaptionDecoder`).
-        attention_units: hidden size of the additive score.
-        dropout: on the embeddings and before the output.
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
-
     Its parts are the attributes `encoder` (`ImageGridEncoder`), `init_h`
     and `init_c` (the starting state's layers) and `decoder`.
+
+    Args:
+        vocabulary_size: int. Size of the caption vocabulary.
+        preset: str or `None`. One of `"tiny"`, `"small"` (see `PRESETS`): values of `filters`,
+            `feature_dim`, `hidden_dim` and `stage_depth` for those not given explicitly.
+            Defaults to `None`.
+        image_size: int. The side of the square input images. Defaults to 64.
+        filters: tuple of int. The encoder's stage widths (`ImageGridEncoder`). Defaults to the
+            preset's, or `(32, 64, 128)` without a preset.
+        feature_dim: int. D, the width of each grid cell's vector. Defaults to the preset's, or
+            128 without a preset.
+        hidden_dim: int. The LSTM's width; the embeddings' too. Defaults to the preset's, or 256
+            without a preset.
+        stage_depth: int. 3×3 convolutions in each of the encoder's stages (one gave better
+            grounding than VGG's two: docs/benchmarks/captioning.md). Defaults to the preset's,
+            or 1 without a preset.
+        attention: str. One of `"soft"` (section 4.2), `"hard"` (4.1: one sampled cell a word
+            when training, the argmax cell at inference) or `"none"` (the starting state only;
+            the attention's arguments below are then unused). Defaults to `"soft"`.
+        pooling: str. How the grid's vectors make the LSTM's starting state: `"mean"` (the
+            paper's) or `"max"` (each feature's largest value over the cells, which keeps a small
+            object that the mean dilutes among the background's cells). Defaults to `"mean"`.
+        gate: bool. The gating scalar β. Defaults to `True`.
+        attention_regularization: float. λ of the doubly stochastic regularizer (0: off; on the
+            generated scenes λ = 1 lowered exact match and grounding:
+            docs/benchmarks/captioning.md). Defaults to 0.0.
+        hard_estimator: str. Hard attention's gradient, `CaptionDecoder`'s `estimator`:
+            `"gumbel"` (straight-through Gumbel-softmax) or `"reinforce"` (the paper's).
+            Defaults to `"gumbel"`.
+        reinforce_weight: float. REINFORCE's weight (`CaptionDecoder`). Defaults to 1.0.
+        entropy_weight: float. REINFORCE's entropy bonus (`CaptionDecoder`). Defaults to 0.01.
+        expectation_rate: float. REINFORCE's share of images trained with the expectation
+            (`CaptionDecoder`). Defaults to 0.5.
+        attention_units: int. Hidden size of the additive score. Defaults to `hidden_dim`.
+        dropout: float. Dropout on the embeddings and before the output. Defaults to 0.1.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
+
+    Raises:
+        ValueError: when `preset`, `attention`, `pooling` or (with attention) `hard_estimator`
+            is not one of its names.
 
     Example:
 
@@ -173,8 +181,17 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         self._arguments = arguments
 
     def call_encoder(self, image, rows_per_source=1):
-        """Encodes `image` `(B, H, W, 3)` once: `{"memory": (B, L, D)
-        the grid, "source_mask", "final_states"}`.
+        """Encodes `image` once; the per-image part of a decoding state.
+
+        Args:
+            image: float32 tensor of shape `(B, H, W, 3)`. The images, in [0, 1].
+            rows_per_source: int or scalar int32 tensor. The decoded rows per image (the beam
+                width); unused: the grid is kept once per image. Defaults to 1.
+
+        Returns:
+            A dict: `"memory"`, the `(B, L, D)` grid; `"source_mask"`, `(B, L)`, all `True`;
+                `"final_states"`, the LSTM's starting state (`starting_state`); and, with attention,
+                `"memory_keys"`, what the attention scores need of the grid.
         """
         grid = self.encoder(image, training=False)
         encoded = {
@@ -188,12 +205,18 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
         return encoded
 
     def attention_weights(self, image, target_in):
-        """α `(B, T, L)`: the weight of each grid cell as the decoder
-        reads each of `target_in`'s ids after [BOS].
+        """α: the weight of each grid cell as the decoder reads each of `target_in`'s ids after
+        [BOS].
 
-        Row t is where the model looks while it writes the word after
-        `target_in[:, t]`: of a caption it wrote, `target_in` is [BOS] and
-        the caption without its last id. Zeros without attention.
+        Row t is where the model looks while it writes the word after `target_in[:, t]`: of a
+        caption it wrote, `target_in` is [BOS] and the caption without its last id.
+
+        Args:
+            image: float32 tensor of shape `(B, H, W, 3)`. The images, in [0, 1].
+            target_in: int tensor of shape `(B, T)`. Caption ids, [BOS] first, 0 as padding.
+
+        Returns:
+            A float32 tensor of shape `(B, T, L)`; zeros without attention.
         """
         grid = self.encoder(image, training=False)
         if not isinstance(self.decoder, CaptionDecoder):
@@ -208,7 +231,17 @@ class CaptionerBackbone(RecurrentDecoding, Backbone):
 
 
 def starting_state(init_h, init_c, grid, pooling=POOLINGS[0]):
-    """The LSTM's `[[h_0, c_0]]` from the grid's `(B, L, D)` vectors pooled over the cells: their
-    mean (section 3.1.2) or their maximum (`pooling="max"`)."""
+    """The LSTM's starting state from the grid's vectors pooled over the cells: their mean
+    (section 3.1.2) or their maximum (`pooling="max"`).
+
+    Args:
+        init_h: `keras.layers.Dense`. The layer that makes h_0 of the pooled vector.
+        init_c: `keras.layers.Dense`. The layer that makes c_0 of the pooled vector.
+        grid: float tensor of shape `(B, L, D)`. The grid's vectors.
+        pooling: str. One of `"mean"`, `"max"`. Defaults to `"mean"`.
+
+    Returns:
+        `[[h_0, c_0]]`: the states of the one LSTM layer.
+    """
     pooled = ops.max(grid, axis=1) if pooling == "max" else ops.mean(grid, axis=1)
     return [[init_h(pooled), init_c(pooled)]]

@@ -31,12 +31,12 @@ class Captioner(Seq2SeqLM):
     `None` axis of its input signature).
 
     Args:
-        backbone: a `CaptionerBackbone`.
-        preprocessor: a `pipelines.preprocessors.CaptionPreprocessor`,
-            needed to `generate` strings.
-        attention_supervision: λ of the attention's supervision, on batches
-            that carry attention targets.
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        backbone: a `CaptionerBackbone`. The captioner to train and search with.
+        preprocessor: a `pipelines.preprocessors.CaptionPreprocessor` or `None`. Needed to
+            `generate` strings. Defaults to `None`.
+        attention_supervision: float. λ of the attention's supervision, on batches that carry
+            attention targets. Defaults to 1.0.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
 
     Example:
 
@@ -76,13 +76,27 @@ class Captioner(Seq2SeqLM):
         )
 
     def source_spec(self):
+        """What `generate`'s searches take as the source: the images.
+
+        Returns:
+            A `tf.TensorSpec` of shape `(None, image_size, image_size, 3)` and dtype float32.
+        """
         size = self.backbone.get_config()["image_size"]
         return tf.TensorSpec([None, size, size, 3], tf.float32, name="image")
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
-        """A new `CaptionerBackbone` of `preset`, sized by
-        `preprocessor`'s vocabulary and images.
+        """A new `CaptionerBackbone` of `preset`, sized by `preprocessor`'s vocabulary and
+        images.
+
+        Args:
+            preset: str. A preset name of the captioner family (`keras_attn.presets`).
+            preprocessor: a `pipelines.preprocessors.CaptionPreprocessor`. Its vocabulary and
+                image size size the backbone.
+            **kwargs: Backbone arguments, which win over the preset's.
+
+        Returns:
+            A `CaptionerBackbone`.
         """
         sizes = dict(
             vocabulary_size=preprocessor.tokenizer.vocabulary_size,

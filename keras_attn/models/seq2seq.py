@@ -29,17 +29,33 @@ class RecurrentDecoding:
     """
 
     def initial_cache(self, encoded, rows_per_source=1):
-        """The decoder's state before [BOS]
-        (`AttentionDecoder.initial_state`), `rows_per_source` rows a source.
+        """The decoder's state before [BOS] (`AttentionDecoder.initial_state`).
+
+        Args:
+            encoded: dict. `call_encoder`'s output.
+            rows_per_source: int or scalar int32 tensor. The decoded rows per source (the beam
+                width). Defaults to 1.
+
+        Returns:
+            The decoder's state, `rows_per_source` rows a source: a dict, `"rnn"`, a list per layer
+                of its RNN states, and with input feeding `"feed"`, h̃_0 = 0.
         """
         return self.decoder.initial_state(encoded["final_states"], rows_per_source=rows_per_source)
 
     def call_decoder_with_cache(self, token_ids, encoded, cache, index):
-        """Feeds the previous tokens `token_ids` `(R,)` at step `index`.
+        """Feeds the previous tokens `token_ids` at step `index`.
+
+        Args:
+            token_ids: int tensor of shape `(R,)`. The previous token of each decoded row.
+            encoded: dict. `call_encoder`'s output.
+            cache: dict. `initial_cache`'s, then this method's previous one: the decoder's
+                state.
+            index: int or scalar int32 tensor. The step.
 
         Returns:
-            `(logits (R, V) float32, cache, [(R, 1, S)])`: the one attention's
-            weights as one layer of one head (zeros with `attention="none"`).
+            A tuple `(logits, cache, attention)`: float32 logits of shape `(R, V)`, the new cache,
+                and `[weights]`, the one attention's `(R, 1, S)` weights as one layer of one head
+                (zeros with `attention="none"`).
         """
         logits, cache, weights = self.decoder.step(
             ops.cast(token_ids, "int32"),
@@ -68,43 +84,52 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
     loops over time inside, see `AttentionDecoder`). The source padding
     mask is applied to the attention.
 
-    Args:
-        source_vocabulary_size: size of the source vocabulary.
-        target_vocabulary_size: size of the target vocabulary.
-        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
-            `num_layers` and `hidden_dim` for those not given explicitly
-            (`keras_attn.presets`).
-        cell: `"lstm"` or `"gru"`.
-        num_layers: RNN layers of the encoder and of the decoder (1 to 4); 1
-            without a preset.
-        bidirectional: a bidirectional encoder (the decoder then starts from
-            a learned bridge of its final states).
-        hidden_dim: units of every RNN layer (per direction); 256 without a
-            preset.
-        embedding_dim: width of both embeddings; defaults to `hidden_dim`.
-        attention: `"bahdanau"`, `"luong"` or `"none"`.
-        score: Luong's score: `"dot"`, `"general"`, `"scaled_general"` or
-            `"concat"`. `"dot"`
-            needs encoder outputs as wide as the decoder's (not
-            bidirectional).
-        local: Luong's local attention: `None` (global), `"monotonic"`
-            (local-m) or `"predictive"` (local-p).
-        window: the half-width D of local attention.
-        input_feeding: Luong's input feeding.
-        attention_units: hidden size of the additive/concat scores.
-        dropout: dropout on embeddings, between layers and before the output.
-        tie_output: the output projection is the transposed target
-            embedding (needs `embedding_dim == hidden_dim`).
-        scheduled_sampling: `None`, `"argmax"` or `"sample"`: how the
-            model's own prediction is chosen when scheduled sampling feeds
-            it (its probability is set by the `ScheduledSampling` callback).
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
-
     Its parts are the attributes `encoder` (`RNNEncoder`) and `decoder`
     (`AttentionDecoder`). Decoding one token at a time uses `call_encoder`
     once per source, then `call_decoder_with_cache` (see
     `keras_attn.decoding.Stepper`), which runs `AttentionDecoder.step`, the
     very function the teacher-forced model loops over.
+
+    Args:
+        source_vocabulary_size: int. Size of the source vocabulary.
+        target_vocabulary_size: int. Size of the target vocabulary.
+        preset: str or `None`. One of `"tiny"`, `"small"`, `"base"` (see `PRESETS`): values of
+            `num_layers` and `hidden_dim` for those not given explicitly (`keras_attn.presets`).
+            Defaults to `None`.
+        cell: str. One of `"lstm"`, `"gru"`. Defaults to `"lstm"`.
+        num_layers: int. RNN layers of the encoder and of the decoder, 1 to 4. Defaults to the
+            preset's, or 1 without a preset.
+        bidirectional: bool. A bidirectional encoder (the decoder then starts from a learned
+            bridge of its final states). Defaults to `False`.
+        hidden_dim: int. Units of every RNN layer (per direction). Defaults to the preset's, or
+            256 without a preset.
+        embedding_dim: int. Width of both embeddings. Defaults to `hidden_dim`.
+        attention: str. One of `"bahdanau"`, `"luong"`, `"none"`. Defaults to `"bahdanau"`.
+        score: str. Luong's score, one of `"dot"`, `"scaled_dot"`, `"general"`,
+            `"scaled_general"`, `"concat"`, `"cosine"` (see `DotProductAttention`). `"dot"`,
+            `"scaled_dot"` and `"cosine"` need encoder outputs as wide as the decoder's (not
+            bidirectional). Defaults to `"general"`.
+        local: str or `None`. Luong's local attention: `None` (global), `"monotonic"`
+            (local-m) or `"predictive"` (local-p). Defaults to `None`.
+        window: int. The half-width D of local attention. Defaults to 10.
+        input_feeding: bool. Luong's input feeding. Defaults to `True`.
+        attention_units: int. Hidden size of the additive/concat scores. Defaults to
+            `hidden_dim`.
+        dropout: float. Dropout on embeddings, between layers and before the output. Defaults
+            to 0.1.
+        tie_output: bool. The output projection is the transposed target embedding (needs
+            `embedding_dim == hidden_dim`). Defaults to `True`.
+        scheduled_sampling: str or `None`. One of `None`, `"argmax"`, `"sample"`: how the
+            model's own prediction is chosen when scheduled sampling feeds it (its probability
+            is set by the `ScheduledSampling` callback). Defaults to `None`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
+
+    Raises:
+        ValueError: when `num_layers` is not 1 to 4; when `preset`, `cell`, `attention`,
+            `local`, `scheduled_sampling` or, with Luong's attention, `score` is not one of its
+            names; when a `score` of `"dot"`, `"scaled_dot"` or `"cosine"` meets encoder outputs
+            of another width; when `window` is negative with local attention; or when
+            `tie_output` is `True` and `embedding_dim` differs from `hidden_dim`.
 
     Example:
 
@@ -208,15 +233,19 @@ class Seq2SeqBackbone(RecurrentDecoding, Backbone):
         self._arguments = arguments
 
     def call_encoder(self, source, rows_per_source=1):
-        """Encodes `source` `(B, S)` once; the per-source part of a decoding state.
+        """Encodes `source` once; the per-source part of a decoding state.
+
+        Args:
+            source: int tensor of shape `(B, S)`. Source token ids, 0 as padding.
+            rows_per_source: int or scalar int32 tensor. The decoded rows per source (the beam
+                width); only local-m attention reads it. Defaults to 1.
 
         Returns:
-            `{"memory": (B, S, d) encoder outputs, "source_mask": (B, S),
-            "final_states": the encoder's final states, "memory_keys": what
-            the attention scores need of the memory (absent without
-            attention)}`. With local-m attention, whose window sits at each
-            row's own step, `memory` and `source_mask` are repeated to
-            `rows_per_source` rows a source.
+            A dict: `"memory"`, the `(B, S, d)` encoder outputs; `"source_mask"`, `(B, S)`;
+                `"final_states"`, the encoder's final states; and `"memory_keys"`, what the
+                attention scores need of the memory (absent without attention). With local-m
+                attention, whose window sits at each row's own step, `memory` and `source_mask` are
+                repeated to `rows_per_source` rows a source.
         """
         source = ops.cast(source, "int32")
         memory, final_states = self.encoder(source, training=False)

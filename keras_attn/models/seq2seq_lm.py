@@ -28,10 +28,11 @@ class Seq2SeqLM(Task):
     are tensors, so calls never retrace.
 
     Args:
-        backbone: the encoder-decoder, source and `target_in` ids in, logits out.
-        preprocessor: a `pipelines.preprocessors.TranslationPreprocessor`,
-            needed to `generate` from strings.
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        backbone: a `TransformerBackbone` or a `Seq2SeqBackbone`. The encoder-decoder, source
+            and `target_in` ids in, logits out.
+        preprocessor: a `pipelines.preprocessors.TranslationPreprocessor` or `None`. Needed to
+            `generate` from strings. Defaults to `None`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
 
     Example:
 
@@ -72,7 +73,11 @@ class Seq2SeqLM(Task):
     BACKBONES = {"transformer": TransformerBackbone, "seq2seq": Seq2SeqBackbone}
 
     def source_spec(self):
-        """What `generate`'s searches take as the source: `(B, S)` token ids."""
+        """What `generate`'s searches take as the source: `(B, S)` token ids.
+
+        Returns:
+            A `tf.TensorSpec` of shape `(None, None)` and dtype int32.
+        """
         return tf.TensorSpec([None, None], tf.int32, name="source")
 
     @classmethod
@@ -83,11 +88,22 @@ class Seq2SeqLM(Task):
         builds the task on it.
 
         Args:
-            preset: a preset name of the family (`keras_attn.presets`).
-            preprocessor: the `TranslationPreprocessor` it translates with.
-            family: `"transformer"` or `"seq2seq"` (the RNN encoder-decoder).
-            **kwargs: backbone arguments, which win over the preset's.
+            preset: str. A preset name of the family (`keras_attn.presets`).
+            preprocessor: a `pipelines.preprocessors.TranslationPreprocessor`. The preprocessor
+                it translates with; its `max_length` is also the Transformer's
+                `max_sequence_length`.
+            family: str. One of `"transformer"`, `"seq2seq"` (the RNN encoder-decoder).
+                Defaults to `"transformer"`.
+            **kwargs: Backbone arguments, which win over the preset's.
+
+        Returns:
+            A `TransformerBackbone` or a `Seq2SeqBackbone`.
+
+        Raises:
+            ValueError: when `family` is not one of `BACKBONES`.
         """
+        if family not in cls.BACKBONES:
+            raise ValueError(f"`family` must be one of {tuple(cls.BACKBONES)}, got {family!r}.")
         sizes = dict(
             source_vocabulary_size=preprocessor.source_tokenizer.vocabulary_size,
             target_vocabulary_size=preprocessor.target_tokenizer.vocabulary_size,
@@ -109,18 +125,20 @@ class Seq2SeqLM(Task):
         """`keras.Model.compile`, with the translation job's choices for what is `"auto"`.
 
         Args:
-            optimizer: `"auto"`: `transformer_adam` (β2 0.98, ε 1e-9, clipped
-                norms) at `learning_rate`.
-            loss: `"auto"`: `MaskedSparseCrossEntropy(label_smoothing)`, the
-                mean over the global batch's real target tokens.
-            metrics: `"auto"`: `MaskedTokenAccuracy()` and `MaskedPerplexity()`.
-            learning_rate: for the `"auto"` optimizer, a schedule (the job's
-                cosine one: `jobs.translation.compile_task`), or a number, the
-                peak of the paper's warm-up and inverse-square-root schedule
-                for the backbone's width, reached after `warmup_steps`.
-            warmup_steps: that schedule's warm-up.
-            label_smoothing: ε of the `"auto"` loss.
-            **kwargs: other `keras.Model.compile` arguments.
+            optimizer: str or `keras.optimizers.Optimizer`. `"auto"`: `transformer_adam` (β2 0.98,
+                ε 1e-9, clipped norms) at `learning_rate`. Defaults to `"auto"`.
+            loss: str or `keras.losses.Loss`. `"auto"`: `MaskedSparseCrossEntropy(label_smoothing)`,
+                the mean over the global batch's real target tokens. Defaults to `"auto"`.
+            metrics: str or list. `"auto"`: `MaskedTokenAccuracy()` and `MaskedPerplexity()`.
+                Defaults to `"auto"`.
+            learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`. For the
+                `"auto"` optimizer, a schedule (the job's cosine one:
+                `jobs.translation.compile_task`), or a number, the peak of the paper's warm-up
+                and inverse-square-root schedule for the backbone's width, reached after
+                `warmup_steps`. Defaults to 2e-3.
+            warmup_steps: int. The warm-up steps of that schedule. Defaults to 200.
+            label_smoothing: float. ε of the `"auto"` loss. Defaults to 0.1.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
         auto = optimizer == loss == metrics == "auto" and not kwargs
         self._auto_compile = (
@@ -149,17 +167,21 @@ class Seq2SeqLM(Task):
         """Translates `inputs`: strings (through the preprocessor) or source ids.
 
         Args:
-            inputs: a list or `(B,)` array of strings, or `(B, S)` int ids
-                with [PAD] (0) as padding.
-            beam_width: 1 for greedy search, more for beam search.
-            max_length: the most output tokens; by default 1.5 × each
-                source's length + 10 (`decoding.max_decode_length`), capped
-                at the backbone's or the preprocessor's longest sequence.
-            length_penalty: GNMT's α for beam search.
+            inputs: a list or array of strings of shape `(B,)`, or an int array of shape
+                `(B, S)`: source ids with [PAD] (0) as padding.
+            beam_width: int. 1 for greedy search, more for beam search. Defaults to 1.
+            max_length: int or `None`. The most output tokens. Defaults to `None`: 1.5 × each
+                source's length + 10 (`decoding.max_decode_length`), capped at the backbone's
+                or the preprocessor's longest sequence.
+            length_penalty: float. GNMT's α for beam search. Defaults to 0.6
+                (`decoding.LENGTH_PENALTY`).
 
         Returns:
-            The translations as a list of `str` for strings, else the
-            `(B, T)` int ids after [BOS] up to [EOS] (padded with [PAD]).
+            The translations as a list of `str` for strings, else an int array of shape `(B, T)`:
+                the ids after [BOS] up to [EOS] (padded with [PAD]).
+
+        Raises:
+            ValueError: when `inputs` are strings and the model has no preprocessor.
         """
         source, strings = self._source(inputs)
         budget = (

@@ -7,6 +7,7 @@ import inspect
 import keras
 import tensorflow as tf
 
+import pipelines.preprocessors  # noqa: F401  (registers the preprocessors a task's config names)
 from keras_attn import presets
 from keras_attn.errors import UserError
 
@@ -44,9 +45,6 @@ class Task(keras.Model):
     def from_config(cls, config):
         config = dict(config, backbone=keras.saving.deserialize_keras_object(config["backbone"]))
         if config.get("preprocessor"):
-            import pipelines.preprocessors  # noqa: F401  (registers the preprocessor classes; imported here, as
-            # pipelines import keras_attn's special tokens: no import cycle)
-
             config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
         return cls(**config)
 
@@ -58,17 +56,21 @@ class Task(keras.Model):
         with the weights of a checkpoint folder (`keras_attn.checkpoints.load` tells which).
 
         Args:
-            preset: str. A size name, or a folder: a Hugging Face or keras-hub checkpoint, or an
-                export of keras-attn.
-            preprocessor: the preprocessor the task reads its inputs with; a new model needs one,
-                a checkpoint folder gives its own unless one is given. Defaults to `None`.
-            **kwargs: the task's own arguments (those its constructor names) and backbone
+            preset: str or path-like. A size name, or a folder: a Hugging Face or keras-hub
+                checkpoint, or an export of keras-attn.
+            preprocessor: a `pipelines.preprocessors` layer or `None`. The preprocessor the task
+                reads its inputs with; a new model needs one, a checkpoint folder gives its own
+                unless one is given. Defaults to `None`.
+            **kwargs: The task's own arguments (those its constructor names) and backbone
                 arguments, which win over the size's (beside a folder: only `dropout`, `dtype`,
                 `name` and `trainable`).
 
+        Returns:
+            An instance of this class.
+
         Raises:
-            ValueError: a name that is neither a size nor a folder, a size without a
-                preprocessor, or a folder that cannot be read, in one line
+            ValueError: when `preset` is neither a size name nor a folder, is a size name without
+                a preprocessor, or is a folder that cannot be read; said in one line
                 (`keras_attn.errors.UserError`).
         """
         return presets.load(cls, preset, preprocessor=preprocessor, **kwargs)
@@ -76,7 +78,20 @@ class Task(keras.Model):
     @classmethod
     def from_size(cls, preset, preprocessor=None, **kwargs):
         """A new task on a new backbone of the size name `preset`, sized by `preprocessor`'s
-        vocabulary and length (`make_backbone`); `kwargs` as `from_preset`'s."""
+        vocabulary and length (`make_backbone`).
+
+        Args:
+            preset: str. A size name of `presets`.
+            preprocessor: a `pipelines.preprocessors` layer. The preprocessor the task reads its
+                inputs with. Defaults to `None`, which is refused: a new task needs one.
+            **kwargs: As `from_preset`'s: the task's own arguments and backbone arguments.
+
+        Returns:
+            An instance of this class.
+
+        Raises:
+            ValueError: when `preprocessor` is `None` (`keras_attn.errors.UserError`).
+        """
         if preprocessor is None:
             raise UserError(
                 f"{cls.__name__}.from_preset({preset!r}): a new model needs the preprocessor it "
@@ -92,6 +107,17 @@ class Task(keras.Model):
 
     @classmethod
     def make_backbone(cls, preset, preprocessor, **kwargs):
+        """A new backbone of the size name `preset`, sized by `preprocessor`; each task says how.
+
+        Args:
+            preset: str. A size name of `presets`.
+            preprocessor: a `pipelines.preprocessors` layer. The preprocessor the task reads its
+                inputs with.
+            **kwargs: Backbone arguments, which win over the size's values.
+
+        Returns:
+            A `keras_attn.models.backbone.Backbone`.
+        """
         raise NotImplementedError
 
     def get_compile_config(self):

@@ -32,36 +32,45 @@ class TransformerBackbone(Backbone):
     `encoder_norm` (pre-norm only, else `None`), `target_embedding` (the
     source's with `share_embeddings`), `decoder_blocks`, `decoder_norm` and
     `output_projection` (`None` when tied) and `output_bias` (`None` without
-    one). Decoding one token at a time
-    uses `call_encoder` once per source, then `call_decoder_with_cache`
-    (see `keras_attn.decoding.Stepper`).
+    one). Decoding one token at a time uses `call_encoder` once per source,
+    then `call_decoder_with_cache` (see `keras_attn.decoding.Stepper`).
 
     Args:
-        source_vocabulary_size: size of the source vocabulary.
-        target_vocabulary_size: size of the target vocabulary.
-        max_sequence_length: the longest source or target sequence.
-        preset: `"tiny"`, `"small"` or `"base"` (see `PRESETS`): values of
-            `num_layers`, `hidden_dim`, `num_heads` and `intermediate_dim`
-            for those not given explicitly (`keras_attn.presets`).
-        num_layers: encoder layers (and decoder layers unless
-            `num_decoder_layers` is given); 3 without a preset.
-        num_decoder_layers: decoder layers.
-        hidden_dim: the model width (the paper's d_model); 256 without a preset.
-        num_heads: attention heads; 8 without a preset.
-        intermediate_dim: the feed-forward width d_ff; 512 without a preset.
-        dropout: residual and embedding dropout (P_drop).
-        norm_first: pre-norm blocks (adds a final LayerNorm to each stack).
-        share_embeddings: one embedding table for source and target (needs a
-            shared vocabulary).
-        tie_output: the output projection is the transposed target embedding
-            (section 3.4).
-        activation: the feed-forward's, one of
-            `layers.activations.ACTIVATIONS` (`"relu"` in the paper).
-        position: the embeddings' positions, a kind of
-            `TokenAndPositionEmbedding` (`"sinusoidal"` in the paper).
-        output_bias: a learned bias on the logits (`OutputBias`), which a tied
-            output projection otherwise lacks.
-        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+        source_vocabulary_size: int. Size of the source vocabulary.
+        target_vocabulary_size: int. Size of the target vocabulary.
+        max_sequence_length: int. The longest source or target sequence. Defaults to 128.
+        preset: str or `None`. One of `"tiny"`, `"small"`, `"base"` (see `PRESETS`): values of
+            `num_layers`, `hidden_dim`, `num_heads` and `intermediate_dim` for those not given
+            explicitly (`keras_attn.presets`). Defaults to `None`.
+        num_layers: int. Encoder layers (and decoder layers unless `num_decoder_layers` is
+            given). Defaults to the preset's, or 3 without a preset.
+        num_decoder_layers: int. Decoder layers. Defaults to `num_layers`.
+        hidden_dim: int. The model width (the paper's d_model); `num_heads` must divide it.
+            Defaults to the preset's, or 256 without a preset.
+        num_heads: int. Attention heads. Defaults to the preset's, or 8 without a preset.
+        intermediate_dim: int. The feed-forward width d_ff. Defaults to the preset's, or 512
+            without a preset.
+        dropout: float. Residual and embedding dropout (P_drop). Defaults to 0.1.
+        norm_first: bool. Pre-norm blocks (adds a final LayerNorm to each stack). Defaults to
+            `False`.
+        share_embeddings: bool. One embedding table for source and target (needs a shared
+            vocabulary: both sizes equal). Defaults to `False`.
+        tie_output: bool. The output projection is the transposed target embedding (section
+            3.4). Defaults to `True`.
+        activation: str. The feed-forward's activation, one of
+            `layers.activations.ACTIVATIONS`: `"gelu"`, `"gelu_tanh"`, `"relu"` (the paper's),
+            `"silu"`. Defaults to `"relu"`.
+        position: str. The embeddings' positions, a kind of `TokenAndPositionEmbedding`: one of
+            `"sinusoidal"` (the paper's), `"sinusoidal_halves"`, `"learned"`. Defaults to
+            `"sinusoidal"`.
+        output_bias: bool. A learned bias on the logits (`OutputBias`), which a tied output
+            projection otherwise lacks. Defaults to `False`.
+        **kwargs: Other arguments of `keras.Model`, such as `name` and `trainable`.
+
+    Raises:
+        ValueError: when `share_embeddings` is `True` and the two vocabulary sizes differ, when
+            `num_heads` does not divide `hidden_dim`, or when `preset`, `activation` or
+            `position` is not one of its names.
 
     Example:
 
@@ -199,16 +208,19 @@ class TransformerBackbone(Backbone):
         )
 
     def call_encoder(self, source, rows_per_source=1):
-        """Encodes `source` `(B, S)` once; the per-source part of a decoding state.
+        """Encodes `source` once; the per-source part of a decoding state.
 
-        `rows_per_source` (the beam width) changes nothing here: the encoder
-        side is kept once per source and each decoder block's attention
-        reads it for the `rows_per_source` rows of its source.
+        Args:
+            source: int tensor of shape `(B, S)`. Source token ids, [PAD] (0) as padding.
+            rows_per_source: int or scalar int32 tensor. The decoded rows per source (the beam
+                width). It changes nothing here: the encoder side is kept once per source and
+                each decoder block's attention reads it for the `rows_per_source` rows of its
+                source. Defaults to 1.
 
         Returns:
-            `{"source_mask": (B, S) bool, "memory": [per decoder block, the
-            encoder outputs projected to its cross-attention's keys and values
-            {"key": (B, h, S, d/h), "value": (B, h, S, d/h)}]}`.
+            A dict: `"source_mask"`, a bool tensor of shape `(B, S)`, and `"memory"`, a list with,
+                per decoder block, the encoder outputs projected to its cross-attention's keys and
+                values, `{"key": (B, h, S, d/h), "value": (B, h, S, d/h)}`.
         """
         source_mask = ops.not_equal(source, PAD_ID)
         x = self.source_embedding(source)
@@ -222,18 +234,28 @@ class TransformerBackbone(Backbone):
         }
 
     def initial_cache(self, encoded, rows_per_source=1, length=None):
-        """The decoder's cache before the first step: per block, empty
-        self-attention keys and values.
+        """The decoder's cache before the first step: per block, empty self-attention keys and
+        values.
 
-        With `length` (a Python int), the cache is preallocated for
-        decoding loops whose shapes do not change from step to step (for
-        XLA): `{"layers": [per block, keys and values of `length` steps of
-        zeros]}`, written by `call_decoder_with_cache(..., preallocated=True)`.
-        For a beam (`rows_per_source` other than the int 1) and a tied
-        output, it also holds `"output_kernel"`, the token table transposed
-        to `(d, V)` once here, before the loop, and passed through every
-        step unchanged: XLA multiplies 2-8 rows by a transposed operand at
-        half the speed (greedy search's one row need not pay the transpose).
+        With `length`, the cache is preallocated for decoding loops whose shapes do not change
+        from step to step (for XLA), and written by
+        `call_decoder_with_cache(..., preallocated=True)`. For a beam (`rows_per_source` other
+        than the int 1) and a tied output, it also holds `"output_kernel"`, the token table
+        transposed to `(d, V)` once here, before the loop, and passed through every step
+        unchanged: XLA multiplies 2-8 rows by a transposed operand at half the speed (greedy
+        search's one row need not pay the transpose).
+
+        Args:
+            encoded: dict. `call_encoder`'s output.
+            rows_per_source: int or scalar int32 tensor. The decoded rows per source (the beam
+                width). Defaults to 1.
+            length: int or `None`. A Python int: the steps the preallocated cache holds;
+                `None`: the cache grows by one step a call. Defaults to `None`.
+
+        Returns:
+            Without `length`, a list with, per decoder block, its empty keys and values; with
+                `length`, a dict whose `"layers"` holds, per decoder block, keys and values of
+                `length` steps of zeros (and, as said above, maybe an `"output_kernel"`).
         """
         rows = ops.shape(encoded["source_mask"])[0] * rows_per_source
         layers = [block.empty_cache(rows, length=length) for block in self.decoder_blocks]
@@ -249,20 +271,25 @@ class TransformerBackbone(Backbone):
         return cache
 
     def call_decoder_with_cache(self, token_ids, encoded, cache, index, preallocated=False):
-        """Feeds the newest target tokens `token_ids` `(B·W,)` at position `index`.
+        """Feeds the newest target tokens `token_ids` at position `index`.
+
+        Only the new token's keys and values are computed; the output equals the full causal
+        pass.
 
         Args:
-            token_ids: one token per decoded row (`W` rows per source).
-            encoded: `call_encoder`'s output for the `B` sources.
-            cache: `initial_cache`'s, then this method's previous one.
-            index: the position of `token_ids` (the steps `cache` holds).
-            preallocated: `cache` was made with a `length`: the step is
-                written into it at `index`.
+            token_ids: int tensor of shape `(B·W,)`. One token per decoded row (`W` rows per
+                source).
+            encoded: dict. `call_encoder`'s output for the `B` sources.
+            cache: list or dict. `initial_cache`'s, then this method's previous one.
+            index: int or scalar int32 tensor. The position of `token_ids` (the steps `cache`
+                holds).
+            preallocated: bool. Whether `cache` was made with a `length`: the step is then
+                written into it at `index`. Defaults to `False`.
 
         Returns:
-            `(logits (B·W, V) float32, cache, cross-attention weights
-            [(B·W, h, S)] per decoder block)`. Only the new token's keys and
-            values are computed; the output equals the full causal pass.
+            A tuple `(logits, cache, attention)`: float32 logits of shape `(B·W, V)`, the new cache,
+                and the cross-attention weights, a list of one `(B·W, h, S)` tensor per decoder
+                block.
         """
         y = self.target_embedding(token_ids[:, None], start_index=index)
         new_cache, attention = [], []

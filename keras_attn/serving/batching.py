@@ -22,14 +22,16 @@ class DynamicBatcher:
     """Merges concurrent calls of `run` with the same key into one call.
 
     Args:
-        run: `(key, inputs) -> outputs`, blocking, run in `executor`;
+        run: callable. `(key, inputs) -> outputs`, blocking, run in `executor`;
             `inputs` and `outputs` are `{name: np.ndarray}` whose arrays
-            of rank 1 or more have the batch as their first axis.
-        executor: a `concurrent.futures.Executor` for `run`.
-        max_batch_size: the most rows of one call of `run`.
-        timeout_ms: how long the first call of a batch waits for others
-            when a worker is free.
-        workers: the calls of `run` that may be in flight at once.
+            of rank 1 or more have the batch as their first axis (arrays of rank 0 are taken
+            from the batch's first call).
+        executor: `concurrent.futures.Executor`. Where `run` runs.
+        max_batch_size: int. The most rows of one call of `run` (a larger call runs alone).
+            Defaults to 32.
+        timeout_ms: float. How long, in milliseconds, the first call of a batch waits for
+            others when a worker is free. Defaults to 5.0.
+        workers: int. The calls of `run` that may be in flight at once. Defaults to 1.
 
     Example:
 
@@ -60,7 +62,21 @@ class DynamicBatcher:
         self._timers = {}
 
     async def __call__(self, key, inputs, rows):
-        """`run(key, inputs)` with others' rows beside these `rows`; this call's outputs."""
+        """`run(key, inputs)` with others' rows beside these `rows`; this call's outputs.
+
+        Args:
+            key: hashable. What a call may be batched by: only calls of equal keys merge, and
+                `run` gets it.
+            inputs: dict. `{name: np.ndarray}`, the batch along the first axis of the arrays of
+                rank 1 or more.
+            rows: int. The rows of this call (the first axis of its arrays).
+
+        Returns:
+            A dict: `{name: np.ndarray}`, `run`'s outputs for this call's rows.
+
+        Raises:
+            Exception: what `run` raised for the batch, to every call of it.
+        """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         queue = self._queues.setdefault(key, [])

@@ -64,14 +64,20 @@ class BertServer(tf.Module):
       float32[B, C], `truncated` bool[B] (the text was cut to `max_length` tokens).
 
     Args:
-        task: a BERT task with its `BertPreprocessor`: `BertPretrainer` or
-            `BertMaskedLM` (`fill_mask`, `encode`), `BertClassifier`
+        task: `keras_attn.models.Task`. A BERT task with its `BertPreprocessor`:
+            `BertPretrainer` or `BertMaskedLM` (`fill_mask`, `encode`), `BertClassifier`
             (`classify`, `encode`); the preprocessor's `max_length` is the
             longest input row.
-        label_names: a classifier's labels, by id.
-        pairs: the classifier was fine-tuned on text pairs (else on single texts).
-        max_predictions: the most masks predicted per text.
-        max_top_k: the most candidates `fill_mask` gives per mask.
+        label_names: list of str or `None`. A classifier's labels, by id. Defaults to `None`
+            (no labels).
+        pairs: bool. Whether the classifier was fine-tuned on text pairs (else on single
+            texts). Defaults to `False`.
+        max_predictions: int. The most masks predicted per text. Defaults to 20.
+        max_top_k: int. The most candidates `fill_mask` gives per mask. Defaults to 50
+            (`MAX_TOP_K`).
+
+    Raises:
+        ValueError: when `task` has no preprocessor.
     """
 
     def __init__(
@@ -177,7 +183,11 @@ class BertServer(tf.Module):
         )
 
     def fingerprint(self):
-        """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings."""
+        """SHA-256 of what decides the outputs: weights, vocabulary, labels and settings.
+
+        Returns:
+            A str: the hex digest (`keras_attn.serving.versions.fingerprint`).
+        """
         weights = [*self.backbone.weights]
         for extra in (self.mlm_head, self.classifier):
             weights += [
@@ -201,6 +211,13 @@ class BertServer(tf.Module):
         )
 
     def signatures(self):
+        """The signatures to export, by name (`export` saves them).
+
+        Returns:
+            A dict of the signatures the task has (see the class docstring), `serving_default`
+            among them: `fill_mask` with an MLM head, else `classify` with a classifier, else
+            `encode`.
+        """
         signatures = {
             "encode": self.encode,
             "encode_pair": self.encode_pair,
@@ -219,7 +236,10 @@ class BertServer(tf.Module):
 
     def write_assets_extra(self, folder):
         """Writes the backbone's settings, weights and vocabulary
-        into `folder` (for fine-tuning).
+        into `folder` (for fine-tuning), and a classifier's labels and pairs.
+
+        Args:
+            folder: str. The existing folder to write into (a version's `assets.extra/`).
         """
         settings = {
             **backbone_arguments(self.backbone.get_config()),
@@ -240,6 +260,13 @@ class BertServer(tf.Module):
 def read_classifier(model_dir):
     """`{"labels": [names by id], "pairs": bool}` of a fine-tuned
     export; `{}` for an export without them.
+
+    Args:
+        model_dir: str. The export's version folder.
+
+    Returns:
+        A dict: the classifier's labels and whether it takes pairs, or `{}` when the folder has
+        no readable classifier file.
     """
     try:
         with open(os.path.join(model_dir, "assets.extra", CLASSIFIER)) as file:

@@ -45,9 +45,14 @@ class CaptionServer(tf.Module):
       of the batch are captioned as usual.
 
     Args:
-        task: a `keras_attn.models.Captioner` with its `CaptionPreprocessor`.
-        length_penalty: GNMT length penalty α of beam search.
-        max_beam_width: the widest beam a request gets.
+        task: `keras_attn.models.Captioner`. The captioner, with its `CaptionPreprocessor`.
+        length_penalty: float. GNMT length penalty α of beam search. Defaults to 0.6
+            (`decoding.LENGTH_PENALTY`).
+        max_beam_width: int. The widest beam a request gets. Defaults to 32
+            (`decoding.MAX_BEAM_WIDTH`).
+
+    Raises:
+        ValueError: when `task` has no preprocessor.
     """
 
     def __init__(self, task, length_penalty=decoding.LENGTH_PENALTY, max_beam_width=MAX_BEAM_WIDTH):
@@ -71,6 +76,17 @@ class CaptionServer(tf.Module):
         ]
     )
     def caption(self, image, beam_width):
+        """The captions of a batch of encoded images (the signature the class describes).
+
+        Args:
+            image: string tensor of shape `(B,)`. The bytes of each image file.
+            beam_width: int32 scalar tensor. The beam width, clipped to [1, `max_beam_width`]
+                and to the vocabulary's size; 1 is greedy search.
+
+        Returns:
+            A dict of `caption`, `score`, `readable`, `output_tokens` and `attention` tensors,
+            each with a row per image.
+        """
         pixels, readable = decode_images(image, self.preprocessor.image_size)
         # An empty batch skips the model (a convolution over no images fails on CPU).
         return tf.cond(
@@ -116,6 +132,9 @@ class CaptionServer(tf.Module):
     def fingerprint(self):
         """SHA-256 of what decides the outputs: weights, vocabulary
         and settings (as `Translator.fingerprint`).
+
+        Returns:
+            A str: the hex digest (`keras_attn.serving.versions.fingerprint`).
         """
         settings = [
             self.preprocessor.image_size,
@@ -129,4 +148,9 @@ class CaptionServer(tf.Module):
         )
 
     def signatures(self):
+        """The signatures to export, by name (`export` saves them).
+
+        Returns:
+            A dict: `caption`, also as `serving_default`.
+        """
         return {"serving_default": self.caption, "caption": self.caption}

@@ -40,9 +40,10 @@ class CompiledRoutes:
     """Which calls run compiled: per version, the beam widths whose programs are compiled.
 
     Args:
-        widths: the beam widths to compile one text's programs at, in
-            this order (none: every call runs as asked).
-        log: told, per version, when its widths are compiled (or why not).
+        widths: tuple of int. The beam widths to compile one text's programs at, in
+            this order; empty, every call runs as asked.
+        log: callable or `None`. Told a line, per version, when its widths are compiled (or
+            why not). Defaults to `None` (nothing told).
     """
 
     def __init__(self, widths, log=None):
@@ -53,6 +54,11 @@ class CompiledRoutes:
     def start(self, versions):
         """Compiles, in a background thread each, the programs of the
         loaded `versions` that have `warm_up`.
+
+        Args:
+            versions: list of `keras_attn.serving.store.Version`. The versions a
+                `ModelStore.refresh` found; those without `warm_up` and `translate_compiled`
+                are left out.
         """
         for version in versions:
             signatures = getattr(version.loaded, "signatures", {})
@@ -66,12 +72,27 @@ class CompiledRoutes:
                 ).start()
 
     def ready(self, version):
-        """The beam widths at which `version` runs one text compiled, so far."""
+        """The beam widths at which `version` runs one text compiled, so far.
+
+        Args:
+            version: `keras_attn.serving.store.Version`. A loaded version.
+
+        Returns:
+            A frozenset of int: the widths compiled so far (empty for a version not compiled).
+        """
         return frozenset(self._ready.get((version.name, version.number), ()))
 
     def signature(self, version, name, inputs):
-        """The signature to run for a call of signature `name` with
-        `inputs` (`{name: np.ndarray}`).
+        """The signature to run for a call of signature `name` with `inputs`.
+
+        Args:
+            version: `keras_attn.serving.store.Version`. The version called.
+            name: str. The signature the request names.
+            inputs: dict. `{input name: np.ndarray}`, the call's inputs.
+
+        Returns:
+            A str: `"translate_compiled"` for one text of a routed signature (`translate`,
+            `serving_default`) at a compiled width, else `name`.
         """
         if name not in ROUTED or len(inputs.get("text", ())) != 1:
             return name

@@ -24,9 +24,8 @@ sources cut and outputs capped at the backbone's `max_sequence_length` `L`
 (CTranslate2 refuses a position the table lacks):
 
     translator = ctranslate2.Translator(folder, device="cpu")
-    translator.translate_batch(source_tokens, beam_size=1,
-    max_input_length=L, max_decoding_length=n,
-                               **SEARCH_OPTIONS)
+    translator.translate_batch(source_tokens, beam_size=1, max_input_length=L,
+                               max_decoding_length=n, **SEARCH_OPTIONS)
 
 Greedy search then gives our tokens, those of the float32 model: the
 weights and the position table are written at float32 even from a
@@ -78,18 +77,20 @@ def ctranslate2_spec(backbone, source_tokens, target_tokens):
     """The CTranslate2 `TransformerSpec` of `backbone`, its weights and vocabularies set.
 
     Args:
-        backbone: a built `keras_attn.models.TransformerBackbone`.
-        source_tokens: the source vocabulary, a token per id (a tokenizer's
-            `vocabulary`).
-        target_tokens: the target's (the same list with a shared vocabulary).
+        backbone: `keras_attn.models.TransformerBackbone`. The built backbone.
+        source_tokens: list of str. The source vocabulary, a token per id (a tokenizer's
+            `vocabulary`), starting with the special tokens.
+        target_tokens: list of str. The target's (the same list with a shared vocabulary).
 
     Returns:
         A `ctranslate2.specs.TransformerSpec`, not yet validated or saved
         (`export_ctranslate2` does both).
 
     Raises:
-        UserError: what CTranslate2 cannot represent, or vocabularies that
-            do not fit the backbone, in one line.
+        UserError: when `backbone` is not a `TransformerBackbone`, holds what CTranslate2
+            cannot represent (LayerNorms of different epsilons), or the vocabularies do not
+            fit it (another size, duplicate tokens, not starting with the special tokens); in
+            one line.
 
     Example:
 
@@ -190,18 +191,20 @@ def export_ctranslate2(
     with a `preprocessor` kept, with `load_ctranslate2` (strings in, strings out).
 
     Args:
-        backbone: a built `TransformerBackbone`.
-        source_tokens: the source vocabulary, a token per id.
-        target_tokens: the target vocabulary, a token per id.
-        output_dir: the folder to write.
-        quantization: `None` (the weights' float32) or one of
-            `keras_attn.config.CT2_QUANTIZATIONS`.
-        force: replace an existing `output_dir`.
-        preprocessor: the `TranslationPreprocessor` to tokenize with,
-            kept as its Keras config in `PREPROCESSOR`.
+        backbone: `keras_attn.models.TransformerBackbone`. The built backbone.
+        source_tokens: list of str. The source vocabulary, a token per id.
+        target_tokens: list of str. The target vocabulary, a token per id.
+        output_dir: str. The folder to write.
+        quantization: str or `None`. One of `keras_attn.config.CT2_QUANTIZATIONS`
+            (`"int8"`, `"int8_float32"`, `"int8_bfloat16"`, `"int16"`, `"float16"`,
+            `"bfloat16"`, `"float32"`), or `None` for the weights' float32. Defaults to `None`.
+        force: bool. Whether to replace an existing `output_dir` (a CTranslate2 model folder
+            only). Defaults to `False`.
+        preprocessor: `TranslationPreprocessor` or `None`. The preprocessor to tokenize with,
+            kept as its Keras config in `PREPROCESSOR`. Defaults to `None` (not kept).
 
     Returns:
-        `output_dir`.
+        A str: `output_dir`.
 
     Raises:
         UserError: as `ctranslate2_spec`; as `check_output_folder`.
@@ -234,6 +237,16 @@ def check_output_folder(output_dir, force, force_flag="force=True"):
 
     Only a CTranslate2 model folder is replaced (with `force`): never a
     folder of anything else, nor one that holds the current folder.
+
+    Args:
+        output_dir: str. The folder to write.
+        force: bool. Whether an existing CTranslate2 model folder may be replaced.
+        force_flag: str. How the refusal names `force` to the caller (e.g. `"--force"`).
+            Defaults to `"force=True"`.
+
+    Raises:
+        UserError: when `output_dir` is empty, or exists and `force` is not given, or is not
+            a CTranslate2 model folder, or holds the current folder.
     """
     if not output_dir:
         raise UserError(

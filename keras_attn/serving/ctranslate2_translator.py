@@ -38,9 +38,17 @@ from pipelines.special_tokens import PAD_ID
 
 
 def threads_per_call(calls=1):
-    """CTranslate2's threads for each of `calls` translations that run at once: the process's cores
-    shared between them, at least one (CTranslate2's own default, 4 a translation, puts more threads
-    than cores to work on a small machine)."""
+    """CTranslate2's threads for each of `calls` translations that run at once.
+
+    The process's cores shared between them, at least one (CTranslate2's own default, 4 a
+    translation, puts more threads than cores to work on a small machine).
+
+    Args:
+        calls: int. The translations that run at once. Defaults to 1.
+
+    Returns:
+        An int: the threads for each, at least 1.
+    """
     return max(1, len(os.sched_getaffinity(0)) // calls)
 
 
@@ -48,11 +56,18 @@ def load_ctranslate2(folder, compute_type="default", threads=None):
     """The `CTranslate2Translator` of a folder `keras-attn export-ct2` wrote.
 
     Args:
-        folder: the CTranslate2 model folder (`export-ct2`'s OUT).
-        compute_type: CTranslate2's compute type (`"default"`: the type the
-            weights were saved in).
-        threads: CTranslate2's threads per translation (default:
-            `threads_per_call()`, the process's cores).
+        folder: str. The CTranslate2 model folder (`export-ct2`'s OUT).
+        compute_type: str. CTranslate2's compute type, e.g. `"int8"` or `"float32"`;
+            `"default"` is the type the weights were saved in. Defaults to `"default"`.
+        threads: int or `None`. CTranslate2's threads per translation. Defaults to `None`:
+            `threads_per_call()`, the process's cores.
+
+    Returns:
+        A `CTranslate2Translator`.
+
+    Raises:
+        UserError: when the folder has no readable preprocessor file (`PREPROCESSOR`), or no
+            readable CTranslate2 model.
     """
     path = os.path.join(folder, PREPROCESSOR)
     try:
@@ -72,14 +87,19 @@ class CTranslate2Translator:
     """A CTranslate2 translation model with the tokenizers of the model it was converted from.
 
     Args:
-        folder: the CTranslate2 model folder.
-        preprocessor: the model's `TranslationPreprocessor` (its
+        folder: str. The CTranslate2 model folder.
+        preprocessor: `TranslationPreprocessor`. The model's preprocessor (its
             tokenizers and `max_length`).
-        compute_type: CTranslate2's compute type, e.g. `"int8"` or
-            `"float32"` (`"default"`: the type the weights were saved in).
-        threads: CTranslate2's threads per translation (default:
-            `threads_per_call()`, the process's cores).
-        max_beam_width: the widest beam a call gets, as the SavedModel's.
+        compute_type: str. CTranslate2's compute type, e.g. `"int8"` or
+            `"float32"`; `"default"` is the type the weights were saved in. Defaults to
+            `"default"`.
+        threads: int or `None`. CTranslate2's threads per translation. Defaults to `None`:
+            `threads_per_call()`, the process's cores.
+        max_beam_width: int. The widest beam a call gets, as the SavedModel's. Defaults to 32
+            (`decoding.MAX_BEAM_WIDTH`).
+
+    Raises:
+        UserError: when `folder` holds no readable CTranslate2 model.
     """
 
     def __init__(
@@ -118,6 +138,9 @@ class CTranslate2Translator:
     def search_inputs(self, texts):
         """What CTranslate2's search takes for `texts`, as `translate` gives it.
 
+        Args:
+            texts: list of str or bytes. The texts to translate (bytes in UTF-8).
+
         Returns:
             `(tokens, budgets, truncated, empty)`: each text's source tokens
             (a list of `str`), its decode-step budget, whether it was cut, and
@@ -132,6 +155,11 @@ class CTranslate2Translator:
     def translate(self, texts, beam_width=4):
         """Translates `texts` (str or UTF-8 bytes).
 
+        Args:
+            texts: list of str or bytes. The texts to translate.
+            beam_width: int. The beam width, clipped to [1, `max_beam_width`]; 1 is greedy
+                search. Defaults to 4.
+
         Returns:
             `(translations, truncated)`: a string per text, and whether each
             was longer than the model accepts and was cut. A text that is
@@ -141,9 +169,18 @@ class CTranslate2Translator:
         return translations, truncated
 
     def search(self, texts, beam_width=4):
-        """`(translations, scores, truncated)` of `texts`: `translate`'s, with
-        each translation's score as CTranslate2 gives it (its log-probability
-        over `length^α`; 0.0 for a text with nothing to translate)."""
+        """`translate`'s results, with each translation's score.
+
+        Args:
+            texts: list of str or bytes. The texts to translate.
+            beam_width: int. The beam width, clipped to [1, `max_beam_width`]; 1 is greedy
+                search. Defaults to 4.
+
+        Returns:
+            `(translations, scores, truncated)`, lists with an item per text: `translate`'s,
+            with each translation's score as CTranslate2 gives it (its log-probability
+            over `length^α`; 0.0 for a text with nothing to translate).
+        """
         if not len(texts):
             return [], [], []
         tokens, budgets, truncated, empty = self.search_inputs(texts)
@@ -180,7 +217,7 @@ class CTranslate2Servable:
     alike. There is no `attention` signature: CTranslate2 gives none.
 
     Args:
-        translator: the folder's `CTranslate2Translator`.
+        translator: `CTranslate2Translator`. The folder's translator.
     """
 
     def __init__(self, translator):

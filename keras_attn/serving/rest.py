@@ -36,7 +36,12 @@ COUNTS = {"beam_width": MAX_BEAM_WIDTH, "top_k": MAX_TOP_K}
 
 
 class RequestError(ValueError):
-    """A request the server refuses: `status` (400, 404, 413) and a one-line message."""
+    """A request the server refuses: `status` (400, 404, 413) and a one-line message.
+
+    Args:
+        message: str. The one-line message, the answer's `error`.
+        status: int. The HTTP status of the answer. Defaults to 400.
+    """
 
     def __init__(self, message, status=400):
         super().__init__(message)
@@ -46,7 +51,19 @@ class RequestError(ValueError):
 def parse_predict(body, max_instances):
     """The JSON body of a predict request → `(signature_name, rows, data)`.
 
-    `rows` is True for `"instances"`, False for `"inputs"`.
+    Args:
+        body: bytes. The request's body, JSON in UTF-8.
+        max_instances: int. The most rows a request may give.
+
+    Returns:
+        `(signature_name, rows, data)`: the signature's name (`"serving_default"` when the
+        request names none), whether the inputs are in rows (True for `"instances"`, False for
+        `"inputs"`), and the JSON value of those inputs.
+
+    Raises:
+        RequestError: when the body is not a JSON object in UTF-8, gives both or neither of
+            `"instances"` and `"inputs"`, no rows, or a `signature_name` that is not a string
+            (status 400); or more than `max_instances` rows (status 413).
     """
     try:
         request = json.loads(body)
@@ -88,16 +105,36 @@ def parse_predict(body, max_instances):
 
 
 def signature_inputs(function):
-    """`{name: tf.TensorSpec}` of a loaded signature's inputs."""
+    """`{name: tf.TensorSpec}` of a loaded signature's inputs.
+
+    Args:
+        function: callable. A loaded signature (`loaded.signatures[name]`), or anything with
+            its `structured_input_signature`.
+
+    Returns:
+        A dict of `tf.TensorSpec`, by input name.
+    """
     return dict(function.structured_input_signature[1])
 
 
 def to_inputs(function, rows, data):
     """The request's `data` as `{input name: np.ndarray}` for `function` (a loaded signature).
 
+    Args:
+        function: callable. The loaded signature the request names.
+        rows: bool. Whether `data` is in rows (`"instances"`) rather than in columns
+            (`"inputs"`), as `parse_predict` says.
+        data: list, dict or JSON scalar. The value of the request's `"instances"` or
+            `"inputs"`.
+
     Returns:
         `(inputs, batch)`: `batch` the number of rows (inputs whose
         signature shape has a first, batch axis), or None when none has.
+
+    Raises:
+        RequestError: when the inputs are unknown or missing, of another type or shape than
+            the signature's, a count (`beam_width`, `top_k`) out of its range, or of
+            different batch sizes (status 400).
     """
     specs = signature_inputs(function)
     if rows:
@@ -129,7 +166,17 @@ def to_inputs(function, rows, data):
 
 
 def to_response(outputs, rows):
-    """`{output name: np.ndarray}` → TensorFlow Serving's JSON answer (a dict)."""
+    """`{output name: np.ndarray}` → TensorFlow Serving's JSON answer (a dict).
+
+    Args:
+        outputs: dict. `{output name: np.ndarray}`, a signature's outputs.
+        rows: bool. Whether the request was in rows (answered as `"predictions"`) rather than
+            in columns (`"outputs"`).
+
+    Returns:
+        A dict, JSON-able: strings decoded from UTF-8, an output whose name ends in `_bytes`
+        in base64.
+    """
     values = {name: _json_value(name, value) for name, value in sorted(outputs.items())}
     if not rows:
         return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
@@ -144,7 +191,15 @@ def to_response(outputs, rows):
 
 
 def describe_signature(function):
-    """A loaded signature as TensorFlow Serving's metadata describes a `SignatureDef`."""
+    """A loaded signature as TensorFlow Serving's metadata describes a `SignatureDef`.
+
+    Args:
+        function: callable. A loaded signature (its input signature and outputs).
+
+    Returns:
+        A dict of its `"inputs"` and `"outputs"` (dtype, shape and name of each) and its
+        `"method_name"`.
+    """
     from tensorflow.core.framework import types_pb2
 
     def tensor(name, dtype, shape):

@@ -54,20 +54,51 @@ MODEL_PATH = re.compile(
 
 
 def json_response(content, status=200):
-    """JSON as TensorFlow Serving writes it: UTF-8, NaN and Infinity allowed."""
+    """JSON as TensorFlow Serving writes it: UTF-8, NaN and Infinity allowed.
+
+    Args:
+        content: dict or list. The JSON-able answer.
+        status: int. The HTTP status. Defaults to 200.
+
+    Returns:
+        A `starlette.responses.Response` of media type `application/json`.
+    """
     body = json.dumps(content, ensure_ascii=False, allow_nan=True).encode("utf-8")
     return Response(body, status_code=status, media_type="application/json")
 
 
 def error_response(message, status):
+    """An error as TensorFlow Serving answers it: `{"error": message}`.
+
+    Args:
+        message: str. The one-line message.
+        status: int. The HTTP status.
+
+    Returns:
+        A `starlette.responses.Response` of media type `application/json`.
+    """
     return json_response({"error": message}, status)
 
 
 def serve(settings, log=print):
-    """Runs the server of `settings` (a `ServeConfig`) until SIGINT or SIGTERM; returns 0.
+    """Runs the server of `settings` until SIGINT or SIGTERM; returns 0.
 
     On either signal it stops taking connections, answers the requests in
     flight and returns (uvicorn's graceful shutdown).
+
+    Args:
+        settings: `keras_attn.config.ServeConfig`. The model root, address, batching and
+            limits.
+        log: callable. Told, once the first scan is done, which versions loaded, and when a
+            version's beam widths are compiled; each line ends with the address served.
+            Defaults to `print`.
+
+    Returns:
+        An int: 0, the exit status.
+
+    Raises:
+        UserError: when the model root is not a folder, or is one export's version rather
+            than a root of exports, or the server cannot listen at the host and port.
     """
     import uvicorn
 
@@ -102,7 +133,11 @@ def serve(settings, log=print):
 
 class JsonBadRequests(H11Protocol):
     """uvicorn's HTTP/1.1, with its 400 for a request it cannot parse (a bad Content-Length, a
-    broken header line) in JSON, as every other answer, where uvicorn answers in plain text."""
+    broken header line) in JSON, as every other answer, where uvicorn answers in plain text.
+
+    Takes the arguments of uvicorn's `H11Protocol`, which uvicorn gives it when it is the
+    server's protocol (`uvicorn.Config(app, http=JsonBadRequests)`).
+    """
 
     def send_400_response(self, msg):
         answer = error_response(msg, 400)
@@ -135,10 +170,19 @@ def _listen(host, port):
 
 
 def create_app(settings, store=None, log=None):
-    """The ASGI application serving `settings.model_root` (a
-    `ServeConfig`), or a given `ModelStore`.
+    """The ASGI application serving `settings.model_root`, or a given `ModelStore`.
 
-    `log`, if given, is told which versions loaded once the first scan is done.
+    Args:
+        settings: `keras_attn.config.ServeConfig`. The model root, batching, limits, threads
+            and compiled widths.
+        store: `ModelStore` or `None`. The store to serve. Defaults to `None`: a new one of
+            `settings.model_root`.
+        log: callable or `None`. Told which versions loaded once the first scan is done, and
+            when each version's widths are compiled. Defaults to `None` (nothing told).
+
+    Returns:
+        A `starlette.applications.Starlette` application; its `state` holds the `store`, the
+        `batcher` and the compiled `routes`.
     """
     store = store or ModelStore(
         settings.model_root, load=functools.partial(load_version, concurrent_calls=settings.threads)

@@ -39,7 +39,17 @@ class NotFound(LookupError):
 @dataclasses.dataclass
 class Version:
     """One `<root>/<name>/<version>/` folder: its state and, once
-    `AVAILABLE`, its loaded SavedModel.
+    `AVAILABLE`, its loaded servable.
+
+    Attributes:
+        name: str. The model's name, its folder under the root.
+        number: int. The version number, its folder under the model's.
+        path: str. The version's folder.
+        state: str. One of `"LOADING"`, `"AVAILABLE"`, `"END"` (failed to load), as TensorFlow
+            Serving names them. Defaults to `"LOADING"`.
+        error: str. Why it failed to load, in one line; `""` otherwise. Defaults to `""`.
+        loaded: object. What `load` gave once `AVAILABLE`: a loaded SavedModel or a
+            `CTranslate2Servable`, each with `signatures`. Defaults to `None`.
     """
 
     name: str
@@ -52,8 +62,16 @@ class Version:
 
 def load_version(path, concurrent_calls=1):
     """A version's servable: `tf.saved_model.load` (with the tokenizer ops of tensorflow-text
-    registered), or a CTranslate2 folder's `CTranslate2Servable`, whose `concurrent_calls` calls at
-    once share the process's cores; either has `signatures`."""
+    registered), or a CTranslate2 folder's `CTranslate2Servable`.
+
+    Args:
+        path: str. The version's folder.
+        concurrent_calls: int. The calls of a CTranslate2 model that may run at once, which
+            share the process's cores. Defaults to 1.
+
+    Returns:
+        The loaded SavedModel or the `CTranslate2Servable`; either has `signatures`.
+    """
     if is_ctranslate2_folder(path):
         from keras_attn.serving.ctranslate2_translator import (
             CTranslate2Servable,
@@ -74,9 +92,9 @@ class ModelStore:
     """Every version of every model under `root`; thread-safe.
 
     Args:
-        root: the model root (`saved_models/` by default in the CLI).
-        load: `path -> loaded model`; any exception it raises marks that
-            version `END` with the exception's first line.
+        root: str. The model root (`saved_models/` by default in the CLI).
+        load: callable. `path -> loaded model`; any exception it raises marks that
+            version `END` with the exception's first line. Defaults to `load_version`.
     """
 
     def __init__(self, root, load=load_version):
@@ -90,7 +108,7 @@ class ModelStore:
         """Finds the versions that appeared under the root since the last call and loads them.
 
         Returns:
-            The `Version`s found this time, loaded or failed.
+            A list of `Version`: those found this time, loaded or failed.
         """
         found = [version for version in self._scan() if self._claim(version)]
         for version in found:
@@ -107,15 +125,25 @@ class ModelStore:
         return found
 
     def names(self):
-        """The model names found so far, sorted."""
+        """The model names found so far, sorted.
+
+        Returns:
+            A list of str.
+        """
         with self._lock:
             return sorted(self._versions)
 
     def versions(self, name):
         """The `Version`s of `name`, oldest first.
 
+        Args:
+            name: str. The model's name.
+
+        Returns:
+            A list of `Version`, in every state.
+
         Raises:
-            NotFound: no model of that name was found.
+            NotFound: when no model of that name was found.
         """
         with self._lock:
             if name not in self._versions:
@@ -125,10 +153,18 @@ class ModelStore:
     def find(self, name, version=None):
         """The `AVAILABLE` version `version` of `name` (the highest available one when `None`).
 
+        Args:
+            name: str. The model's name.
+            version: int or `None`. The version number. Defaults to `None`: the highest
+                available one.
+
+        Returns:
+            A `Version`, `AVAILABLE`.
+
         Raises:
-            NotFound: as TensorFlow Serving says it ("Servable not found
-                for request: Latest(name)"), or why that version is not
-                served (still loading, or failed to load).
+            NotFound: when there is no such available version, said as TensorFlow Serving
+                says it ("Servable not found for request: Latest(name)"), or why that version
+                is not served (still loading, or failed to load).
         """
         with self._lock:
             versions = self._versions.get(name, {})

@@ -65,14 +65,18 @@ class Translator(tf.Module):
     decoded translation never scores), no output tokens and zero attention.
 
     Args:
-        task: a `keras_attn.models.Seq2SeqLM` with its preprocessor (whose
+        task: `keras_attn.models.Seq2SeqLM`. The task, with its preprocessor (whose
             `max_length` caps sources and outputs), decoded through its stepper.
-        length_penalty: GNMT length penalty α of beam search.
-        max_beam_width: the widest beam a request gets (memory and time
-            grow with it).
-        compiled_search: export `translate_compiled` and `warm_up` where
+        length_penalty: float. GNMT length penalty α of beam search. Defaults to 0.6
+            (`decoding.LENGTH_PENALTY`).
+        max_beam_width: int. The widest beam a request gets (memory and time
+            grow with it). Defaults to 32 (`decoding.MAX_BEAM_WIDTH`).
+        compiled_search: bool. Whether to export `translate_compiled` and `warm_up` where
             the backbone can (`decoding.Stepper.preallocates`: the
-            Transformer's); the export's `METADATA` says whether it does.
+            Transformer's); the export's `METADATA` says whether it does. Defaults to `True`.
+
+    Raises:
+        ValueError: when `task` has no preprocessor.
     """
 
     def __init__(
@@ -111,7 +115,15 @@ class Translator(tf.Module):
         self._task_config = json.dumps(keras.saving.serialize_keras_object(task))
 
     def encode(self, text):
-        """Strings → `(source ids (B, S ≥ 1), truncated (B,))`."""
+        """Strings → `(source ids (B, S ≥ 1), truncated (B,))`.
+
+        Args:
+            text: string tensor of shape `(B,)`. The texts to translate.
+
+        Returns:
+            `(source, truncated)`: the int32 source ids, of shape `(B, S)` with `S ≥ 1`, and
+            whether each text was cut to the preprocessor's `max_length`, bool of shape `(B,)`.
+        """
         return self.preprocessor.tokenize_source(text)
 
     def _decode_length(self, source):
@@ -119,6 +131,17 @@ class Translator(tf.Module):
 
     @graph.function(input_signature=[TEXT, BEAM_WIDTH])
     def translate(self, text, beam_width):
+        """The `translate` signature the class describes.
+
+        Args:
+            text: string tensor of shape `(B,)`. The texts to translate.
+            beam_width: int32 scalar tensor. The beam width, clipped to [1, `max_beam_width`]
+                and to the target vocabulary's size; 1 is greedy search.
+
+        Returns:
+            A dict of `translation` (string), `score` (float32) and `truncated` (bool)
+            tensors of shape `(B,)`.
+        """
         source, truncated = self.encode(text)
         # Beam search at every width (width 1 is greedy search): a signature holding both searches
         # exports and loads 1-3 s slower for 8% less time at width 1.
@@ -166,6 +189,16 @@ class Translator(tf.Module):
 
     @graph.function(input_signature=[TEXT])
     def attention(self, text):
+        """The `attention` signature the class describes: greedy decoding's cross-attention.
+
+        Args:
+            text: string tensor of shape `(B,)`. The texts to translate.
+
+        Returns:
+            A dict of `translation` string `(B,)`, `source_tokens` string `(B, S)`,
+            `output_tokens` string `(B, L)` and `cross_attention` float32
+            `(B, L, layers, heads, S)` tensors.
+        """
         source, _ = self.encode(text)
         empty = nothing_to_translate(text, source)
         result = decoding.greedy_search(
@@ -189,6 +222,9 @@ class Translator(tf.Module):
         Two translators with the same fingerprint translate alike (with the
         same code), so an export whose fingerprint equals the newest
         version's need not be written again.
+
+        Returns:
+            A str: the hex digest (`keras_attn.serving.versions.fingerprint`).
         """
         return fingerprint(
             [
@@ -201,17 +237,30 @@ class Translator(tf.Module):
         )
 
     def export_metadata(self):
-        """What the export's `METADATA` says of it: whether it has `translate_compiled`."""
+        """What the export's `METADATA` says of it: whether it has `translate_compiled`.
+
+        Returns:
+            A dict: `{"compiled_search": bool}`.
+        """
         return {"compiled_search": self.compiled is not None}
 
     def write_assets_extra(self, folder):
         """Writes the task's Keras config (backbone and preprocessor,
         vocabularies inline) into `folder`.
+
+        Args:
+            folder: str. The existing folder to write into (a version's `assets.extra/`).
         """
         with open(os.path.join(folder, TASK_CONFIG), "w", encoding="utf-8") as file:
             file.write(self._task_config)
 
     def signatures(self):
+        """The signatures to export, by name (`export` saves them).
+
+        Returns:
+            A dict: `translate` (also as `serving_default`) and `attention`, with
+            `translate_compiled` and `warm_up` when the search is compiled.
+        """
         signatures = {
             "serving_default": self.translate,
             "translate": self.translate,
@@ -224,7 +273,14 @@ class Translator(tf.Module):
 
 def is_export(model_dir):
     """Whether `model_dir` is a translation export of keras-attn (its task's config in
-    `assets.extra/`)."""
+    `assets.extra/`).
+
+    Args:
+        model_dir: str. A version folder of an export.
+
+    Returns:
+        A bool.
+    """
     return os.path.isfile(os.path.join(model_dir, "assets.extra", TASK_CONFIG))
 
 
@@ -232,9 +288,16 @@ def load_task(model_dir):
     """The `Seq2SeqLM` a translation export was made from: its Keras
     config, and the export's weights.
 
+    Args:
+        model_dir: str. The export's version folder.
+
+    Returns:
+        A `keras_attn.models.Seq2SeqLM`, with its preprocessor and the export's weights.
+
     Raises:
-        UserError: `model_dir` is not a translation export of keras-attn, or
-            one written before exports kept their task's config.
+        UserError: when `model_dir` is not a translation export of keras-attn (a BERT
+            export, or one written before exports kept their task's config), or its variables
+            cannot be read or do not hold the task's weights.
     """
     path = os.path.join(model_dir, "assets.extra", TASK_CONFIG)
     try:
@@ -302,6 +365,13 @@ def nothing_to_translate(text, source):
     ids are all padding (no tokens).
 
     (WordPiece makes no tokens of blank text; SentencePiece keeps its spaces.)
+
+    Args:
+        text: string tensor of shape `(B,)`. The texts.
+        source: int tensor of shape `(B, S)`. Their source ids.
+
+    Returns:
+        A bool tensor of shape `(B,)`.
     """
     blank = tf.strings.regex_full_match(text, r"[\s\p{Z}]*")  # no-break and ideographic spaces too
     return blank | tf.reduce_all(tf.equal(source, PAD_ID), axis=1)

@@ -26,8 +26,12 @@ def fingerprint(parts, weights):
     """SHA-256 of what decides a served module's outputs: the fingerprint of every export.
 
     Args:
-        parts: strings (vocabularies as JSON, settings), hashed in order.
-        weights: the variables, hashed with their paths, dtypes and shapes.
+        parts: list of str. Vocabularies as JSON, settings, hashed in order.
+        weights: list of `keras.Variable`. The variables, hashed with their paths, dtypes and
+            shapes.
+
+    Returns:
+        A str: the SHA-256 hex digest.
     """
     digest = hashlib.sha256()
     for part in parts:
@@ -42,13 +46,26 @@ def fingerprint(parts, weights):
 def versions_of(model_root):
     """The integer versions under `model_root` (`<root>/<name>`), in
     increasing order ([] when none).
+
+    Args:
+        model_root: str. A model's folder, `<root>/<name>`; it need not exist.
+
+    Returns:
+        A list of int: the names of its entries that are whole numbers (up to 18 digits).
     """
     entries = os.listdir(model_root) if os.path.isdir(model_root) else []
     return sorted(int(entry) for entry in entries if re.fullmatch(r"\d{1,18}", entry))
 
 
 def next_version(model_root):
-    """The next integer version under `model_root` (1 when there is none)."""
+    """The next integer version under `model_root` (1 when there is none).
+
+    Args:
+        model_root: str. A model's folder, `<root>/<name>`.
+
+    Returns:
+        An int: one more than the highest version.
+    """
     return max(versions_of(model_root), default=0) + 1
 
 
@@ -64,12 +81,26 @@ SAVED_MODEL = "saved_model.pb"  # what makes a folder a SavedModel (an export's 
 
 
 def is_saved_model_folder(path):
-    """Whether `path` holds a SavedModel."""
+    """Whether `path` holds a SavedModel.
+
+    Args:
+        path: str. A folder.
+
+    Returns:
+        A bool: whether it holds `saved_model.pb`.
+    """
     return os.path.isfile(os.path.join(path, SAVED_MODEL))
 
 
 def is_ctranslate2_folder(path):
-    """Whether `path` holds a CTranslate2 model rather than a SavedModel."""
+    """Whether `path` holds a CTranslate2 model rather than a SavedModel.
+
+    Args:
+        path: str. A folder.
+
+    Returns:
+        A bool: whether it holds `model.bin`.
+    """
     return os.path.isfile(os.path.join(path, CTRANSLATE2_MODEL))
 
 
@@ -82,17 +113,17 @@ def export(module, root="saved_models", name="transformer", metadata=None):
     died is removed by the next export on the same host.
 
     Args:
-        module: a `Translator`, a `BertServer`, or any `tf.Module` with
-            `signatures()`; one with `write_assets_extra(folder)` also
+        module: `tf.Module`. A `Translator`, a `CaptionServer`, a `BertServer`, or any
+            `tf.Module` with `signatures()`; one with `write_assets_extra(folder)` also
             writes its own files into the version's `assets.extra/`.
-        root: the export root.
-        name: the model's folder under `root`.
-        metadata: a JSON-able dict kept in the version's `METADATA` file,
+        root: str. The export root. Defaults to `"saved_models"`.
+        name: str. The model's folder under `root`. Defaults to `"transformer"`.
+        metadata: dict or `None`. A JSON-able dict kept in the version's `METADATA` file,
             with the module's `fingerprint()` and `export_metadata()` when
-            it has them.
+            it has them. Defaults to `None` (an empty one).
 
     Returns:
-        The path of the new version.
+        A str: the path of the new version.
     """
     model_root = os.path.join(root, name)
     os.makedirs(model_root, exist_ok=True)
@@ -121,6 +152,14 @@ def export(module, root="saved_models", name="transformer", metadata=None):
 def export_if_changed(module, root="saved_models", name="transformer", metadata=None, force=False):
     """`export`s `module` unless the newest version already holds it (or `force`).
 
+    Args:
+        module: `tf.Module`. As for `export`, with a `fingerprint()`.
+        root: str. The export root. Defaults to `"saved_models"`.
+        name: str. The model's folder under `root`. Defaults to `"transformer"`.
+        metadata: dict or `None`. As for `export`. Defaults to `None`.
+        force: bool. Whether to export even when the newest version holds the same
+            fingerprint. Defaults to `False`.
+
     Returns:
         `(path, new)`: the new version and True, or the newest version,
         whose `fingerprint` equals `module.fingerprint()`, and False.
@@ -132,13 +171,28 @@ def export_if_changed(module, root="saved_models", name="transformer", metadata=
 
 
 def newest_version(root, name):
-    """The path of the highest version under `<root>/<name>/`, or None."""
+    """The path of the highest version under `<root>/<name>/`, or None.
+
+    Args:
+        root: str. The export root.
+        name: str. The model's folder under `root`.
+
+    Returns:
+        A str, or `None` when the model has no version.
+    """
     version = next_version(os.path.join(root, name)) - 1
     return os.path.join(root, name, str(version)) if version else None
 
 
 def read_metadata(path):
-    """The `METADATA` dict of the export at `path` (`{}` when it has none)."""
+    """The `METADATA` dict of the export at `path` (`{}` when it has none).
+
+    Args:
+        path: str. A version folder.
+
+    Returns:
+        A dict: what `export` kept; `{}` when the file is missing, unreadable or not JSON.
+    """
     try:
         with open(os.path.join(path, METADATA)) as file:
             return json.load(file)
@@ -147,6 +201,15 @@ def read_metadata(path):
 
 
 def write_metadata(path, module, metadata):
+    """Writes a version's `METADATA` file, and the module's own files beside it.
+
+    Args:
+        path: str. The version folder (the temporary one, before it is renamed).
+        module: `tf.Module`. The exported module; its `fingerprint()` and `export_metadata()`
+            are added to `metadata` when it has them, and its `write_assets_extra(folder)`
+            writes into `assets.extra/`.
+        metadata: dict or `None`. What the job keeps in the file.
+    """
     metadata = dict(metadata or {})
     if hasattr(module, "fingerprint"):
         metadata["fingerprint"] = module.fingerprint()

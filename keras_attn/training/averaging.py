@@ -23,7 +23,14 @@ from keras_attn.training.checkpoints import save_weights_atomically
 
 
 def mean_weights(snapshots):
-    """The elementwise mean of several `model.get_weights()` lists."""
+    """The elementwise mean of several `model.get_weights()` lists.
+
+    Args:
+        snapshots: list of lists of arrays. Each a `model.get_weights()` of the same model.
+
+    Returns:
+        A list of arrays: the mean of each weight.
+    """
     return [np.mean(arrays, axis=0) for arrays in zip(*snapshots)]
 
 
@@ -36,10 +43,13 @@ class WeightsAverage:
     Memory: `k` copies of the weights in host memory.
 
     Args:
-        folder: where the files go (`run_folder.EPOCHS` or `UPDATES` of the run).
-        kind: what a checkpoint's number counts: `"epoch"` or `"update"`.
-        k: how many checkpoints to average (at least 2).
-        chief: whether this worker writes the files.
+        folder: str. Where the files go (`run_folder.EPOCHS` or `UPDATES` of the run).
+        kind: str. What a checkpoint's number counts. One of `"epoch"`, `"update"`.
+        k: int. How many checkpoints to average (at least 2).
+        chief: bool. Whether this worker writes the files.
+
+    Raises:
+        ValueError: when `k` is less than 2.
 
     Example:
 
@@ -75,6 +85,10 @@ class WeightsAverage:
     def add(self, model, number):
         """Keeps the model's weights as checkpoint `number` (counted
         from 1); drops all but the last `k`.
+
+        Args:
+            model: `keras.Model`. The model whose weights are kept.
+            number: int. The checkpoint's number: the epoch or the update, from 1.
         """
         self.snapshots[number] = model.get_weights()
         for old in sorted(self.snapshots)[: -self.k]:
@@ -91,7 +105,12 @@ class WeightsAverage:
         """On resume after checkpoint `upto`: reads the files of the last `k` checkpoints up to it.
 
         Files after `upto` (written after the backup a run resumes from)
-        are deleted. The model's own weights are left as they were.
+        are deleted (by the chief). The model's own weights are left as they were.
+
+        Args:
+            model: `keras.Model`. The model the files are read into, one at a time.
+            upto: int. The number of the last checkpoint before the restart (the epochs or
+                updates the backup had done).
         """
         own = model.get_weights()
         if self.chief:
@@ -105,11 +124,18 @@ class WeightsAverage:
 
     @property
     def count(self):
+        """The number of checkpoints kept."""
         return len(self.snapshots)
 
     def use_mean(self, model):
         """Sets the model to the mean of the kept checkpoints;
         returns its own weights, to set back.
+
+        Args:
+            model: `keras.Model`. The model to set.
+
+        Returns:
+            A list of arrays: the model's weights before, as `model.get_weights()` gives them.
         """
         own = model.get_weights()
         model.set_weights(mean_weights(self.snapshots.values()))

@@ -20,7 +20,7 @@ def bfloat16_support():
     as fast as float32); elsewhere bfloat16 would be emulated and slower.
 
     Returns:
-        `(native, hardware)`, e.g. `(False, "this CPU")` or
+        `(native, hardware)`, a bool and a str, e.g. `(False, "this CPU")` or
         `(True, "this GPU (NVIDIA A100, compute capability 8.0)")`.
     """
     gpus = tf.config.list_physical_devices("GPU")
@@ -37,13 +37,24 @@ def bfloat16_support():
 
 
 def native_bfloat16():
-    """Whether this machine runs bfloat16 natively (see `bfloat16_support`)."""
+    """Whether this machine runs bfloat16 natively (see `bfloat16_support`).
+
+    Returns:
+        A bool.
+    """
     return bfloat16_support()[0]
 
 
 def cpu_info(path="/proc/cpuinfo"):
     """The first processor's fields in `path` (`"model name"`, `"cpu
     family"`, `"flags"`, ...); `{}` if unreadable.
+
+    Args:
+        path: str. The file to read, in the format of Linux's `/proc/cpuinfo`. Defaults to
+            `"/proc/cpuinfo"`.
+
+    Returns:
+        A dict of str: each field of the file's first block by name.
 
     Example:
 
@@ -62,7 +73,17 @@ def cpu_info(path="/proc/cpuinfo"):
 
 
 def resolve_mixed_precision(choice):
-    """`"auto"` → `native_bfloat16()`; `"float32"` → False; `"mixed_bfloat16"` → True."""
+    """`"auto"` → `native_bfloat16()`; `"float32"` → False; `"mixed_bfloat16"` → True.
+
+    Args:
+        choice: str. One of `"auto"`, `"float32"`, `"mixed_bfloat16"` (`--precision`).
+
+    Returns:
+        A bool: whether to train in `mixed_bfloat16`.
+
+    Raises:
+        ValueError: when `choice` is none of those.
+    """
     if choice not in PRECISIONS:
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {choice!r}.")
     return native_bfloat16() if choice == "auto" else choice == "mixed_bfloat16"
@@ -73,6 +94,12 @@ def describe_precision(mixed_precision):
 
     `--precision auto` picks `mixed_bfloat16` exactly where the hardware runs
     bfloat16 natively, so a choice against the hardware was made on purpose.
+
+    Args:
+        mixed_precision: bool. Whether the run computes in `mixed_bfloat16` (else float32).
+
+    Returns:
+        A str: the precision, then why (the hardware's bfloat16 support).
 
     Example:
 

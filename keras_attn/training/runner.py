@@ -58,26 +58,30 @@ class TrainingResult:
     """What `train` gives back.
 
     Attributes:
-        model: the model, with the best validation weights (with
+        model: `keras.Model`. The model, with the best validation weights (with
             `average_last` > 1: the mean of the last backups by update).
-        history: per-epoch logs of this process's training.
-        strategy: the strategy it trained under.
-        global_batch_size: examples per step, over all replicas.
-        initial_epoch: epochs done before this run (a resumed run's).
-        best_val_loss: the validation loss of `model`: the lowest of the
-            run's epochs (with `average_last` > 1: the mean's).
-        steps: optimizer steps of the whole run.
-        is_chief: whether this process is the chief.
-        already_finished: the run folder's run had ended: nothing was trained.
-        initial_steps: optimizer steps done before this run (a resumed run's).
-        averaged_updates: the updates whose weights `model` is the mean of
+        history: dict. `{metric: [value per epoch]}`, the logs of this process's training.
+        strategy: `tf.distribute.Strategy`. The strategy it trained under.
+        global_batch_size: int. Examples per step, over all replicas.
+        initial_epoch: int. Epochs done before this run (a resumed run's).
+        best_val_loss: float. The validation loss of `model`: the lowest of the
+            run's epochs (with `average_last` > 1: the mean's); infinite without validation
+            data.
+        steps: int. Optimizer steps of the whole run.
+        is_chief: bool. Whether this process is the chief.
+        already_finished: bool. Whether the run folder's run had ended, so nothing was
+            trained. Defaults to `False`.
+        initial_steps: int. Optimizer steps done before this run (a resumed run's). Defaults
+            to 0.
+        averaged_updates: tuple of int. The updates whose weights `model` is the mean of
             (`average_last` > 1; fewer than `average_last` when the run
-            kept fewer); empty otherwise.
-        evaluate: `(dataset=None) -> {name: value}`, the loss and metrics of
+            kept fewer); empty otherwise. Defaults to `()`.
+        evaluate: callable. `(dataset=None) -> {name: value}`, the loss and metrics of
             `model` over a dataset of global batches (by default the
-            validation data), computed as every epoch's validation is: the
-            same step, batches and strategy, so the same weights score the
-            same. Under several workers every worker must call it.
+            validation data, and a `ValueError` when there is none), computed as every
+            epoch's validation is: the same step, batches and strategy, so the same weights
+            score the same. Under several workers every worker must call it. Defaults to
+            `None`.
     """
 
     model: keras.Model
@@ -99,6 +103,16 @@ def prepare(config):
 
     Jobs call it before any other TensorFlow work: MultiWorkerMirroredStrategy
     must set up its collectives first. `train` calls it again (same strategy).
+
+    Args:
+        config: `keras_attn.config.RunConfig`. Its `strategy`, `devices`, `seed` and
+            `mixed_precision` are used.
+
+    Returns:
+        A `tf.distribute.Strategy`, as `get_strategy` gives it.
+
+    Raises:
+        ValueError: when `config.strategy` is not a strategy's name.
     """
     strategy = get_strategy(config.strategy, config.devices)
     keras.utils.set_random_seed(config.seed)
@@ -119,9 +133,9 @@ def train(
     """Builds the job under the strategy, resumes, trains, keeps the best weights.
 
     Args:
-        config: a `keras_attn.config.RunConfig` (each job's config is one).
-        build_model: `() -> keras.Model`, called inside the strategy scope.
-        make_datasets: `(global_batch_size) -> (train, valid)`. `train` is
+        config: `keras_attn.config.RunConfig`. The run's settings (each job's config is one).
+        build_model: callable. `() -> keras.Model`, called inside the strategy scope.
+        make_datasets: callable. `(global_batch_size) -> (train, valid)`. `train` is
             a function `epoch -> tf.data.Dataset` giving that epoch's
             batches in an order fixed by `epoch` (so that a resumed run
             sees the batches it missed), or one dataset for all epochs (a
@@ -135,17 +149,24 @@ def train(
             many an epoch on every worker (e.g. each reads its own shards);
             otherwise every worker runs the whole pipeline and keeps its
             replicas' rows of each global batch.
-        compile_model: `(model, total_steps) -> None`, compiles the model
+        compile_model: callable. `(model, total_steps) -> None`, compiles the model
             (its optimizer, loss and metrics, as for `fit`), where
             `total_steps` is the number of steps of the whole run (for
-            schedules that anneal to its end). By default `model.compile()`:
+            schedules that anneal to its end). Defaults to `model.compile()`:
             a task's own defaults.
-        callbacks: extra Keras callbacks.
+        callbacks: tuple of `keras.callbacks.Callback`. Extra Keras callbacks. Defaults to
+            `()`.
 
     Returns:
         A `TrainingResult`; `model` holds the best validation weights (the
-        last weights when there is no validation data; with `average_last`
-        > 1, the mean of the last backups by update).
+        last weights when there is no validation data; with `average_last` > 1,
+        the mean of the last backups by update).
+
+    Raises:
+        ValueError: when the training dataset does not declare its length.
+        UserError: when the run folder's backup is of another model, global batch size or
+            data, or (under several workers) the workers resumed from different backups or
+            one was lost.
     """
     strategy = prepare(config)
     chief, worker = worker_role(strategy)
@@ -176,7 +197,8 @@ def train(
     )
     best_path = run_folder.path(config.run_dir, run_folder.BEST_WEIGHTS)
     restored = _resume(config, model, backups, best_path, progress, strategy, steps_per_epoch)
-    initial_epoch, initial_steps = int(progress.epoch.numpy()), int(model.optimizer.iterations)
+    initial_epoch = int(progress.epoch.numpy())
+    initial_steps = int(model.optimizer.iterations.numpy())
     config, already_finished = _epochs_left(config, progress, initial_steps, steps_per_epoch)
     if restored and config.verbose != 0:
         print(_resume_message(config, restored, progress, model.optimizer, already_finished))
@@ -374,7 +396,15 @@ def _resume_message(config, restored, progress, optimizer, already_finished):
 
 
 def progress_display(verbose):
-    """The callback that shows training progress for a `RunConfig.verbose` value."""
+    """The callback that shows training progress for a `RunConfig.verbose` value.
+
+    Args:
+        verbose: str or int. One of `"auto"` (1 on a terminal, else 2), 0 (no display), 1 (a
+            progress bar), 2 (one line per epoch).
+
+    Returns:
+        A `ProgressBar`, an `EpochLines`, or `None` for 0.
+    """
     if verbose == "auto":
         verbose = 1 if _is_terminal(sys.stdout) else 2
     return {0: None, 1: ProgressBar(), 2: EpochLines()}[verbose]
@@ -414,7 +444,10 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
 
 
 class Progbar(keras.utils.Progbar):
-    """A `Progbar` that times steps from its first update on, not from its creation."""
+    """A `Progbar` that times steps from its first update on, not from its creation.
+
+    Takes the arguments of `keras.utils.Progbar`.
+    """
 
     _first = None  # (step, time) of the first update, which is not shown
 
@@ -673,7 +706,12 @@ def read_history(run_dir):
 
     `TrainingResult.history` holds only the epochs of the process that
     returned it; a resumed or finished run's whole history is here.
-    `{}` before the first epoch ends.
+
+    Args:
+        run_dir: str. The run folder.
+
+    Returns:
+        A dict of lists, by metric name; `{}` before the first epoch ends.
     """
     path = run_folder.path(run_dir, run_folder.HISTORY)
     if not os.path.exists(path):

@@ -20,17 +20,43 @@ import keras
 
 
 def linear_decay(step, k=1.0, c=1e-4, minimum=0.25):
-    """ε_i = max(ε, k - c·i), ε the `minimum`."""
+    """ε_i = max(ε, k - c·i), ε the `minimum`.
+
+    Args:
+        step: int. The training step i.
+        k: float. The ratio at step 0. Defaults to 1.0.
+        c: float. The decrease per step. Defaults to 1e-4.
+        minimum: float. ε, the floor (0 ≤ ε < 1). Defaults to 0.25.
+
+    Returns:
+        A float: the teacher-forcing ratio ε_i.
+    """
     return max(minimum, k - c * step)
 
 
 def exponential_decay(step, k=0.9998):
-    """ε_i = k^i (k < 1)."""
+    """ε_i = k^i (k < 1).
+
+    Args:
+        step: int. The training step i.
+        k: float. The decay per step, below 1. Defaults to 0.9998.
+
+    Returns:
+        A float: the teacher-forcing ratio ε_i.
+    """
     return k**step
 
 
 def inverse_sigmoid_decay(step, k=500.0):
-    """ε_i = k / (k + exp(i / k)) (k ≥ 1)."""
+    """ε_i = k / (k + exp(i / k)) (k ≥ 1).
+
+    Args:
+        step: int. The training step i.
+        k: float. How slowly the ratio decays, at least 1. Defaults to 500.0.
+
+    Returns:
+        A float: the teacher-forcing ratio ε_i (0.0 once exp(i / k) overflows).
+    """
     exponent = step / k
     if exponent > 700:  # exp overflows; ε is 0 to double precision
         return 0.0
@@ -46,7 +72,17 @@ DECAYS = tuple(SCHEDULES)  # the teacher-forcing decays, the default first
 
 
 def decay_parameters(name):
-    """The parameters of the decay called `name` and their defaults, e.g. `{"k": 500.0}`."""
+    """The parameters of the decay called `name` and their defaults, e.g. `{"k": 500.0}`.
+
+    Args:
+        name: str. One of `"linear"`, `"exponential"`, `"inverse_sigmoid"`.
+
+    Returns:
+        A dict: each parameter's default, by name (all but `step`).
+
+    Raises:
+        KeyError: when `name` is not one of those.
+    """
     parameters = list(inspect.signature(SCHEDULES[name]).parameters.values())[1:]  # after `step`
     return {parameter.name: parameter.default for parameter in parameters}
 
@@ -54,8 +90,16 @@ def decay_parameters(name):
 def teacher_forcing_schedule(name, **parameters):
     """The decay called `name` with its `parameters` fixed: `step → ε_step`.
 
+    Args:
+        name: str. One of `"linear"`, `"exponential"`, `"inverse_sigmoid"`.
+        **parameters: The decay's parameters (as `decay_parameters(name)` names them), each
+            left out at its default.
+
+    Returns:
+        A callable: `step → ε_step`.
+
     Raises:
-        ValueError: an unknown decay, or a parameter it does not have
+        ValueError: when `name` is an unknown decay, or a parameter is one it does not have
             (naming its parameters).
 
     Example:
@@ -84,13 +128,13 @@ class ScheduledSampling(keras.callbacks.Callback):
     end of every epoch as `sampling_probability`.
 
     Args:
-        schedule: `step → ε`, the teacher-forcing ratio (e.g.
+        schedule: callable. `step → ε`, the teacher-forcing ratio (e.g.
             `teacher_forcing_schedule("inverse_sigmoid", k=1000.0)`).
 
     Example:
 
         >>> from keras_attn.models import Seq2SeqBackbone
-        >>> from keras_attn.training import MaskedSparseCrossEntropy
+        >>> from keras_attn.losses import MaskedSparseCrossEntropy
         >>> model = Seq2SeqBackbone(1000, 1000, scheduled_sampling="argmax")
         >>> model.compile("adam", MaskedSparseCrossEntropy())
         >>> callback = ScheduledSampling(inverse_sigmoid_decay)

@@ -41,12 +41,14 @@ class TrainingSteps:
     `fit` and here. The loss on each replica is that replica's share of the
     global loss (Keras losses that average over the batch divide by the
     replica count themselves; ours divide by the global count); gradients
-    are summed over replicas.
+    are summed over replicas. `train(iterator)` runs one step on the next batch of a
+    distributed iterator and returns the metrics so far; `evaluate(dataset)` runs a dataset.
 
     Args:
-        model: a compiled `keras.Model`, its optimizer built for its weights.
-        strategy: the `tf.distribute.Strategy` the model was built under.
-        jit_compile: compile the forward (and backward) pass with XLA.
+        model: `keras.Model`. The compiled model, its optimizer built for its weights.
+        strategy: `tf.distribute.Strategy`. The strategy the model was built under.
+        jit_compile: bool. Whether to compile the forward (and backward) pass with XLA.
+            Defaults to `False`.
 
     Example:
 
@@ -141,14 +143,29 @@ class TrainingSteps:
         self.model.compute_metrics(inputs, targets, outputs)
 
     def evaluate(self, dataset):
-        """Metrics of the model over a distributed `dataset` (all replicas, all workers)."""
+        """Metrics of the model over a distributed `dataset` (all replicas, all workers).
+
+        The metrics are reset first, so the values are this dataset's alone.
+
+        Args:
+            dataset: `tf.distribute.DistributedDataset`. Batches of `(inputs, targets)`,
+                distributed by the strategy.
+
+        Returns:
+            A dict of float: the loss and the metrics, by name.
+        """
         self.reset_metrics()
         for data in dataset:
             self._evaluate_batch(data)
         return {name: float(value) for name, value in self._results().items()}
 
     def results(self):
-        """`{name: value}` of the loss tracker and the metrics, over all replicas."""
+        """`{name: value}` of the loss tracker and the metrics, over all replicas.
+
+        Returns:
+            A dict of scalar tensors, by name (a metric whose result is a dict gives its
+            entries).
+        """
         logs = {}
         for metric in self.metrics:
             result = metric.result()
@@ -166,6 +183,7 @@ class TrainingSteps:
         return [variable for metric in self.metrics for variable in metric.variables]
 
     def reset_metrics(self):
+        """Resets the loss tracker and the metrics."""
         for metric in self.metrics:
             metric.reset_state()
 
@@ -176,6 +194,11 @@ def build_metrics(model, batch):
     Call it in the strategy's scope, before the steps are traced (a metric
     cannot create its variables inside a replica's step, `fit` builds them
     first too). The metrics are reset after.
+
+    Args:
+        model: `keras.Model`. The compiled model.
+        batch: tuple. `(inputs, targets)`, a batch of the training data; its first row is
+            used.
     """
     inputs, targets = tf.nest.map_structure(lambda tensor: tensor[:1], batch)
     outputs = model(inputs, training=False)

@@ -13,16 +13,20 @@ def get_strategy(name="auto", devices=None):
     """Returns the `tf.distribute.Strategy` named `name`.
 
     Args:
-        name: `"auto"` (MirroredStrategy over all local GPUs when there are
+        name: str. One of `"auto"` (MirroredStrategy over all local GPUs when there are
             any, else the default strategy), `"one_device"` (the first of
             `devices`, default `/cpu:0`, or `/gpu:0` when there is a GPU),
             `"mirrored"` (MirroredStrategy over `devices`, default all local
             GPUs or the CPU), or `"multi_worker"` (MultiWorkerMirroredStrategy
-            configured by the `TF_CONFIG` environment variable).
-        devices: device names such as `["/cpu:0", "/cpu:1"]`.
+            configured by the `TF_CONFIG` environment variable). Defaults to `"auto"`.
+        devices: list of str or `None`. Device names such as `["/cpu:0", "/cpu:1"]`, for
+            `"one_device"` and `"mirrored"`. Defaults to `None`.
 
     Returns:
-        A strategy; `strategy.num_replicas_in_sync` is the replica count.
+        A `tf.distribute.Strategy`; `strategy.num_replicas_in_sync` is the replica count.
+
+    Raises:
+        ValueError: when `name` is not one of those.
     """
     if name not in STRATEGIES:
         raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}.")
@@ -52,8 +56,11 @@ def worker_role(strategy):
     The chief is the `chief` task, or worker 0 when the cluster has no
     chief; a strategy without a cluster (one process) is its own chief.
 
+    Args:
+        strategy: `tf.distribute.Strategy`. The run's strategy.
+
     Returns:
-        `(True, "chief")`, or `(False, "worker-1")` and so on.
+        A tuple of a bool and a str: `(True, "chief")`, or `(False, "worker-1")` and so on.
     """
     resolver = getattr(strategy, "cluster_resolver", None)
     cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
@@ -71,6 +78,9 @@ def local_cluster(workers):
 
     For trying multi-worker training on one host (tests, benchmarks); the
     ports are free ones, picked now, on 127.0.0.1.
+
+    Args:
+        workers: int. The number of worker processes.
 
     Returns:
         One JSON string per worker: start worker `i` with

@@ -46,6 +46,20 @@ def test_matches_keras_with_padding_mask():
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
 
+def test_matches_keras_with_a_key_and_distinct_value_and_key_masks():
+    """A key is padding where its value is, or where the key mask says so (Keras's rule)."""
+    ours, reference, query, value = _pair()
+    key = RNG.normal(size=value.shape).astype("float32")
+    value_mask, key_mask = np.ones((3, 9), bool), np.ones((3, 9), bool)
+    value_mask[0, 6:], key_mask[0, 3:5], key_mask[1, 8:] = False, False, False
+    masks = dict(value_mask=value_mask, key_mask=key_mask)
+    expected, expected_scores = reference(query, value, key, **masks, return_attention_scores=True)
+    output, scores = ours(query, value, key, **masks, return_attention_scores=True)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+    assert np.all(np.asarray(scores)[0, :, :, 6:] == 0)
+
+
 def test_matches_keras_with_causal_and_keras_masks():
     ours, reference, query, _ = _pair(self_attention=True)
     ids = np.array([[1, 2, 3, 4, 5, 6], [1, 2, 3, 0, 0, 0], [4, 4, 0, 0, 0, 0]])

@@ -97,6 +97,10 @@ def test_a_prepared_folder_is_refused_for_other_data_or_another_vocabulary(corpu
         f"{folder}: prepared from other data or another vocabulary; give a new folder, "
         "or delete this one"
     )
+    stripping = WordPieceTokenizer(TOKENIZER.vocabulary, strip_accents=True)  # other ids for "é"
+    assert "prepared from other data" in data_error(
+        lambda: prepared.prepare(corpus, stripping, TOKENIZER, folder, log=lambda line: None)
+    )
     with open(tmp_path / "train-0.tsv", "a") as shard:
         shard.write("de 1\ten 1\n")
     assert "prepared from other data" in data_error(
