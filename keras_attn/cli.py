@@ -789,7 +789,14 @@ def _check_import_out(out, folder):
     from keras_attn.jobs.common import check_writable_folder
     from keras_attn.serving.versions import is_saved_model_folder
 
-    config.check_model_name(os.path.basename(os.path.normpath(out)), f"OUT {out!r}: its last part")
+    name = os.path.basename(os.path.normpath(out))
+    if name.isdigit():  # as other commands write an export's path: the version is import's to pick
+        parent = os.path.dirname(os.path.normpath(out)) or "."
+        raise UserError(
+            f"{out} (OUT): a version's folder; give the model's folder, {parent}: the export is "
+            "its next version"
+        )
+    config.check_model_name(name, f"OUT {out!r}: its last part")
     check_writable_folder(out, "OUT")
     path = pathlib.Path(out).resolve()
     imported = pathlib.Path(folder).resolve()
@@ -841,9 +848,15 @@ def _evaluate(args):
 def _test_split(args):
     """`(--src, --ref)`, by default the test split the export's run wrote."""
     from keras_attn.serving import read_metadata
+    from keras_attn.serving.versions import is_ctranslate2_folder
 
     if args.src:
         return args.src, args.ref
+    if is_ctranslate2_folder(args.model_dir):
+        raise UserError(
+            f"{args.model_dir}: a CTranslate2 model, which names no test split; give --src and "
+            "--ref"
+        )
     _check_export_folder(args.model_dir)
     metadata = read_metadata(args.model_dir)
     if "test_src" not in metadata:

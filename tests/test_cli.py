@@ -1,6 +1,7 @@
 """`keras-attn` commands run in-process: user mistakes, help, stdin, defaults."""
 
 import io
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,11 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner):
     (root / "garbage").mkdir()
     (root / "garbage" / "saved_model.pb").write_bytes(b"\x00 not a protocol buffer \xff" * 10)
     tf.saved_model.save(tf.Module(), str(root / "other"))
+    # a translation export whose metadata names no test split (one made in Python)
+    shutil.copytree(tiny_export, root / "unsplit")
+    metadata = root / "unsplit" / "assets.extra" / "keras_attn.json"
+    values = json.loads(metadata.read_text())
+    metadata.write_text(json.dumps({k: v for k, v in values.items() if not k.startswith("test_")}))
     task, scenes, _ = tiny_captioner
     blind = serving.export(
         serving.CaptionServer(Captioner.from_preset("tiny", task.preprocessor, attention="none")),
@@ -67,6 +73,7 @@ def paths(tmp_path_factory, tiny_export, tiny_captioner):
                 "file",
                 "garbage",
                 "other",
+                "unsplit",
                 "missing",
             )
         },
@@ -288,7 +295,7 @@ MISTAKES = {
         "invalid UTF-8",
     ),
     "evaluate: no test split known": (
-        lambda p: ["evaluate", p.export],
+        lambda p: ["evaluate", p.unsplit],
         "names no test split of its run; give --src and --ref",
     ),
     "evaluate: another model, said first": (
@@ -473,6 +480,13 @@ def test_a_damaged_export_or_ctranslate2_model_is_one_line(paths, cli_loads_once
     assert not (tmp_path / "ct2").exists()
 
     assert cli.main(["export-ct2", paths.export, str(tmp_path / "ct2")]) == 0
+    capsys.readouterr()
+    # a whole CTranslate2 model, only the files to score missing
+    assert cli.main(["evaluate", str(tmp_path / "ct2")]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-attn: error: {tmp_path / 'ct2'}: a CTranslate2 model, which names no test split; "
+        "give --src and --ref\n"
+    )
     model = tmp_path / "ct2" / "model.bin"
     model.write_bytes(model.read_bytes()[:1000])
     capsys.readouterr()

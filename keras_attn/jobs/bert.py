@@ -196,9 +196,9 @@ def pretrain(config, log=print, callbacks=()):
     config = with_lengths(config)
     files = streamed_files(config)
     if files:  # documents read as a stream, validation held out of the first file
-        chief, tokenizer, train, valid_docs = _streamed_documents(config, files, log)
+        chief, tokenizer, corpus, valid_docs = _streamed_documents(config, files, log)
     else:
-        chief, tokenizer, train, valid_docs = _read_documents(config, log)
+        chief, tokenizer, corpus, valid_docs = _read_documents(config, log)
     valid_corpus = pretraining.tokenize_documents(valid_docs, tokenizer)
     # the pipeline's, the model's and the export's
     preprocessor = BertPreprocessor(tokenizer, config.max_sequence_length)
@@ -220,7 +220,7 @@ def pretrain(config, log=print, callbacks=()):
         result = train(
             config,
             build_model=build_model,
-            make_datasets=_pretraining_datasets(config, train, valid_corpus, preprocessor),
+            make_datasets=_pretraining_datasets(config, corpus, valid_corpus, preprocessor),
             compile_model=compile_model,
             callbacks=callbacks,
         )
@@ -405,7 +405,7 @@ def finetune(config, log=print):
         if len(train_data) < global_batch_size:
             raise UserError(
                 f"{config.train}: {len(train_data)} examples, fewer than the global batch "
-                f"{global_batch_size}"
+                f"{global_batch_size}: give more examples or a smaller --batch-size"
             )
         return dataset(train_data, global_batch_size, True), dataset(
             valid_data, global_batch_size, False

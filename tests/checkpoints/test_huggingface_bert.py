@@ -276,7 +276,12 @@ def test_import_refuses_an_out_that_is_not_a_models_folder_before_reading_the_ch
         ("", "OUT '': its last part '.': a model's folder name under the export root"),
         ("saved_models/<img src=x>", "its last part '<img src=x>': a model's folder name"),
         (str(PRETRAINING / "sub"), "(OUT): holds or lies in the imported folder"),
-        (str(version), "(OUT): lies in the export"),
+        (str(version), "(OUT): a version's folder; give the model's folder, "),
+        (
+            "saved_models/other-name/1",
+            "saved_models/other-name/1 (OUT): a version's folder; give the model's folder, "
+            "saved_models/other-name: the export is its next version",
+        ),
         (str(version / "assets"), "(OUT): lies in the export"),
         (
             "saved_models",

@@ -414,6 +414,30 @@ def test_mistakes_are_one_line(
     assert not (tmp_path / "run").exists()  # refused before any run began
 
 
+@pytest.mark.slow
+def test_finetune_on_fewer_examples_than_a_batch_names_the_flag(
+    pretrained, cli_loads_saved_models_once, tmp_path, capsys
+):
+    argv = [
+        "finetune",
+        pretrained.export,
+        "--train",
+        _written(tmp_path / "train.tsv", "pos\tGood.\nneg\tBad.\n" * 6),
+        "--valid",
+        _written(tmp_path / "dev.tsv", "pos\tFine.\nneg\tPoor.\n"),
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert re.search(
+        r"12 examples, fewer than the global batch \d+: give more examples or a smaller "
+        r"--batch-size$",
+        error,
+    ), error
+
+
 _KILLED_PROCESS = """
 import json, os, signal, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
