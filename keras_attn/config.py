@@ -4,10 +4,8 @@ A job is told what to do by one of these dataclasses; `keras-attn`
 generates each command's flags from them (`--batch-size` from
 `batch_size`, with its default, its check and its help), so a setting is
 written once, here. A field with `help` is a flag; the others are set in
-Python only. Importing this module, building the command line's parser
-and making a default config need no TensorFlow; a config that derives its batch size from a
-token budget, or checks a scheduled-sampling decay, imports the module
-that knows it when it is made. Derived fields (`run_dir` from `name`,
+Python only. Each list of choices is imported from the module that implements it (so importing
+this module imports the package, TensorFlow with it). Derived fields (`run_dir` from `name`,
 `batch_size` from `batch_tokens`) are resolved then: `dataclasses.replace`
 keeps them, so pass them again (or `None`) with a new `name` or budget.
 
@@ -266,15 +264,12 @@ class RunConfig:
 
 
 DATA = "data (default: the built-in generated corpus)"
-STREAM_ABOVE_MB = (
-    512  # training data in one file larger than this is read as a stream, not into memory
-)
-STREAMED_VOCAB_SAMPLE = (
-    1_000_000  # pairs (sentences for BERT) a streamed corpus's vocabulary is learned from
-)
-STREAMED_VALID_DOCUMENTS = (
-    1000  # documents of a streamed BERT corpus's first file held out for validation
-)
+# Training data in one file larger than this is read as a stream, not into memory.
+STREAM_ABOVE_MB = 512
+# Pairs (sentences for BERT) a streamed corpus's vocabulary is learned from.
+STREAMED_VOCAB_SAMPLE = 1_000_000
+# Documents of a streamed BERT corpus's first file held out for validation.
+STREAMED_VALID_DOCUMENTS = 1000
 MODEL = "model and optimization"
 
 
@@ -594,13 +589,11 @@ class Seq2SeqConfig(TranslationConfig):
             except ValueError as error:
                 raise UserError(f"--scheduled-sampling: {error}") from None
 
-    num_heads: int = (
-        None  # not flags of this job: the RNN has no attention heads and no feed-forward blocks
-    )
+    # Not flags of this job: the RNN has no attention heads and no feed-forward blocks.
+    num_heads: int = None
     intermediate_dim: int = None
-    separate_embeddings: bool = (
-        False  # nor this: the RNN's encoder and decoder have tables of their own
-    )
+    # Nor this: the RNN's encoder and decoder have tables of their own.
+    separate_embeddings: bool = False
     ARCHITECTURE = ("num_layers", "hidden_dim")
 
     def backbone_arguments(self, dropout):

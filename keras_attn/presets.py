@@ -73,6 +73,11 @@ def load(model_class, preset, **kwargs):
     Returns:
         A `model_class` instance.
     """
+    if not _loader:
+        raise RuntimeError(
+            "no preset loader: `import keras_attn` sets it (keras_attn.checkpoints, with the "
+            "TensorFlow backend)"
+        )
     return _loader[0](model_class, preset, **kwargs)
 
 

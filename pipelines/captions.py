@@ -25,9 +25,8 @@ from pipelines.prefetch import prefetched
 from pipelines.text import DataError, decoded_lines, tsv_rows
 
 NO_BOX = -1.0  # the box coordinates of a token that names no region
-REGIONS_FIELD = (
-    "[[first_word, end_word, x0, y0, x1, y1], ...]"  # a caption's regions, as its file writes them
-)
+# A caption's regions, as its file writes them.
+REGIONS_FIELD = "[[first_word, end_word, x0, y0, x1, y1], ...]"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,9 +27,8 @@ from pipelines.prefetch import prefetched
 # About this many characters of text a block (some 2M tokens of English, a few thousand documents).
 BLOCK_CHARS = 2**23
 _TOP_UP = 1  # the seed key of the extra pass that tops up a short epoch
-_INDEX_BITS = (
-    32  # a pair's index: its block's number above these bits, its place in the block below
-)
+# A pair's index: its block's number above these bits, its place in the block below.
+_INDEX_BITS = 32
 
 
 def document_blocks(

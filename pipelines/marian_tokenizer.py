@@ -63,9 +63,8 @@ class MarianTokenizer(SubwordTokenizer):
     def __init__(self, model, vocabulary, name=None):
         super().__init__(name=name)
         self.model = bytes(model)
-        self.lowercase = (
-            False  # Marian's models normalize text themselves (their SentencePiece rules)
-        )
+        # Marian's models normalize text themselves (their SentencePiece rules)
+        self.lowercase = False
         self._vocabulary = list(vocabulary)
         if tuple(self._vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError(

@@ -35,9 +35,8 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
 from pipelines.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from pipelines.tokenizers import SubwordTokenizer
 
-PREFIX = (
-    " "  # put before every text and taken off after: the first word gets its ▁ as the others do
-)
+# Put before every text and taken off after: the first word gets its ▁ as the others do.
+PREFIX = " "
 
 
 def learn_sentencepiece_model(texts, vocabulary_size=8000, model_type="bpe", lowercase=False):

@@ -2,9 +2,9 @@
 
 import keras
 
-LAYER_NORM_EPSILON = (
-    1e-5  # the Transformer blocks' LayerNorm epsilon (BERT's checkpoints give theirs)
-)
+# The Transformer blocks' LayerNorm epsilon, and BERT's (a checkpoint may give its own).
+LAYER_NORM_EPSILON = 1e-5
+BERT_LAYER_NORM_EPSILON = 1e-12
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

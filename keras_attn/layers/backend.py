@@ -30,8 +30,8 @@ def optimization_barrier_under_xla(kernel):
 
     XLA on CPU fuses the reshape that makes a projection kernel 2-D into a
     product whose output has one row (a decoding step of one sentence) and
-    then emits that product as a naive loop over the kernel: 63 µs instead of
-    8 µs per 256×256 product. The barrier keeps the reshaped kernel a plain
+    then emits that product as a naive loop over the kernel, several times
+    slower than its matrix-vector code. The barrier keeps the reshaped kernel a plain
     operand, so XLA calls its matrix-vector code. It applies only inside a
     TensorFlow function compiled by XLA (`jit_compile=True`); TensorFlow's
     graphs and eager ops, and other Keras backends, get `kernel` as is.

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.add_and_norm import BERT_LAYER_NORM_EPSILON
 from keras_attn.layers.initializers import bert_initializer, clone_initializer
 from keras_attn.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 from pipelines.special_tokens import PAD_ID
@@ -208,7 +209,7 @@ class BertEmbedding(keras.layers.Layer):
         num_segments,
         hidden_dim,
         dropout=0.0,
-        layer_norm_epsilon=1e-12,
+        layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
         embeddings_initializer=None,
         **kwargs,
     ):

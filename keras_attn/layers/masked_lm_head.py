@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.add_and_norm import BERT_LAYER_NORM_EPSILON
 from keras_attn.layers.initializers import bert_initializer, clone_initializer
 
 
@@ -60,7 +61,7 @@ class MaskedLMHead(keras.layers.Layer):
         vocabulary_size,
         token_embedding=None,
         activation="gelu",
-        layer_norm_epsilon=1e-12,
+        layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
         kernel_initializer=None,
         **kwargs,
     ):

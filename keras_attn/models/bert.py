@@ -22,6 +22,7 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
     activations,
 )
+from keras_attn.layers.add_and_norm import BERT_LAYER_NORM_EPSILON
 from keras_attn.layers.initializers import bert_initializer
 from keras_attn.losses import ClassificationLoss, PretrainingLoss
 from keras_attn.metrics import PretrainingMetrics
@@ -97,7 +98,7 @@ class BertBackbone(Backbone):
         intermediate_dim=None,
         norm_first=False,
         activation="gelu",
-        layer_norm_epsilon=1e-12,
+        layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
         dtype=None,
         **kwargs,
     ):
@@ -210,7 +211,7 @@ class BertBackbone(Backbone):
         intermediate_dim=None,
         norm_first=False,
         activation="gelu",
-        layer_norm_epsilon=1e-12,
+        layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
         dtype=None,
     ):
         """The arguments written out (the preset's values, the defaults), without building a

@@ -11,9 +11,8 @@ from keras_attn.models.captioner import CaptionerBackbone
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from pipelines.special_tokens import PAD_ID
 
-DEFAULT_MAX_CAPTION = (
-    32  # the longest caption `generate` writes without a preprocessor or a max_length
-)
+# The longest caption `generate` writes without a preprocessor or a max_length.
+DEFAULT_MAX_CAPTION = 32
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

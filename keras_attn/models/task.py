@@ -27,9 +27,8 @@ class Task(keras.Model):
     """
 
     task_loss = None
-    _auto_compile = (
-        None  # the task's own `compile` arguments, when it was compiled with its defaults only
-    )
+    # The task's own `compile` arguments, when it was compiled with its defaults only.
+    _auto_compile = None
 
     def get_config(self):
         return {
@@ -151,6 +150,12 @@ class Task(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.task_loss is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
+        if sample_weight is not None:
+            raise ValueError(
+                f"{type(self).__name__}: its own loss (`compile(loss='auto')`) weighs every "
+                "real token alike and takes no `sample_weight`; compile with a Keras loss to "
+                "weight samples."
+            )
         # The task's loss, and as Keras adds them, the layers' own
         # (`add_loss`, weight regularizers).
         return keras.ops.sum(

@@ -28,9 +28,8 @@ from pipelines.special_tokens import PAD_ID
 BACKBONE_SETTINGS = "bert_backbone.json"  # in assets.extra/
 BACKBONE_WEIGHTS = "bert_backbone.weights.h5"
 VOCABULARY = "vocab.txt"
-CLASSIFIER = (
-    "classifier.json"  # in assets.extra/ of a fine-tuned export: its labels, and pairs or not
-)
+# In assets.extra/ of a fine-tuned export: its labels, and pairs or not.
+CLASSIFIER = "classifier.json"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 

@@ -72,9 +72,8 @@ def next_version(model_root):
 _TEMPORARY = ".tmp-export-"  # then host, process id and a random part
 
 
-CTRANSLATE2_MODEL = (
-    "model.bin"  # what makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
-)
+# What makes a folder a CTranslate2 model (`keras-attn export-ct2`'s OUT)
+CTRANSLATE2_MODEL = "model.bin"
 
 
 SAVED_MODEL = "saved_model.pb"  # what makes a folder a SavedModel (an export's version)

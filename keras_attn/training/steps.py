@@ -126,8 +126,8 @@ class TrainingSteps:
         self.strategy.run(replica_step, args=(data,))
 
     def _replica_loss(self, inputs, targets, outputs, training):
-        # The model's loss: its compiled loss with its share of any weight regularizers
-        # (Keras's), or a task's own `task_loss`, which adds none.
+        # The model's loss: its compiled loss, or a task's own `task_loss`, each with the layers'
+        # own losses (`add_loss`, weight regularizers) as Keras adds them.
         return self.model.compute_loss(x=inputs, y=targets, y_pred=outputs, training=training)
 
     def _update_metrics(self, loss, inputs, targets, outputs):

@@ -121,3 +121,16 @@ def test_the_keras_file_keeps_the_preprocessor_the_answers_and_the_compiled_stat
     )
     for a, b in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_fit_with_sample_weights_on_the_tasks_own_loss_is_refused(preprocessor):
+    """The task's own loss weighs every example alike: weights given to `fit` are not silently
+    dropped."""
+    model = BertClassifier.from_preset("tiny", preprocessor, num_classes=2, **SMALL)
+    model.compile()
+    features = preprocessor(tf.constant(["a dog runs .", "a cat sits ."] * 4))
+    labels, weights = np.array([0, 1] * 4), np.ones(8, "float32")
+    with pytest.raises(ValueError, match=r"takes no `sample_weight`; compile with a Keras loss"):
+        model.fit(features, labels, sample_weight=weights, epochs=1, verbose=0)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(features, labels, sample_weight=weights, epochs=1, verbose=0)

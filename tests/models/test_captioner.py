@@ -234,9 +234,8 @@ def test_hard_attention_trains_one_cell_a_word_with_its_reinforce_terms():
     assert float(model.decoder.baseline) < 0  # a moving average of log-likelihoods
     again = model.decoder(TARGET_IN, grid, state, training=True)
     assert not np.allclose(logits, again)  # other cells sampled
-    model.decoder.expectation_rate = (
-        1.0  # every image takes the expectation: soft attention, deterministic
-    )
+    # Every image takes the expectation: soft attention, deterministic.
+    model.decoder.expectation_rate = 1.0
     soft = [np.asarray(model.decoder(TARGET_IN, grid, state, training=True)) for _ in range(2)]
     np.testing.assert_allclose(soft[0], soft[1], atol=1e-6)
 
