@@ -27,7 +27,19 @@ from keras_attn.serving import translator
 
 
 def read_bert(folder):
-    """The checked `bert.Checkpoint` of a Hugging Face BERT folder or a keras-hub BERT preset."""
+    """The checked `bert.Checkpoint` of a Hugging Face BERT folder or a keras-hub BERT preset.
+
+    Args:
+        folder: str. The folder: a keras-hub preset when its `config.json` names a keras-hub
+            class (`keras_hub.is_preset`), else a Hugging Face BERT folder.
+
+    Returns:
+        A `keras_attn.checkpoints.bert.Checkpoint`, no tensor read yet.
+
+    Raises:
+        UserError: when the folder cannot be read as one (`keras_hub.read_bert`,
+            `bert.read_checkpoint`).
+    """
     if keras_hub.is_preset(folder):
         return keras_hub.read_bert(folder)
     return bert.read_checkpoint(folder)
@@ -79,7 +91,22 @@ KINDS = {
 
 
 def kind_of(folder):
-    """Which of `KINDS` the folder `folder` is, refused in one line when none."""
+    """Which of `KINDS` the folder `folder` is, refused in one line when none.
+
+    A folder with `config.json` is a keras-hub preset or a Hugging Face folder of its
+    `model_type`; one without is a BERT or translation export of keras-attn.
+
+    Args:
+        folder: str. The folder.
+
+    Returns:
+        A str, a key of `KINDS`.
+
+    Raises:
+        UserError: when `config.json` cannot be read as a JSON object, or its `model_type` is
+            not `"bert"` or `"marian"`; or when the folder has no `config.json` and is not an
+            export of keras-attn.
+    """
     if os.path.isfile(os.path.join(folder, huggingface.CONFIG)):
         if keras_hub.is_preset(folder):
             return "keras-hub"
@@ -101,7 +128,27 @@ def kind_of(folder):
 
 
 def load(model_class, preset, **kwargs):
-    """The `model_class` model that `preset` names, a size name or a folder (see the module)."""
+    """The `model_class` model that `preset` names, a size name or a folder (see the module).
+
+    A size name makes a new model (`model_class.from_size`), even where a folder of that name
+    exists; a folder is read by its kind's loader (`KINDS`).
+
+    Args:
+        model_class: type. A Backbone or Task subclass, whose `presets` are its size names.
+        preset: str or os.PathLike. A size name of `model_class.presets`, or a folder.
+        **kwargs: Given to `from_size`, or to the folder's loader. Beside a folder: a task's
+            `preprocessor`, a BERT task's own arguments, and the backbone's `dropout`, `dtype`,
+            `name` and `trainable`; nothing beside a translation export, which loads as it was
+            exported.
+
+    Returns:
+        An instance of `model_class`.
+
+    Raises:
+        UserError: when `preset` is neither a size name nor a folder, the folder is of no kind
+            or of a kind that does not make a `model_class` (`kind_of`), or its loader refuses
+            it or the arguments.
+    """
     sizes = model_class.presets
     if isinstance(preset, str) and preset in sizes:
         return model_class.from_size(preset, **kwargs)

@@ -60,8 +60,23 @@ HEAD_NAMES = {"mlm_head": "masked-LM head", "nsp_head": "next-sentence head"}
 
 
 def backbone_arguments(settings):
-    """`(sizes, arguments)`: the checked sizes of a BERT `config.json` (`Settings`) and the
-    `BertBackbone` arguments they make (the layers are counted in the weights, `read_checkpoint`).
+    """The checked sizes of a BERT `config.json` and the `BertBackbone` arguments they make.
+
+    The number of layers is not among them: it is counted in the weights (`read_checkpoint`).
+
+    Args:
+        settings: Settings. The folder's `config.json` (`files.Settings`).
+
+    Returns:
+        A tuple `(sizes, arguments)`: `{name: value}` of the settings in `SIZES`, and the
+            `BertBackbone` arguments (`preset=None`, every size given).
+
+    Raises:
+        UserError: when a setting is missing or wrong: `hidden_act` not one of `HIDDEN_ACT`,
+            `pad_token_id` other than 0, `position_embedding_type` other than `"absolute"`, a size
+            not a whole number from 1 to 2**31 - 1, `hidden_size` not a multiple of
+            `num_attention_heads`, `hidden_dropout_prob` not in [0, 1) or `layer_norm_eps` not in
+            (0, 1).
     """
     activation = HIDDEN_ACT[settings.choice("hidden_act", HIDDEN_ACT)]
     settings.equal("pad_token_id", 0, "only BERT's padding id 0 is read", default=0)
@@ -94,7 +109,14 @@ def backbone_arguments(settings):
 
 def our_name(key):
     """A tensor's name without the `bert.` prefix, LayerNorm's `gamma` and `beta` as `weight` and
-    `bias`."""
+    `bias`.
+
+    Args:
+        key: str. The tensor's name in its file.
+
+    Returns:
+        A str: the name the converter asks for.
+    """
     name = key.removeprefix("bert.")
     if ".LayerNorm." in name or name.startswith("LayerNorm."):
         name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
@@ -102,7 +124,16 @@ def our_name(key):
 
 
 def plan_of(sizes, layers, heads):
-    """The `huggingface.Plan` of a `BertBackbone` of `sizes` and `layers`, with `heads`."""
+    """The `huggingface.Plan` of a `BertBackbone` of `sizes` and `layers`, with `heads`.
+
+    Args:
+        sizes: dict. The checked sizes of `backbone_arguments`.
+        layers: int. The number of encoder layers.
+        heads: tuple of str. The heads the checkpoint has, of `"mlm_head"` and `"nsp_head"`.
+
+    Returns:
+        A `huggingface.Plan`, its `order` not yet set.
+    """
     plan = huggingface.Plan(sizes)
     width = "hidden_size"
     plan.table(
@@ -148,10 +179,26 @@ def plan_of(sizes, layers, heads):
 
 
 def read_vocabulary(path, size):
-    """`(vocabulary, order)`: our order of the vocabulary file `path` (our special tokens first),
-    and for each of our ids the checkpoint's; `(None, None)` without the file.
+    """Our order of the vocabulary file `path` (our special tokens first), and for each of our ids
+    the checkpoint's.
 
-    Its tokens must be valid UTF-8, each once, as many as the token table's `size` rows.
+    Its tokens must be valid UTF-8, each once, as many as the token table's `size` rows. Our
+    `[BOS]` and `[EOS]`, which BERT does not use, take the first two `[unused` tokens when the file
+    lacks them.
+
+    Args:
+        path: str. The vocabulary file, one token a line (`vocab.txt`).
+        size: int. The rows of the token table.
+
+    Returns:
+        A tuple `(vocabulary, order)`: the list of tokens in our order and the list of the
+            checkpoint's id of each of ours; `(None, None)` without the file.
+
+    Raises:
+        UserError: when the file cannot be read (`files.read_token_lines`: larger than
+            `files.MAX_VOCABULARY_BYTES`, invalid UTF-8, a token twice), does not hold `size`
+            tokens, or lacks one of our special tokens (with two `[unused` slots for `[BOS]`
+            and `[EOS]`).
     """
     if not os.path.isfile(path):
         return None, None
@@ -177,8 +224,21 @@ def read_vocabulary(path, size):
 
 
 def text_settings(folder):
-    """`(lowercase, strip_accents)` of the folder's `tokenizer_config.json`, with Hugging Face's
-    defaults (accents stripped when lowercasing, unless it says otherwise)."""
+    """How the folder's `tokenizer_config.json` normalises text, with Hugging Face's defaults.
+
+    `do_lower_case` is true unless it says otherwise, and accents are stripped when lowercasing
+    unless `strip_accents` says otherwise (null, as missing).
+
+    Args:
+        folder: str. The checkpoint folder.
+
+    Returns:
+        A tuple of two bools `(lowercase, strip_accents)`; `(True, True)` without the file.
+
+    Raises:
+        UserError: when the file cannot be read as a JSON object (`files.read_settings`), or its
+            `do_lower_case` or `strip_accents` is not a JSON boolean.
+    """
     path = os.path.join(folder, TOKENIZER_CONFIG)
     if not os.path.isfile(path):
         return True, True
@@ -193,12 +253,26 @@ def text_settings(folder):
 class Checkpoint:
     """A BERT checkpoint, checked: the `BertBackbone` arguments of its architecture, the `Plan` of
     its weights (the backbone's and those of the heads it has), their files, its vocabulary in our
-    order (None without one) and how its text is normalised."""
+    order (None without one) and how its text is normalised.
+
+    Each argument is also an attribute of the same name.
+
+    Args:
+        folder: str. The checkpoint folder.
+        arguments: dict. The `BertBackbone` arguments of its architecture.
+        plan: huggingface.Plan. How each weight is made from its tensors.
+        tensors: TensorHeaders. Its weights: `TensorFiles`, or keras-hub's weights file
+            (`keras_attn.checkpoints.keras_hub.KerasWeights`).
+        heads: tuple of str. The heads it has, of `"mlm_head"` and `"nsp_head"`.
+        vocabulary: list of str. Its tokens in our order; None without a vocabulary file.
+        lowercase: bool. Whether its tokenizer lowercases text.
+        strip_accents: bool. Whether its tokenizer strips accents.
+    """
 
     folder: str
     arguments: dict
     plan: huggingface.Plan
-    tensors: object  # `TensorFiles`, or keras-hub's weights file (`checkpoints.keras_hub`)
+    tensors: object
     heads: tuple
     vocabulary: list
     lowercase: bool
@@ -211,6 +285,19 @@ def read_checkpoint(folder):
 
     Tensors the model does not use are not read; those `KNOWN_EXTRAS` does not list are named in a
     warning.
+
+    Args:
+        folder: str. The Hugging Face BERT folder (`config.json`, safetensors weights, and
+            optionally `vocab.txt` and `tokenizer_config.json`).
+
+    Returns:
+        A `Checkpoint`.
+
+    Raises:
+        UserError: when a file is missing or unreadable, a setting is wrong
+            (`backbone_arguments`), the weights hold other layers than `num_hidden_layers` or
+            tensors of another dtype or shape than the settings make, or the vocabulary does not
+            fit the token table (`read_vocabulary`).
     """
     settings = huggingface.read_config(folder, "bert")
     sizes, arguments = backbone_arguments(settings)
@@ -228,7 +315,16 @@ def read_checkpoint(folder):
 
 def load_preprocessor(checkpoint, max_length):
     """The `BertPreprocessor` of a checkpoint's vocabulary and text settings, or None without a
-    vocabulary."""
+    vocabulary.
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+        max_length: int. The preprocessor's `max_length`.
+
+    Returns:
+        A `pipelines.preprocessors.BertPreprocessor` on a `WordPieceTokenizer` of the
+            vocabulary, or None.
+    """
     from pipelines.preprocessors import BertPreprocessor
     from pipelines.tokenizers import WordPieceTokenizer
 
@@ -245,7 +341,20 @@ def load_preprocessor(checkpoint, max_length):
 
 
 def build_backbone(checkpoint, **kwargs):
-    """A `BertBackbone` of the checkpoint, with its weights (`kwargs`: `OWN_CHOICES`)."""
+    """A `BertBackbone` of the checkpoint, with its weights.
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+        **kwargs: Only `huggingface.OWN_CHOICES`: `dropout`, `dtype`, `name`, `trainable` of the
+            backbone; they win over the checkpoint's.
+
+    Returns:
+        A `BertBackbone`.
+
+    Raises:
+        UserError: when `kwargs` holds another argument, or a tensor read holds NaN or infinite
+            values.
+    """
     huggingface.check_own_choices(kwargs, checkpoint.folder)
     backbone = BertBackbone(**{**checkpoint.arguments, **kwargs})
     huggingface.assign(backbone.weights, checkpoint.plan, checkpoint.tensors, checkpoint.folder)
@@ -253,10 +362,25 @@ def build_backbone(checkpoint, **kwargs):
 
 
 def build_task(task_class, checkpoint, preprocessor=None, **kwargs):
-    """A BERT task (`BertPretrainer`, `BertMaskedLM`, `BertClassifier`) on the checkpoint's
-    backbone, with the heads it has and, unless one is given, the preprocessor of its vocabulary
-    (`load_preprocessor`); a head the task needs and the checkpoint lacks is refused in one line
-    (a classifier's output layer is new)."""
+    """A BERT task on the checkpoint's backbone, with the heads it has and its preprocessor.
+
+    A head the task needs and the checkpoint lacks is refused in one line (a classifier's output
+    layer is new).
+
+    Args:
+        task_class: type. `BertPretrainer`, `BertMaskedLM` or `BertClassifier`.
+        checkpoint: Checkpoint. The checked checkpoint.
+        preprocessor: BertPreprocessor. The task's preprocessor. Defaults to None: the
+            preprocessor of the checkpoint's vocabulary (`load_preprocessor`), None without one.
+        **kwargs: The task's own arguments (those its constructor names, e.g. `num_classes`,
+            and a `BertClassifier`'s `dropout`); the rest go to `build_backbone`.
+
+    Returns:
+        An instance of `task_class`.
+
+    Raises:
+        UserError: when the task needs a head the checkpoint lacks, or as `build_backbone`.
+    """
     own = inspect.signature(task_class.__init__).parameters
     task_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
     backbone = build_backbone(checkpoint, **kwargs)
@@ -278,8 +402,19 @@ def build_task(task_class, checkpoint, preprocessor=None, **kwargs):
 
 def pretrained_task(checkpoint):
     """The checkpoint's task with every head it has: `BertPretrainer` (masked LM and next
-    sentence) or `BertMaskedLM`; a checkpoint without a masked-LM head (a bare `BertModel`) is
-    refused in one line."""
+    sentence) or `BertMaskedLM`.
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+
+    Returns:
+        A `BertPretrainer` when the checkpoint has a next-sentence head, else a `BertMaskedLM`,
+            with the preprocessor of its vocabulary.
+
+    Raises:
+        UserError: when the checkpoint has no masked-LM head (a bare `BertModel`) or no
+            vocabulary, which an export needs to read text.
+    """
     if "mlm_head" not in checkpoint.heads:
         raise UserError(
             f"{checkpoint.folder}: no masked-LM head in its weights; a bare encoder loads with "

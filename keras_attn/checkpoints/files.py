@@ -19,7 +19,19 @@ MAX_SIZE = 2**31 - 1
 
 
 def file_size(path, limit):
-    """The size of the file `path`, refused in one line if it is missing or larger than `limit`."""
+    """The size of the file `path`, refused in one line if it is missing or larger than `limit`.
+
+    Args:
+        path: str. The file.
+        limit: int. The most bytes a file of its kind holds.
+
+    Returns:
+        An int: the file's size in bytes.
+
+    Raises:
+        UserError: when `path` cannot be read (missing, or not allowed), is not a file (a folder,
+            a device, a pipe) or is larger than `limit`.
+    """
     try:
         size = os.stat(path).st_size
     except OSError as error:
@@ -32,7 +44,18 @@ def file_size(path, limit):
 
 
 def read_bytes(path, limit):
-    """The bytes of the file `path`, at most `limit` of them."""
+    """The bytes of the file `path`, at most `limit` of them.
+
+    Args:
+        path: str. The file.
+        limit: int. The most bytes read; a larger file is refused.
+
+    Returns:
+        The file's content, as bytes.
+
+    Raises:
+        UserError: when `path` cannot be read, is not a file or is larger than `limit`.
+    """
     file_size(path, limit)
     try:
         with open(path, "rb") as file:
@@ -42,7 +65,19 @@ def read_bytes(path, limit):
 
 
 def read_text(path, limit):
-    """The UTF-8 text of the file `path`; invalid UTF-8 is refused naming its line."""
+    """The UTF-8 text of the file `path`; invalid UTF-8 is refused naming its line.
+
+    Args:
+        path: str. The file.
+        limit: int. The most bytes read; a larger file is refused.
+
+    Returns:
+        A str: the file's text.
+
+    Raises:
+        UserError: when `path` cannot be read, is not a file, is larger than `limit`, or is not
+            valid UTF-8 (naming the first line that is not).
+    """
     data = read_bytes(path, limit)
     try:
         return data.decode("utf-8")
@@ -52,7 +87,20 @@ def read_text(path, limit):
 
 
 def read_json(path, limit=MAX_SETTINGS_BYTES):
-    """The JSON file `path` (at most `limit` bytes), refused in one line if it is not JSON."""
+    """The JSON file `path` (at most `limit` bytes), refused in one line if it is not JSON.
+
+    Args:
+        path: str. The file.
+        limit: int. The most bytes read; a larger file is refused. Defaults to
+            `MAX_SETTINGS_BYTES` (1 MiB).
+
+    Returns:
+        The value the file holds: a dict, list, str, int, float, bool or None.
+
+    Raises:
+        UserError: when `path` cannot be read, is not a file, is larger than `limit`, is not
+            valid UTF-8, is not JSON, or is nested deeper than Python's recursion limit allows.
+    """
     text = read_text(path, limit)
     try:
         return json.loads(text)
@@ -63,7 +111,18 @@ def read_json(path, limit=MAX_SETTINGS_BYTES):
 
 
 def read_settings(path):
-    """The JSON object of settings in `path`, as `Settings`."""
+    """The JSON object of settings in `path`, as `Settings`.
+
+    Args:
+        path: str. The settings file (at most `MAX_SETTINGS_BYTES`, 1 MiB).
+
+    Returns:
+        A `Settings` of its values, `path` its origin.
+
+    Raises:
+        UserError: when `path` cannot be read as JSON (see `read_json`) or holds something other
+            than an object.
+    """
     values = read_json(path)
     if not isinstance(values, dict):
         raise UserError(f"{path}: not a JSON object of settings")
@@ -75,6 +134,14 @@ _MISSING = object()
 
 class Settings:
     """A settings file's values, each read with its type and range checked.
+
+    Each reading method refuses a value of another type or out of its range in one `UserError`
+    that names the file, the setting and the value. Each argument is also an attribute of the
+    same name.
+
+    Args:
+        values: dict. The settings, `{name: value}`, as read from JSON.
+        origin: str. The file they come from, named in every refusal.
 
     Example:
 
@@ -101,18 +168,58 @@ class Settings:
         return default
 
     def refuse(self, name, value, belongs):
-        """Raises the one-line `UserError` of a setting whose value is not what `belongs`."""
+        """Raises the one-line `UserError` of a setting whose value is not what `belongs`.
+
+        Args:
+            name: str. The setting.
+            value: object. The value the file holds for it.
+            belongs: str. What would belong there, e.g. `"true or false"`.
+
+        Raises:
+            UserError: always, naming the file, `name` and `value`.
+        """
         raise UserError(f"{self.origin}: {name} {value!r}, where {belongs} belongs")
 
     def whole(self, name, low=1, high=MAX_SIZE, default=_MISSING):
-        """The whole number `name`, from `low` to `high`."""
+        """The whole number `name`, from `low` to `high`.
+
+        Args:
+            name: str. The setting.
+            low: int. The smallest value read. Defaults to 1.
+            high: int. The largest value read. Defaults to `MAX_SIZE` (2**31 - 1).
+            default: int. The value when the file has no `name`, checked as a value of the
+                file would be. Without it, a file without `name` is refused.
+
+        Returns:
+            An int.
+
+        Raises:
+            UserError: when `name` is missing (without a `default`), not a whole number (a bool,
+                a float such as `2.0` and a string are refused) or not from `low` to `high`.
+        """
         value = self._get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             self.refuse(name, value, f"a whole number from {low} to {high:,}")
         return value
 
     def number(self, name, above=None, below=None, at_least=None, default=_MISSING):
-        """The finite number `name`, above `above` (or at least `at_least`) and below `below`."""
+        """The finite number `name`, above `above` (or at least `at_least`) and below `below`.
+
+        Args:
+            name: str. The setting.
+            above: float. A bound the value must exceed. Defaults to None (no such bound).
+            below: float. A bound the value must stay under. Defaults to None (no such bound).
+            at_least: float. The smallest value read. Defaults to None (no such bound).
+            default: float. The value when the file has no `name`, checked as a value of the
+                file would be. Without it, a file without `name` is refused.
+
+        Returns:
+            A float.
+
+        Raises:
+            UserError: when `name` is missing (without a `default`), not a number (a bool and a
+                string are refused), NaN or infinite, or outside its bounds.
+        """
         value = self._get(name, default)
         bounds = [f"above {above}"] if above is not None else []
         bounds += [f"at least {at_least}"] if at_least is not None else []
@@ -130,21 +237,62 @@ class Settings:
         return float(value)
 
     def boolean(self, name, default=_MISSING):
-        """The JSON boolean `name` (`true` or `false`; a string such as "no" is refused)."""
+        """The JSON boolean `name` (`true` or `false`; a string such as "no" is refused).
+
+        Args:
+            name: str. The setting.
+            default: bool. The value when the file has no `name`. Without it, a file without
+                `name` is refused.
+
+        Returns:
+            A bool.
+
+        Raises:
+            UserError: when `name` is missing (without a `default`) or not `true` or `false`.
+        """
         value = self._get(name, default)
         if not isinstance(value, bool):
             self.refuse(name, value, "true or false")
         return value
 
     def choice(self, name, choices, default=_MISSING):
-        """`name`, one of `choices`."""
+        """`name`, one of `choices`.
+
+        Args:
+            name: str. The setting.
+            choices: tuple or dict of str. The strings read (a dict's keys), listed in a refusal.
+            default: str. The value when the file has no `name`, checked as a value of the file
+                would be. Without it, a file without `name` is refused.
+
+        Returns:
+            A str, one of `choices`.
+
+        Raises:
+            UserError: when `name` is missing (without a `default`), or not a string of
+                `choices`.
+        """
         value = self._get(name, default)
         if not isinstance(value, str) or value not in choices:
             self.refuse(name, value, f"one of {', '.join(choices)}")
         return value
 
     def equal(self, name, expected, why, default=_MISSING):
-        """`name`, refused unless it is `expected` (`why`: what reads only that value)."""
+        """`name`, refused unless it is `expected` (`why`: what reads only that value).
+
+        Args:
+            name: str. The setting.
+            expected: int, float, bool or str. The only value read; a value equal to it of
+                another type (`1.0` where `1` is expected) is refused too.
+            why: str. What reads only that value, said in a refusal.
+            default: int, float, bool or str. The value when the file has no `name`, checked
+                as a value of the file would be. Without it, a file without `name` is refused.
+
+        Returns:
+            `expected`.
+
+        Raises:
+            UserError: when `name` is missing (without a `default`) or is not `expected`.
+        """
         value = self._get(name, default)
         if value != expected or type(value) is not type(expected):
             raise UserError(f"{self.origin}: {name} {value!r}; {why}")
@@ -157,6 +305,19 @@ def inside(folder, name, what):
     `name` must be a plain relative path (no absolute path, no `..`), and the file it names, its
     symbolic links followed, must lie in the folder, or in the `blobs/` folder beside a Hugging
     Face cache's `snapshots/` (whose files are links into it).
+
+    Args:
+        folder: str. The checkpoint folder.
+        name: str. The file's name, as a file of the folder gives it (e.g. a shard in
+            `model.safetensors.index.json`).
+        what: str. Where `name` was read (that file, or the folder), named in a refusal.
+
+    Returns:
+        A str: `name` joined to `folder` (its links not resolved).
+
+    Raises:
+        UserError: when `name` is not a non-empty string, is absolute, holds a backslash or a
+            `..` part, or names a file (its links followed) outside the folder.
     """
     if not isinstance(name, str) or not name or os.path.isabs(name) or "\\" in name:
         raise UserError(f"{what}: {name!r} is not a file name in {folder}")
@@ -173,7 +334,23 @@ def inside(folder, name, what):
 
 
 def read_token_lines(path, limit=MAX_VOCABULARY_BYTES):
-    """The tokens of a vocabulary file of one token a line (`vocab.txt`), each once."""
+    """The tokens of a vocabulary file of one token a line (`vocab.txt`), each once.
+
+    Lines end at a line feed only (a carriage return stays in its token); the empty line after
+    the last line feed is not a token.
+
+    Args:
+        path: str. The vocabulary file.
+        limit: int. The most bytes read; a larger file is refused. Defaults to
+            `MAX_VOCABULARY_BYTES` (64 MiB).
+
+    Returns:
+        A list of str: the tokens, in the file's order (the token on line `i + 1` is id `i`).
+
+    Raises:
+        UserError: when `path` cannot be read as UTF-8 text (see `read_text`), or holds a token
+            twice (naming both lines).
+    """
     tokens = read_text(path, limit).split("\n")
     if tokens and tokens[-1] == "":
         tokens.pop()
@@ -193,7 +370,22 @@ def _unique(tokens, path):
 
 def read_token_ids(path, size, limit=MAX_VOCABULARY_BYTES):
     """The tokens of a `{token: id}` JSON vocabulary (`vocab.json`) by id: ids 0 to `size` - 1,
-    each once."""
+    each once.
+
+    Args:
+        path: str. The vocabulary file.
+        size: int. The rows of the token table: the number of tokens it must hold.
+        limit: int. The most bytes read; a larger file is refused. Defaults to
+            `MAX_VOCABULARY_BYTES` (64 MiB).
+
+    Returns:
+        A list of `size` str: the token of each id.
+
+    Raises:
+        UserError: when `path` cannot be read as JSON (see `read_json`), is not an object, does
+            not hold `size` tokens, or gives a token an id that is not a whole number below
+            `size` or that another token has.
+    """
     mapping = read_json(path, limit)
     if not isinstance(mapping, dict):
         raise UserError(f"{path}: not a JSON object of tokens and their ids")

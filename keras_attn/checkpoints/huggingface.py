@@ -28,20 +28,48 @@ OWN_CHOICES = ("dropout", "dtype", "name", "trainable")
 
 
 def is_folder(path):
-    """Whether `path` is a folder (a checkpoint folder, where a preset would be a name)."""
+    """Whether `path` is a folder (a checkpoint folder, where a preset would be a name).
+
+    Args:
+        path: str or os.PathLike. What was given as a preset; anything else is not a folder.
+
+    Returns:
+        A bool.
+    """
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path)
 
 
 def read_config(folder, model_type):
     """The `Settings` of `folder`'s `config.json`, refused in one line unless its `model_type` is
-    `model_type`."""
+    `model_type`.
+
+    Args:
+        folder: str. The checkpoint folder.
+        model_type: str. The `model_type` read, e.g. `"bert"`.
+
+    Returns:
+        The `files.Settings` of its `config.json`.
+
+    Raises:
+        UserError: when `config.json` cannot be read as a JSON object (`files.read_settings`), or
+            its `model_type` is not `model_type`.
+    """
     settings = files.read_settings(os.path.join(folder, CONFIG))
     settings.equal("model_type", model_type, f"not a {model_type} folder")
     return settings
 
 
 def check_own_choices(kwargs, folder):
-    """Refuses in one line an architecture argument given beside a checkpoint, which fixes it."""
+    """Refuses in one line an architecture argument given beside a checkpoint, which fixes it.
+
+    Args:
+        kwargs: dict. The arguments given beside the checkpoint; only `OWN_CHOICES` (`dropout`,
+            `dtype`, `name`, `trainable`) may be among them.
+        folder: str. The checkpoint folder, named in a refusal.
+
+    Raises:
+        UserError: when `kwargs` holds another argument (naming each).
+    """
     fixed = sorted(set(kwargs) - set(OWN_CHOICES))
     if fixed:
         raise UserError(
@@ -52,7 +80,15 @@ def check_own_choices(kwargs, folder):
 
 def warn_unread(origin, names, family):
     """Warns, in one line, of a checkpoint's tensors `names` that are no part of a `family` model
-    and are not read."""
+    and are not read.
+
+    Nothing is warned when `names` is empty.
+
+    Args:
+        origin: str. The folder or file holding them, named in the warning.
+        names: list of str. The tensors not read (`TensorHeaders.unexpected`).
+        family: str. The model they are no part of, e.g. `"BERT"`.
+    """
     if names:
         warnings.warn(
             f"{origin}: not read, not part of a {family}: {', '.join(names)}", stacklevel=3
@@ -60,7 +96,17 @@ def warn_unread(origin, names, family):
 
 
 def model_type(folder):
-    """The `model_type` of `folder`'s `config.json` (None if it names none)."""
+    """The `model_type` of `folder`'s `config.json` (None if it names none).
+
+    Args:
+        folder: str. The checkpoint folder.
+
+    Returns:
+        A str, or None when `config.json` has no `model_type` or one that is not a string.
+
+    Raises:
+        UserError: when `config.json` cannot be read as a JSON object (`files.read_settings`).
+    """
     settings = files.read_settings(os.path.join(folder, CONFIG))
     kind = settings.values.get("model_type")
     return kind if isinstance(kind, str) else None
@@ -68,6 +114,12 @@ def model_type(folder):
 
 class Plan:
     """The tensors a converter expects and how each of our weights is made from them.
+
+    Its attributes: `sizes` (a copy of the argument), `expected` (`{tensor name: shape}`, each
+    dimension a number or a size's name), `values` (`{our weight path: function of the
+    tensors → array}`) and `order` (our vocabulary's order: for each of our ids, the
+    checkpoint's; None when the vocabulary keeps the checkpoint's order). Its methods fill
+    `expected` and `values`; a converter sets `order`.
 
     Args:
         sizes: dict. `{setting name: value}`: the shapes in `expected` name these sizes, so a shape
@@ -81,20 +133,48 @@ class Plan:
         self.order = None  # our vocabulary's order: for each of our ids, the checkpoint's
 
     def dense(self, name, into, inputs, outputs):
-        """The torch Linear `name` (`outputs` × `inputs`) as our Dense `into`."""
+        """The torch Linear `name` (`outputs` × `inputs`) as our Dense `into`.
+
+        Its weight, transposed, is the kernel; its bias the bias.
+
+        Args:
+            name: str. The torch layer's name, e.g. `"pooler.dense"`.
+            into: str. Our layer's path, e.g. `"pooler"`.
+            inputs: int or str. Its input width: a number, or the name of a size in `sizes`.
+            outputs: int or str. Its output width: a number, or the name of a size in `sizes`.
+        """
         self.expected.update({f"{name}.weight": (outputs, inputs), f"{name}.bias": (outputs,)})
         self.values[f"{into}/kernel"] = lambda tensors: tensors.read(f"{name}.weight").T
         self.values[f"{into}/bias"] = lambda tensors: tensors.read(f"{name}.bias")
 
     def layer_norm(self, name, into, width):
-        """The torch LayerNorm `name` as our LayerNormalization `into`."""
+        """The torch LayerNorm `name` as our LayerNormalization `into`.
+
+        Its weight is the gamma, its bias the beta.
+
+        Args:
+            name: str. The torch layer's name, e.g. `"embeddings.LayerNorm"`.
+            into: str. Our layer's path, e.g. `"embedding/layer_norm"`.
+            width: int or str. Its width: a number, or the name of a size in `sizes`.
+        """
         self.expected.update({f"{name}.weight": (width,), f"{name}.bias": (width,)})
         self.values[f"{into}/gamma"] = lambda tensors: tensors.read(f"{name}.weight")
         self.values[f"{into}/beta"] = lambda tensors: tensors.read(f"{name}.bias")
 
     def attention(self, names, into, width, heads):
         """Our `MultiHeadAttention` `into`, of the Linear layers `names` gives for "query", "key",
-        "value" and "output" (each `width` × `width`, split into `heads`)."""
+        "value" and "output" (each `width` × `width`, split into `heads`).
+
+        The query, key and value kernels are the weights transposed, as `(width, heads,
+        width / heads)`, their biases `(heads, width / heads)`; the output kernel is
+        `(heads, width / heads, width)`.
+
+        Args:
+            names: dict. `{"query", "key", "value", "output"}` → the torch Linear's name.
+            into: str. Our attention layer's path, e.g. `"encoder_block_0/self_attention"`.
+            width: int or str. The model width: a number, or the name of a size in `sizes`.
+            heads: int or str. The number of heads: a number, or the name of a size in `sizes`.
+        """
         for part in ("query", "key", "value", "output"):
             self.expected.update(
                 {f"{names[part]}.weight": (width, width), f"{names[part]}.bias": (width,)}
@@ -116,23 +196,55 @@ class Plan:
     def table(self, name, into, shape, fill=0.0):
         """The tensor `name` of `shape`, a row per token (a torch Embedding's, a logit bias), as our
         weight `into`, its rows in our vocabulary's order (`self.order`; a row the checkpoint lacks,
-        None there, is `fill`)."""
+        None there, is `fill`).
+
+        Args:
+            name: str. The tensor's name, e.g. `"embeddings.word_embeddings.weight"`.
+            into: str. Our weight's path, e.g. `"embedding/token_embedding/embeddings"`.
+            shape: tuple. Its shape, each dimension a number or the name of a size in `sizes`;
+                the first is the vocabulary.
+            fill: float. The value of a row the checkpoint lacks. Defaults to 0.0.
+        """
         self.expected[name] = shape
         self.values[into] = lambda tensors: self.in_our_order(tensors.read(name), fill)
 
     def tensor(self, name, into, shape, reshape=None):
-        """The tensor `name` (of `shape`) as our weight `into`, reshaped to `reshape` if given."""
+        """The tensor `name` (of `shape`) as our weight `into`, reshaped to `reshape` if given.
+
+        Args:
+            name: str. The tensor's name.
+            into: str. Our weight's path.
+            shape: tuple. Its shape, each dimension a number or the name of a size in `sizes`.
+            reshape: tuple of int. The shape of our weight. Defaults to None (the tensor's own).
+        """
         self.expected[name] = shape
         self.values[into] = lambda tensors: (
             tensors.read(name) if reshape is None else tensors.read(name).reshape(reshape)
         )
 
     def size(self, dim):
-        """A dimension's value: `dim` itself, or the size it names."""
+        """A dimension's value: `dim` itself, or the size it names.
+
+        Args:
+            dim: int or str. A number, or the name of a size in `sizes`.
+
+        Returns:
+            An int.
+        """
         return self.sizes[dim] if isinstance(dim, str) else dim
 
     def in_our_order(self, rows, fill=0.0):
-        """`rows` (the checkpoint's, by its ids) by our ids, when the vocabulary was reordered."""
+        """`rows` (the checkpoint's, by its ids) by our ids, when the vocabulary was reordered.
+
+        Args:
+            rows: array of shape `(vocabulary, ...)`. The checkpoint's rows, by its ids.
+            fill: float. The value of a row the checkpoint lacks (None in `order`). Defaults to
+                0.0.
+
+        Returns:
+            `rows` itself when `order` is None; else an array of shape `(len(order), ...)`,
+                row `i` the checkpoint's row `order[i]`.
+        """
         if self.order is None:
             return rows
         if None not in self.order:
@@ -151,6 +263,17 @@ def assign(weights, plan, tensors, origin):
 
     The shapes were checked against the plan before the model was built; a weight the plan does
     not make, or makes in another shape, is refused in one line (a converter's mistake).
+
+    Args:
+        weights: list of keras.Variable. The weights to set: a model's, or a head's own.
+        plan: Plan. How each is made.
+        tensors: TensorHeaders. The checkpoint's tensors (`TensorFiles`, or keras-hub's
+            `KerasWeights`), checked against `plan.expected`.
+        origin: str. The checkpoint folder, named in a refusal.
+
+    Raises:
+        UserError: when the plan makes no value for a weight, or one of another shape, or a
+            tensor read holds NaN or infinite values.
     """
     for weight in weights:
         if weight.path not in plan.values:

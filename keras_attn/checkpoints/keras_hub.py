@@ -35,7 +35,18 @@ SIZES = (
 
 
 def is_preset(folder):
-    """Whether `folder` is a keras-hub preset folder: its `config.json` names a keras-hub class."""
+    """Whether `folder` is a keras-hub preset folder: its `config.json` names a keras-hub class.
+
+    Args:
+        folder: str. The folder.
+
+    Returns:
+        A bool: whether its `config.json` is a JSON object whose `registered_name` starts with
+            `keras_hub>`; False without the file.
+
+    Raises:
+        UserError: when `config.json` cannot be read as JSON (`files.read_json`).
+    """
     path = os.path.join(folder, huggingface.CONFIG)
     if not os.path.isfile(path):
         return False
@@ -47,7 +58,17 @@ def is_preset(folder):
 
 class KerasWeights(TensorHeaders):
     """The variables of a Keras `.weights.h5` file, named `layer/index` (the layer's path in the
-    file, the variable's index in it), known by their dataset headers."""
+    file, the variable's index in it), known by their dataset headers.
+
+    The headers are read now, no variable's data. `FLOATS` names the dtypes read (as float32).
+
+    Args:
+        path: str. The weights file (`model.weights.h5`), named in refusals; it is both the
+            attribute `path` and the attribute `folder`.
+
+    Raises:
+        UserError: when the file is not a readable HDF5 file.
+    """
 
     FLOATS = ("float16", "float32", "float64")
 
@@ -71,6 +92,14 @@ class KerasWeights(TensorHeaders):
             self.headers[ours] = Tensor(self.path, name, str(item.dtype), tuple(item.shape))
 
     def load(self, tensor):
+        """The data of `tensor`, read from the weights file.
+
+        Args:
+            tensor: Tensor. One of `headers`' values.
+
+        Returns:
+            An array of the variable's dtype and shape.
+        """
         import h5py
 
         with h5py.File(tensor.path, "r") as file:
@@ -79,7 +108,15 @@ class KerasWeights(TensorHeaders):
 
 def plan_of(sizes, layers):
     """The `huggingface.Plan` of a `BertBackbone` from the variables of keras-hub's
-    `model.weights.h5` (the token table's rows in our vocabulary's order)."""
+    `model.weights.h5` (the token table's rows in our vocabulary's order).
+
+    Args:
+        sizes: dict. The checked sizes of the preset's `config.json` (`SIZES`), and `head_dim`.
+        layers: int. The number of encoder layers.
+
+    Returns:
+        A `huggingface.Plan`, its `order` not yet set.
+    """
     plan = huggingface.Plan(sizes)
     width, inner = "hidden_dim", "intermediate_dim"
     plan.table(
@@ -135,7 +172,28 @@ def plan_of(sizes, layers):
 
 def read_bert(folder):
     """The `checkpoints.bert.Checkpoint` of a keras-hub BERT preset folder, every file checked:
-    the backbone, no heads."""
+    the backbone, no heads.
+
+    Its activation is `"gelu_tanh"` and its LayerNorm epsilon 1e-12, keras-hub's. Without
+    `tokenizer.json`, text is neither lowercased nor stripped of accents; without its
+    vocabulary file, the checkpoint has no vocabulary.
+
+    Args:
+        folder: str. The preset folder (`config.json`, `model.weights.h5`, and optionally
+            `tokenizer.json` and `assets/tokenizer/vocabulary.txt`).
+
+    Returns:
+        A `keras_attn.checkpoints.bert.Checkpoint`, no tensor read yet.
+
+    Raises:
+        UserError: when a file is missing or unreadable, `config.json`'s `registered_name` is not
+            `keras_hub>BertBackbone` or it has no `config` object, a size is not a whole number
+            from 1 to 2**31 - 1, `hidden_dim` is not a multiple of `num_heads`, `dropout` is not
+            in [0, 1), the weights hold other layers than `num_layers` or variables of another
+            dtype or shape than the sizes make, the vocabulary does not fit the token table
+            (`bert.read_vocabulary`), or `tokenizer.json`'s `lowercase` or `strip_accents` is not
+            a JSON boolean.
+    """
     config_path = os.path.join(folder, huggingface.CONFIG)
     config = files.read_settings(config_path)
     config.equal("registered_name", BACKBONE, "only keras-hub's BertBackbone presets are read")

@@ -58,9 +58,29 @@ SHARED = "model.shared.weight"
 
 
 def backbone_arguments(settings):
-    """`(sizes, arguments)`: the checked sizes of a Marian `config.json` (`Settings`) and the
-    `TransformerBackbone` arguments they make (the layers are counted in the weights,
-    `read_checkpoint`); what we cannot build is refused in one line."""
+    """The checked sizes of a Marian `config.json` and the `TransformerBackbone` arguments they
+    make; what we cannot build is refused in one line.
+
+    The numbers of layers and the vocabulary sizes are not among the arguments: the layers are
+    counted in the weights, the vocabulary is put in our order (`read_checkpoint`).
+
+    Args:
+        settings: Settings. The folder's `config.json` (`files.Settings`).
+
+    Returns:
+        A tuple `(sizes, arguments)`: `{name: value}` of `vocab_size`, `d_model`,
+            `encoder_attention_heads`, `encoder_ffn_dim`, `pad_token_id`, `eos_token_id` and
+            `decoder_start_token_id`, and the `TransformerBackbone` arguments (`preset=None`).
+
+    Raises:
+        UserError: when a setting is missing or wrong: `activation_function` not one of
+            `ACTIVATION`, a size not a whole number from 1 to 2**31 - 1, a decoder's number of
+            heads, feed-forward width or vocabulary size other than the encoder's, `d_model`
+            not a multiple of `encoder_attention_heads`, embeddings not shared, tied and scaled,
+            a token id outside the vocabulary, `decoder_start_token_id` other than
+            `pad_token_id`, `max_position_embeddings` above `MAX_POSITIONS` or `dropout` not in
+            [0, 1).
+    """
     activation = ACTIVATION[settings.choice("activation_function", ACTIVATION)]
     sizes = {
         name: settings.whole(name)
@@ -115,8 +135,20 @@ def backbone_arguments(settings):
 
 
 def plan_of(sizes, layers, table):
-    """The `huggingface.Plan` of a `TransformerBackbone` of `sizes` and `layers` (`{"encoder":
-    count, "decoder": count}`), its one table read from the tensor `table`."""
+    """The `huggingface.Plan` of a `TransformerBackbone` of `sizes` and `layers`, its one table
+    read from the tensor `table`.
+
+    The `final_logits_bias` is the output bias, `NEVER` for our special tokens Marian lacks.
+
+    Args:
+        sizes: dict. The checked sizes of `backbone_arguments`.
+        layers: dict. `{"encoder": count, "decoder": count}`: the number of layers of each.
+        table: str. The name of the tensor of the one token table (`SHARED`, or the encoder's
+            copy).
+
+    Returns:
+        A `huggingface.Plan`, its `order` not yet set.
+    """
     plan = huggingface.Plan(sizes)
     width, heads, inner = "d_model", "encoder_attention_heads", "encoder_ffn_dim"
     plan.table(table, "source_embedding/token_embedding/embeddings", ("vocab_size", width))
@@ -148,8 +180,25 @@ def plan_of(sizes, layers, table):
 
 
 def read_vocabulary(folder, sizes):
-    """`(vocabulary, order)`: the tokens in our order (`SPECIAL_TOKENS`, then the folder's other
-    pieces), and for each of our ids the checkpoint's (None for a token it lacks)."""
+    """The folder's `vocab.json` in our order, and for each of our ids the checkpoint's.
+
+    [PAD] and [BOS] are `<pad>`'s id (`pad_token_id`, `decoder_start_token_id`), [UNK] `<unk>`'s
+    and [EOS] `eos_token_id`; [CLS], [SEP] and [MASK] have none.
+
+    Args:
+        folder: str. The Marian folder.
+        sizes: dict. The checked sizes and ids of `backbone_arguments`.
+
+    Returns:
+        A tuple `(vocabulary, order)`: the list of tokens in our order (`SPECIAL_TOKENS`, then
+            the folder's other pieces), and the list of the checkpoint's id of each of ours
+            (None for a token it lacks).
+
+    Raises:
+        UserError: when `vocab.json` cannot be read as a `{token: id}` object of `vocab_size`
+            tokens, ids 0 to `vocab_size` - 1 each once (`files.read_token_ids`), or has no
+            `<unk>`.
+    """
     path = os.path.join(folder, VOCABULARY)
     by_id = files.read_token_ids(path, sizes["vocab_size"])
     if "<unk>" not in by_id:
@@ -167,8 +216,19 @@ def read_vocabulary(folder, sizes):
 
 
 def read_sentencepiece_models(folder):
-    """`{file name: bytes}` of the folder's two SentencePiece models, each loaded once to check
-    it (TensorFlow's kernel would fail on a broken one only when it first tokenizes)."""
+    """The folder's two SentencePiece models, each loaded once to check it (TensorFlow's kernel
+    would fail on a broken one only when it first tokenizes).
+
+    Args:
+        folder: str. The Marian folder.
+
+    Returns:
+        A dict `{file name: bytes}` of `source.spm` and `target.spm`.
+
+    Raises:
+        UserError: when a model is missing, larger than `files.MAX_VOCABULARY_BYTES`,
+            unreadable, does not parse, or has no pieces.
+    """
     import sentencepiece
 
     sentencepiece.set_min_log_level(3)  # its own lines on a model it reads or refuses: ours say it
@@ -191,7 +251,19 @@ def read_sentencepiece_models(folder):
 class Checkpoint:
     """A Hugging Face Marian folder, checked: the `TransformerBackbone` arguments of its
     architecture, the `Plan` of its weights, their files, its vocabulary in our order and its
-    SentencePiece models."""
+    SentencePiece models.
+
+    Each argument is also an attribute of the same name.
+
+    Args:
+        folder: str. The Marian folder.
+        arguments: dict. The `TransformerBackbone` arguments of its architecture.
+        plan: huggingface.Plan. How each weight is made from its tensors.
+        tensors: TensorFiles. Its safetensors weights.
+        vocabulary: list of str. Its tokens in our order.
+        models: dict. `{file name: bytes}` of its SentencePiece models, `source.spm` and
+            `target.spm`.
+    """
 
     folder: str
     arguments: dict
@@ -202,7 +274,25 @@ class Checkpoint:
 
 
 def read_checkpoint(folder):
-    """The `Checkpoint` of `folder`, every file checked, no tensor read yet."""
+    """The `Checkpoint` of `folder`, every file checked, no tensor read yet.
+
+    Tensors the model does not use are not read; those `KNOWN_EXTRAS` does not list are named in a
+    warning.
+
+    Args:
+        folder: str. The Hugging Face Marian folder (`config.json`, safetensors weights,
+            `vocab.json`, `source.spm` and `target.spm`).
+
+    Returns:
+        A `Checkpoint`.
+
+    Raises:
+        UserError: when a file is missing or unreadable, a setting is wrong
+            (`backbone_arguments`), the weights hold other layers than `encoder_layers` and
+            `decoder_layers` or tensors of another dtype or shape than the settings make, the
+            vocabulary does not fit the token table (`read_vocabulary`), or a SentencePiece
+            model does not load (`read_sentencepiece_models`).
+    """
     settings = huggingface.read_config(folder, "marian")
     sizes, arguments = backbone_arguments(settings)
     tensors = TensorFiles(folder)
@@ -225,8 +315,20 @@ def read_checkpoint(folder):
 
 
 def build_backbone(checkpoint, **kwargs):
-    """A `TransformerBackbone` of the checkpoint, with its weights (`kwargs`: `dropout`, `dtype`,
-    `name`, `trainable`)."""
+    """A `TransformerBackbone` of the checkpoint, with its weights.
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+        **kwargs: Only `dropout`, `dtype`, `name`, `trainable` of the backbone
+            (`huggingface.OWN_CHOICES`); they win over the checkpoint's.
+
+    Returns:
+        A `TransformerBackbone`.
+
+    Raises:
+        UserError: when `kwargs` holds another argument, or a tensor read holds NaN or infinite
+            values.
+    """
     huggingface.check_own_choices(kwargs, checkpoint.folder)
     backbone = TransformerBackbone(**{**checkpoint.arguments, **kwargs})
     huggingface.assign(backbone.weights, checkpoint.plan, checkpoint.tensors, checkpoint.folder)
@@ -235,7 +337,16 @@ def build_backbone(checkpoint, **kwargs):
 
 def load_preprocessor(checkpoint, max_length):
     """The `TranslationPreprocessor` of the folder's SentencePiece models and vocabulary (sources
-    end with [EOS])."""
+    end with [EOS]).
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+        max_length: int. The preprocessor's `max_length`.
+
+    Returns:
+        A `pipelines.preprocessors.TranslationPreprocessor` whose source and target tokenizers
+            are `pipelines.marian_tokenizer.MarianTokenizer`s.
+    """
     from pipelines.marian_tokenizer import MarianTokenizer
     from pipelines.preprocessors import TranslationPreprocessor
 
@@ -248,8 +359,20 @@ def load_preprocessor(checkpoint, max_length):
 
 
 def build_task(checkpoint, preprocessor=None, **kwargs):
-    """A `Seq2SeqLM` on the checkpoint's backbone, with, unless one is given, the preprocessor of
-    its tokenizers (`load_preprocessor`)."""
+    """A `Seq2SeqLM` on the checkpoint's backbone, with its preprocessor.
+
+    Args:
+        checkpoint: Checkpoint. The checked checkpoint.
+        preprocessor: TranslationPreprocessor. The task's preprocessor. Defaults to None: the
+            preprocessor of the checkpoint's tokenizers (`load_preprocessor`).
+        **kwargs: The backbone's arguments (`build_backbone`).
+
+    Returns:
+        A `Seq2SeqLM`.
+
+    Raises:
+        UserError: as `build_backbone`.
+    """
     backbone = build_backbone(checkpoint, **kwargs)
     if preprocessor is None:
         preprocessor = load_preprocessor(checkpoint, backbone.get_config()["max_sequence_length"])

@@ -24,21 +24,21 @@ def read_pretrained(model_dir):
     """What a BERT export or pretraining run folder keeps for fine-tuning, without building a model.
 
     Args:
-        model_dir: an export (`saved_models/bert/<version>`), the run
-            folder of `keras-attn pretrain bert` (`runs/bert`: its
-            `vocab.txt`, `settings.json` and best weights), or a Hugging Face
-            or keras-hub BERT folder (its `config.json`, weights and vocabulary).
+        model_dir: str. An export (`saved_models/bert/<version>`), the run folder of
+            `keras-attn pretrain bert` (`runs/bert`: its `vocab.txt`, `settings.json` and best
+            weights), or a Hugging Face or keras-hub BERT folder (its `config.json`, weights and
+            vocabulary).
 
     Returns:
-        `(tokenizer, settings)`: its `WordPieceTokenizer` and the
-        `BertBackbone` arguments it was built with, written out
-        (`BertBackbone.resolve`: the same for a run folder and its export),
-        with the preprocessor's `lowercase` and `max_length`.
+        A tuple `(tokenizer, settings)`: its `WordPieceTokenizer` and the `BertBackbone`
+            arguments it was built with, written out (`BertBackbone.resolve`: the same for a run
+            folder and its export), with the preprocessor's `lowercase`, `strip_accents` and
+            `max_length`.
 
     Raises:
-        ValueError: `model_dir` is none of these, or a run folder without best
-            weights yet.
-        UserError: a checkpoint folder that cannot be read, in one line.
+        ValueError: when `model_dir` is none of these, a run folder without best weights yet,
+            or a checkpoint folder without a vocabulary.
+        UserError: when a checkpoint folder cannot be read, in one line.
     """
     if run_folder.is_run_folder(model_dir):
         return _read_run_folder(model_dir)
@@ -73,7 +73,14 @@ def _export_files(model_dir):
 
 def is_export(model_dir):
     """Whether `model_dir` is a BERT export of keras-attn (its backbone's files in
-    `assets.extra/`)."""
+    `assets.extra/`).
+
+    Args:
+        model_dir: str. The folder.
+
+    Returns:
+        A bool: whether `assets.extra/` holds its backbone's settings, weights and vocabulary.
+    """
     return all(os.path.isfile(path) for path in _export_files(model_dir))
 
 
@@ -111,8 +118,14 @@ def _read_run_folder(run_dir):
 
 
 def is_checkpoint_folder(model_dir):
-    """Whether `model_dir` is a Hugging Face or keras-hub BERT
-    folder (it has their `config.json`).
+    """Whether `model_dir` is a Hugging Face or keras-hub BERT folder (it has their
+    `config.json`).
+
+    Args:
+        model_dir: str. The folder.
+
+    Returns:
+        A bool.
     """
     return os.path.isfile(os.path.join(model_dir, huggingface.CONFIG))
 
@@ -150,18 +163,24 @@ def _written_out(arguments):
 
 
 def load_backbone(model_dir, dropout=0.1, **kwargs):
-    """A new `BertBackbone` with the weights of a BERT export,
-    pretraining run folder or checkpoint folder, to fine-tune.
+    """A new `BertBackbone` with the weights of a BERT export, pretraining run folder or
+    checkpoint folder, to fine-tune.
 
-    Build it inside the strategy scope it trains under.
+    Build it inside the strategy scope it trains under. A run folder's weights are its
+    `BertPretrainer`'s, whose heads are dropped.
 
     Args:
         model_dir: str. As `read_pretrained`'s.
         dropout: float. The backbone's dropout rate. Defaults to 0.1.
         **kwargs: `dtype`, `name`, `trainable` of the backbone.
 
+    Returns:
+        A `BertBackbone`.
+
     Raises:
         ValueError: as `read_pretrained`.
+        UserError: when a checkpoint folder cannot be read, or `kwargs` holds another argument
+            beside it (`bert.build_backbone`).
     """
     if is_checkpoint_folder(model_dir):
         return bert.build_backbone(_checkpoint(model_dir), dropout=dropout, **kwargs)

@@ -21,9 +21,21 @@ FLOATS = ("F16", "BF16", "F32", "F64")  # the dtypes read (as float32); any othe
 
 
 class Tensor(NamedTuple):
-    path: str  # the file holding it
-    key: str  # its name in that file
-    dtype: str  # safetensors' name of its dtype ("F32", "BF16", ...)
+    """One tensor of a weights file, known by its header: where it is, its dtype and its shape.
+
+    Each argument is also an attribute of the same name.
+
+    Args:
+        path: str. The file holding it.
+        key: str. Its name in that file.
+        dtype: str. The file's name of its dtype: safetensors' (`"F32"`, `"BF16"`, ...), or
+            NumPy's for a Keras weights file (`"float32"`, ...).
+        shape: tuple of int. Its shape.
+    """
+
+    path: str
+    key: str
+    dtype: str
     shape: tuple
 
 
@@ -31,6 +43,12 @@ class TensorHeaders:
     """Tensors known by their names, dtypes and shapes, each read only when asked (`read`).
 
     A subclass fills `headers` (`{name: Tensor}`) and reads one tensor's data in `load(tensor)`.
+    `FLOATS` names the dtypes read (as float32); a tensor of any other is refused (`check`).
+    Each argument is also an attribute of the same name.
+
+    Args:
+        folder: str. Where the tensors are (the checkpoint folder, or a weights file), named in
+            refusals.
     """
 
     FLOATS = FLOATS
@@ -40,13 +58,36 @@ class TensorHeaders:
         self.headers = {}
 
     def load(self, tensor):
+        """The data of `tensor`, read from its file; each subclass says how.
+
+        Args:
+            tensor: Tensor. One of `headers`' values.
+
+        Returns:
+            An array of the tensor's dtype and shape.
+
+        Raises:
+            NotImplementedError: in this class.
+        """
         raise NotImplementedError
 
     def __contains__(self, name):
         return name in self.headers
 
     def read(self, name):
-        """The tensor `name` as a float32 array, refused in one line if not all finite."""
+        """The tensor `name` as a float32 array, refused in one line if not all finite.
+
+        Its data is read now (`load`), and only its own.
+
+        Args:
+            name: str. One of `headers`' names.
+
+        Returns:
+            A float32 array of the tensor's shape.
+
+        Raises:
+            UserError: when the tensor holds NaN or infinite values.
+        """
         tensor = self.headers[name]
         value = np.asarray(self.load(tensor), np.float32)
         if not np.isfinite(value).all():
@@ -57,12 +98,18 @@ class TensorHeaders:
         """Refuses in one line any tensor of `expected` that is missing, of a dtype other than a
         float, or of another shape.
 
+        Only the headers are compared: no tensor's data is read.
+
         Args:
             expected: dict. `{name: shape}`, each dimension a whole number or the name of a size
                 in `sizes`.
             sizes: dict. `{setting name: value}` of the settings file `settings_path`.
             settings_path: str. The settings file the sizes come from, named when they disagree
                 with the weights.
+
+        Raises:
+            UserError: when a tensor of `expected` is missing, is not of one of `FLOATS`, or has
+                another shape (naming the settings that make the expected one).
         """
         for name, dims in expected.items():
             if name not in self.headers:
@@ -86,12 +133,25 @@ class TensorHeaders:
                 )
 
     def layer_count(self, pattern, setting, settings, what):
-        """The number of layers `pattern` (a regex whose first group is the index, 0 where it
-        matches nothing) finds in the tensor names, refused unless they are layers 0 to
-        `settings`'s `setting` - 1.
+        """The number of layers `pattern` finds in the tensor names, refused unless they are
+        layers 0 to `settings`'s `setting` - 1.
 
         Checked before the expected names of each layer are made, so a setting of a million layers
         costs nothing.
+
+        Args:
+            pattern: str. A regex matched at the start of each tensor name, whose first group is
+                the layer's index (0 where the group matches nothing).
+            setting: str. The setting of the number of layers, e.g. `"num_hidden_layers"`.
+            settings: Settings. The settings file that holds it (`files.Settings`).
+            what: str. What a layer is called in a refusal, e.g. `"encoder layer"`.
+
+        Returns:
+            An int: the number of layers.
+
+        Raises:
+            UserError: when `setting` is missing or not a whole number from 1, or the layers the
+                names hold are not numbered 0 to `setting` - 1.
         """
         found = sorted(
             {int(match[1] or 0) for match in map(re.compile(pattern).match, self.headers) if match}
@@ -105,7 +165,16 @@ class TensorHeaders:
         return count
 
     def unexpected(self, expected, ignored):
-        """The tensor names neither `expected` nor matched by one of the regexes `ignored`."""
+        """The tensor names neither `expected` nor matched by one of the regexes `ignored`.
+
+        Args:
+            expected: dict. The names read, as keys (a `Plan`'s `expected`).
+            ignored: tuple of str. Regexes of names known not to be read, each matched against
+                a whole name.
+
+        Returns:
+            A list of str: the other names, in the headers' order.
+        """
         patterns = [re.compile(pattern) for pattern in ignored]
         return [
             name
@@ -117,14 +186,20 @@ class TensorHeaders:
 class TensorFiles(TensorHeaders):
     """The tensors of a folder's safetensors files, known by their headers.
 
+    The files are `model.safetensors.index.json`'s shards when the folder has it, else
+    `model.safetensors`; each must lie in the folder (`files.inside`). Their headers are read
+    now, no tensor's data.
+
     Args:
         folder: str. The checkpoint folder.
         rename: callable. Each tensor's name in the file → the name the converter asks for (e.g.
-            without a `bert.` prefix). Defaults to the name itself.
+            without a `bert.` prefix). Defaults to None: the name itself.
 
     Raises:
-        UserError: no weights file, an unreadable one, a shard index that is not JSON or names a
-            file outside the folder, or a tensor named twice.
+        UserError: when there is no weights file, a file is missing or not a readable
+            safetensors file, the shard index is larger than `files.MAX_VOCABULARY_BYTES`, is not
+            JSON or has no `weight_map` of file names, a file named lies outside the folder, or
+            two tensors have the same name (after `rename`).
     """
 
     def __init__(self, folder, rename=None):
@@ -176,6 +251,14 @@ class TensorFiles(TensorHeaders):
             raise UserError(f"{path}: not a readable safetensors file ({error})") from None
 
     def load(self, tensor):
+        """The data of `tensor`, read from its safetensors file.
+
+        Args:
+            tensor: Tensor. One of `headers`' values.
+
+        Returns:
+            An array of the tensor's shape.
+        """
         from safetensors import safe_open
 
         with safe_open(tensor.path, framework="np") as file:
