@@ -103,6 +103,19 @@ def _link_outside(folder):
     (folder / "model.safetensors").symlink_to(outside)
 
 
+def _link_out(folder, name, content):
+    """`folder/name` a link to a file outside the folder holding `content`."""
+    outside = folder.parent / f"outside-{name}"
+    outside.write_text(content)
+    (folder / name).unlink()
+    (folder / name).symlink_to(outside)
+
+
+def _far_layer(tensors):
+    name = "bert.encoder.layer." + "9" * 5000 + ".attention.self.query.weight"
+    tensors[name] = tensors[QUERY].copy()
+
+
 def _extra_layer(tensors):
     for name in [n for n in tensors if ".layer.1." in n]:
         tensors[name.replace(".layer.1.", ".layer.2.")] = tensors[name].copy()
@@ -339,6 +352,41 @@ CASES = [
         lambda f: (f / "config.json").write_text(_nested(100_000)),
         ("config.json", "nested"),
     ),
+    Case(
+        "a layer numbered with 5,000 digits",
+        "weights",
+        "bert",
+        lambda f: edit_tensors(f, _far_layer),
+        ("encoder layer numbered 999999999999",),
+    ),
+    Case(
+        "a shard name with a NUL byte",
+        "files",
+        "sharded",
+        lambda f: _first_shard_to(f, "model\x00.safetensors"),
+        ("index.json", "is not a file name"),
+    ),
+    Case(
+        "a shard named '.'",
+        "files",
+        "sharded",
+        lambda f: _first_shard_to(f, "."),
+        ("index.json", "'.' is not a file name"),
+    ),
+    Case(
+        "vocab.txt a link out of the folder",
+        "files",
+        "bert",
+        lambda f: _link_out(f, "vocab.txt", "[PAD]\nhunter2\nhunter2\n"),
+        ("vocab.txt", "outside the folder"),
+    ),
+    Case(
+        "config.json a link out of the folder",
+        "files",
+        "marian",
+        lambda f: _link_out(f, "config.json", (f / "config.json").read_text()),
+        ("config.json", "outside the folder"),
+    ),
     # Values.
     Case(
         "layer_norm_eps NaN",
@@ -409,6 +457,13 @@ CASES = [
         "bert",
         lambda f: edit_config(f, "tokenizer_config.json", strip_accents="no"),
         ("tokenizer_config.json", "strip_accents 'no'"),
+    ),
+    Case(
+        "layer_norm_eps of 400 digits",
+        "values",
+        "bert",
+        lambda f: edit_config(f, layer_norm_eps=10**400),
+        ("config.json", "layer_norm_eps 1000000000", "..."),
     ),
 ]
 
@@ -527,12 +582,17 @@ def main():
     parser.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=list(LOADERS))
     parser.add_argument("--timeout", type=int, default=120, help="seconds before a hang")
     parser.add_argument("--memory-gb", type=int, default=8, help="each process's address space")
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="NAME", help="the cases whose names hold one"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     counts = {loader: {} for loader in args.loaders}
     print("| case | kind | " + " | ".join(args.loaders) + " |")
     print("|---|---|" + "---|" * len(args.loaders))
     for number, case in enumerate(CASES):
+        if args.only and not any(part in case.name for part in args.only):
+            continue
         folder = make(case, out / f"{number:02d}")
         row = []
         for loader in args.loaders:

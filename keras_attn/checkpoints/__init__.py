@@ -16,10 +16,12 @@ and a folder of none of these kinds, is refused in one line (`UserError`, a
 """
 
 import os
+import warnings
 
 from keras_attn import presets
 from keras_attn.checkpoints import bert, huggingface, keras_hub, marian, pretrained_bert
 from keras_attn.errors import UserError
+from keras_attn.models.backbone import Backbone
 from keras_attn.models.bert import BertBackbone, BertTask
 from keras_attn.models.seq2seq_lm import Seq2SeqLM
 from keras_attn.models.transformer import TransformerBackbone
@@ -150,7 +152,17 @@ def load(model_class, preset, **kwargs):
             it or the arguments.
     """
     sizes = model_class.presets
+    if issubclass(model_class, Backbone) and "preprocessor" in kwargs:
+        raise UserError(
+            f"{model_class.__name__}.from_preset: a backbone takes no preprocessor (a task does)"
+        )
     if isinstance(preset, str) and preset in sizes:
+        if huggingface.is_folder(preset):
+            warnings.warn(
+                f"{preset!r}: the size name, not the folder of that name (give "
+                f"{os.path.join('.', preset)!r} to read the folder)",
+                stacklevel=3,
+            )
         return model_class.from_size(preset, **kwargs)
     if not huggingface.is_folder(preset):
         raise UserError(

@@ -13,9 +13,15 @@ from keras_attn.errors import UserError
 # Larger than any real file of its kind (a 250,000-piece `vocab.json` is about 6 MB), small enough
 # that reading one is cheap.
 MAX_SETTINGS_BYTES = 2**20
-MAX_VOCABULARY_BYTES = 64 * 2**20
+MAX_VOCABULARY_BYTES = 16 * 2**20
 # The largest size a setting may claim: every size is also checked against the weights' shapes.
 MAX_SIZE = 2**31 - 1
+
+
+def shown(value, most=80):
+    """`repr(value)`, cut to `most` characters: what a one-line refusal quotes of a file's value."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def file_size(path, limit):
@@ -38,6 +44,8 @@ def file_size(path, limit):
         raise UserError(f"{path}: not readable ({error.strerror})") from None
     if not os.path.isfile(path):
         raise UserError(f"{path}: not a file")
+    folder, name = os.path.split(os.path.normpath(path))
+    inside(folder or ".", name, path)  # a link out of the folder is refused
     if size > limit:
         raise UserError(f"{path}: {size:,} bytes, more than the {limit:,} a file of its kind holds")
     return size
@@ -178,7 +186,7 @@ class Settings:
         Raises:
             UserError: always, naming the file, `name` and `value`.
         """
-        raise UserError(f"{self.origin}: {name} {value!r}, where {belongs} belongs")
+        raise UserError(f"{self.origin}: {name} {shown(value)}, where {belongs} belongs")
 
     def whole(self, name, low=1, high=MAX_SIZE, default=_MISSING):
         """The whole number `name`, from `low` to `high`.
@@ -227,7 +235,7 @@ class Settings:
         wrong = isinstance(value, bool) or not isinstance(value, (int, float))
         if not wrong:
             wrong = (
-                not math.isfinite(value)
+                not _finite(value)
                 or (above is not None and value <= above)
                 or (at_least is not None and value < at_least)
                 or (below is not None and value >= below)
@@ -319,8 +327,14 @@ def inside(folder, name, what):
         UserError: when `name` is not a non-empty string, is absolute, holds a backslash or a
             `..` part, or names a file (its links followed) outside the folder.
     """
-    if not isinstance(name, str) or not name or os.path.isabs(name) or "\\" in name:
-        raise UserError(f"{what}: {name!r} is not a file name in {folder}")
+    if (
+        not isinstance(name, str)
+        or name in ("", ".")
+        or os.path.isabs(name)
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise UserError(f"{what}: {shown(name)} is not a file name in {folder}")
     if ".." in name.split("/"):
         raise UserError(f"{what}: {name!r} leaves the folder {folder}")
     path = os.path.join(folder, name)
@@ -331,6 +345,14 @@ def inside(folder, name, what):
     if not any(real.startswith(root + os.sep) for root in roots):
         raise UserError(f"{what}: {name!r} is a link to {real}, outside the folder {folder}")
     return path
+
+
+def _finite(value):
+    """Whether the JSON number `value` is finite as a float (an int of 400 digits is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def read_token_lines(path, limit=MAX_VOCABULARY_BYTES):

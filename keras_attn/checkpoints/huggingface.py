@@ -90,9 +90,9 @@ def warn_unread(origin, names, family):
         family: str. The model they are no part of, e.g. `"BERT"`.
     """
     if names:
-        warnings.warn(
-            f"{origin}: not read, not part of a {family}: {', '.join(names)}", stacklevel=3
-        )
+        listed = ", ".join(files.shown(name, 60) for name in names[:10])
+        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+        warnings.warn(f"{origin}: not read, not part of a {family}: {listed}{more}", stacklevel=3)
 
 
 def model_type(folder):

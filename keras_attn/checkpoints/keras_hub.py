@@ -19,10 +19,13 @@ import os
 from keras_attn.checkpoints import bert, files, huggingface
 from keras_attn.checkpoints.tensors import Tensor, TensorHeaders
 from keras_attn.errors import UserError
+from keras_attn.layers.add_and_norm import BERT_LAYER_NORM_EPSILON
 
 WEIGHTS, TOKENIZER = "model.weights.h5", "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
 BACKBONE = "keras_hub>BertBackbone"
+# The most a dataset's data may be compressed in its file (Keras writes weights uncompressed).
+MAX_COMPRESSION = 1000
 SIZES = (
     "vocabulary_size",
     "num_layers",
@@ -86,9 +89,22 @@ class KerasWeights(TensorHeaders):
     def _visit(self, name, item):
         import h5py
 
-        if isinstance(item, h5py.Dataset) and "/vars/" in name:
+        if not isinstance(item, h5py.Dataset):
+            return
+        # HDF5 lets a dataset's data live in other files, or be none at all (its fill value):
+        # only data the file holds is read.
+        if item.external or item.is_virtual:
+            raise UserError(f"{self.path}: {name} keeps its data in other files")
+        stored, size = item.id.get_storage_size(), item.size * item.dtype.itemsize
+        if size and stored * MAX_COMPRESSION < size:
+            raise UserError(
+                f"{self.path}: {name} claims {size:,} bytes of data and the file holds {stored:,}"
+            )
+        if "/vars/" in name:
             layer, index = name.rsplit("/vars/", 1)
             ours = f"{layer.removeprefix('layers/')}/{index}"
+            if ours in self.headers:
+                raise UserError(f"{self.path}: {name} again (also {self.headers[ours].key})")
             self.headers[ours] = Tensor(self.path, name, str(item.dtype), tuple(item.shape))
 
     def load(self, tensor):
@@ -218,12 +234,12 @@ def read_bert(folder):
         num_heads=sizes["num_heads"],
         intermediate_dim=sizes["intermediate_dim"],
         activation="gelu_tanh",
-        layer_norm_epsilon=1e-12,
+        layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
     )
     weights_path = os.path.join(folder, WEIGHTS)
     if not os.path.isfile(weights_path):
         raise UserError(f"{folder}: no {WEIGHTS}")
-    tensors = KerasWeights(weights_path)
+    tensors = KerasWeights(files.inside(folder, WEIGHTS, folder))
     arguments["num_layers"] = tensors.layer_count(
         r"transformer_encoder(?:_(\d+))?/", "num_layers", settings, "encoder layer"
     )

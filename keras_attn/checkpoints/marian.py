@@ -231,17 +231,22 @@ def read_sentencepiece_models(folder):
     """
     import sentencepiece
 
-    sentencepiece.set_min_log_level(3)  # its own lines on a model it reads or refuses: ours say it
+    from keras_attn.quiet import stderr_held
+
     models = {}
     for name in (SOURCE_MODEL, TARGET_MODEL):
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             raise UserError(f"{path}: no such file; a Marian folder has its SentencePiece models")
         models[name] = files.read_bytes(path, files.MAX_VOCABULARY_BYTES)
-        try:
-            pieces = sentencepiece.SentencePieceProcessor(model_proto=models[name]).vocab_size()
-        except (RuntimeError, OSError, TypeError):
-            raise UserError(f"{path}: not a SentencePiece model (it does not parse)") from None
+        pieces = None
+        with stderr_held():  # the library's own lines on a model it reads or refuses: ours say it
+            try:
+                pieces = sentencepiece.SentencePieceProcessor(model_proto=models[name]).vocab_size()
+            except (RuntimeError, OSError, TypeError):
+                pass
+        if pieces is None:
+            raise UserError(f"{path}: not a SentencePiece model (it does not parse)")
         if pieces < 1:
             raise UserError(f"{path}: a SentencePiece model without pieces")
     return models

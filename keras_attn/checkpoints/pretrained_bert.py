@@ -8,11 +8,12 @@ Face or keras-hub BERT folder (`keras_attn.checkpoints.bert`, `keras_hub`).
 """
 
 import functools
-import json
+import inspect
 import os
 
 from keras_attn import run_folder
-from keras_attn.checkpoints import bert, huggingface, keras_hub
+from keras_attn.checkpoints import bert, files, huggingface, keras_hub
+from keras_attn.errors import UserError
 from keras_attn.models.bert import BertBackbone, BertPretrainer, backbone_arguments
 from keras_attn.serving.bert import BACKBONE_SETTINGS, BACKBONE_WEIGHTS, VOCABULARY
 from pipelines.tokenizers import WordPieceTokenizer
@@ -51,13 +52,18 @@ def read_pretrained(model_dir):
             f"BERT folder (no {huggingface.CONFIG})"
         )
     paths = _export_files(model_dir)
-    with open(paths[0]) as file:
-        saved = json.load(file)  # exports before 2026-12-04 name the preset instead of its values
+    saved = files.read_settings(paths[0])  # exports before 2026-12-04 name a preset, not values
+    architecture = backbone_arguments(saved.values)
+    unknown = sorted(set(architecture) - set(inspect.signature(BertBackbone).parameters))
+    if unknown:
+        raise UserError(f"{paths[0]}: {', '.join(map(files.shown, unknown))}: no BERT setting")
+    for name in set(architecture) & set(keras_hub.SIZES):  # the sizes of a BertBackbone
+        saved.whole(name)
     settings = {
-        **_written_out(backbone_arguments(saved)),
-        "lowercase": saved["lowercase"],
-        "strip_accents": saved.get("strip_accents", False),
-        "max_length": saved["max_length"],
+        **_written_out(architecture),
+        "lowercase": saved.boolean("lowercase"),
+        "strip_accents": saved.boolean("strip_accents", default=False),
+        "max_length": saved.whole("max_length"),
     }
     return WordPieceTokenizer.load(
         paths[2], lowercase=settings["lowercase"], strip_accents=settings["strip_accents"]

@@ -153,9 +153,12 @@ class TensorHeaders:
             UserError: when `setting` is missing or not a whole number from 1, or the layers the
                 names hold are not numbered 0 to `setting` - 1.
         """
-        found = sorted(
-            {int(match[1] or 0) for match in map(re.compile(pattern).match, self.headers) if match}
-        )
+        numbers = {
+            match[1] or "0" for match in map(re.compile(pattern).match, self.headers) if match
+        }
+        if any(len(number) > 9 for number in numbers):
+            raise UserError(f"{self.folder}: a {what} numbered {max(numbers, key=len)[:12]}...")
+        found = sorted(int(number) for number in numbers)
         count = settings.whole(setting)
         if found != list(range(count)):
             held = "none" if not found else f"{len(found)}, numbered {found[0]} to {found[-1]}"

@@ -119,7 +119,7 @@ def test_a_fine_folder_of_another_shape_loads_with_the_references_weights(fine, 
     model_class = getattr(models, task)
     unread = "unknown" in name
     with (
-        pytest.warns(UserWarning, match=r"not read, not part of a BERT: extra\.note")
+        pytest.warns(UserWarning, match=r"not read, not part of a BERT: 'extra\.note'")
         if unread
         else _no_unread_tensors()
     ):

@@ -2,6 +2,8 @@
 keras-hub's outputs, and their tokenizer reads text as keras-hub's does."""
 
 import json
+import pathlib
+import shutil
 
 import keras
 import numpy as np
@@ -132,3 +134,52 @@ def test_what_a_keras_hub_folder_lacks_or_is_not_is_refused_in_one_line(preset, 
         error.value
     )
     assert "\n" not in str(error.value)
+
+
+def _pooler_bias_rewritten(folder, **dataset):
+    """The preset's weights file with the pooler's bias dataset made anew from `dataset`."""
+    import h5py
+
+    with h5py.File(folder / "model.weights.h5", "r+") as file:
+        del file["layers/dense/vars/1"]
+        file.create_dataset("layers/dense/vars/1", **dataset)
+
+
+@pytest.mark.parametrize(
+    "dataset, message",
+    [
+        (  # its data in another file, at an absolute path
+            dict(shape=(16,), dtype="float32", external=[("/etc/hostname", 0, 64)]),
+            "keeps its data in other files",
+        ),
+        (  # a shape the file holds no data for: building would allocate it
+            dict(shape=(2**28, 16), dtype="float32"),
+            "claims 17,179,869,184 bytes of data and the file holds 0",
+        ),
+    ],
+)
+def test_a_weights_file_whose_data_is_elsewhere_or_nowhere_is_refused(
+    preset, tmp_path, dataset, message
+):
+    folder = pathlib.Path(shutil.copytree(preset[0], tmp_path / "bert"))
+    _pooler_bias_rewritten(folder, **dataset)
+    with pytest.raises(UserError, match=message):
+        BertBackbone.from_preset(str(folder))
+
+
+def test_a_broken_bert_export_is_refused_in_one_line(tmp_path):
+    """An export's `assets.extra/` of another shape: its settings are read as any other file's."""
+    extra = tmp_path / "export" / "assets.extra"
+    extra.mkdir(parents=True)
+    for name in ("bert_backbone.weights.h5", "vocab.txt"):
+        (extra / name).write_text("")
+    for settings, message in (
+        ("[1, 2]", "not a JSON object of settings"),
+        ('{"vocabulary_size": 10}', "no lowercase"),
+        ('{"vocabulary_size": "ten", "lowercase": true, "max_length": 8}', "vocabulary_size 'ten'"),
+        ('{"layers": 2, "lowercase": true, "max_length": 8}', "'layers': no BERT setting"),
+    ):
+        (extra / "bert_backbone.json").write_text(settings)
+        with pytest.raises(UserError, match=message) as error:
+            BertBackbone.from_preset(str(tmp_path / "export"))
+        assert "\n" not in str(error.value)
