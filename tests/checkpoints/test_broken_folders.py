@@ -27,7 +27,7 @@ from keras_attn import cli, models
 from keras_attn.errors import UserError
 from tests import fresh_process
 
-pytestmark = pytest.mark.slow  # 40 folders, each loaded twice
+pytestmark = pytest.mark.slow  # 47 folders, each loaded twice
 
 
 def _files(root):
