@@ -19,7 +19,7 @@ import os
 import warnings
 
 from keras_attn import presets
-from keras_attn.checkpoints import bert, huggingface, keras_hub, marian, pretrained_bert
+from keras_attn.checkpoints import bert, files, huggingface, keras_hub, marian, pretrained_bert
 from keras_attn.errors import UserError
 from keras_attn.models.backbone import Backbone
 from keras_attn.models.bert import BertBackbone, BertTask
@@ -28,27 +28,8 @@ from keras_attn.models.transformer import TransformerBackbone
 from keras_attn.serving import translator
 
 
-def read_bert(folder):
-    """The checked `bert.Checkpoint` of a Hugging Face BERT folder or a keras-hub BERT preset.
-
-    Args:
-        folder: str. The folder: a keras-hub preset when its `config.json` names a keras-hub
-            class (`keras_hub.is_preset`), else a Hugging Face BERT folder.
-
-    Returns:
-        A `keras_attn.checkpoints.bert.Checkpoint`, no tensor read yet.
-
-    Raises:
-        UserError: when the folder cannot be read as one (`keras_hub.read_bert`,
-            `bert.read_checkpoint`).
-    """
-    if keras_hub.is_preset(folder):
-        return keras_hub.read_bert(folder)
-    return bert.read_checkpoint(folder)
-
-
 def _bert_checkpoint(model_class, folder, preprocessor=None, **kwargs):
-    checkpoint = read_bert(folder)
+    checkpoint = pretrained_bert.read_bert(folder)
     if issubclass(model_class, BertBackbone):
         return bert.build_backbone(checkpoint, **kwargs)
     return bert.build_task(model_class, checkpoint, preprocessor, **kwargs)
@@ -110,9 +91,10 @@ def kind_of(folder):
             export of keras-attn.
     """
     if os.path.isfile(os.path.join(folder, huggingface.CONFIG)):
-        if keras_hub.is_preset(folder):
+        settings = files.read_settings(os.path.join(folder, huggingface.CONFIG))
+        if str(settings.values.get("registered_name", "")).startswith(keras_hub.REGISTERED):
             return "keras-hub"
-        kind = huggingface.model_type(folder)
+        kind = settings.values.get("model_type")
         if kind not in ("bert", "marian"):
             raise UserError(
                 f"{os.path.join(folder, huggingface.CONFIG)}: model_type {kind!r}, not 'bert' or "

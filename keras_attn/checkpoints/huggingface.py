@@ -17,8 +17,6 @@ tensor's name and shape, checked against the files' headers by `TensorFiles.chec
 import os
 import warnings
 
-import numpy as np
-
 from keras_attn.checkpoints import files
 from keras_attn.errors import UserError
 
@@ -93,23 +91,6 @@ def warn_unread(origin, names, family):
         listed = ", ".join(files.shown(name, 60) for name in names[:10])
         more = f" and {len(names) - 10} more" if len(names) > 10 else ""
         warnings.warn(f"{origin}: not read, not part of a {family}: {listed}{more}", stacklevel=3)
-
-
-def model_type(folder):
-    """The `model_type` of `folder`'s `config.json` (None if it names none).
-
-    Args:
-        folder: str. The checkpoint folder.
-
-    Returns:
-        A str, or None when `config.json` has no `model_type` or one that is not a string.
-
-    Raises:
-        UserError: when `config.json` cannot be read as a JSON object (`files.read_settings`).
-    """
-    settings = files.read_settings(os.path.join(folder, CONFIG))
-    kind = settings.values.get("model_type")
-    return kind if isinstance(kind, str) else None
 
 
 class Plan:
@@ -247,10 +228,10 @@ class Plan:
         """
         if self.order is None:
             return rows
-        if None not in self.order:
-            return rows[self.order]
-        blank = np.full_like(rows[0], fill)
-        return np.stack([rows[i] if i is not None else blank for i in self.order])
+        lacking = [ours for ours, theirs in enumerate(self.order) if theirs is None]
+        ordered = rows[[0 if theirs is None else theirs for theirs in self.order]]
+        ordered[lacking] = fill
+        return ordered
 
 
 def _split_heads(kernel, heads):

@@ -23,7 +23,8 @@ from keras_attn.layers.add_and_norm import BERT_LAYER_NORM_EPSILON
 
 WEIGHTS, TOKENIZER = "model.weights.h5", "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
-BACKBONE = "keras_hub>BertBackbone"
+REGISTERED = "keras_hub>"  # how a keras-hub class's registered name begins
+BACKBONE = f"{REGISTERED}BertBackbone"
 # The most a dataset's data may be compressed in its file (Keras writes weights uncompressed).
 MAX_COMPRESSION = 1000
 SIZES = (
@@ -55,7 +56,7 @@ def is_preset(folder):
         return False
     config = files.read_json(path)
     return isinstance(config, dict) and str(config.get("registered_name", "")).startswith(
-        "keras_hub>"
+        REGISTERED
     )
 
 
@@ -224,15 +225,11 @@ def read_bert(folder):
             f"{sizes['num_heads']} heads"
         )
     sizes["head_dim"] = sizes["hidden_dim"] // sizes["num_heads"]
-    arguments = dict(
-        vocabulary_size=sizes["vocabulary_size"],
+    # keras-hub's BertBackbone names its arguments as ours does; the layers are counted below.
+    arguments = {name: sizes[name] for name in SIZES if name != "num_layers"}
+    arguments.update(
         preset=None,
-        max_sequence_length=sizes["max_sequence_length"],
-        num_segments=sizes["num_segments"],
         dropout=settings.number("dropout", at_least=0, below=1, default=0.1),
-        hidden_dim=sizes["hidden_dim"],
-        num_heads=sizes["num_heads"],
-        intermediate_dim=sizes["intermediate_dim"],
         activation="gelu_tanh",
         layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
     )

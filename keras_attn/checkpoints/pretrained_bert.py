@@ -136,11 +136,27 @@ def is_checkpoint_folder(model_dir):
     return os.path.isfile(os.path.join(model_dir, huggingface.CONFIG))
 
 
-@functools.lru_cache(maxsize=1)  # read once a process: `read_pretrained` and `load_backbone` ask
-def _checkpoint(folder):
+def read_bert(folder):
+    """The checked `bert.Checkpoint` of a Hugging Face BERT folder or a keras-hub BERT preset.
+
+    Args:
+        folder: str. The folder: a keras-hub preset when its `config.json` names a keras-hub
+            class (`keras_hub.is_preset`), else a Hugging Face BERT folder.
+
+    Returns:
+        A `keras_attn.checkpoints.bert.Checkpoint`, no tensor read yet.
+
+    Raises:
+        UserError: when the folder cannot be read as one (`keras_hub.read_bert`,
+            `bert.read_checkpoint`).
+    """
     if keras_hub.is_preset(folder):
         return keras_hub.read_bert(folder)
     return bert.read_checkpoint(folder)
+
+
+# Read once a process to fine-tune: `read_pretrained` and `load_backbone` both ask.
+_checkpoint = functools.lru_cache(maxsize=1)(read_bert)
 
 
 def _read_checkpoint_folder(folder):
